@@ -1,0 +1,7 @@
+"""Files to lines: discovery, watching, tailing."""
+
+from exporter.follow.discover import LogFileRole, classify, is_followed
+from exporter.follow.follower import FollowedFile, Follower, Sink
+from exporter.follow.tailer import ReadBatch, Tailer
+
+__all__ = ["FollowedFile", "Follower", "LogFileRole", "ReadBatch", "Sink", "Tailer", "classify", "is_followed"]

@@ -1,0 +1,39 @@
+"""Which files under a log directory are followed, and whose rank each one holds."""
+
+from __future__ import annotations
+
+import fnmatch
+import re
+from dataclasses import dataclass
+
+DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt")
+# Rotated and compressed siblings are history of a followed file, never a new rank.
+_ROTATED = re.compile(r"(\.\d+|\.gz|\.bz2|\.xz|\.zst|[-.]\d{8,10})$")
+
+_WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$")
+_RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE)
+_SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
+
+
+@dataclass(frozen=True, slots=True)
+class LogFileRole:
+    """What a followed file is: a rank's worker log or the scheduler's log."""
+
+    rank: str  # global rank, or "" when unknown (scheduler, single mixed file)
+    role: str  # "worker" or "scheduler"
+
+
+def is_followed(relative_path: str, include: tuple[str, ...] = DEFAULT_INCLUDE) -> bool:
+    """True for a log file to follow: matches an include pattern and is not a rotated copy."""
+    name = relative_path.rsplit("/", 1)[-1]
+    if _ROTATED.search(name):
+        return False
+    return any(fnmatch.fnmatchcase(name, pattern) for pattern in include)
+
+
+def classify(relative_path: str) -> LogFileRole:
+    """Rank and role from a path relative to the log directory."""
+    if _SCHEDULER.search(relative_path):
+        return LogFileRole("", "scheduler")
+    match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
+    return LogFileRole(match.group(1) if match else "", "worker")

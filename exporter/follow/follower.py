@@ -1,0 +1,207 @@
+"""Discover and follow every log file under the configured directories.
+
+watchdog events mark files dirty; one follow thread reads dirty files and hands line
+batches to a sink. A periodic rescan (every ``rescan_interval`` seconds) catches what
+events miss: directories created later, overflowed event queues, network filesystems.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Protocol
+
+from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.observers import Observer
+from watchdog.observers.polling import PollingObserver
+
+from exporter.follow.discover import DEFAULT_INCLUDE, LogFileRole, classify, is_followed
+from exporter.follow.tailer import ReadBatch, Tailer
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True, slots=True)
+class FollowedFile:
+    """A file being followed, and where it was found."""
+
+    path: str
+    directory: str
+    relative_path: str
+    role: LogFileRole
+
+
+class Sink(Protocol):
+    """Where followed files and their lines go (the parse and state side)."""
+
+    def file_discovered(self, file: FollowedFile, mtime: float | None) -> None: ...
+
+    def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None: ...
+
+    def files_followed(self, count: int) -> None: ...
+
+
+class _DirtyPaths(FileSystemEventHandler):
+    def __init__(self, mark: Callable[[str], None]) -> None:
+        self._mark = mark
+
+    def on_any_event(self, event: FileSystemEvent) -> None:
+        if event.is_directory and event.event_type != "created":
+            return
+        for path in (event.src_path, getattr(event, "dest_path", "")):
+            if path:
+                self._mark(os.fsdecode(path))
+
+
+class Follower:
+    """Owns the tailers and the follow thread."""
+
+    def __init__(
+        self,
+        directories: list[str],
+        sink: Sink,
+        *,
+        max_line_bytes: int = 1 << 20,
+        poll_interval: float | None = None,
+        rescan_interval: float = 2.0,
+        include: tuple[str, ...] = DEFAULT_INCLUDE,
+    ) -> None:
+        self._directories = [os.path.abspath(d) for d in directories]
+        self._sink = sink
+        self._max_line_bytes = max_line_bytes
+        self._poll_interval = poll_interval
+        self._rescan_interval = poll_interval or rescan_interval
+        self._include = include
+        self._files: dict[str, FollowedFile] = {}
+        self._tailers: dict[str, Tailer] = {}
+        self._watched: dict[str, object] = {}
+        self._reported_errors: dict[str, str | None] = {}
+        self._dirty: set[str] = set()
+        self._dirty_lock = threading.Lock()
+        self._wake = threading.Event()
+        self._stop = threading.Event()
+        self._ready = threading.Event()
+        self._observer = PollingObserver(timeout=poll_interval) if poll_interval else Observer()
+        self._thread = threading.Thread(target=self._run, name="follow", daemon=True)
+
+    @property
+    def ready(self) -> bool:
+        """True once every directory exists and was scanned once."""
+        return self._ready.is_set()
+
+    def start(self) -> None:
+        self._observer.start()
+        self._thread.start()
+
+    def stop(self, timeout: float = 5.0) -> None:
+        self._stop.set()
+        self._wake.set()
+        self._thread.join(timeout)
+        self._observer.stop()
+        self._observer.join(timeout)
+        for tailer in self._tailers.values():
+            tailer.close()
+
+    def run_once(self) -> None:
+        """One full scan and read of everything (used at start and by the periodic rescan)."""
+        all_present = True
+        for directory in self._directories:
+            if not os.path.isdir(directory):
+                all_present = False
+                continue
+            self._watch(directory)
+            self._scan(directory)
+        for path in list(self._tailers):
+            self._read(path)
+        self._sink.files_followed(len(self._tailers))
+        if all_present:
+            self._ready.set()
+
+    def _run(self) -> None:
+        next_rescan = 0.0
+        while not self._stop.is_set():
+            now = time.monotonic()
+            if now >= next_rescan:
+                self._guarded(self.run_once)
+                next_rescan = now + self._rescan_interval
+            self._wake.wait(max(0.0, next_rescan - time.monotonic()))
+            self._wake.clear()
+            with self._dirty_lock:
+                dirty, self._dirty = self._dirty, set()
+            for path in dirty:
+                self._guarded(self._on_dirty, path)
+
+    def _guarded(self, action: Callable[..., None], *args: str) -> None:
+        # One bad file or a filesystem hiccup must never stop the follow loop.
+        try:
+            action(*args)
+        except Exception:  # noqa: BLE001
+            log.exception("follow loop: %s failed", getattr(action, "__name__", action))
+
+    def _mark_dirty(self, path: str) -> None:
+        with self._dirty_lock:
+            self._dirty.add(path)
+        self._wake.set()
+
+    def _watch(self, directory: str) -> None:
+        if directory in self._watched:
+            return
+        try:
+            self._watched[directory] = self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True)
+        except OSError as error:
+            # Native watching can fail (inotify limits); the periodic rescan still reads everything.
+            log.warning("cannot watch %s (%s); relying on rescans every %.1fs", directory, error, self._rescan_interval)
+            self._watched[directory] = None
+
+    def _scan(self, directory: str) -> None:
+        for root, _dirs, names in os.walk(directory):
+            for name in names:
+                path = os.path.join(root, name)
+                if path not in self._tailers:
+                    self._discover(directory, path)
+
+    def _on_dirty(self, path: str) -> None:
+        if path in self._tailers:
+            self._read(path)
+            return
+        directory = self._directory_of(path)
+        if directory is not None and os.path.isfile(path):
+            self._discover(directory, path)
+            self._read(path)
+            self._sink.files_followed(len(self._tailers))
+
+    def _directory_of(self, path: str) -> str | None:
+        for directory in self._directories:
+            if path.startswith(directory + os.sep):
+                return directory
+        return None
+
+    def _discover(self, directory: str, path: str) -> None:
+        relative = Path(path).relative_to(directory).as_posix()
+        if not is_followed(relative, self._include):
+            return
+        followed = FollowedFile(path, directory, relative, classify(relative))
+        try:
+            mtime = os.stat(path).st_mtime
+        except OSError:
+            mtime = None
+        self._files[path] = followed
+        self._tailers[path] = Tailer(path, self._max_line_bytes)
+        log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
+        self._sink.file_discovered(followed, mtime)
+
+    def _read(self, path: str) -> None:
+        tailer = self._tailers[path]
+        followed = self._files[path]
+        for batch in tailer.poll():
+            self._sink.lines_read(followed, batch)
+        if tailer.last_error != self._reported_errors.get(path):
+            # Say it once per change, not on every rescan.
+            if tailer.last_error is not None:
+                log.warning("%s", tailer.last_error)
+            self._reported_errors[path] = tailer.last_error

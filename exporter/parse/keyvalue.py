@@ -1,0 +1,46 @@
+"""Plain ``step=1200 loss=2.31 lr=0.0001 grad_norm=1.8`` lines."""
+
+from __future__ import annotations
+
+import re
+
+from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b"step="
+
+_PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=([^\s,;|]+)")
+_STEP_KEYS = ("step", "global_step", "iteration")
+_LR_KEYS = ("lr", "learning_rate")
+_GRAD_NORM_KEYS = ("grad_norm", "gnorm", "global_norm")
+_TIME_KEYS = ("step_time", "per_step_time", "time_per_step")
+_THROUGHPUT_KEYS = ("throughput",)
+
+
+def parse_keyvalue(text: str) -> StepRecord | None:
+    """Parse a key=value step line: needs an integer step and a loss."""
+    fields = dict(_PAIR.findall(text))
+    step = next((fields[key] for key in _STEP_KEYS if key in fields), None)
+    if step is None or "loss" not in fields or not step.isdigit():
+        return None
+    record = StepRecord(step=int(step), loss=parse_float(fields.pop("loss")))
+    for key in _STEP_KEYS:
+        fields.pop(key, None)
+    for name, raw in fields.items():
+        if name in _LR_KEYS:
+            record.learning_rate = parse_float(raw)
+        elif name in _GRAD_NORM_KEYS:
+            record.grad_norm = parse_float(raw)
+        elif name in _TIME_KEYS:
+            record.step_time_seconds = parse_duration_seconds(raw)
+        elif name in _THROUGHPUT_KEYS:
+            record.throughput = parse_float(raw)
+        elif name.endswith("_loss"):
+            value = parse_float(raw)
+            if value is not None:
+                record.aux_losses[name] = value
+        else:
+            value = parse_float(raw)
+            if value is not None:
+                record.extra[name] = value
+    return record

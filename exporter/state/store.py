@@ -1,0 +1,212 @@
+"""The single source of truth: latest values and counters per (run, node, rank).
+
+Writers (the follow loop) and readers (scrapes, OTLP callbacks, the status page) share
+one lock; writers take it once per batch of lines, not per line.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from dataclasses import dataclass, field
+
+from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepRecord
+from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
+
+ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
+ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "other")
+SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
+
+SeriesKey = tuple[str, str, str]  # (run, node, rank)
+
+
+@dataclass(frozen=True, slots=True)
+class Limits:
+    """Cardinality guard: beyond these, new series are dropped and counted."""
+
+    max_series: int = 4096
+    max_named_values_per_series: int = 64  # aux losses + extra fields + event kinds
+
+
+@dataclass(slots=True)
+class RankState:
+    """Everything known about one rank's log."""
+
+    step: int | None = None
+    total_steps: int | None = None
+    loss: float | None = None
+    learning_rate: float | None = None
+    grad_norm: float | None = None
+    step_time_seconds: float | None = None
+    throughput: float | None = None
+    last_log_timestamp: float | None = None
+    last_step_timestamp: float | None = None
+    lines_total: int = 0
+    steps_total: int = 0
+    aux_losses: dict[str, float] = field(default_factory=dict)
+    extra: dict[str, float] = field(default_factory=dict)
+    anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
+    last_anomaly_step: dict[str, int] = field(default_factory=dict)
+    errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
+    last_error_timestamp: dict[str, float] = field(default_factory=dict)
+    last_error_detail: dict[str, str] = field(default_factory=dict)
+    scheduler_events: dict[str, int] = field(default_factory=dict)
+    info: dict[str, str] = field(default_factory=dict)
+    loss_spikes: SpikeDetector | None = None
+    grad_norm_spikes: SpikeDetector | None = None
+    plateau: PlateauTracker | None = None
+
+    @property
+    def loss_best_step(self) -> int | None:
+        return self.plateau.best_step if self.plateau else None
+
+    @property
+    def loss_smoothed(self) -> float | None:
+        return self.plateau.smoothed if self.plateau else None
+
+
+@dataclass(slots=True)
+class ExporterStats:
+    """The exporter's own health counters."""
+
+    files_followed: int = 0
+    bytes_read_total: int = 0
+    rotations_total: int = 0
+    truncations_total: int = 0
+    bytes_lost_total: int = 0
+    lines_unparsed_total: int = 0
+    lines_truncated_total: int = 0
+    series_dropped_total: int = 0
+
+
+class TrainingState:
+    """Per-rank state plus exporter stats, guarded by one lock."""
+
+    def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
+        self.lock = threading.Lock()
+        self.series: dict[SeriesKey, RankState] = {}
+        self.stats = ExporterStats()
+        self._detectors = detectors or DetectorConfig()
+        self._limits = limits or Limits()
+
+    def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None) -> RankState | None:
+        """Create (or find) a rank's state when its file is discovered. Call with the lock held."""
+        rank = self._rank_state(key)
+        if rank is not None:
+            rank.info.update(info)
+            if info.get("role") == "scheduler":
+                for kind in SCHEDULER_KINDS:
+                    rank.scheduler_events.setdefault(kind, 0)
+            if log_timestamp is not None:
+                rank.last_log_timestamp = log_timestamp
+        return rank
+
+    def ingest(
+        self,
+        key: SeriesKey,
+        lines: int,
+        unparsed: int,
+        records: list[Record],
+        log_timestamp: float | None,
+        now: float,
+    ) -> None:
+        """Apply one batch of a file's lines. Call with the lock held."""
+        self.stats.lines_unparsed_total += unparsed
+        rank = self._rank_state(key)
+        if rank is None:
+            return
+        rank.lines_total += lines
+        if log_timestamp is not None:
+            rank.last_log_timestamp = log_timestamp
+        for record in records:
+            if isinstance(record, StepRecord):
+                self._apply_step(rank, record, now)
+            elif isinstance(record, ErrorEvent):
+                self._apply_error(rank, record, now)
+            elif isinstance(record, SchedulerEvent):
+                self._count(rank, rank.scheduler_events, record.kind)
+            elif isinstance(record, RunInfo):
+                rank.info.update(record.values)
+
+    def _rank_state(self, key: SeriesKey) -> RankState | None:
+        rank = self.series.get(key)
+        if rank is None:
+            if len(self.series) >= self._limits.max_series:
+                self.stats.series_dropped_total += 1
+                return None
+            rank = self.series[key] = RankState()
+        return rank
+
+    def _apply_step(self, rank: RankState, record: StepRecord, now: float) -> None:
+        rank.steps_total += 1
+        rank.last_step_timestamp = now
+        rank.step = record.step
+        if record.total_steps is not None:
+            rank.total_steps = record.total_steps
+        if record.learning_rate is not None:
+            rank.learning_rate = record.learning_rate
+        if record.step_time_seconds is not None:
+            rank.step_time_seconds = record.step_time_seconds
+        if record.throughput is not None:
+            rank.throughput = record.throughput
+            if record.throughput_unit:
+                rank.info["throughput_unit"] = record.throughput_unit
+        for name, value in record.aux_losses.items():
+            self._set_named(rank, rank.aux_losses, name, value)
+        for name, value in record.extra.items():
+            self._set_named(rank, rank.extra, name, value)
+        if record.loss is not None:
+            rank.loss = record.loss
+            self._check_loss(rank, record.step, record.loss)
+        if record.grad_norm is not None:
+            rank.grad_norm = record.grad_norm
+            self._check_grad_norm(rank, record.step, record.grad_norm)
+
+    def _check_loss(self, rank: RankState, step: int, loss: float) -> None:
+        if not math.isfinite(loss):
+            self._anomaly(rank, "loss_nonfinite", step)
+            return
+        if rank.loss_spikes is None:
+            rank.loss_spikes = SpikeDetector(self._detectors)
+            rank.plateau = PlateauTracker(self._detectors)
+        if rank.loss_spikes.observe(loss):
+            self._anomaly(rank, "loss_spike", step)
+        rank.plateau.observe(step, loss)
+
+    def _check_grad_norm(self, rank: RankState, step: int, grad_norm: float) -> None:
+        if not math.isfinite(grad_norm):
+            self._anomaly(rank, "grad_norm_nonfinite", step)
+            return
+        if rank.grad_norm_spikes is None:
+            rank.grad_norm_spikes = SpikeDetector(self._detectors)
+        if rank.grad_norm_spikes.observe(grad_norm):
+            self._anomaly(rank, "grad_norm_spike", step)
+
+    @staticmethod
+    def _anomaly(rank: RankState, kind: str, step: int) -> None:
+        rank.anomalies[kind] += 1
+        rank.last_anomaly_step[kind] = step
+
+    def _apply_error(self, rank: RankState, event: ErrorEvent, now: float) -> None:
+        kind = event.kind if event.kind in rank.errors else "other"
+        rank.errors[kind] += 1
+        rank.last_error_timestamp[kind] = now
+        summary = event.detail.get("exception") or event.detail.get("message") or event.detail.get("op")
+        if summary is not None:
+            rank.last_error_detail[kind] = str(summary)
+
+    def _count(self, rank: RankState, counters: dict[str, int], kind: str) -> None:
+        if kind in counters or self._has_room(rank):
+            counters[kind] = counters.get(kind, 0) + 1
+        else:
+            self.stats.series_dropped_total += 1
+
+    def _set_named(self, rank: RankState, values: dict[str, float], name: str, value: float) -> None:
+        if name in values or self._has_room(rank):
+            values[name] = value
+        else:
+            self.stats.series_dropped_total += 1
+
+    def _has_room(self, rank: RankState) -> bool:
+        used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events)
+        return used < self._limits.max_named_values_per_series
