@@ -38,6 +38,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--state-file", dest="state_file", metavar="PATH", help="checkpoint file", **option)
     parser.add_argument("--poll-interval", dest="poll_interval", type=float, metavar="SECONDS",
                         help="poll instead of inotify (NFS, Lustre)", **option)
+    parser.add_argument("--rescan-interval", dest="rescan_interval", type=float, metavar="SECONDS",
+                        help="seconds between safety rescans of the log directories (default 2)", **option)
     parser.add_argument("--max-line-bytes", dest="max_line_bytes", type=int, metavar="BYTES",
                         help="truncate longer lines (default 1 MiB)", **option)
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",

@@ -116,4 +116,11 @@ def load_settings(**command_line: Any) -> Settings:
         field = ".".join(str(part) for part in first["loc"]) or "configuration"
         if first["type"] == "extra_forbidden":
             raise ConfigError(f"unknown option {field!r}") from None
-        raise ConfigError(f"invalid value for {field!r}: {first['msg']}") from None
+        raise ConfigError(f"invalid value for {field!r} ({_spellings(field)}): {first['msg']}") from None
+
+
+def _spellings(field: str) -> str:
+    """How a user may have set a field: flag and environment variable."""
+    name = field.split(".")[0]
+    flag = "--web.listen-address" if name == "web_listen_address" else "--" + name.replace("_", "-")
+    return f"{flag} or {ENV_PREFIX}{name.upper()}"

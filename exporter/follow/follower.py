@@ -101,9 +101,11 @@ class Follower:
     def stop(self, timeout: float = 5.0) -> None:
         self._stop.set()
         self._wake.set()
-        self._thread.join(timeout)
-        self._observer.stop()
-        self._observer.join(timeout)
+        if self._thread.is_alive():
+            self._thread.join(timeout)
+        if self._observer.is_alive():
+            self._observer.stop()
+            self._observer.join(timeout)
         for tailer in self._tailers.values():
             tailer.close()
 

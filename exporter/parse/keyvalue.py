@@ -9,7 +9,8 @@ from exporter.parse.records import StepRecord
 
 PREFILTER = b"step="
 
-_PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=([^\s,;|]+)")
+# A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
+_PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
 _STEP_KEYS = ("step", "global_step", "iteration")
 _LR_KEYS = ("lr", "learning_rate")
 _GRAD_NORM_KEYS = ("grad_norm", "gnorm", "global_norm")

@@ -1,0 +1,27 @@
+# Everything runs from a virtual environment in .venv; `make run` and `make test` set it up.
+PYTHON ?= python3
+VENV ?= .venv
+BIN := $(VENV)/bin
+EXAMPLE := examples/deepseek-moe-8rank/msrun_log
+
+.PHONY: setup run test system-deps clean
+
+setup: $(VENV)/.installed
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(BIN)/pip install --quiet --upgrade pip
+	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+run: setup
+	$(BIN)/trainlog-exporter --log-dir $(EXAMPLE)
+
+system-deps:
+	./scripts/install-system-deps.sh
+
+test: setup system-deps
+	$(BIN)/python -m pytest -q
+
+clean:
+	rm -rf $(VENV) build dist *.egg-info

@@ -1,0 +1,43 @@
+"""The exporter as a real subprocess on a free loopback port."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.support.net import eventually, free_port, http_get
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+class ExporterProcess:
+    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+        self.port = free_port()
+        self.url = f"http://127.0.0.1:{self.port}"
+        command = [sys.executable, "-m", "exporter", *args, "--web.listen-address", f"127.0.0.1:{self.port}"]
+        environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
+        self.process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE,
+                                        stderr=subprocess.STDOUT, text=True)
+        eventually(self._healthy, timeout=15, what="exporter /-/healthy")
+
+    def _healthy(self) -> bool:
+        if self.process.poll() is not None:
+            raise AssertionError(f"exporter exited with {self.process.returncode}: {self.process.stdout.read()}")
+        return http_get(self.url + "/-/healthy", timeout=1)[0] == 200
+
+    def stop(self) -> str:
+        self.process.terminate()
+        try:
+            output, _ = self.process.communicate(timeout=10)
+        except subprocess.TimeoutExpired:
+            self.process.kill()
+            output, _ = self.process.communicate()
+        return output
+
+    def __enter__(self) -> ExporterProcess:
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self.stop()

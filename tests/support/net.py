@@ -1,0 +1,62 @@
+"""Loopback HTTP helpers: free ports, bounded waits, scraping."""
+
+from __future__ import annotations
+
+import socket
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from typing import TypeVar
+
+from prometheus_client.parser import text_string_to_metric_families
+
+T = TypeVar("T")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
+    """Poll until probe returns a truthy value; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while time.monotonic() < deadline:
+        try:
+            value = probe()
+            if value:
+                return value
+        except (OSError, ValueError) as error:
+            last_error = error
+        time.sleep(interval)
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+
+
+def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+    """Samples of /metrics keyed by (name, sorted labels)."""
+    status, body = http_get(base_url + "/metrics")
+    assert status == 200, body
+    samples = {}
+    for family in text_string_to_metric_families(body):
+        for sample in family.samples:
+            samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
+    return samples
+
+
+def sample(samples, name: str, **labels: str) -> float | None:
+    """One sample's value, matching the given labels (others ignored); None if absent."""
+    for (sample_name, sample_labels), value in samples.items():
+        if sample_name == name and all(dict(sample_labels).get(k) == v for k, v in labels.items()):
+            return value
+    return None

@@ -1,0 +1,38 @@
+from __future__ import annotations
+
+import pytest
+
+from exporter.follow import classify, is_followed
+
+
+@pytest.mark.parametrize(
+    ("path", "followed"),
+    [
+        ("worker_0.log", True),
+        ("scheduler.log", True),
+        ("attempt_0/3/stdout.log", True),
+        ("worker_3.log.1", False),
+        ("worker_3.log.2.gz", False),
+        ("worker_3.log.gz", False),
+        ("worker_3.log-20261129", False),
+        ("model.ckpt", False),
+    ],
+)
+def test_rotated_siblings_are_never_new_ranks(path, followed):
+    assert is_followed(path) is followed
+
+
+@pytest.mark.parametrize(
+    ("path", "rank", "role"),
+    [
+        ("worker_0.log", "0", "worker"),
+        ("worker_12.log", "12", "worker"),
+        ("scheduler.log", "", "scheduler"),
+        ("logs/rank_5.log", "5", "worker"),
+        ("train-rank3.log", "3", "worker"),
+        ("train.log", "", "worker"),
+    ],
+)
+def test_rank_from_file_name(path, rank, role):
+    assert classify(path).rank == rank
+    assert classify(path).role == role

@@ -1,0 +1,49 @@
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.parse import LineParser
+from exporter.parse.numbers import parse_duration_seconds, parse_float, parse_number_with_unit
+
+
+@pytest.mark.parametrize(
+    ("text", "default_unit", "seconds"),
+    [("850ms", "s", 0.85), ("850", "ms", 0.85), ("1.5s", "ms", 1.5), ("  12 ms ", "s", 0.012), ("fast", "s", None)],
+)
+def test_durations_are_converted_to_seconds(text, default_unit, seconds):
+    assert parse_duration_seconds(text, default_unit) == seconds
+
+
+def test_numbers_with_separators_units_and_non_finite_values():
+    assert parse_float("1,234.5") == 1234.5
+    assert math.isnan(parse_float("NaN"))
+    assert parse_float("-inf") == -math.inf
+    assert parse_float("T") is None
+    assert parse_number_with_unit("12.34T") == (12.34, "T")
+    assert parse_number_with_unit("oops") is None
+
+
+@pytest.mark.parametrize(
+    "line",
+    [b"", b"\xff\xfe\x00binary junk \x80\x81 step:[ {", b"{ step:[ 1/ 2], loss: \xff\xff }", b"x" * 100_000 + b"step=1 loss=",
+     b"Traceback (most recent call last):"],
+)
+def test_junk_never_raises(line):
+    LineParser().parse(line)
+
+
+def test_a_traceback_is_one_event_at_its_exception_line():
+    parser = LineParser()
+    lines = [
+        b"Traceback (most recent call last):",
+        b'  File "train.py", line 10, in <module>',
+        b"    main()",
+        b"    ^^^^^^",
+        b"ValueError: bad batch",
+    ]
+    events = [record for line in lines for record in parser.parse(line)]
+    assert len(events) == 1
+    assert events[0].kind == "traceback"
+    assert events[0].detail == {"exception": "ValueError"}

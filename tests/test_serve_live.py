@@ -1,0 +1,61 @@
+"""The exporter as users run it: a real process, real files being written, real HTTP."""
+
+from __future__ import annotations
+
+import time
+
+from tests.support.exporter_process import ExporterProcess
+from tests.support.net import eventually, http_get, sample, scrape
+from tests.support.runs import copy_example
+
+STEP_LINE = ("[INFO] 2026-06-09 10:20:30 [.../loss_callback.py:231] _print_log: {{ step:[{step:5d}/ 1000], "
+             "loss: {loss:10.6f}, per_step_time:    850ms, lr: 1.000000e-04, grad_norm:   1.234000, throughput:  12.34T }}\n")
+
+
+def test_appended_step_shows_in_metrics_within_two_seconds(tmp_path):
+    log_dir = copy_example(tmp_path, mtime=None)
+    with ExporterProcess("--log-dir", str(log_dir), "--node", "node-a") as exporter:
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="3") == 200, 10, what="catch-up to step 200")
+        samples = scrape(exporter.url)
+        assert sample(samples, "training_step", rank="3", node="node-a", run="deepseek-moe-8rank") == 200
+        with open(log_dir / "worker_3.log", "a") as log:
+            log.write(STEP_LINE.format(step=201, loss=1.875))
+            log.flush()
+            written = time.monotonic()
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="3") == 201, 2, interval=0.02,
+                   what="step 201 in /metrics")
+        assert time.monotonic() - written < 2
+        samples = scrape(exporter.url)
+        assert sample(samples, "training_loss", rank="3") == 1.875
+        assert sample(samples, "training_step", rank="2") == 200  # other ranks untouched
+
+
+def test_file_created_after_start_is_followed(tmp_path):
+    log_dir = tmp_path / "job" / "msrun_log"
+    log_dir.mkdir(parents=True)
+    with ExporterProcess("--log-dir", str(log_dir)) as exporter:
+        eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 10, what="ready")
+        (log_dir / "worker_9.log").write_text(STEP_LINE.format(step=7, loss=3.5))
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="9", run="job") == 7, 5, what="new file")
+        assert sample(scrape(exporter.url), "trainlog_files_followed") == 1
+
+
+def test_missing_directory_is_not_ready_until_it_appears(tmp_path):
+    log_dir = tmp_path / "later" / "msrun_log"
+    with ExporterProcess("--log-dir", str(log_dir), "--rescan-interval", "0.2") as exporter:
+        status, body = http_get(exporter.url + "/-/ready")
+        assert status == 503, body
+        assert http_get(exporter.url + "/-/healthy")[0] == 200
+        log_dir.mkdir(parents=True)
+        (log_dir / "worker_0.log").write_text(STEP_LINE.format(step=1, loss=9.0))
+        eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 5, what="ready after mkdir")
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == 1, 5, what="first step")
+
+
+def test_status_page_lists_ranks(tmp_path):
+    log_dir = copy_example(tmp_path, mtime=None)
+    with ExporterProcess("--log-dir", str(log_dir)) as exporter:
+        eventually(lambda: "worker_7.log" in http_get(exporter.url + "/")[1], 10, what="status page rows")
+        status, page = http_get(exporter.url + "/")
+        assert status == 200
+        assert page.count("<tr class=") == 9  # 8 workers + scheduler

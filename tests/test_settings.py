@@ -1,0 +1,103 @@
+from __future__ import annotations
+
+import socket
+
+import pytest
+
+from exporter.cli import main
+from exporter.settings import ConfigError, load_settings
+
+
+@pytest.fixture(autouse=True)
+def clean_environment(monkeypatch):
+    for name in ("TRAINLOG_LOG_DIR", "TRAINLOG_RUN", "TRAINLOG_NODE", "TRAINLOG_CONFIG", "TRAINLOG_WEB_LISTEN_ADDRESS",
+                 "NODE_NAME"):
+        monkeypatch.delenv(name, raising=False)
+
+
+def test_command_line_beats_environment_beats_file(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("run: from-file\nnode: file-node\nweb.listen-address: ':9001'\nlog-dir: /file/logs\n")
+    monkeypatch.setenv("TRAINLOG_RUN", "from-env")
+    monkeypatch.setenv("TRAINLOG_WEB_LISTEN_ADDRESS", ":9002")
+    settings = load_settings(config=str(config), web_listen_address="127.0.0.1:9003")
+    assert settings.web_listen_address == "127.0.0.1:9003"  # command line
+    assert settings.run == "from-env"  # environment over file
+    assert settings.node == "file-node"  # file over default
+    assert [str(path) for path in settings.log_dir] == ["/file/logs"]
+    assert settings.listen_host_port == ("127.0.0.1", 9003)
+
+
+def test_config_file_can_come_from_the_environment(tmp_path, monkeypatch):
+    config = tmp_path / "config.yaml"
+    config.write_text("run: from-file\n")
+    monkeypatch.setenv("TRAINLOG_CONFIG", str(config))
+    assert load_settings().run == "from-file"
+
+
+def test_defaults(monkeypatch):
+    settings = load_settings()
+    assert settings.web_listen_address == ":10042"
+    assert settings.node == socket.gethostname()
+    monkeypatch.setenv("NODE_NAME", "k8s-node-7")
+    assert load_settings().node == "k8s-node-7"
+    monkeypatch.setenv("TRAINLOG_NODE", "explicit")
+    assert load_settings().node == "explicit"
+
+
+def test_log_dirs_from_environment_list(monkeypatch):
+    monkeypatch.setenv("TRAINLOG_LOG_DIR", "/a/msrun_log,/b/msrun_log")
+    assert [str(path) for path in load_settings().log_dir] == ["/a/msrun_log", "/b/msrun_log"]
+
+
+def test_run_defaults_to_the_log_directory_parent_name():
+    settings = load_settings(log_dir=["output/msrun_log"])
+    assert settings.run_for_directory("/jobs/llama-70b/output/msrun_log") == "output"
+    assert load_settings(run="pretrain").run_for_directory("/x/y") == "pretrain"
+
+
+@pytest.mark.parametrize(
+    ("argv", "env", "field"),
+    [
+        (["--log-dir", "/tmp", "--web.listen-address", "nonsense"], {}, "web_listen_address"),
+        (["--log-dir", "/tmp"], {"TRAINLOG_MAX_LINE_BYTES": "lots"}, "max_line_bytes"),
+        (["--log-dir", "/tmp", "--log-level", "chatty"], {}, "log_level"),
+        (["--log-dir", "/tmp", "--poll-interval", "-1"], {}, "poll_interval"),
+    ],
+)
+def test_bad_values_exit_2_naming_the_field(argv, env, field, monkeypatch, capsys):
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert main(argv) == 2
+    error = capsys.readouterr().err
+    assert field in error
+    assert error.count("\n") == 1  # one clear line
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [("run: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "expected a mapping"), ("colour: blue\n", "unknown option 'colour'")],
+)
+def test_bad_config_files_exit_2(tmp_path, content, message, capsys):
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    assert main(["--log-dir", "/tmp", "--config", str(config)]) == 2
+    assert message in capsys.readouterr().err
+
+
+def test_missing_config_file_and_missing_log_dir(tmp_path, capsys):
+    assert main(["--log-dir", "/tmp", "--config", str(tmp_path / "absent.yaml")]) == 2
+    assert "absent.yaml" in capsys.readouterr().err
+    assert main([]) == 2
+    assert "--log-dir" in capsys.readouterr().err
+
+
+def test_unknown_command_line_option_exits_2(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        main(["--log-dir", "/tmp", "--no-such-flag"])
+    assert exit_info.value.code == 2
+
+
+def test_config_error_is_an_exception_type():
+    with pytest.raises(ConfigError):
+        load_settings(web_listen_address="1.2.3.4")
