@@ -24,5 +24,7 @@ def test_prometheus_reads_training_loss_of_rank_3(tmp_path):
         assert labels["node"] == "node-a"
         assert labels["job"] == "trainlog-exporter"  # Prometheus's own labels are not clobbered
         assert float(result[0]["value"][1]) == expected_loss
+        info = prometheus.query('training_info{rank="3", mode="pynative", framework="mindformers"}')
+        assert [item["metric"]["file"] for item in info] == ["worker_3.log"]
         up = prometheus.query('up{job="trainlog-exporter"}')
         assert float(up[0]["value"][1]) == 1

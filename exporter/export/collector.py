@@ -82,7 +82,7 @@ class TrainingCollector(Collector):
                            "kind", series, lambda rank: rank.last_anomaly_step)
         yield _named_gauge("training_last_error_timestamp_seconds", "When the latest failure of each kind was seen (Unix seconds).",
                            "kind", series, lambda rank: rank.last_error_timestamp)
-        info = InfoMetricFamily("training", "Facts about the rank's log: framework, mode, file, throughput unit.")
+        info = InfoMetricFamily("training", "Facts about the rank's log: framework, mode, file, throughput unit.", labels=LABELS)
         for key, rank in series:
             info.add_metric(key, {k: v for k, v in rank.info.items() if k not in LABELS})
         yield info
