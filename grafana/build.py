@@ -14,7 +14,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, statushistory, table, text, timeseries
@@ -237,6 +237,20 @@ def annotation(name: str, colour: str, expr: str) -> dashboard.AnnotationQuery:
     return dashboard.AnnotationQuery().name(name).datasource(DATASOURCE).enable(True).icon_color(colour).expr(expr)
 
 
+def errors_annotation() -> dashboard.AnnotationQuery:
+    return annotation("Errors", "red",
+                      f"sum by (node, rank, kind) (increase(training_errors_total{{{RUN}}}[$__interval])) > 0")
+
+
+def with_sections(board: dashboard.Dashboard, sections: Iterable[tuple[str, Iterable]]) -> dashboard.Dashboard:
+    """A row per section, its panels laid out below it."""
+    for title, panels in sections:
+        board = board.with_row(row(title))
+        for panel in panels:
+            board = board.with_panel(panel)
+    return board
+
+
 # ---------------------------------------------------------------- training overview
 
 
@@ -250,25 +264,11 @@ def training_overview() -> dashboard.Dashboard:
     board = (board
              .annotation(annotation("Anomalies", "orange",
                                     f"sum by (node, rank, kind) (increase(training_anomalies_total{{{RUN}}}[$__interval])) > 0"))
-             .annotation(annotation("Errors", "red",
-                                    f"sum by (node, rank, kind) (increase(training_errors_total{{{RUN}}}[$__interval])) > 0"))
+             .annotation(errors_annotation())
              .annotation(annotation("Firing alerts", "purple", FIRING)))
-
-    board = board.with_row(row("Progress"))
-    for panel in progress_panels():
-        board = board.with_panel(panel)
-    board = board.with_row(row("Loss"))
-    for panel in loss_panels():
-        board = board.with_panel(panel)
-    board = board.with_row(row("Optimizer"))
-    for panel in optimizer_panels():
-        board = board.with_panel(panel)
-    board = board.with_row(row("Speed"))
-    for panel in speed_panels():
-        board = board.with_panel(panel)
-    board = board.with_row(row("Incidents"))
-    for panel in incident_panels():
-        board = board.with_panel(panel)
+    board = with_sections(board, (("Progress", progress_panels()), ("Loss", loss_panels()),
+                                  ("Optimizer", optimizer_panels()), ("Speed", speed_panels()),
+                                  ("Incidents", incident_panels())))
     return board.with_row(row("Runbooks").with_panel(runbooks_panel()))
 
 
@@ -293,6 +293,7 @@ def progress_panels() -> Iterator:
                       (f"count({FIRING}) or vector(0)", "firing"))
            .thresholds(steps((None, "green"), (1, "red")))
            .color_mode(common_models.BigValueColorMode.BACKGROUND))
+    yield firing_alerts_panel()
 
 
 def loss_panels() -> Iterator:
@@ -321,8 +322,8 @@ def loss_panels() -> Iterator:
 def optimizer_panels() -> Iterator:
     yield series_panel("Learning rate", "Learning rate of the latest step (the same on every rank).", 8, 8, "sci",
                        (f"max(training_learning_rate{{{SELECTED}}})", "lr"))
-    yield (series_panel("Gradient norm", "Median and max across the selected ranks, and the ranks with the largest "
-                        "norm. A printed 'NaN' (not obtained) leaves no sample.", 8, 8, "none",
+    yield (series_panel("Gradient norm", "Median and max across the selected ranks. A printed 'NaN' (not obtained) "
+                        "leaves no sample; a real NaN counts as an anomaly.", 8, 8, "none",
                         (f"quantile(0.5, training_grad_norm{{{SELECTED}}})", "median"),
                         (f"max(training_grad_norm{{{SELECTED}}})", "max"))
            .no_value("no gradient norm printed"))
@@ -354,8 +355,9 @@ def incident_panels() -> Iterator:
     yield (table_panel(
         "Anomalies and errors in the time range", "Which rank had what, how often, and the step or time of the latest.",
         12, 8,
-        (f'label_replace(sum by (node, rank, kind) (increase(training_anomalies_total{{{SELECTED}}}{in_range}, "class", "anomaly", "", "")'
-         f' or label_replace(sum by (node, rank, kind) (increase(training_errors_total{{{SELECTED}}}{in_range}, "class", "error", "", "")',
+        # round(): increase() extrapolates to the range's edges, counts are whole.
+        (f'label_replace(round(sum by (node, rank, kind) (increase(training_anomalies_total{{{SELECTED}}}{in_range}), "class", "anomaly", "", "")'
+         f' or label_replace(round(sum by (node, rank, kind) (increase(training_errors_total{{{SELECTED}}}{in_range}), "class", "error", "", "")',
          "count"),
         (f"max by (node, rank, kind) (training_last_anomaly_step{{{SELECTED}}})"
          f" and on (node, rank, kind) (increase(training_anomalies_total{{{SELECTED}}}[$__range]) > 0)", "last step"),
@@ -364,12 +366,11 @@ def incident_panels() -> Iterator:
         rename={"Value #A": "count", "Value #B": "latest at step", "Value #C": "latest seen"})
         .override_by_name("latest seen", [models.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
         .no_value("no anomaly or error in this time range"))
-    yield firing_alerts_panel()
 
 
 def firing_alerts_panel():
     runbook = RUNBOOK_URL.format("${__data.fields.alertname}")
-    return (table_panel("Firing training alerts", "Alerts firing now; click the alert name for its runbook.", 24, 6,
+    return (table_panel("Firing training alerts", "Alerts firing now; click the alert name for its runbook.", 24, 5,
                         (FIRING, "firing"), hide=("Value", "alertstate"))
             .with_override(*column_link("alertname", "Runbook for ${__data.fields.alertname}", runbook))
             .no_value("no training alert is firing"))
@@ -392,15 +393,9 @@ def training_ranks() -> dashboard.Dashboard:
         "pipeline stages that print no loss.",
         training_variables(),
     )
-    board = board.annotation(annotation("Errors", "red",
-                                        f"sum by (node, rank, kind) (increase(training_errors_total{{{RUN}}}[$__interval])) > 0"))
-    sections = (("Liveness", liveness_panels), ("Ranks", rank_table_panels), ("Speed", straggler_panels),
-                ("Errors", rank_error_panels))
-    for title, panels in sections:
-        board = board.with_row(row(title))
-        for panel in panels():
-            board = board.with_panel(panel)
-    return board
+    return with_sections(board.annotation(errors_annotation()),
+                         (("Liveness", liveness_panels()), ("Ranks", rank_table_panels()),
+                          ("Speed", straggler_panels()), ("Errors", rank_error_panels())))
 
 
 def silence_thresholds() -> dashboard.ThresholdsConfig:
@@ -445,7 +440,7 @@ def liveness_panels() -> Iterator:
 def rank_table_panels() -> Iterator:
     per_rank = "max by (node, rank) "
     yield (table_panel(
-        "Ranks", "Latest values per rank. Ranks that print no loss (pipeline stages before the last) are labelled "
+        "Per-rank state", "Latest values per rank. Ranks that print no loss (pipeline stages before the last) are labelled "
         "as such; click a rank for its run view.", 24, 10,
         (per_rank + f"(training_step{{{SELECTED}}})", "step"),
         (f"count by (node, rank) (training_loss{{{SELECTED}}})"
@@ -524,60 +519,63 @@ def exporter_health() -> dashboard.Dashboard:
             label_variable("instance", "Instance", 'trainlog_files_followed{job=~"$job"}', all_value=".*"),
         ],
     )
-    by_instance = "sum by (instance) "
-    board = board.with_row(row("Now"))
-    for panel in (
-        stat_panel("Exporters up", "Scraped exporters that answered the last scrape.", 4, "none",
-                   (f"sum(up{{{EXPORTERS}}})", "up")),
-        stat_panel("Files followed", "Log files followed now, all exporters.", 4, "none",
-                   (f"sum(trainlog_files_followed{{{EXPORTERS}}})", "files")),
-        stat_panel("Ranks served", "Rank series exposed, all exporters.", 4, "none",
-                   (f'count(training_log_lines_total{{{EXPORTERS}, rank!=""}}) or vector(0)', "ranks")),
-        stat_panel("Series dropped", "Series or values not created because a cardinality limit was reached.", 4, "none",
-                   (f"sum(trainlog_series_dropped_total{{{EXPORTERS}}})", "dropped"))
-        .thresholds(steps((None, "green"), (1, "red"))),
-        stat_panel("Bytes lost", "Bytes possibly lost to a truncation with a partial line pending.", 4, "bytes",
-                   (f"sum(trainlog_bytes_lost_total{{{EXPORTERS}}})", "lost"))
-        .thresholds(steps((None, "green"), (1, "orange"))),
-        stat_panel("Scrape duration", "Slowest scrape of the selected exporters.", 4, "s",
-                   (f"max(scrape_duration_seconds{{{EXPORTERS}}})", "max")),
-    ):
-        board = board.with_panel(panel)
-    board = board.with_row(row("Reading"))
-    for panel in (
-        series_panel("Files followed", "Per exporter.", 8, 8, "none",
-                     (by_instance + f"(trainlog_files_followed{{{EXPORTERS}}})", "{{instance}}")),
-        series_panel("Bytes read", "Per exporter.", 8, 8, "Bps",
-                     (by_instance + f"(rate(trainlog_bytes_read_total{{{EXPORTERS}}}[$__rate_interval]))", "{{instance}}")),
-        series_panel("Lines read", "Per exporter, all ranks.", 8, 8, "cps",
-                     (by_instance + f"(rate(training_log_lines_total{{{EXPORTERS}}}[$__rate_interval]))", "{{instance}}")),
-        series_panel("Rotations and truncations", "Rename rotations followed and copytruncate truncations detected, "
-                     "per interval.", 8, 8, "none",
-                     (by_instance + f"(increase(trainlog_rotations_total{{{EXPORTERS}}}[$__rate_interval]))", "rotations {{instance}}"),
-                     (by_instance + f"(increase(trainlog_truncations_total{{{EXPORTERS}}}[$__rate_interval]))", "truncations {{instance}}"),
-                     (by_instance + f"(increase(trainlog_bytes_lost_total{{{EXPORTERS}}}[$__rate_interval]))", "bytes lost {{instance}}")),
-        series_panel("Unparsed and truncated lines", "Lines matching no format and no failure signature (a format "
-                     "change shows here), and lines cut at the line cap.", 8, 8, "cps",
-                     (by_instance + f"(rate(trainlog_lines_unparsed_total{{{EXPORTERS}}}[$__rate_interval]))", "unparsed {{instance}}"),
-                     (by_instance + f"(rate(trainlog_lines_truncated_total{{{EXPORTERS}}}[$__rate_interval]))", "truncated {{instance}}")),
-        series_panel("Series dropped", "Cardinality guard: raise the limits or fix the label source.", 8, 8, "none",
-                     (by_instance + f"(increase(trainlog_series_dropped_total{{{EXPORTERS}}}[$__rate_interval]))", "{{instance}}")),
-    ):
-        board = board.with_panel(panel)
-    board = board.with_row(row("Scrapes"))
-    for panel in (
-        series_panel("Scrape duration", "How long Prometheus took to scrape each exporter.", 12, 8, "s",
-                     (f"scrape_duration_seconds{{{EXPORTERS}}}", "{{instance}}")),
-        series_panel("Samples per scrape", "Grows with ranks and kinds; the cardinality guard caps it.", 12, 8, "none",
-                     (f"scrape_samples_scraped{{{EXPORTERS}}}", "{{instance}}")),
-        table_panel("Runs and nodes served", "Which exporter follows which run and node, and how many ranks.", 24, 6,
-                    (f'count by (instance, run, node) (training_log_lines_total{{{EXPORTERS}, rank!=""}})', "ranks"),
-                    rename={"Value": "ranks"})
-        .with_override(*column_link("run", "Training overview of ${__data.fields.run}",
-                                    f"/d/{OVERVIEW_UID}/{OVERVIEW_UID}?${{__url_time_range}}&var-run=${{__data.fields.run}}")),
-    ):
-        board = board.with_panel(panel)
-    return board
+    return with_sections(board, (("Now", exporter_now_panels()), ("Reading", exporter_reading_panels()),
+                                 ("Scrapes", exporter_scrape_panels())))
+
+
+BY_INSTANCE = "sum by (instance) "
+
+
+def exporter_now_panels() -> Iterator:
+    yield stat_panel("Exporters up", "Scraped exporters that answered the last scrape.", 4, "none",
+                     (f"sum(up{{{EXPORTERS}}})", "up"))
+    yield stat_panel("Files followed", "Log files followed now, all exporters.", 4, "none",
+                     (f"sum(trainlog_files_followed{{{EXPORTERS}}})", "files"))
+    yield stat_panel("Ranks served", "Rank series exposed, all exporters.", 4, "none",
+                     (f'count(training_log_lines_total{{{EXPORTERS}, rank!=""}}) or vector(0)', "ranks"))
+    yield (stat_panel("Series dropped", "Series or values not created because a cardinality limit was reached.",
+                      4, "none", (f"sum(trainlog_series_dropped_total{{{EXPORTERS}}})", "dropped"))
+           .thresholds(steps((None, "green"), (1, "red"))))
+    yield (stat_panel("Bytes lost", "Bytes possibly lost to a truncation with a partial line pending.", 4, "bytes",
+                      (f"sum(trainlog_bytes_lost_total{{{EXPORTERS}}})", "lost"))
+           .thresholds(steps((None, "green"), (1, "orange"))))
+    yield stat_panel("Scrape duration", "Slowest scrape of the selected exporters.", 4, "s",
+                     (f"max(scrape_duration_seconds{{{EXPORTERS}}})", "max"))
+
+
+def exporter_reading_panels() -> Iterator:
+    def per_instance(function: str, metric: str) -> str:
+        return BY_INSTANCE + f"({function}({metric}{{{EXPORTERS}}}[$__rate_interval]))"
+
+    yield series_panel("Files followed", "Per exporter.", 8, 8, "none",
+                       (BY_INSTANCE + f"(trainlog_files_followed{{{EXPORTERS}}})", "{{instance}}"))
+    yield series_panel("Bytes read", "Per exporter.", 8, 8, "Bps",
+                       (per_instance("rate", "trainlog_bytes_read_total"), "{{instance}}"))
+    yield series_panel("Lines read", "Per exporter, all ranks.", 8, 8, "cps",
+                       (per_instance("rate", "training_log_lines_total"), "{{instance}}"))
+    yield series_panel("Rotations and truncations", "Rename rotations followed and copytruncate truncations "
+                       "detected, per interval.", 8, 8, "none",
+                       (per_instance("increase", "trainlog_rotations_total"), "rotations {{instance}}"),
+                       (per_instance("increase", "trainlog_truncations_total"), "truncations {{instance}}"),
+                       (per_instance("increase", "trainlog_bytes_lost_total"), "bytes lost {{instance}}"))
+    yield series_panel("Unparsed and truncated lines", "Lines matching no format and no failure signature (a "
+                       "format change shows here), and lines cut at the line cap.", 8, 8, "cps",
+                       (per_instance("rate", "trainlog_lines_unparsed_total"), "unparsed {{instance}}"),
+                       (per_instance("rate", "trainlog_lines_truncated_total"), "truncated {{instance}}"))
+    yield series_panel("Series dropped", "Cardinality guard: raise the limits or fix the label source.", 8, 8, "none",
+                       (per_instance("increase", "trainlog_series_dropped_total"), "{{instance}}"))
+
+
+def exporter_scrape_panels() -> Iterator:
+    yield series_panel("Scrape duration", "How long Prometheus took to scrape each exporter.", 12, 8, "s",
+                       (f"scrape_duration_seconds{{{EXPORTERS}}}", "{{instance}}"))
+    yield series_panel("Samples per scrape", "Grows with ranks and kinds; the cardinality guard caps it.", 12, 8, "none",
+                       (f"scrape_samples_scraped{{{EXPORTERS}}}", "{{instance}}"))
+    yield (table_panel("Runs and nodes served", "Which exporter follows which run and node, and how many ranks.", 24, 6,
+                       (f'count by (instance, run, node) (training_log_lines_total{{{EXPORTERS}, rank!=""}})', "ranks"),
+                       rename={"Value": "ranks"})
+           .with_override(*column_link("run", "Training overview of ${__data.fields.run}",
+                                       f"/d/{OVERVIEW_UID}/{OVERVIEW_UID}?${{__url_time_range}}&var-run=${{__data.fields.run}}")))
 
 
 # ---------------------------------------------------------------- output

@@ -338,7 +338,7 @@ def test_every_query_is_valid_promql_that_returns_data(stack, name, run, pick_al
 
 
 def loss_printed_query() -> str:
-    ranks_table = panel_by_title(committed()["training-ranks.json"], "Ranks")
+    ranks_table = panel_by_title(committed()["training-ranks.json"], "Per-rank state")
     return next(target["expr"] for target in ranks_table["targets"] if target["legendFormat"] == "loss printed")
 
 
@@ -347,7 +347,7 @@ def test_pipeline_stage_rank_is_labelled_as_printing_no_loss(stack):
     printed = {sample["metric"]["rank"]: sample["value"][1] for sample in stack.result(substitute(loss_printed_query(), values))}
     assert printed[PIPELINE_STAGE_RANK] == "0"
     assert {printed[str(rank)] for rank in range(8)} == {"1"}
-    mapping = panel_by_title(committed()["training-ranks.json"], "Ranks")["fieldConfig"]["overrides"]
+    mapping = panel_by_title(committed()["training-ranks.json"], "Per-rank state")["fieldConfig"]["overrides"]
     texts = [prop["value"][0]["options"]["0"]["text"] for override in mapping for prop in override["properties"]
              if prop["id"] == "mappings"]
     assert texts == ["no loss (pipeline stage that prints none)"]
