@@ -37,6 +37,7 @@ RANKS_UID = "trainlog-ranks"
 EXPORTER_UID = "trainlog-exporter"
 
 RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/{}.md"
+RUNBOOKS_INDEX = "https://github.com/trainlog-exporter/trainlog-exporter/tree/main/docs/runbooks"
 # Every alert of DESIGN.md 3.4, in the order of that table.
 ALERT_NAMES = (
     "TrainingLossNonFinite",
@@ -105,9 +106,9 @@ def steps(*pairs: tuple[float | None, str]) -> dashboard.ThresholdsConfig:
     )
 
 
-def value_text(**texts: tuple[str, str]) -> models.ValueMap:
+def value_text(texts: dict[str, tuple[str, str]]) -> models.ValueMap:
     """A value mapping: value -> (text, colour)."""
-    return models.ValueMap(options={value.lstrip("_"): models.ValueMappingResult(text=label, color=color)
+    return models.ValueMap(options={value: models.ValueMappingResult(text=label, color=color)
                                     for value, (label, color) in texts.items()})
 
 
@@ -121,12 +122,18 @@ def dashboard_url(uid: str, *extra_params: str) -> str:
     return f"/d/{uid}/{uid}?" + "&".join(params)
 
 
-RANK_DRILLDOWN = link(
-    "Rank ${__field.labels.rank} on ${__field.labels.node}: per-rank view",
-    dashboard_url(RANKS_UID, "var-node=${__field.labels.node}", "var-rank=${__field.labels.rank}"),
-)
-RANKS_PANEL_LINK = link("Per-rank view (Training ranks dashboard)", dashboard_url(RANKS_UID))
-OVERVIEW_PANEL_LINK = link("Run view (Training overview dashboard)", dashboard_url(OVERVIEW_UID))
+def rank_drilldown() -> dashboard.DashboardLink:
+    """A data link from a rank's series to that rank in the ranks dashboard."""
+    return link("Rank ${__field.labels.rank} on ${__field.labels.node}: per-rank view",
+                dashboard_url(RANKS_UID, "var-node=${__field.labels.node}", "var-rank=${__field.labels.rank}"))
+
+
+def ranks_panel_link() -> dashboard.DashboardLink:
+    return link("Per-rank view (Training ranks dashboard)", dashboard_url(RANKS_UID))
+
+
+def overview_panel_link() -> dashboard.DashboardLink:
+    return link("Run view (Training overview dashboard)", dashboard_url(OVERVIEW_UID))
 
 
 def series_panel(title: str, description: str, width: int, height: int, unit: str, *targets: tuple[str, str]):
@@ -186,10 +193,6 @@ def column_link(column: str, title: str, url: str) -> tuple[models.MatcherConfig
             [models.DynamicConfigValue(id_val="links", value=[{"title": title, "url": url, "targetBlank": True}])])
 
 
-def row(title: str) -> dashboard.Row:
-    return dashboard.Row(title)
-
-
 # ---------------------------------------------------------------- variables
 
 
@@ -227,7 +230,7 @@ def new_dashboard(uid: str, title: str, description: str, variables: list) -> da
              .tooltip(models.DashboardCursorSync.CROSSHAIR)
              .link(dashboard.DashboardLink("Training dashboards").type(models.DashboardLinkType.DASHBOARDS)
                    .tags(TAGS).as_dropdown(True).include_vars(True).keep_time(True))
-             .link(link("Runbooks", RUNBOOK_URL.rsplit("/", 1)[0], new_tab=True).icon("doc")))
+             .link(link("Runbooks", RUNBOOKS_INDEX, new_tab=True).icon("doc")))
     for variable in variables:
         board = board.with_variable(variable)
     return board
@@ -245,7 +248,7 @@ def errors_annotation() -> dashboard.AnnotationQuery:
 def with_sections(board: dashboard.Dashboard, sections: Iterable[tuple[str, Iterable]]) -> dashboard.Dashboard:
     """A row per section, its panels laid out below it."""
     for title, panels in sections:
-        board = board.with_row(row(title))
+        board = board.with_row(dashboard.Row(title))
         for panel in panels:
             board = board.with_panel(panel)
     return board
@@ -269,7 +272,7 @@ def training_overview() -> dashboard.Dashboard:
     board = with_sections(board, (("Progress", progress_panels()), ("Loss", loss_panels()),
                                   ("Optimizer", optimizer_panels()), ("Speed", speed_panels()),
                                   ("Incidents", incident_panels())))
-    return board.with_row(row("Runbooks").with_panel(runbooks_panel()))
+    return board.with_row(dashboard.Row("Runbooks").with_panel(runbooks_panel()))
 
 
 def progress_panels() -> Iterator:
@@ -288,7 +291,7 @@ def progress_panels() -> Iterator:
                       (f"count(training_log_lines_total{{{WORKERS}}})", "logging"),
                       (f"count(training_step{{{RUN}}}) or vector(0)", "printing steps"))
            .text_mode(common_models.BigValueTextMode.VALUE_AND_NAME)
-           .links([RANKS_PANEL_LINK]))
+           .links([ranks_panel_link()]))
     yield (stat_panel("Firing alerts", "Training alerts firing now for this run (and exporter-down alerts).", 4, "none",
                       (f"count({FIRING}) or vector(0)", "firing"))
            .thresholds(steps((None, "green"), (1, "red")))
@@ -312,7 +315,7 @@ def loss_panels() -> Iterator:
     yield (series_panel(f"Loss: {TOP_RANKS} highest ranks", "The ranks with the highest loss at each instant; "
                         "click a series for that rank's view.", 12, 8, "none",
                         (f"topk({TOP_RANKS}, training_loss{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
-           .data_links([RANK_DRILLDOWN]).no_value(NO_LOSS))
+           .data_links([rank_drilldown()]).no_value(NO_LOSS))
     yield (series_panel("Steps since the smoothed loss improved", "Median across the selected ranks of the steps "
                         "since the plateau detector last saw the smoothed loss improve (TrainingLossPlateau).", 12, 8, "none",
                         (f"quantile(0.5, training_step{{{SELECTED}}} - training_loss_best_step{{{SELECTED}}})", "steps"))
@@ -338,12 +341,12 @@ def speed_panels() -> Iterator:
                         "a straggler stands out above the median.", 12, 8, "s",
                         (f"quantile(0.5, training_step_duration_seconds{{{SELECTED}}})", "median"),
                         (f"topk({TOP_RANKS}, training_step_duration_seconds{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
-           .data_links([RANK_DRILLDOWN]).links([RANKS_PANEL_LINK]))
+           .data_links([rank_drilldown()]).links([ranks_panel_link()]))
     yield (series_panel("Throughput", f"As printed by the framework (unit in training_info's throughput_unit): "
                         f"median and the {TOP_RANKS} slowest ranks.", 12, 8, "none",
                         (f"quantile(0.5, training_throughput{{{SELECTED}}})", "median"),
                         (f"bottomk({TOP_RANKS}, training_throughput{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
-           .data_links([RANK_DRILLDOWN]))
+           .data_links([rank_drilldown()]))
 
 
 def incident_panels() -> Iterator:
@@ -407,9 +410,11 @@ def liveness_panels() -> Iterator:
                       "(TrainingStalled fires after 10 minutes).", 6, "s",
                       (f"time() - max(training_last_log_timestamp_seconds{{{WORKERS}}})", "silence"))
            .thresholds(silence_thresholds()).color_mode(common_models.BigValueColorMode.BACKGROUND))
-    yield (stat_panel("First stalled rank", "The selected rank that has been silent the longest: when the run "
-                      "hangs, the rank that stopped first points at the cause.", 6, "s",
-                      (f"time() - bottomk(1, training_last_log_timestamp_seconds{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
+    yield (stat_panel("First stalled rank", "Of the selected ranks that print steps, the one silent the longest: "
+                      "when the run hangs, the rank that stopped first points at the cause. Ranks that never printed "
+                      "a step (pipeline stages without loss) are left out, as in TrainingFirstStalledRank.", 6, "s",
+                      (f"time() - bottomk(1, training_last_log_timestamp_seconds{{{SELECTED}}}"
+                       f" and on (node, rank) training_step{{{RUN}}})", "rank {{rank}} ({{node}})"))
            .text_mode(common_models.BigValueTextMode.VALUE_AND_NAME)
            .thresholds(silence_thresholds()).color_mode(common_models.BigValueColorMode.BACKGROUND))
     yield (stat_panel("Ranks that print no loss", "Ranks with log lines but no loss: with pipeline parallelism "
@@ -452,7 +457,7 @@ def rank_table_panels() -> Iterator:
         rename={"Value #A": "step", "Value #B": "loss printed", "Value #C": "loss", "Value #D": "step time",
                 "Value #E": "seconds since last line", "Value #F": "errors"})
         .override_by_name("loss printed", [models.DynamicConfigValue(id_val="mappings", value=[
-            value_text(_1=("yes", "green"), _0=(NO_LOSS, "blue")).to_json()])])
+            value_text({"1": ("yes", "green"), "0": (NO_LOSS, "blue")}).to_json()])])
         .override_by_name("loss", [models.DynamicConfigValue(id_val="noValue", value=NO_LOSS)])
         .override_by_name("step time", [models.DynamicConfigValue(id_val="unit", value="s")])
         .override_by_name("seconds since last line", [models.DynamicConfigValue(id_val="unit", value="s")])
@@ -463,7 +468,7 @@ def rank_table_panels() -> Iterator:
     yield (series_panel(f"Loss per rank ({TOP_RANKS_TABLE} highest of the selection)",
                         "Pick ranks with the rank variable to compare them.", 24, 8, "none",
                         (f"topk({TOP_RANKS_TABLE}, training_loss{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
-           .no_value(NO_LOSS).links([OVERVIEW_PANEL_LINK]))
+           .no_value(NO_LOSS).links([overview_panel_link()]))
 
 
 def straggler_panels() -> Iterator:

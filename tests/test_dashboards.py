@@ -6,10 +6,12 @@ from __future__ import annotations
 
 import importlib.util
 import json
+import os
 import re
 import shutil
 import subprocess
 import sys
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -227,13 +229,19 @@ OOM_TRACEBACK = (
 
 
 def copy_run(base: Path, run: str) -> Path:
-    """The bundled example as a run named `run`, plus a pipeline stage rank that prints no loss."""
+    """The bundled example as a run named `run`, written 10 minutes ago, plus a pipeline
+    stage rank that printed no loss and nothing for an hour."""
     logs = base / run / "msrun_log"
     shutil.copytree(EXAMPLE_LOGS, logs)
-    (logs / f"worker_{PIPELINE_STAGE_RANK}.log").write_text(
+    pipeline_stage = logs / f"worker_{PIPELINE_STAGE_RANK}.log"
+    pipeline_stage.write_text(
         "[INFO] 2026-06-09 10:20:33 [mindformers/tools/logger.py:52] Running MindFormers in PYNATIVE_MODE.\n"
         "[INFO] 2026-06-09 10:20:40 [mindformers/core/context/build_context.py:312] pipeline stage 0 of 2: "
         "the last stage prints the loss\n")
+    now = time.time()
+    for path in logs.iterdir():
+        written = now - (3600 if path == pipeline_stage else 600)
+        os.utime(path, (written, written))
     return logs
 
 
@@ -242,11 +250,15 @@ def append(path: Path, text: str) -> None:
         log.write(text)
 
 
+HUNG_RANK = "6"  # prints nothing more in the incident run
+
+
 def write_incidents(healthy: Path, incident: Path) -> None:
-    """Fresh steps on every loss-printing rank; a NaN loss, an OOM and a loss-scaled rank in the incident run."""
+    """Fresh steps on every loss-printing rank of the healthy run. In the incident run: a NaN
+    loss on rank 3, an OOM on rank 5, rank 6 hung, and a loss-scaled rank 0."""
     for rank in range(8):
         append(healthy / f"worker_{rank}.log", pynative_step(201, "2.190113"))
-        if rank not in (3, 5):
+        if str(rank) not in ("3", "5", HUNG_RANK):
             append(incident / f"worker_{rank}.log", pynative_step(201, "2.190113"))
     append(incident / "worker_3.log", pynative_step(201, "nan", grad_norm="nan"))
     append(incident / "worker_5.log", OOM_TRACEBACK)
@@ -353,9 +365,9 @@ def test_pipeline_stage_rank_is_labelled_as_printing_no_loss(stack):
     assert texts == ["no loss (pipeline stage that prints none)"]
 
 
-def test_first_stalled_rank_is_the_one_silent_longest(stack):
-    # Every loss-printing rank got fresh lines; the pipeline stage's log was last written before.
+def test_first_stalled_rank_is_the_hung_one_not_the_pipeline_stage(stack):
+    # The pipeline stage's log is older still, but it never printed a step.
     panel = panel_by_title(committed()["training-ranks.json"], "First stalled rank")
-    expr = substitute(panel["targets"][0]["expr"], {"run": HEALTHY_RUN, "node": ".*", "rank": ".+"})
+    expr = substitute(panel["targets"][0]["expr"], {"run": INCIDENT_RUN, "node": ".*", "rank": ".+"})
     (sample,) = stack.result(expr)
-    assert sample["metric"]["rank"] == PIPELINE_STAGE_RANK
+    assert sample["metric"]["rank"] == HUNG_RANK
