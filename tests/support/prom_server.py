@@ -1,0 +1,164 @@
+"""A real Prometheus server for tests: free port, private storage, bounded waits.
+
+Uses the ``prometheus`` binary from Debian's package. Nothing here sleeps unbounded:
+every wait has a deadline and fails with what it last saw.
+"""
+
+from __future__ import annotations
+
+import json
+import socket
+import subprocess
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any, TypeVar
+
+import yaml
+
+T = TypeVar("T")
+
+PROMETHEUS_BINARY = "prometheus"
+
+
+def free_port() -> int:
+    """A port nothing listens on right now (the caller retries if it is taken meanwhile)."""
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
+
+
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Call check until it returns something other than None/False; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
+        try:
+            result = check()
+            if result is not None and result is not False:
+                return result
+        except (OSError, ValueError, KeyError) as error:
+            last_error = error
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+        time.sleep(interval)
+
+
+class PrometheusServer:
+    """``with PrometheusServer(tmp, targets) as prometheus: prometheus.query("up")``."""
+
+    def __init__(
+        self,
+        directory: Path,
+        targets: Sequence[str],
+        *,
+        job: str = "trainlog-exporter",
+        scrape_interval: str = "1s",
+        rule_files: Sequence[Path] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.job = job
+        self._targets = list(targets)
+        self._scrape_interval = scrape_interval
+        self._rule_files = [str(path) for path in rule_files]
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen | None = None
+        self.url = ""
+
+    def __enter__(self) -> PrometheusServer:
+        self.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.stop()
+
+    def start(self, attempts: int = 3) -> None:
+        """Start on a free port; retry on another one if the port was taken meanwhile."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "prometheus.yml"
+        config.write_text(yaml.safe_dump(self._config()), encoding="utf-8")
+        for _ in range(attempts):
+            port = free_port()
+            log = open(self.directory / "prometheus.log", "wb")
+            self._process = subprocess.Popen(
+                [PROMETHEUS_BINARY, f"--config.file={config}", f"--storage.tsdb.path={self.directory / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+            log.close()
+            self.url = f"http://127.0.0.1:{port}"
+            try:
+                wait_for(self._ready, self._start_timeout, "Prometheus to be ready")
+                return
+            except RuntimeError:
+                continue  # exited early: most likely the port was taken; try another
+            except TimeoutError:
+                self.stop()
+                raise
+        raise RuntimeError(f"Prometheus did not start; log:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        self._process = None
+
+    def log(self) -> str:
+        path = self.directory / "prometheus.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "global": {"scrape_interval": self._scrape_interval, "evaluation_interval": self._scrape_interval},
+            "rule_files": self._rule_files,
+            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self._targets}]}],
+        }
+
+    def _ready(self) -> bool:
+        if self._process is None or self._process.poll() is not None:
+            raise RuntimeError("Prometheus exited")
+        with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+            return response.status == 200
+
+    # ------------------------------------------------------------ HTTP API
+
+    def api(self, path: str, params: Sequence[tuple[str, str]] = ()) -> dict[str, Any]:
+        """GET /api/v1/<path>; returns the decoded body, also for 4xx answers (status "error")."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(list(params))}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code in (400, 422):
+                return json.load(error)
+            raise
+
+    def query(self, expr: str) -> dict[str, Any]:
+        """An instant query at the current time: {"status": ..., "data": ...} or {"status": "error", ...}."""
+        return self.api("query", [("query", expr)])
+
+    def result(self, expr: str) -> list[dict[str, Any]]:
+        """The result of an instant query that must succeed."""
+        answer = self.query(expr)
+        if answer.get("status") != "success":
+            raise AssertionError(f"query failed: {expr}: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """Values of a label among the series matching a selector (Grafana's label_values())."""
+        answer = self.api(f"label/{label}/values", [("match[]", match)])
+        if answer.get("status") != "success":
+            raise AssertionError(f"label values of {label} for {match} failed: {answer.get('error')}")
+        return answer["data"]
+
+    def wait_for_result(self, expr: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until an instant query returns at least one sample."""
+        return wait_for(lambda: self.result(expr) or None, timeout, f"data for {expr!r}")
