@@ -38,7 +38,7 @@ EXPORTER_UID = "trainlog-exporter"
 
 RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/{}.md"
 RUNBOOKS_INDEX = "https://github.com/trainlog-exporter/trainlog-exporter/tree/main/docs/runbooks"
-# Every alert of DESIGN.md 3.4, in the order of that table.
+# Every shipped alert: DESIGN.md 3.4's table first, in its order.
 ALERT_NAMES = (
     "TrainingLossNonFinite",
     "TrainingLossSpike",
@@ -53,6 +53,11 @@ ALERT_NAMES = (
     "TrainingNodeTimedOut",
     "TrainingMetricsMissing",
     "TrainingExporterDown",
+    # Beyond the design's table: shipped in deploy/prometheus/rules/ too.
+    "TrainingStepTimeJitter",
+    "TrainingProcessExited",
+    "TrainingStalledAcceleratorsIdle",
+    "TrainingStalledAcceleratorsBusy",
 )
 
 # Label selectors. The rank variable's "All" is ".+": it keeps every rank and leaves out

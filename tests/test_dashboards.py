@@ -23,7 +23,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.app import Exporter
 from exporter.settings import load_settings
-from support.prom_server import PrometheusServer, wait_for
+from tests.support.prom_server import PrometheusServer, wait_for
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
