@@ -11,6 +11,7 @@ from prometheus_client.registry import CollectorRegistry
 
 from exporter.export.collector import TrainingCollector
 from exporter.export.http import ExporterHTTPServer
+from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
 from exporter.pipeline import Pipeline
@@ -45,15 +46,20 @@ class Exporter:
             is_ready=lambda: self.follower.ready,
             status_page=lambda: render_status_page(self.state, self.follower.ready),
         )
+        self.otlp = OtlpPush(self.state, settings) if settings.otlp_metrics_url else None
 
     def start(self) -> None:
         self.http.start()
         self.follower.start()
+        if self.otlp is not None:
+            self.otlp.start()
         log.info("listening on %s, following %s", self.settings.web_listen_address,
                  ", ".join(str(d) for d in self.settings.log_dir))
 
     def stop(self) -> None:
         self.follower.stop()
+        if self.otlp is not None:
+            self.otlp.stop()  # after the follower: the last push carries everything read
         self.http.stop()
 
 

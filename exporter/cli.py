@@ -44,6 +44,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="truncate longer lines (default 1 MiB)", **option)
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",
                         help="debug, info, warning or error", **option)
+    parser.add_argument("--otlp-endpoint", dest="otlp_endpoint", metavar="URL",
+                        help="also push metrics to this OTLP/HTTP collector, e.g. http://otel-collector:4318 "
+                             "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

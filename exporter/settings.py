@@ -10,14 +10,22 @@ import re
 import socket
 from pathlib import Path
 from typing import Annotated, Any
+from urllib.parse import unquote, urlsplit
 
 import yaml
-from pydantic import Field, ValidationError, field_validator
+from pydantic import AliasChoices, Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
+from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
+OTLP_METRICS_PATH = "v1/metrics"
+_OTEL_FIELDS = (
+    "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
+    "otel_exporter_otlp_timeout", "otel_metric_export_interval", "otel_service_name", "otel_resource_attributes",
+    "pod_name", "pod_namespace", "node_name",
+)
 _LISTEN_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})$")
 
 
@@ -33,7 +41,9 @@ def default_node() -> str:
 class Settings(BaseSettings):
     """Every option of ``trainlog-exporter serve``."""
 
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True)
+    # populate_by_name: the OTEL_* fields below are read from the environment under their
+    # standard names (validation aliases) and from the command line and YAML by field name.
+    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True)
 
     log_dir: Annotated[list[Path], NoDecode] = Field(default_factory=list, description="Directories holding the logs.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
@@ -45,6 +55,32 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
+
+    # OpenTelemetry push (docs/opentelemetry.md). --otlp-endpoint wins over the standard
+    # OTEL_* variables, which the SDK would otherwise read behind our back.
+    otlp_endpoint: str | None = Field(
+        None, description="OTLP/HTTP collector base URL; /v1/metrics is appended unless a path is given.")
+    otel_exporter_otlp_metrics_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), description="Full OTLP metrics URL.")
+    otel_exporter_otlp_endpoint: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"), description="OTLP base URL (+ /v1/metrics).")
+    otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        description="key=value,key2=value2 headers sent with each export (e.g. authorization).")
+    otel_exporter_otlp_timeout: float = Field(
+        10000, gt=0, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
+        description="Milliseconds one export may take before it counts as failed.")
+    otel_metric_export_interval: float = Field(
+        60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"), description="Milliseconds between pushes.")
+    otel_service_name: str = Field(
+        "trainlog-exporter", min_length=1, validation_alias=AliasChoices("OTEL_SERVICE_NAME"), description="service.name.")
+    otel_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
+        default_factory=dict, validation_alias=AliasChoices("OTEL_RESOURCE_ATTRIBUTES"),
+        description="key=value,... resource attributes.")
+    # Kubernetes downward API (fieldRef metadata.name, metadata.namespace, spec.nodeName).
+    pod_name: str | None = Field(None, validation_alias=AliasChoices("POD_NAME"), description="k8s.pod.name.")
+    pod_namespace: str | None = Field(None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
+    node_name: str | None = Field(None, validation_alias=AliasChoices("NODE_NAME"), description="k8s.node.name.")
 
     @field_validator("log_dir", mode="before")
     @classmethod
@@ -62,6 +98,45 @@ class Settings(BaseSettings):
             raise ValueError(f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
         return value
 
+    @field_validator(*_OTEL_FIELDS, mode="before")
+    @classmethod
+    def _empty_is_unset(cls, value: Any) -> Any:
+        # The OpenTelemetry specification treats an empty variable like an unset one.
+        if isinstance(value, str) and not value.strip():
+            raise PydanticUseDefault()
+        return value
+
+    @field_validator("otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint")
+    @classmethod
+    def _check_url(cls, value: str | None) -> str | None:
+        if value is None:
+            return None
+        parts = urlsplit(value.strip())
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ValueError(f"expected an http:// or https:// URL such as 'http://otel-collector:4318', got {value!r}")
+        return value.strip()
+
+    @field_validator("otel_exporter_otlp_headers", "otel_resource_attributes", mode="before")
+    @classmethod
+    def _parse_key_values(cls, value: Any) -> Any:
+        return _key_value_list(value) if isinstance(value, str) else value
+
+    @property
+    def otlp_metrics_url(self) -> str | None:
+        """Where to POST metrics, or None when OTLP is off.
+
+        --otlp-endpoint (a base URL, or a full URL when it has a path) wins; then the
+        signal-specific OTEL variable, used as is; then the generic one, plus /v1/metrics.
+        """
+        if self.otlp_endpoint:
+            has_path = urlsplit(self.otlp_endpoint).path.strip("/")
+            return self.otlp_endpoint if has_path else _join_url(self.otlp_endpoint, OTLP_METRICS_PATH)
+        if self.otel_exporter_otlp_metrics_endpoint:
+            return self.otel_exporter_otlp_metrics_endpoint
+        if self.otel_exporter_otlp_endpoint:
+            return _join_url(self.otel_exporter_otlp_endpoint, OTLP_METRICS_PATH)
+        return None
+
     @property
     def listen_host_port(self) -> tuple[str, int]:
         match = _LISTEN_ADDRESS.match(self.web_listen_address)
@@ -77,6 +152,21 @@ class Settings(BaseSettings):
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         config_file = init_settings.init_kwargs.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
         return init_settings, env_settings, _YamlFileSource(settings_cls, config_file)
+
+
+def _join_url(base: str, path: str) -> str:
+    return f"{base.rstrip('/')}/{path}"
+
+
+def _key_value_list(text: str) -> dict[str, str]:
+    """``k1=v1,k2=v2`` with percent-encoded values (W3C Baggage style, as OTEL_* use)."""
+    pairs = {}
+    for item in filter(None, (part.strip() for part in text.split(","))):
+        key, equals, value = item.partition("=")
+        if not equals or not key.strip():
+            raise ValueError(f"expected comma-separated key=value pairs, got {item!r}")
+        pairs[unquote(key.strip())] = unquote(value.strip())
+    return pairs
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):
@@ -122,5 +212,9 @@ def load_settings(**command_line: Any) -> Settings:
 def _spellings(field: str) -> str:
     """How a user may have set a field: flag and environment variable."""
     name = field.split(".")[0]
+    for field_name, info in Settings.model_fields.items():
+        aliases = info.validation_alias.choices if info.validation_alias else ()
+        if name in aliases or (aliases and name == field_name):  # standard variables such as OTEL_*
+            return " or ".join(aliases)
     flag = "--web.listen-address" if name == "web_listen_address" else "--" + name.replace("_", "-")
     return f"{flag} or {ENV_PREFIX}{name.upper()}"

@@ -77,6 +77,7 @@ class ExporterStats:
     lines_unparsed_total: int = 0
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
+    otlp_export_failures_total: int = 0
 
 
 class TrainingState:

@@ -1,0 +1,92 @@
+"""Every exported metric, once: name, help, the state attribute it reads, its unit.
+
+The Prometheus collector and the OpenTelemetry instruments both walk these tables, so a
+metric added here appears on /metrics and over OTLP alike.
+
+OpenTelemetry names are derived from the Prometheus ones: a dot after the namespace
+(``training.``, ``trainlog.``), no unit word (the unit travels in the metric's ``unit``
+field) and no ``_total``. A Collector or Prometheus that converts OTLP to Prometheus
+names (unit suffix appended, ``{...}`` annotations dropped, ``_total`` on counters) gives
+back exactly the Prometheus name, so dashboards and alert rules work on either path.
+Dimensionless values (loss, learning rate) carry no unit rather than ``1``: the
+conversion would append ``_ratio`` to a gauge with unit ``1``.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+RANK_LABELS = ("run", "node", "rank")
+
+# The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
+_UNIT_SUFFIXES = {"s": "_seconds"}
+
+
+@dataclass(frozen=True, slots=True)
+class MetricSpec:
+    """One metric family. ``name`` is the Prometheus name, without ``_total`` for counters."""
+
+    name: str
+    help: str
+    attribute: str  # RankState or ExporterStats attribute holding the value (or a dict of them)
+    unit: str = ""  # UCUM, as OpenTelemetry wants it: "s", "By", "{step}"
+    label: str | None = None  # for dict-valued attributes: the label naming the key
+
+    @property
+    def otel_name(self) -> str:
+        """``training_step_duration_seconds`` (unit s) -> ``training.step_duration``."""
+        base = self.name.removesuffix(_UNIT_SUFFIXES.get(self.unit, ""))
+        namespace, _, rest = base.partition("_")
+        return f"{namespace}.{rest}"
+
+
+# Gauges per rank, present once a value was seen.
+RANK_GAUGES = (
+    MetricSpec("training_step", "Current global training step.", "step", "{step}"),
+    MetricSpec("training_total_steps", "Total training steps printed with the step (step:[ x/ total]).", "total_steps", "{step}"),
+    MetricSpec("training_loss", "Training loss of the latest step.", "loss"),
+    MetricSpec("training_loss_smoothed", "Exponentially smoothed training loss (plateau detector's view).", "loss_smoothed"),
+    MetricSpec("training_learning_rate", "Learning rate of the latest step.", "learning_rate"),
+    MetricSpec("training_grad_norm", "Global gradient norm of the latest step (a printed NaN, 'not obtained', leaves it unchanged).", "grad_norm"),
+    MetricSpec("training_step_duration_seconds", "Duration of the latest step in seconds.", "step_time_seconds", "s"),
+    MetricSpec("training_throughput", "Training throughput as printed by the framework (unit in training_info's throughput_unit).", "throughput"),
+    MetricSpec("training_last_log_timestamp_seconds", "Modification time of the rank's log at the last change seen (Unix seconds).", "last_log_timestamp", "s"),
+    MetricSpec("training_last_step_timestamp_seconds", "When the exporter saw the rank's latest step record (Unix seconds).", "last_step_timestamp", "s"),
+    MetricSpec("training_loss_best_step", "Step at which the smoothed loss last improved by the plateau margin.", "loss_best_step", "{step}"),
+)
+
+# Gauges per rank and key of a dict-valued attribute; label values sorted.
+NAMED_GAUGES = (
+    MetricSpec("training_aux_loss", "Extra losses printed with the step (MoE load balancing, MTP, ...).", "aux_losses", label="name"),
+    MetricSpec("training_metric", "Other numeric fields printed with the step (loss_scale, mfu, ...).", "extra", label="name"),
+    MetricSpec("training_last_anomaly_step", "Step of the latest anomaly of each kind.", "last_anomaly_step", "{step}", "kind"),
+    MetricSpec("training_last_error_timestamp_seconds", "When the latest failure of each kind was seen (Unix seconds).", "last_error_timestamp", "s", "kind"),
+)
+
+# The info pseudo-metric: value 1, the rank's facts as labels (Prometheus adds _info).
+RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, mode, file, throughput unit.", "info")
+
+RANK_COUNTERS = (
+    MetricSpec("training_log_lines", "Log lines read from the rank's log.", "lines_total", "{line}"),
+    MetricSpec("training_steps", "Step records parsed from the rank's log.", "steps_total", "{step}"),
+)
+
+# Counters per rank and kind, created at 0 for the known kinds.
+KIND_COUNTERS = (
+    MetricSpec("training_anomalies", "Anomalies detected at step resolution, by kind.", "anomalies", "{anomaly}", "kind"),
+    MetricSpec("training_errors", "Failure signatures seen in the rank's log, by kind.", "errors", "{error}", "kind"),
+    MetricSpec("training_scheduler_events", "Cluster events from msrun's scheduler.log, by kind.", "scheduler_events", "{event}", "kind"),
+)
+
+STATS_GAUGES = (MetricSpec("trainlog_files_followed", "Log files currently followed.", "files_followed", "{file}"),)
+
+STATS_COUNTERS = (
+    MetricSpec("trainlog_bytes_read", "Bytes read from followed log files.", "bytes_read_total", "By"),
+    MetricSpec("trainlog_rotations", "Log rotations followed (the path named a new file).", "rotations_total", "{rotation}"),
+    MetricSpec("trainlog_truncations", "Truncations detected (file size fell below the read offset: copytruncate).", "truncations_total", "{truncation}"),
+    MetricSpec("trainlog_bytes_lost", "Bytes possibly lost: read position reset by a truncation with a partial line pending.", "bytes_lost_total", "By"),
+    MetricSpec("trainlog_lines_unparsed", "Lines that matched no format and no failure signature.", "lines_unparsed_total", "{line}"),
+    MetricSpec("trainlog_lines_truncated", "Lines longer than the line cap, truncated to it.", "lines_truncated_total", "{line}"),
+    MetricSpec("trainlog_series_dropped", "Series or values not created because a cardinality limit was reached.", "series_dropped_total", "{series}"),
+    MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).", "otlp_export_failures_total", "{export}"),
+)

@@ -1,0 +1,109 @@
+"""Loopback OTLP/HTTP receivers for the tests: one that decodes, one that hangs."""
+
+from __future__ import annotations
+
+import gzip
+import socket
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+from opentelemetry.proto.collector.metrics.v1.metrics_service_pb2 import (
+    ExportMetricsServiceRequest,
+    ExportMetricsServiceResponse,
+)
+
+
+class OtlpReceiver:
+    """A real HTTP server on 127.0.0.1:0 that decodes every POST /v1/metrics it gets."""
+
+    def __init__(self) -> None:
+        self.requests: list[tuple[dict[str, str], ExportMetricsServiceRequest]] = []
+        self._lock = threading.Lock()
+        self._server = ThreadingHTTPServer(("127.0.0.1", 0), self._handler_class())
+        self._server.daemon_threads = True
+        self._thread = threading.Thread(target=self._server.serve_forever, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._server.server_address[1]}"
+
+    def received(self) -> list[tuple[dict[str, str], ExportMetricsServiceRequest]]:
+        with self._lock:
+            return list(self.requests)
+
+    def _handler_class(self):
+        receiver = self
+
+        class Handler(BaseHTTPRequestHandler):
+            def do_POST(self) -> None:  # noqa: N802
+                body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
+                if self.headers.get("Content-Encoding") == "gzip":
+                    body = gzip.decompress(body)
+                if self.path != "/v1/metrics":
+                    self.send_error(404)
+                    return
+                request = ExportMetricsServiceRequest.FromString(body)
+                with receiver._lock:
+                    receiver.requests.append(({k.lower(): v for k, v in self.headers.items()}, request))
+                answer = ExportMetricsServiceResponse().SerializeToString()
+                self.send_response(200)
+                self.send_header("Content-Type", "application/x-protobuf")
+                self.send_header("Content-Length", str(len(answer)))
+                self.end_headers()
+                self.wfile.write(answer)
+
+            def log_message(self, *args) -> None:
+                pass
+
+        return Handler
+
+    def __enter__(self) -> OtlpReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+class HangingReceiver:
+    """Accepts connections and never answers: a collector stuck behind a full queue."""
+
+    def __init__(self) -> None:
+        self._listener = socket.create_server(("127.0.0.1", 0))
+        self._connections: list[socket.socket] = []
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._accept, daemon=True)
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self._listener.getsockname()[1]}"
+
+    @property
+    def connections(self) -> int:
+        return len(self._connections)
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            self._connections.append(connection)
+
+    def __enter__(self) -> HangingReceiver:
+        self._thread.start()
+        return self
+
+    def __exit__(self, *exc_info) -> None:
+        self._stopped.set()
+        self._listener.close()
+        for connection in self._connections:
+            connection.close()
+
+
+def refused_url() -> str:
+    """A loopback URL where nothing listens (the port was just released)."""
+    with socket.create_server(("127.0.0.1", 0)) as probe:
+        port = probe.getsockname()[1]
+    return f"http://127.0.0.1:{port}"
