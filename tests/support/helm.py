@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+import shlex
 import shutil
 from pathlib import Path
 
@@ -66,3 +68,29 @@ def sidecar_container(values: dict | None = None) -> dict:
     rendered = render(values={"mode": "sidecar", **(values or {})})
     pod = yaml.safe_load(notes(rendered).split("add to the pod template:\n", 1)[1])
     return pod["spec"]["initContainers"][0]
+
+
+def documented_installs(markdown: Path) -> list[dict]:
+    """The values of every `helm install ... --set ...` command in a document's sh blocks."""
+    installs = []
+    for block in re.findall(r"```sh\n(.*?)```", markdown.read_text(), re.S):
+        for command in block.replace("\\\n", " ").splitlines():
+            words = shlex.split(command, comments=True)
+            if words[:2] != ["helm", "install"]:
+                continue
+            values: dict = {}
+            for flag, setting in zip(words, words[1:]):
+                if flag == "--set":
+                    merge(values, helm.parse_set_string(setting))
+            installs.append(values)
+    return installs
+
+
+def merge(into: dict, values: dict) -> dict:
+    """Deep merge, later values winning, as repeated --set flags do."""
+    for key, value in values.items():
+        if isinstance(value, dict) and isinstance(into.get(key), dict):
+            merge(into[key], value)
+        else:
+            into[key] = value
+    return into
