@@ -68,13 +68,11 @@ def test_chart_lints_clean_in_strict_mode(values):
 
 
 def test_exporter_is_locked_down(values):
-    objects = rendered_objects(render(values=values))
-    containers = exporter_containers(objects)
+    containers = exporter_containers(rendered_objects(render(values=values)))
     if values.get("mode") == "sidecar":
         assert not containers, "sidecar mode renders no workload"
-        return
-    assert len(containers) == 1
-    container = containers[0]
+        containers = [sidecar_container(values)]
+    (container,) = containers
     security = container["securityContext"]
     assert security["runAsNonRoot"] is True and security["readOnlyRootFilesystem"] is True
     assert security["allowPrivilegeEscalation"] is False and security["capabilities"]["drop"] == ["ALL"]

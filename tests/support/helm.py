@@ -65,7 +65,7 @@ def example_training_chart(destination: Path) -> Path:
 
 def sidecar_container(values: dict | None = None) -> dict:
     """The exporter container that sidecar mode injects, rendered from the NOTES snippet's source."""
-    rendered = render(values={"mode": "sidecar", **(values or {})})
+    rendered = render(values={**(values or {}), "mode": "sidecar"})
     pod = yaml.safe_load(notes(rendered).split("add to the pod template:\n", 1)[1])
     return pod["spec"]["initContainers"][0]
 

@@ -69,7 +69,7 @@ def _unknown_fields(given, known, path: str = "") -> list[str]:
 def kubectl() -> str:
     path = shutil.which("kubectl")
     if path is None:
-        pytest.skip("kubectl is not installed (Debian package 'kubernetes-client'; .ci/run installs it)")
+        pytest.skip("kubectl is not installed (the machine image's kubectl package; it bundles kustomize)")
     return path
 
 
