@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
-.PHONY: setup run test system-deps clean
+.PHONY: setup run test system-deps clean kubernetes-rules
 
 setup: $(VENV)/.installed
 
@@ -22,6 +22,10 @@ system-deps:
 
 test: setup system-deps
 	$(BIN)/python -m pytest -q
+
+# deploy/kubernetes/base/rules from deploy/prometheus/rules (kustomize cannot read them there).
+kubernetes-rules: setup
+	$(BIN)/python scripts/sync_kubernetes_rules.py
 
 clean:
 	rm -rf $(VENV) build dist *.egg-info

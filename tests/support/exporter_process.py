@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+from collections.abc import Sequence
 from pathlib import Path
 
 from tests.support.net import eventually, free_port, http_get
@@ -13,12 +14,16 @@ REPO = Path(__file__).resolve().parents[2]
 
 
 class ExporterProcess:
-    def __init__(self, *args: str, env: dict[str, str] | None = None) -> None:
+    """By default the repository's package; ``program`` runs another entry point (an installed console script)."""
+
+    def __init__(self, *args: str, env: dict[str, str] | None = None, program: Sequence[str] | None = None,
+                 cwd: Path = REPO) -> None:
         self.port = free_port()
         self.url = f"http://127.0.0.1:{self.port}"
-        command = [sys.executable, "-m", "exporter", *args, "--web.listen-address", f"127.0.0.1:{self.port}"]
+        program = list(program or [sys.executable, "-m", "exporter"])
+        command = [*program, *args, "--web.listen-address", f"127.0.0.1:{self.port}"]
         environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        self.process = subprocess.Popen(command, cwd=REPO, env=environment, stdout=subprocess.PIPE,
+        self.process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE,
                                         stderr=subprocess.STDOUT, text=True)
         eventually(self._healthy, timeout=15, what="exporter /-/healthy")
 

@@ -1,0 +1,40 @@
+# syntax=docker/dockerfile:1
+# trainlog-exporter image: docker build -t trainlog-exporter:0.1.0 .
+#
+# Stage 1 builds the project's wheel and the wheels of its dependencies; stage 2 installs
+# them into a virtual environment with no network and no compiler, so the final image
+# carries neither build tools nor the source tree. tests/test_wheel_install.py runs the
+# same two steps (wheel, fresh venv, console script) because CI has no Docker engine.
+
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+
+FROM ${PYTHON_IMAGE} AS build
+WORKDIR /src
+COPY pyproject.toml README.md ./
+COPY exporter ./exporter
+RUN pip wheel --no-cache-dir --wheel-dir /wheels .
+
+FROM ${PYTHON_IMAGE}
+# uid/gid 65532: the conventional "nonroot" id, so runAsNonRoot holds without a passwd entry.
+ARG UID=65532
+# Python writes nothing at run time: no bytecode cache (the venv is compiled at install),
+# unbuffered logs. Together with the read-only venv this lets the container run with a
+# read-only root filesystem.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PATH=/opt/trainlog-exporter/bin:$PATH
+# /logs is the default mount point of the log volume; it is owned by the app user so that a
+# fresh named volume (docker compose) is writable by `simulate`.
+RUN --mount=type=bind,from=build,source=/wheels,target=/wheels \
+    python -m venv /opt/trainlog-exporter \
+ && /opt/trainlog-exporter/bin/pip install --no-cache-dir --no-index --find-links=/wheels trainlog-exporter \
+ && mkdir /logs \
+ && chown ${UID}:${UID} /logs
+USER ${UID}:${UID}
+WORKDIR /logs
+EXPOSE 10042
+# The default listen address is :10042; change the port here too if you change it.
+HEALTHCHECK --interval=30s --timeout=5s --start-period=10s --retries=3 \
+    CMD ["python", "-c", "import urllib.request; urllib.request.urlopen('http://127.0.0.1:10042/-/healthy', timeout=4)"]
+ENTRYPOINT ["trainlog-exporter"]
+CMD ["--log-dir", "/logs"]
