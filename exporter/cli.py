@@ -44,6 +44,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="truncate longer lines (default 1 MiB)", **option)
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",
                         help="debug, info, warning or error", **option)
+    parser.add_argument("--rank-offset", dest="rank_offset", type=int, metavar="N",
+                        help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -82,7 +82,8 @@ class TrainingCollector(Collector):
                            "kind", series, lambda rank: rank.last_anomaly_step)
         yield _named_gauge("training_last_error_timestamp_seconds", "When the latest failure of each kind was seen (Unix seconds).",
                            "kind", series, lambda rank: rank.last_error_timestamp)
-        info = InfoMetricFamily("training", "Facts about the rank's log: framework, mode, file, throughput unit.")
+        info = InfoMetricFamily("training", "Facts about the rank's log: framework, format, mode, file, throughput unit.",
+                                labels=LABELS)
         for key, rank in series:
             info.add_metric(key, {k: v for k, v in rank.info.items() if k not in LABELS})
         yield info
@@ -97,6 +98,8 @@ class TrainingCollector(Collector):
                 for kind, count in getattr(rank, attribute).items():
                     family.add_metric([*key, kind], count)
             yield family
+        yield _named_counter("training_scheduler_node_timeouts", "Nodes msrun's scheduler declared timed out, by node id.",
+                             "node_id", series, lambda rank: rank.node_timeouts)
         stats = self._state.stats
         for name, documentation, attribute in _STATS_GAUGES:
             yield GaugeMetricFamily(name, documentation, value=getattr(stats, attribute))
@@ -105,7 +108,14 @@ class TrainingCollector(Collector):
 
 
 def _named_gauge(name, documentation, label, series, values_of) -> GaugeMetricFamily:
-    family = GaugeMetricFamily(name, documentation, labels=[*LABELS, label])
+    return _named(GaugeMetricFamily(name, documentation, labels=[*LABELS, label]), series, values_of)
+
+
+def _named_counter(name, documentation, label, series, values_of) -> CounterMetricFamily:
+    return _named(CounterMetricFamily(name, documentation, labels=[*LABELS, label]), series, values_of)
+
+
+def _named(family, series, values_of):
     for key, rank in series:
         for value_name, value in sorted(values_of(rank).items()):
             family.add_metric([*key, value_name], value)
