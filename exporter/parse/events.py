@@ -182,6 +182,12 @@ _SIGNATURES: tuple[tuple[bytes, Callable[[str], ErrorEvent | None]], ...] = (
 )
 
 
+# One search for every literal above: most lines contain none, and one regular expression
+# scan costs about half of the separate substring tests.
+FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in sorted(
+    {prefilter for prefilter, _ in _SIGNATURES} | {TRACEBACK_START, CHILD_FAILED, TERMINATE}, key=len, reverse=True)))
+
+
 def classify(line: bytes) -> ErrorEvent | None:
     """The first failure signature in a raw line (a launcher prefix already removed), or None."""
     for prefilter, matcher in _SIGNATURES:

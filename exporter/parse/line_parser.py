@@ -150,6 +150,8 @@ class LineParser:
 
     def _failure(self, body: bytes, rank: int | None, out: list[Record]) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
+        if events.FAILURE_GATE.search(body) is None:
+            return False
         if body.startswith(events.TRACEBACK_START):
             self._blocks[rank] = Block()
             return True
