@@ -65,12 +65,9 @@ class Pipeline:
         entry = self._files[file.path]
         parsed = entry.parser.parse_batch(batch.lines)
         info_changed = self._note_format(entry)
-        if parsed.lines_by_rank.keys() <= {None}:
-            groups: dict[int | None, list[Record]] = {None: parsed.records}  # records get a rank only from a prefix
-        else:
-            groups = {rank: [] for rank in parsed.lines_by_rank}
-            for record in parsed.records:
-                groups.setdefault(record.rank, []).append(record)
+        groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
+        for record in parsed.records:
+            groups.setdefault(record.rank, []).append(record)
         state = self._state
         now = self._clock()
         with state.lock:

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.parse import BUILTIN_FORMATS, ErrorEvent, LineParser, StepRecord
 from exporter.parse.custom_regex import compile_pattern
-from exporter.parse.formats import FormatSelection, custom_format, path_matches, selection
+from exporter.parse.formats import BUILTIN_NAMES, FormatSelection, custom_format, path_matches, selection
 
 DEEPSPEED_LR = b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, lr=[0.00024], mom=[0.9]"
 MEGATRON = (b" iteration      200/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
@@ -194,3 +196,8 @@ def test_a_node_timing_out_again_after_registering_again_counts_again():
     records = LineParser(forced=scheduler).parse_batch(lines).records
     assert [(record.kind, record.node_rank) for record in records] == [
         ("node_timeout", None), ("worker_registered", 3), ("node_timeout", 3)]
+
+
+def test_every_format_is_documented_for_users():
+    documentation = (Path(__file__).parents[1] / "docs" / "formats.md").read_text()
+    assert [name for name in BUILTIN_NAMES if f"`{name}`" not in documentation] == []

@@ -7,7 +7,7 @@ emitted when the block ends: the lines after it may still classify it (MindSpore
 empty ``RuntimeError: `` and the cause below) or chain it to the next traceback ("During
 handling of the above exception ..."), which makes the pair one failure. ``flush`` emits a
 pending failure at the end of a read batch, so a crash that is the last thing a rank
-writes is never held back; lines of the same block that arrive later only add nothing.
+writes is never held back; lines of the same block read later are absorbed, not counted.
 """
 
 from __future__ import annotations
@@ -134,7 +134,7 @@ class Block:
 
     def _events(self) -> list[ErrorEvent]:
         found = []
-        if self._kind is not None and self._kind not in ("traceback", "elastic"):
+        if self._kind is not None:
             found.append(ErrorEvent(self._kind, {"exception": self._exception, **self._detail}))
         found.append(ErrorEvent("traceback", {"exception": self._exception}))
         return found

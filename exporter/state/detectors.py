@@ -81,7 +81,7 @@ class PlateauTracker:
         self.best_step: int | None = None
 
     def observe(self, step: int | None, loss: float) -> None:
-        """Feed a finite loss; a step of None (the format prints none) improves nothing visible."""
+        """Feed a finite loss; ``step`` is None while the rank's step is unknown (no best step then)."""
         if self._smoothed is None:
             self._smoothed = loss
         else:
