@@ -14,6 +14,7 @@ from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
+from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
 from exporter.state import TrainingState
@@ -28,7 +29,10 @@ class Exporter:
         self.settings = settings
         self.state = TrainingState()
         directories = [str(directory) for directory in settings.log_dir]
-        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory)
+        formats = selection(((override.path_pattern, override.format) for override in settings.formats),
+                            ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
+        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, formats=formats,
+                            rank_offset=settings.rank_offset)
         self.follower = Follower(
             directories,
             pipeline,

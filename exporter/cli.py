@@ -47,6 +47,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--otlp-endpoint", dest="otlp_endpoint", metavar="URL",
                         help="also push metrics to this OTLP/HTTP collector, e.g. http://otel-collector:4318 "
                              "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)", **option)
+    parser.add_argument("--rank-offset", dest="rank_offset", type=int, metavar="N",
+                        help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -1,14 +1,31 @@
-"""Glue from followed files to state: parse each batch of lines, apply it under one lock."""
+"""Glue from followed files to state: parse each batch of lines, apply it under one lock.
+
+One file usually holds one rank. A torchrun ``--tee`` file mixes ranks, line by line
+(``[default3]:``, ``[rank3]:``): its records go to the series of the rank they name, and
+its unprefixed lines (the launcher's) to the file's own series.
+"""
 
 from __future__ import annotations
 
 import os
 import time
 from collections.abc import Callable
+from dataclasses import dataclass, field
 
 from exporter.follow import FollowedFile, ReadBatch
-from exporter.parse import LineParser, Record
+from exporter.parse import Format, FormatSelection, LineParser, Record
 from exporter.state import SeriesKey, TrainingState
+
+
+@dataclass(slots=True)
+class _File:
+    """A followed file's parser and the series it feeds."""
+
+    parser: LineParser
+    run: str
+    info: dict[str, str]
+    keys: dict[int | None, SeriesKey] = field(default_factory=dict)  # rank named by a line prefix -> series
+    format: Format | None = None  # the format last written into ``info``
 
 
 class Pipeline:
@@ -20,33 +37,39 @@ class Pipeline:
         node: str,
         run_for_directory: Callable[[str], str],
         clock: Callable[[], float] = time.time,
+        *,
+        formats: FormatSelection | None = None,
+        rank_offset: int = 0,
     ) -> None:
         self._state = state
         self._node = node
         self._run_for_directory = run_for_directory
         self._clock = clock
-        self._parsers: dict[str, LineParser] = {}
-        self._keys: dict[str, SeriesKey] = {}
+        self._formats = formats or FormatSelection()
+        self._rank_offset = rank_offset
+        self._files: dict[str, _File] = {}
 
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> None:
-        key = (self._run_for_directory(file.directory), self._node, file.role.rank)
-        self._keys[file.path] = key
-        self._parsers[file.path] = LineParser()
-        info = {"file": os.path.basename(file.path), "role": file.role.role}
+        role = file.role
+        rank = str(int(role.rank) + self._rank_offset) if role.local_rank and role.rank else role.rank
+        parser = LineParser(self._formats.candidates(), forced=self._formats.forced(file.relative_path, role.role),
+                            rank_offset=self._rank_offset)
+        entry = _File(parser, self._run_for_directory(file.directory),
+                      {"file": os.path.basename(file.path), "role": role.role})
+        key = entry.keys[None] = (entry.run, self._node, rank)
+        self._files[file.path] = entry
         with self._state.lock:
-            self._state.register(key, info, mtime)
+            self._state.register(key, entry.info, mtime)
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
-        parse = self._parsers[file.path].parse
-        records: list[Record] = []
-        unparsed = 0
-        for line in batch.lines:
-            found = parse(line)
-            if found:
-                records.extend(found)
-            else:
-                unparsed += 1
+        entry = self._files[file.path]
+        parsed = entry.parser.parse_batch(batch.lines)
+        info_changed = self._note_format(entry)
+        groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
+        for record in parsed.records:
+            groups.setdefault(record.rank, []).append(record)
         state = self._state
+        now = self._clock()
         with state.lock:
             stats = state.stats
             stats.bytes_read_total += batch.bytes_read
@@ -54,8 +77,28 @@ class Pipeline:
             stats.rotations_total += batch.rotated
             stats.truncations_total += batch.truncated
             stats.bytes_lost_total += batch.bytes_lost
-            state.ingest(self._keys[file.path], len(batch.lines), unparsed, records, batch.mtime, self._clock())
+            stats.lines_unparsed_total += parsed.unparsed
+            for rank, records in groups.items():
+                key = entry.keys.get(rank)
+                if key is None:
+                    key = entry.keys[rank] = (entry.run, self._node, str(rank))
+                    state.register(key, entry.info, None)
+                elif info_changed:
+                    state.register(key, entry.info, None)
+                state.ingest(key, parsed.lines_by_rank.get(rank, 0), 0, records, batch.mtime, now)
 
     def files_followed(self, count: int) -> None:
         with self._state.lock:
             self._state.stats.files_followed = count
+
+    @staticmethod
+    def _note_format(entry: _File) -> bool:
+        """Put a newly detected format into the file's info labels; True when it changed."""
+        fmt = entry.parser.format
+        if fmt is entry.format or fmt is None:
+            return False
+        entry.format = fmt
+        entry.info["format"] = fmt.name
+        if fmt.framework:
+            entry.info["framework"] = fmt.framework
+        return True

@@ -13,10 +13,13 @@ from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from pydantic import AliasChoices, Field, ValidationError, field_validator
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+
+from exporter.parse.custom_regex import compile_pattern
+from exporter.parse.formats import BUILTIN_NAMES
 
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
@@ -38,6 +41,31 @@ def default_node() -> str:
     return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
+class CustomFormat(BaseModel):
+    """A user-defined line format: a regular expression with named groups (docs/formats.md)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    name: str = Field(pattern=r"^[A-Za-z_][\w.-]*$", description="Name to use in formats[].format.")
+    pattern: str = Field(description="Regular expression; named groups step, loss, lr, ... become fields.")
+    contains: str = Field("", description="Literal text every matching line contains: checked before the regex.")
+
+    @field_validator("pattern")
+    @classmethod
+    def _check_pattern(cls, value: str) -> str:
+        compile_pattern(value)  # raises ValueError with a message for the user
+        return value
+
+
+class FormatOverride(BaseModel):
+    """Files whose path matches get this format instead of auto-detection."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    path_pattern: str = Field(min_length=1, description="Glob on the path relative to the log directory.")
+    format: str = Field(description="A built-in format name or a custom_formats name.")
+
+
 class Settings(BaseSettings):
     """Every option of ``trainlog-exporter serve``."""
 
@@ -55,6 +83,11 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
+    rank_offset: int = Field(0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
+                                                 "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")
+    # custom_formats before formats: validating a format name needs the custom names.
+    custom_formats: list[CustomFormat] = Field(default_factory=list, description="User-defined line formats.")
+    formats: list[FormatOverride] = Field(default_factory=list, description="Per-path format overrides, first match wins.")
 
     # OpenTelemetry push (docs/opentelemetry.md). --otlp-endpoint wins over the standard
     # OTEL_* variables, which the SDK would otherwise read behind our back.
@@ -88,6 +121,24 @@ class Settings(BaseSettings):
         # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML.
         if isinstance(value, str):
             return [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
+        return value
+
+    @field_validator("custom_formats")
+    @classmethod
+    def _unique_custom_names(cls, value: list[CustomFormat]) -> list[CustomFormat]:
+        names = [custom.name for custom in value]
+        clashes = sorted({name for name in names if names.count(name) > 1 or name in BUILTIN_NAMES})
+        if clashes:
+            raise ValueError(f"custom format names must be unique and differ from the built-in ones: {', '.join(clashes)}")
+        return value
+
+    @field_validator("formats")
+    @classmethod
+    def _known_format_names(cls, value: list[FormatOverride], info: ValidationInfo) -> list[FormatOverride]:
+        known = (*BUILTIN_NAMES, *(custom.name for custom in info.data.get("custom_formats", [])))
+        for override in value:
+            if override.format not in known:
+                raise ValueError(f"unknown format {override.format!r}; known: {', '.join(known)}")
         return value
 
     @field_validator("web_listen_address")
@@ -209,9 +260,15 @@ def load_settings(**command_line: Any) -> Settings:
         raise ConfigError(f"invalid value for {field!r} ({_spellings(field)}): {first['msg']}") from None
 
 
+# Options set only in the config file (or as JSON in the environment), never on the command line.
+_CONFIG_FILE_ONLY = ("custom_formats", "formats")
+
+
 def _spellings(field: str) -> str:
-    """How a user may have set a field: flag and environment variable."""
+    """How a user may have set a field: flag (or config key) and environment variable."""
     name = field.split(".")[0]
+    if name in _CONFIG_FILE_ONLY:
+        return f"config key {name} or {ENV_PREFIX}{name.upper()}"
     for field_name, info in Settings.model_fields.items():
         aliases = info.validation_alias.choices if info.validation_alias else ()
         if name in aliases or (aliases and name == field_name):  # standard variables such as OTEL_*

@@ -262,8 +262,8 @@ def write_incidents(healthy: Path, incident: Path) -> None:
             append(incident / f"worker_{rank}.log", pynative_step(201, "2.190113"))
     append(incident / "worker_3.log", pynative_step(201, "nan", grad_norm="nan"))
     append(incident / "worker_5.log", OOM_TRACEBACK)
-    # A user print next to the framework's line, carrying the loss scale (-> training_metric).
-    append(incident / "worker_0.log", "step=201 loss=2.190113 lr=9.012345e-05 loss_scale=32768.0\n")
+    # A step line carrying a numeric field beyond the known ones (-> training_metric).
+    append(incident / "worker_0.log", pynative_step(202, "2.190113").replace(" }", ", loss_scale: 32768.0 }"))
 
 
 @pytest.fixture(scope="module")

@@ -36,3 +36,10 @@ def test_rotated_siblings_are_never_new_ranks(path, followed):
 def test_rank_from_file_name(path, rank, role):
     assert classify(path).rank == rank
     assert classify(path).role == role
+    assert not classify(path).local_rank
+
+
+@pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log"])
+def test_torchrun_log_dir_layout_gives_the_local_rank(path):
+    role = classify(path)
+    assert (role.rank, role.role, role.local_rank) == ("3", "worker", True)

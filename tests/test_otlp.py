@@ -42,10 +42,13 @@ def _no_otel_environment(monkeypatch):
 
 
 def write_run(tmp_path: Path) -> Path:
-    """Two ranks, three steps each, an OOM on rank 1, a scheduler log: run 'run1'."""
+    """Two ranks, three steps each, an OOM on rank 1, a scheduler log timing node 1 out: run 'run1'."""
     log_dir = tmp_path / "run1" / "msrun_log"
     log_dir.mkdir(parents=True)
     scheduler = (EXAMPLE / "scheduler.log").read_text().splitlines(keepends=True)[:2]
+    scheduler.append("[ERROR] DISTRIBUTED(2812801,ffff2a7fd0e0,python):2025-06-09-11:02:11.003.412 "
+                     "[mindspore/ccsrc/distributed/cluster/topology/meta_server_node.cc:652] UpdateTopoState] "
+                     "The node: 1 is timed out. It may exit with exception, please check this node's log.\n")
     (log_dir / "scheduler.log").write_text("".join(scheduler))
     for rank in (0, 1):
         head = (EXAMPLE / f"worker_{rank}.log").read_text().splitlines(keepends=True)[:9]

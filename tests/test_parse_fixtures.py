@@ -1,4 +1,4 @@
-"""Parser cases as (format, fixture log, expected records) triples."""
+"""Parser cases as (format, fixture log, expected records) triples, and format auto-detection."""
 
 from __future__ import annotations
 
@@ -7,21 +7,52 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.records import parse_fixture
+from tests.support.records import comparable, fixture_parser, fixture_lines, parse_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted(FIXTURES.glob("*/*.expected.json"))
 
+# The format auto-detection (or, for scheduler logs, the file's role) must pick for each fixture.
+DETECTED_FORMAT = {
+    "core/keyvalue": "keyvalue",
+    "core/mindformers_pynative": "mindformers_pynative",
+    "formats/deepspeed": "deepspeed",
+    "formats/errors_ascend": None,
+    "formats/errors_torch": None,
+    "formats/hf_trainer": "hf_trainer",
+    "formats/jsonl": "jsonl",
+    "formats/keyvalue": "keyvalue",
+    "formats/megatron": "megatron",
+    "formats/mindformers_pynative": "mindformers_pynative",
+    "formats/mindformers_static": "mindformers_static",
+    "formats/msrun_scheduler": "msrun_scheduler",
+    "formats/torchrun_tee": "keyvalue",
+    "formats/torchtitan": "torchtitan",
+}
 
-@pytest.mark.parametrize("expected_file", CASES, ids=lambda path: f"{path.parent.name}/{path.name.split('.')[0]}")
+
+def case_id(path: Path) -> str:
+    return f"{path.parent.name}/{path.name.split('.')[0]}"
+
+
+@pytest.mark.parametrize("expected_file", CASES, ids=case_id)
 def test_fixture_parses_to_expected_records(expected_file: Path) -> None:
     log_file = expected_file.with_name(expected_file.name.replace(".expected.json", ".log"))
-    expected = json.loads(expected_file.read_text())
-    assert parse_fixture(log_file) == expected
+    actual, expected = comparable(parse_fixture(log_file), json.loads(expected_file.read_text()))
+    assert actual == expected
 
 
-def test_every_fixture_log_has_expectations() -> None:
+@pytest.mark.parametrize("expected_file", CASES, ids=case_id)
+def test_auto_detection_picks_the_fixture_format(expected_file: Path) -> None:
+    log_file = expected_file.with_name(expected_file.name.replace(".expected.json", ".log"))
+    parser = fixture_parser(log_file)
+    parser.parse_batch(fixture_lines(log_file))
+    assert (parser.format.name if parser.format else None) == DETECTED_FORMAT[case_id(expected_file)]
+
+
+def test_every_fixture_log_has_expectations_and_a_detection_case() -> None:
     logs = sorted(FIXTURES.glob("*/*.log"))
     assert logs, "no fixtures found"
     missing = [log.name for log in logs if not log.with_name(log.stem + ".expected.json").exists()]
     assert missing == []
+    assert sorted(DETECTED_FORMAT) == sorted(case_id(case) for case in CASES)

@@ -101,3 +101,51 @@ def test_unknown_command_line_option_exits_2(capsys):
 def test_config_error_is_an_exception_type():
     with pytest.raises(ConfigError):
         load_settings(web_listen_address="1.2.3.4")
+
+
+def test_formats_and_custom_formats_from_the_config_file(tmp_path):
+    config = tmp_path / "config.yaml"
+    config.write_text(
+        "rank-offset: 8\n"
+        "custom-formats:\n"
+        "  - name: my_loop\n"
+        "    pattern: 'it (?P<step>\\d+) loss=(?P<loss>\\S+)'\n"
+        "    contains: 'loss='\n"
+        "formats:\n"
+        "  - {path_pattern: 'attempt_*/*/stdout.log', format: my_loop}\n"
+        "  - {path_pattern: '*.txt', format: megatron}\n")
+    settings = load_settings(config=str(config))
+    assert settings.rank_offset == 8
+    assert [(custom.name, custom.contains) for custom in settings.custom_formats] == [("my_loop", "loss=")]
+    assert [(override.path_pattern, override.format) for override in settings.formats] == [
+        ("attempt_*/*/stdout.log", "my_loop"), ("*.txt", "megatron")]
+
+
+def test_formats_from_the_environment_as_json(monkeypatch):
+    monkeypatch.setenv("TRAINLOG_FORMATS", '[{"path_pattern": "*.log", "format": "hf_trainer"}]')
+    monkeypatch.setenv("TRAINLOG_RANK_OFFSET", "16")
+    settings = load_settings()
+    assert settings.formats[0].format == "hf_trainer"
+    assert settings.rank_offset == 16
+
+
+@pytest.mark.parametrize(
+    ("content", "field", "reason"),
+    [
+        ("custom_formats: [{name: x, pattern: 'loss=(?P<loss'}]\n", "custom_formats.0.pattern",
+         "not a valid regular expression"),
+        ("custom_formats: [{name: x, pattern: 'loss=(\\S+)'}]\n", "custom_formats.0.pattern", "needs a named group"),
+        ("custom_formats: [{name: megatron, pattern: '(?P<loss>\\S+)'}]\n", "custom_formats", "unique"),
+        ("formats: [{path_pattern: '*.log', format: nope}]\n", "formats", "unknown format 'nope'"),
+        ("formats: [{path_pattern: '*.log', fmt: megatron}]\n", "formats.0", ""),
+        ("rank_offset: -1\n", "rank_offset", ""),
+    ],
+)
+def test_bad_format_config_exits_2_naming_the_field(tmp_path, capsys, content, field, reason):
+    config = tmp_path / "bad.yaml"
+    config.write_text(content)
+    assert main(["--log-dir", "/tmp", "--config", str(config)]) == 2
+    error = capsys.readouterr().err
+    assert f"'{field}" in error
+    assert reason in error
+    assert error.count("\n") == 1

@@ -2,7 +2,7 @@ from __future__ import annotations
 
 import math
 
-from exporter.parse import ErrorEvent, StepRecord
+from exporter.parse import ErrorEvent, SchedulerEvent, StepRecord
 from exporter.state import ANOMALY_KINDS, ERROR_KINDS, Limits, TrainingState
 
 KEY = ("run", "node-0", "3")
@@ -70,3 +70,47 @@ def test_cardinality_guard_drops_and_counts_new_series():
     assert len(state.series) == 2
     assert state.series[("r", "n", "0")].aux_losses == {"a_loss": 1.0}
     assert state.stats.series_dropped_total == 1 + 2  # one series, one extra aux loss on each kept series
+
+
+def test_a_second_record_for_the_current_step_completes_it():
+    # DeepSpeed prints the lr and the throughput of a step on two lines.
+    state = TrainingState()
+    ingest(state, StepRecord(step=200, learning_rate=2.4e-4), StepRecord(step=200, throughput=59.7),
+           StepRecord(step=201, learning_rate=2.3e-4))
+    rank = state.series[KEY]
+    assert (rank.steps_total, rank.step, rank.learning_rate, rank.throughput) == (2, 201, 2.3e-4, 59.7)
+
+
+def test_records_without_a_step_count_and_keep_the_last_known_step():
+    state = TrainingState()
+    ingest(state, StepRecord(step=None, loss=2.0), StepRecord(step=40, loss=1.9), StepRecord(step=None, loss=math.nan))
+    rank = state.series[KEY]
+    assert (rank.steps_total, rank.step) == (3, 40)
+    assert rank.last_anomaly_step == {"loss_nonfinite": 40}
+
+
+def test_nan_iterations_of_an_interval_are_nonfinite_losses_counted_once():
+    state = TrainingState()
+    ingest(state, StepRecord(step=200, loss=2.2, nonfinite_loss_steps=2), StepRecord(step=300, loss=math.nan,
+                                                                                     nonfinite_loss_steps=1))
+    rank = state.series[KEY]
+    assert rank.anomalies["loss_nonfinite"] == 3
+    assert rank.last_anomaly_step["loss_nonfinite"] == 300
+
+
+def test_scheduler_node_timeouts_are_counted_by_node_id():
+    state = TrainingState()
+    ingest(state, SchedulerEvent("node_timeout", "3", 3), SchedulerEvent("node_timeout", "5"),
+           SchedulerEvent("worker_registered", "5", 5))
+    rank = state.series[KEY]
+    assert rank.scheduler_events == {"node_timeout": 2, "worker_registered": 1}
+    assert rank.node_timeouts == {"3": 1, "5": 1}
+
+
+def test_error_summaries_name_what_identifies_the_failure():
+    state = TrainingState()
+    ingest(state, ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
+           ErrorEvent("elastic", {"exception": "ChildFailedError", "root_cause_rank": 5, "exitcode": -6, "signal": "SIGABRT"}))
+    details = state.series[KEY].last_error_detail
+    assert details["nccl_timeout"] == "op ALLREDUCE"
+    assert details["elastic"] == "ChildFailedError (root_cause_rank 5, exitcode -6, signal SIGABRT)"

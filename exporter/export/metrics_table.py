@@ -64,7 +64,7 @@ NAMED_GAUGES = (
 )
 
 # The info pseudo-metric: value 1, the rank's facts as labels (Prometheus adds _info).
-RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, mode, file, throughput unit.", "info")
+RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, format, mode, file, throughput unit.", "info")
 
 RANK_COUNTERS = (
     MetricSpec("training_log_lines", "Log lines read from the rank's log.", "lines_total", "{line}"),
@@ -76,6 +76,8 @@ KIND_COUNTERS = (
     MetricSpec("training_anomalies", "Anomalies detected at step resolution, by kind.", "anomalies", "{anomaly}", "kind"),
     MetricSpec("training_errors", "Failure signatures seen in the rank's log, by kind.", "errors", "{error}", "kind"),
     MetricSpec("training_scheduler_events", "Cluster events from msrun's scheduler.log, by kind.", "scheduler_events", "{event}", "kind"),
+    MetricSpec("training_scheduler_node_timeouts", "Nodes msrun's scheduler declared timed out, by node id (repeated lines count once).",
+               "node_timeouts", "{timeout}", "node_id"),
 )
 
 STATS_GAUGES = (MetricSpec("trainlog_files_followed", "Log files currently followed.", "files_followed", "{file}"),)

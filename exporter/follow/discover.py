@@ -13,14 +13,18 @@ _ROTATED = re.compile(r"(\.\d+|\.gz|\.bz2|\.xz|\.zst|[-.]\d{8,10})$")
 _WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$")
 _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE)
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
+# torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
+_TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
 
 
 @dataclass(frozen=True, slots=True)
 class LogFileRole:
     """What a followed file is: a rank's worker log or the scheduler's log."""
 
-    rank: str  # global rank, or "" when unknown (scheduler, single mixed file)
+    rank: str  # global rank (local rank when local_rank is set), or "" when unknown
     role: str  # "worker" or "scheduler"
+    # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
+    local_rank: bool = False
 
 
 def is_followed(relative_path: str, include: tuple[str, ...] = DEFAULT_INCLUDE) -> bool:
@@ -35,5 +39,8 @@ def classify(relative_path: str) -> LogFileRole:
     """Rank and role from a path relative to the log directory."""
     if _SCHEDULER.search(relative_path):
         return LogFileRole("", "scheduler")
+    torchrun = _TORCHRUN_LOG_DIR.search(relative_path)
+    if torchrun:
+        return LogFileRole(torchrun.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
     return LogFileRole(match.group(1) if match else "", "worker")

@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import re
 
+from exporter.parse.fields import add_named
 from exporter.parse.numbers import parse_duration_seconds, parse_float
 from exporter.parse.records import StepRecord
 
 PREFILTER = b"step="
+FRAMEWORK = ""  # no framework: a convention many training loops follow
 
 # A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
 _PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
@@ -16,15 +18,19 @@ _LR_KEYS = ("lr", "learning_rate")
 _GRAD_NORM_KEYS = ("grad_norm", "gnorm", "global_norm")
 _TIME_KEYS = ("step_time", "per_step_time", "time_per_step")
 _THROUGHPUT_KEYS = ("throughput",)
+_STEP_OF_TOTAL = re.compile(r"^(\d+)(?:/(\d+))?$")
 
 
 def parse_keyvalue(text: str) -> StepRecord | None:
-    """Parse a key=value step line: needs an integer step and a loss."""
+    """Parse a key=value step line: needs an integer step (``step=N`` or ``step=N/TOTAL``) and a loss."""
     fields = dict(_PAIR.findall(text))
     step = next((fields[key] for key in _STEP_KEYS if key in fields), None)
-    if step is None or "loss" not in fields or not step.isdigit():
+    step_of_total = None if step is None else _STEP_OF_TOTAL.match(step)
+    if step_of_total is None or "loss" not in fields:
         return None
-    record = StepRecord(step=int(step), loss=parse_float(fields.pop("loss")))
+    total = step_of_total.group(2)
+    record = StepRecord(step=int(step_of_total.group(1)), total_steps=int(total) if total else None,
+                        loss=parse_float(fields.pop("loss")))
     for key in _STEP_KEYS:
         fields.pop(key, None)
     for name, raw in fields.items():
@@ -36,12 +42,6 @@ def parse_keyvalue(text: str) -> StepRecord | None:
             record.step_time_seconds = parse_duration_seconds(raw)
         elif name in _THROUGHPUT_KEYS:
             record.throughput = parse_float(raw)
-        elif name.endswith("_loss"):
-            value = parse_float(raw)
-            if value is not None:
-                record.aux_losses[name] = value
         else:
-            value = parse_float(raw)
-            if value is not None:
-                record.extra[name] = value
+            add_named(record, name, parse_float(raw))
     return record

@@ -1,60 +1,191 @@
-"""Per-file dispatch from a raw line to records.
+"""Per-file dispatch from raw lines to records.
 
-The only state kept between lines is what a format needs across lines (an open
-traceback). Cheap byte searches decide which parser may match before any decoding or
-regular expression runs: most lines of a worker log are framework noise.
+A file's format is detected from its first step line (or forced by the configuration);
+from then on only that format's parser runs, behind a byte test, so the framework noise
+that makes up most of a worker log costs a few substring searches per line. Failure
+signatures run on every line. The only state kept between lines is what spans lines:
+open tracebacks (one per rank stream of a tee'd file), the exception a C++ ``terminate``
+announced, NCCL watchdog timeouts already counted, and the scheduler's node table.
 """
 
 from __future__ import annotations
 
-from exporter.parse import events, keyvalue, mindformers
-from exporter.parse.records import ErrorEvent, Record
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
 
-_TRACEBACK_PREFILTER = b"Traceback (most recent call last)"
-# Frames and source lines of a traceback are indented; anything longer than this many
-# lines without an exception line is not a traceback we understand.
-_MAX_TRACEBACK_LINES = 500
+from exporter.parse import events, mindformers
+from exporter.parse.blocks import Block
+from exporter.parse.formats import BUILTIN_FORMATS, Format
+from exporter.parse.records import ErrorEvent, Record, SchedulerEvent
+from exporter.parse.scheduler import SchedulerLog
+
+# torchrun --tee/--redirects prefixes: ``[default3]:`` (role name + LOCAL rank) and the
+# ``[rank3]: `` of init_process_group's excepthook and c10 logs (GLOBAL rank). They stack.
+_PREFIX = re.compile(rb"\[([A-Za-z_]+)(\d+)\]: ?")
+_THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
+# Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
+_MAX_WATCHDOG_KEYS = 4096
+
+
+@dataclass(slots=True)
+class ParsedBatch:
+    """What a batch of one file's lines held."""
+
+    records: list[Record]
+    lines_by_rank: dict[int | None, int]  # None: lines without a rank prefix
+    unparsed: int  # lines that matched no format, no signature and no open block
 
 
 class LineParser:
     """Turns one file's lines into records."""
 
-    def __init__(self) -> None:
-        self._traceback_lines = 0  # >0 while inside a traceback
+    def __init__(self, candidates: Iterable[Format] = BUILTIN_FORMATS, *, forced: Format | None = None,
+                 rank_offset: int = 0) -> None:
+        self._candidates = tuple(candidates)
+        self._format = forced  # final: no more detection
+        self._provisional: Format | None = None  # detected, but its lines carry no loss
+        self._rank_offset = rank_offset
+        self._blocks: dict[int | None, Block] = {}
+        self._thrown: dict[int | None, str] = {}
+        self._watchdog_seen: set[tuple[object, object]] = set()
+        self._scheduler_log = SchedulerLog()
+
+    @property
+    def format(self) -> Format | None:
+        """The file's format, once known."""
+        return self._format or self._provisional
+
+    def parse_batch(self, lines: Iterable[bytes]) -> ParsedBatch:
+        """Records of a batch of lines (without newlines), ending with failures the batch completed."""
+        records: list[Record] = []
+        lines_by_rank: dict[int | None, int] = {}
+        unparsed = 0
+        parse_line = self._parse_line
+        for line in lines:
+            rank, recognized = parse_line(line, records)
+            lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+            if not recognized:
+                unparsed += 1
+        # The end of what was written so far ends a failure block: a crash is often the
+        # last thing a rank writes, and nothing may come to close it.
+        for rank, block in list(self._blocks.items()):
+            for event in block.flush():
+                self._emit(event, rank, records)
+        return ParsedBatch(records, lines_by_rank, unparsed)
 
     def parse(self, line: bytes) -> list[Record]:
-        """Records in one line (without its newline); an empty list when nothing matched."""
+        """Records of one line; a traceback's events come when a later line or parse_batch ends it."""
         records: list[Record] = []
-        if self._traceback_lines:
-            self._continue_traceback(line, records)
-        if mindformers.PREFILTER in line:
-            step = mindformers.parse_pynative(line.decode("utf-8", "replace"))
-            if step is not None:
-                records.append(step)
-                return records
-        if keyvalue.PREFILTER in line:
-            step = keyvalue.parse_keyvalue(line.decode("utf-8", "replace"))
-            if step is not None:
-                records.append(step)
-                return records
-        if mindformers.BANNER_PREFILTER in line:
-            info = mindformers.parse_banner(line.decode("utf-8", "replace"))
-            if info is not None:
-                records.append(info)
-                return records
-        if _TRACEBACK_PREFILTER in line:
-            self._traceback_lines = 1
-            return records
-        event = events.match_signature(line)
-        if event is not None:
-            records.append(event)
+        self._parse_line(line, records)
         return records
 
-    def _continue_traceback(self, line: bytes, records: list[Record]) -> None:
-        self._traceback_lines += 1
-        exception = events.exception_type(line.decode("utf-8", "replace"))
-        if exception is not None:
-            self._traceback_lines = 0
-            records.append(ErrorEvent("traceback", {"exception": exception}))
-        elif self._traceback_lines > _MAX_TRACEBACK_LINES:
-            self._traceback_lines = 0
+    def _parse_line(self, line: bytes, out: list[Record]) -> tuple[int | None, bool]:
+        rank = None
+        body = line
+        if line[:1] == b"[":
+            match = _PREFIX.match(line)
+            if match is not None:
+                rank, body = self._strip_prefixes(line, match)
+        if self._blocks:
+            block = self._blocks.get(rank)
+            if block is not None and self._feed_block(block, rank, body, out):
+                return rank, True
+        fmt = self._format
+        if fmt is not None:
+            if fmt.prefilter in body:
+                record = fmt.parse(body.decode("utf-8", "replace"))
+                if record is not None:
+                    self._emit(record, rank, out)
+                    return rank, True
+        else:
+            record = self._detect(body)
+            if record is not None:
+                self._emit(record, rank, out)
+                return rank, True
+        if (fmt is None or fmt.framework == "mindformers") and mindformers.BANNER_PREFILTER in body:
+            info = mindformers.parse_banner(body.decode("utf-8", "replace"))
+            if info is not None:
+                self._emit(info, rank, out)
+                return rank, True
+        return rank, self._failure(body, rank, out)
+
+    def _strip_prefixes(self, line: bytes, match: re.Match[bytes]) -> tuple[int, bytes]:
+        global_rank = local_rank = None
+        end = 0
+        while match is not None:
+            if match.group(1) == b"rank":
+                global_rank = int(match.group(2))
+            else:
+                local_rank = int(match.group(2))
+            end = match.end()
+            match = _PREFIX.match(line, end)
+        rank = global_rank if global_rank is not None else local_rank + self._rank_offset
+        return rank, line[end:]
+
+    def _feed_block(self, block: Block, rank: int | None, body: bytes, out: list[Record]) -> bool:
+        fmt = self._format
+        starts_record = fmt is not None and bool(fmt.prefilter) and fmt.prefilter in body
+        found, consumed = block.feed(body, starts_record)
+        if block.finished:
+            del self._blocks[rank]
+        for event in found:
+            self._emit(event, rank, out)
+        return consumed
+
+    def _detect(self, body: bytes) -> Record | None:
+        text = None
+        for fmt in self._candidates:
+            if fmt.prefilter in body:
+                if text is None:
+                    text = body.decode("utf-8", "replace")
+                record = fmt.parse(text)
+                if record is not None:
+                    if fmt.provisional:
+                        self._provisional = fmt
+                    else:
+                        self._format = fmt
+                    return record
+        return None
+
+    def _failure(self, body: bytes, rank: int | None, out: list[Record]) -> bool:
+        """Failure signatures and the start of multi-line failures; True when the line was one."""
+        if events.FAILURE_GATE.search(body) is None:
+            return False
+        if body.startswith(events.TRACEBACK_START):
+            self._blocks[rank] = Block()
+            return True
+        event = events.classify(body)
+        if event is not None:
+            exception = self._thrown.pop(rank, None) if events.WHAT in body else None
+            exception = exception or events.standalone_exception_type(body.decode("utf-8", "replace"))
+            if exception:
+                event.detail = {"exception": exception, **event.detail}
+            self._emit(event, rank, out)
+            return True
+        if events.CHILD_FAILED in body:
+            self._blocks[rank] = Block(elastic=True)
+            return True
+        if events.TERMINATE in body:
+            thrown = _THROWN.search(body)
+            if thrown is not None:
+                self._thrown[rank] = thrown.group(1).decode("utf-8", "replace")
+                return True
+        return False
+
+    def _emit(self, record: Record, rank: int | None, out: list[Record]) -> None:
+        if rank is not None:
+            record.rank = rank
+        if type(record) is ErrorEvent and record.kind == "nccl_timeout":
+            # Each timed-out work prints three times or more (log line, watchdog exception, what()).
+            key = (record.detail.get("pg_rank", rank), record.detail.get("seq_num"))
+            if key in self._watchdog_seen:
+                return
+            if len(self._watchdog_seen) >= _MAX_WATCHDOG_KEYS:
+                self._watchdog_seen.clear()
+            self._watchdog_seen.add(key)
+        elif type(record) is SchedulerEvent:
+            record = self._scheduler_log.observe(record)
+            if record is None:
+                return
+        out.append(record)

@@ -1,4 +1,4 @@
-"""MindFormers PyNative LossCallback step lines.
+"""MindFormers PyNative LossCallback step lines and the run_mindformer.py mode banner.
 
 Anchored on the record itself, ``{ step:[  100/ 1000], loss: ..., ... }``, never on the
 logger prefix in front of it, which differs between versions and launchers.
@@ -8,15 +8,16 @@ from __future__ import annotations
 
 import re
 
+from exporter.parse.fields import add_named
 from exporter.parse.numbers import parse_duration_seconds, parse_float, parse_number_with_unit
 from exporter.parse.records import RunInfo, StepRecord
 
 PREFILTER = b"step:["
-BANNER_PREFILTER = b"PYNATIVE_MODE"
+BANNER_PREFILTER = b"Running MindFormers in "
 
 _RECORD = re.compile(r"\{\s*step:\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*,(?P<body>[^{}]*)\}")
 _FIELD = re.compile(r"([A-Za-z_][A-Za-z0-9_]*)\s*:\s*([^,}]+)")
-_BANNER = re.compile(r"Running MindFormers in PYNATIVE_MODE")
+_BANNER = re.compile(r"Running MindFormers in (PYNATIVE|GRAPH)_MODE")
 
 # MindFormers prints the literal "NaN" when it could not obtain the gradient norm this
 # step: that is a missing sample, not a numerical anomaly (a real NaN prints as "nan").
@@ -48,18 +49,13 @@ def _apply_field(record: StepRecord, name: str, raw: str) -> None:
         parsed = parse_number_with_unit(raw)
         if parsed is not None:
             record.throughput, record.throughput_unit = parsed[0], parsed[1] or None
-    elif name.endswith("_loss"):
-        value = parse_float(raw)
-        if value is not None:
-            record.aux_losses[name] = value
     else:
-        value = parse_float(raw)
-        if value is not None:
-            record.extra[name] = value
+        add_named(record, name, parse_float(raw))
 
 
 def parse_banner(text: str) -> RunInfo | None:
-    """The ``Running MindFormers in PYNATIVE_MODE.`` banner from run_mindformer.py."""
-    if _BANNER.search(text) is None:
+    """The ``Running MindFormers in PYNATIVE_MODE.`` (or GRAPH_MODE) banner from run_mindformer.py."""
+    match = _BANNER.search(text)
+    if match is None:
         return None
-    return RunInfo({"framework": "mindformers", "mode": "pynative"})
+    return RunInfo({"framework": "mindformers", "mode": match.group(1).lower()})

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import re
 
 _DURATION = re.compile(r"^([-+0-9.eE]+|nan|inf)\s*(ms|s|us|sec|seconds)?$", re.IGNORECASE)
@@ -38,3 +39,8 @@ def parse_number_with_unit(text: str) -> tuple[float, str] | None:
     if value is None:
         return None
     return value, match.group(2)
+
+
+def finite_int(value: float | None) -> int | None:
+    """A step number read as a float (JSON, regex groups): 100.0 -> 100; nan and None -> None."""
+    return int(value) if value is not None and math.isfinite(value) else None

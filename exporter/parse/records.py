@@ -1,4 +1,9 @@
-"""What parsers produce: plain value objects, no behaviour."""
+"""What parsers produce: plain value objects, no behaviour.
+
+``rank`` on a record is the global rank named by the line's own prefix (``[rank3]:``, or
+``[default3]:`` plus the node's rank offset) in a file that mixes ranks; None means "the
+file's rank". Format parsers never set it: the per-file LineParser does.
+"""
 
 from __future__ import annotations
 
@@ -9,7 +14,8 @@ from dataclasses import dataclass, field
 class StepRecord:
     """One training step line. Absent fields stay None; non-finite values stay float('nan'/'inf')."""
 
-    step: int
+    # None when the format prints no step (Hugging Face Trainer's log dicts).
+    step: int | None
     total_steps: int | None = None
     loss: float | None = None
     learning_rate: float | None = None
@@ -20,6 +26,10 @@ class StepRecord:
     aux_losses: dict[str, float] = field(default_factory=dict)
     # Numeric extras a framework prints (loss_scale, skipped iterations, mfu, ...).
     extra: dict[str, float] = field(default_factory=dict)
+    # Steps of the logging interval whose loss was non-finite although the line shows none
+    # (Megatron-LM's "number of nan iterations": it drops a NaN loss from the line).
+    nonfinite_loss_steps: int = 0
+    rank: int | None = None
 
 
 @dataclass(slots=True)
@@ -28,6 +38,7 @@ class ErrorEvent:
 
     kind: str
     detail: dict[str, str | float] = field(default_factory=dict)
+    rank: int | None = None
 
 
 @dataclass(slots=True)
@@ -36,6 +47,10 @@ class SchedulerEvent:
 
     kind: str
     node_id: str | None = None
+    # The rank the event is about (from the node's registration), not the series it lands in.
+    node_rank: int | None = None
+    detail: dict[str, str | float] = field(default_factory=dict)
+    rank: int | None = None
 
 
 @dataclass(slots=True)
@@ -43,6 +58,7 @@ class RunInfo:
     """Facts about the run printed once (banners): framework, mode, ..."""
 
     values: dict[str, str]
+    rank: int | None = None
 
 
 Record = StepRecord | ErrorEvent | SchedulerEvent | RunInfo

@@ -80,13 +80,14 @@ class PlateauTracker:
         self._best = math.inf
         self.best_step: int | None = None
 
-    def observe(self, step: int, loss: float) -> None:
+    def observe(self, step: int | None, loss: float) -> None:
+        """Feed a finite loss; ``step`` is None while the rank's step is unknown (no best step then)."""
         if self._smoothed is None:
             self._smoothed = loss
         else:
             self._smoothed += self._config.plateau_alpha * (loss - self._smoothed)
-        margin = self._config.plateau_min_relative_improvement * abs(self._best)
-        if self.best_step is None or self._smoothed < self._best - margin:
+        first = math.isinf(self._best)
+        if first or self._smoothed < self._best - self._config.plateau_min_relative_improvement * abs(self._best):
             self._best = self._smoothed
             self.best_step = step
 

@@ -51,6 +51,7 @@ class RankState:
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
     last_error_detail: dict[str, str] = field(default_factory=dict)
     scheduler_events: dict[str, int] = field(default_factory=dict)
+    node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
     loss_spikes: SpikeDetector | None = None
     grad_norm_spikes: SpikeDetector | None = None
@@ -126,6 +127,8 @@ class TrainingState:
                 self._apply_error(rank, record, now)
             elif isinstance(record, SchedulerEvent):
                 self._count(rank, rank.scheduler_events, record.kind)
+                if record.kind == "node_timeout" and record.node_id is not None:
+                    self._count(rank, rank.node_timeouts, record.node_id)
             elif isinstance(record, RunInfo):
                 rank.info.update(record.values)
 
@@ -139,9 +142,14 @@ class TrainingState:
         return rank
 
     def _apply_step(self, rank: RankState, record: StepRecord, now: float) -> None:
-        rank.steps_total += 1
+        # DeepSpeed prints the lr and the throughput of one step on two lines: a record for
+        # the step the rank is at completes that step instead of counting another one.
+        if record.step is None or record.step != rank.step:
+            rank.steps_total += 1
         rank.last_step_timestamp = now
-        rank.step = record.step
+        if record.step is not None:
+            rank.step = record.step
+        step = rank.step  # Hugging Face Trainer prints no step: anomalies keep the last one known
         if record.total_steps is not None:
             rank.total_steps = record.total_steps
         if record.learning_rate is not None:
@@ -158,14 +166,18 @@ class TrainingState:
             self._set_named(rank, rank.extra, name, value)
         if record.loss is not None:
             rank.loss = record.loss
-            self._check_loss(rank, record.step, record.loss)
+            self._check_loss(rank, step, record.loss, counted_elsewhere=record.nonfinite_loss_steps > 0)
+        if record.nonfinite_loss_steps:
+            # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
+            self._anomaly(rank, "loss_nonfinite", step, record.nonfinite_loss_steps)
         if record.grad_norm is not None:
             rank.grad_norm = record.grad_norm
-            self._check_grad_norm(rank, record.step, record.grad_norm)
+            self._check_grad_norm(rank, step, record.grad_norm)
 
-    def _check_loss(self, rank: RankState, step: int, loss: float) -> None:
+    def _check_loss(self, rank: RankState, step: int | None, loss: float, counted_elsewhere: bool = False) -> None:
         if not math.isfinite(loss):
-            self._anomaly(rank, "loss_nonfinite", step)
+            if not counted_elsewhere:
+                self._anomaly(rank, "loss_nonfinite", step)
             return
         if rank.loss_spikes is None:
             rank.loss_spikes = SpikeDetector(self._detectors)
@@ -174,7 +186,7 @@ class TrainingState:
             self._anomaly(rank, "loss_spike", step)
         rank.plateau.observe(step, loss)
 
-    def _check_grad_norm(self, rank: RankState, step: int, grad_norm: float) -> None:
+    def _check_grad_norm(self, rank: RankState, step: int | None, grad_norm: float) -> None:
         if not math.isfinite(grad_norm):
             self._anomaly(rank, "grad_norm_nonfinite", step)
             return
@@ -184,17 +196,18 @@ class TrainingState:
             self._anomaly(rank, "grad_norm_spike", step)
 
     @staticmethod
-    def _anomaly(rank: RankState, kind: str, step: int) -> None:
-        rank.anomalies[kind] += 1
-        rank.last_anomaly_step[kind] = step
+    def _anomaly(rank: RankState, kind: str, step: int | None, count: int = 1) -> None:
+        rank.anomalies[kind] += count
+        if step is not None:
+            rank.last_anomaly_step[kind] = step
 
     def _apply_error(self, rank: RankState, event: ErrorEvent, now: float) -> None:
         kind = event.kind if event.kind in rank.errors else "other"
         rank.errors[kind] += 1
         rank.last_error_timestamp[kind] = now
-        summary = event.detail.get("exception") or event.detail.get("message") or event.detail.get("op")
-        if summary is not None:
-            rank.last_error_detail[kind] = str(summary)
+        summary = _error_summary(event.detail)
+        if summary:
+            rank.last_error_detail[kind] = summary
 
     def _count(self, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
@@ -209,5 +222,16 @@ class TrainingState:
             self.stats.series_dropped_total += 1
 
     def _has_room(self, rank: RankState) -> bool:
-        used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events)
+        used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events) + len(rank.node_timeouts)
         return used < self._limits.max_named_values_per_series
+
+
+def _error_summary(detail: dict[str, str | float]) -> str:
+    """One short phrase for the status page: the exception type and what identifies the failure."""
+    head = detail.get("exception") or detail.get("message") or ""
+    facts = [f"{name} {detail[name]}" for name in _SUMMARY_FACTS if name in detail]
+    return f"{head} ({', '.join(facts)})" if head and facts else str(head) or ", ".join(facts)
+
+
+# Detail keys worth a place in the summary, in this order.
+_SUMMARY_FACTS = ("op", "code", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal")

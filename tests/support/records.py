@@ -1,4 +1,11 @@
-"""Records as the plain dicts used by the fixtures' *.expected.json files."""
+"""Records as the plain dicts of the fixtures' *.expected.json files, and how they are compared.
+
+The comparison follows docs/formats-research.md section 0: records are compared per rank
+in order (a traceback's events are emitted when its block ends, after lines of other
+ranks); every key an expected record names is compared, keys it leaves out are not (the
+core fixtures name ``throughput_unit``, the format fixtures ``rank``); inside ``detail``
+the keys in REQUIRED_DETAIL must agree both ways, any other key only where both have it.
+"""
 
 from __future__ import annotations
 
@@ -6,6 +13,9 @@ import math
 from pathlib import Path
 
 from exporter.parse import ErrorEvent, LineParser, RunInfo, SchedulerEvent, StepRecord
+from exporter.parse.formats import FormatSelection
+
+REQUIRED_DETAIL = {"exception", "code", "op", "seq_num", "timeout_seconds", "root_cause_rank", "exitcode"}
 
 
 def plain_number(value: float | None) -> float | str | None:
@@ -19,6 +29,7 @@ def record_as_dict(record) -> dict:
     if isinstance(record, StepRecord):
         return {
             "type": "step",
+            "rank": record.rank,
             "step": record.step,
             "total_steps": record.total_steps,
             "loss": plain_number(record.loss),
@@ -29,22 +40,69 @@ def record_as_dict(record) -> dict:
             "throughput_unit": record.throughput_unit,
             "aux": {name: plain_number(value) for name, value in record.aux_losses.items()},
             "extra": {name: plain_number(value) for name, value in record.extra.items()},
+            "nonfinite_loss_steps": record.nonfinite_loss_steps,
         }
     if isinstance(record, ErrorEvent):
-        return {"type": "error", "kind": record.kind, "detail": dict(record.detail)}
+        return {"type": "error", "kind": record.kind, "rank": record.rank, "detail": dict(record.detail)}
     if isinstance(record, SchedulerEvent):
-        return {"type": "scheduler", "kind": record.kind, "node_id": record.node_id}
+        return {"type": "scheduler", "kind": record.kind, "node_id": record.node_id, "node_rank": record.node_rank,
+                "rank": record.rank, "detail": dict(record.detail)}
     if isinstance(record, RunInfo):
-        return {"type": "info", **record.values}
+        return {"type": "info", "rank": record.rank, **record.values}
     raise TypeError(f"unknown record {record!r}")
 
 
-def parse_fixture(path: Path) -> list[dict]:
-    """Every record of a fixture log, header comments skipped."""
-    parser = LineParser()
-    records = []
-    for line in path.read_bytes().split(b"\n"):
-        if line.startswith(b"# "):
-            continue
-        records.extend(record_as_dict(record) for record in parser.parse(line))
-    return records
+def fixture_parser(path: Path) -> LineParser:
+    """The parser the exporter would give the fixture: scheduler logs get the scheduler's format."""
+    role = "scheduler" if path.stem.endswith("scheduler") else "worker"
+    selection = FormatSelection()
+    return LineParser(selection.candidates(), forced=selection.forced(path.name, role))
+
+
+def fixture_lines(path: Path) -> list[bytes]:
+    """The fixture's lines without its header comments (only at the top of the file)."""
+    lines = path.read_bytes().split(b"\n")
+    while lines and lines[0].startswith(b"# "):
+        lines.pop(0)
+    if lines and lines[-1] == b"":
+        lines.pop()
+    return lines
+
+
+def parse_fixture(path: Path, parser: LineParser | None = None) -> list[dict]:
+    """Every record of a fixture log, read as one batch."""
+    parser = parser or fixture_parser(path)
+    return [record_as_dict(record) for record in parser.parse_batch(fixture_lines(path)).records]
+
+
+def by_rank(records: list[dict]) -> list[dict]:
+    """Records grouped by rank (no rank first), each rank's records in their order."""
+    return sorted(records, key=lambda record: (record.get("rank") is not None, record.get("rank") or 0))
+
+
+def comparable(actual: list[dict], expected: list[dict]) -> tuple[list, list]:
+    """Both sides reduced to what the comparison rules check, ready for ``==`` with a readable diff."""
+    actual, expected = by_rank(actual), by_rank(expected)
+    shown = [_project(got, want) for got, want in zip(actual, expected)] + actual[len(expected):]
+    return _rounded(shown), _rounded(expected)
+
+
+def _project(actual: dict, expected: dict) -> dict:
+    projected = {key: actual.get(key, "<missing>") for key in expected}
+    if "detail" in expected and isinstance(actual.get("detail"), dict):
+        got, want = actual["detail"], expected["detail"]
+        keys = set(want) | (set(got) & REQUIRED_DETAIL)
+        projected["detail"] = {key: got.get(key, "<missing>") if key in REQUIRED_DETAIL or key in got else want[key]
+                               for key in keys}
+    return projected
+
+
+def _rounded(value):
+    """Floats to 10 significant digits: 48211.7 / 1000 and 48.2117 are the same value."""
+    if isinstance(value, float):
+        return float(f"{value:.10g}")
+    if isinstance(value, dict):
+        return {key: _rounded(item) for key, item in value.items()}
+    if isinstance(value, list):
+        return [_rounded(item) for item in value]
+    return value

@@ -1,0 +1,46 @@
+"""Hugging Face Trainer log dicts (transformers ProgressCallback / PrinterCallback).
+
+Current versions print formatted strings, ``{'loss': '0.466', 'grad_norm': '0.8123',
+'learning_rate': '4.6e-05', 'epoch': '0.2'}``; older ones raw floats with bare ``nan``
+(not a Python literal, hence a regular expression rather than ``ast.literal_eval``).
+The dict holds no step: step and total come only from a tqdm bar glued to the same
+physical line by ``\\r`` (``40/1000 [00:52<20:48, ...]\\r...\\r{'loss': ...}``).
+Evaluation dicts (``eval_loss``) and the final train summary are not training steps.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.parse.fields import add_named, metric_name
+from exporter.parse.numbers import parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b"{'loss'"
+FRAMEWORK = "transformers"
+
+_DICT = re.compile(r"\{'loss':[^{}]*\}")
+_PAIR = re.compile(r"'(?P<key>[^']+)':\s*'?(?P<value>[^,'}]*)'?")
+_PROGRESS = re.compile(r"(\d+)/(\d+) \[")
+
+
+def parse(text: str) -> StepRecord | None:
+    """One training log dict; None when the line holds none."""
+    match = _DICT.search(text)
+    if match is None:
+        return None
+    record = StepRecord(step=None)
+    progress = _PROGRESS.search(text, 0, match.start())
+    if progress is not None:
+        record.step, record.total_steps = int(progress.group(1)), int(progress.group(2))
+    for key, raw in _PAIR.findall(match.group(0)):
+        value = parse_float(raw.strip())
+        if key == "loss":
+            record.loss = value
+        elif key == "learning_rate":
+            record.learning_rate = value
+        elif key == "grad_norm":
+            record.grad_norm = value
+        else:
+            add_named(record, metric_name(key), value)
+    return record

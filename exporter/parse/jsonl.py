@@ -1,0 +1,73 @@
+"""JSON lines: one metrics dict per step, as custom training loops write them.
+
+``{"step": 100, "loss": 2.345, "lr": 0.0001, "grad_norm": 1.2, "step_time": 0.85}``, possibly
+behind a logger prefix. Python's ``json.dumps`` writes ``NaN``/``Infinity``, which
+``json.loads`` reads back. A dict without a loss is not a step (an event, a checkpoint note).
+"""
+
+from __future__ import annotations
+
+import json
+
+from exporter.parse.fields import add_named, metric_name
+from exporter.parse.numbers import finite_int, parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b'loss"'
+FRAMEWORK = ""  # no framework: a convention many training loops follow
+
+_STEP_KEYS = ("step", "iteration", "global_step")
+_TOTAL_KEYS = ("total_steps", "total_iterations", "max_steps")
+_LOSS_KEYS = ("loss", "train_loss")
+_LR_KEYS = ("lr", "learning_rate")
+_GRAD_NORM_KEYS = ("grad_norm", "gnorm")
+_TIME_KEYS = ("step_time", "iteration_time")  # seconds
+_THROUGHPUT_UNITS = {"throughput": None, "tokens_per_sec": "tokens/s", "tps": "tokens/s"}
+
+
+def parse(text: str) -> StepRecord | None:
+    """One metrics dict; None when the line holds none or it has no loss."""
+    start = text.find("{")
+    if start < 0:
+        return None
+    try:
+        loaded = json.loads(text[start:])
+    except ValueError:  # truncated or not JSON at all
+        return None
+    if not isinstance(loaded, dict):
+        return None
+    values = {metric_name(str(key).removeprefix("train/")): _number(value) for key, value in loaded.items()}
+    loss_key = next((key for key in _LOSS_KEYS if key in values), None)
+    if loss_key is None:
+        return None
+    step = _first(values, _STEP_KEYS)
+    total = _first(values, _TOTAL_KEYS)
+    record = StepRecord(step=finite_int(step), total_steps=finite_int(total), loss=values.pop(loss_key))
+    record.learning_rate = _first(values, _LR_KEYS)
+    record.grad_norm = _first(values, _GRAD_NORM_KEYS)
+    record.step_time_seconds = _first(values, _TIME_KEYS)
+    for key, unit in _THROUGHPUT_UNITS.items():
+        if values.get(key) is not None:
+            record.throughput, record.throughput_unit = values.pop(key), unit
+    for name, value in values.items():
+        add_named(record, name, value)
+    return record
+
+
+def _first(values: dict[str, float | None], keys: tuple[str, ...]) -> float | None:
+    """The value of the first key present (popping every alias, so none becomes an extra)."""
+    found = None
+    for key in keys:
+        value = values.pop(key, None)
+        if found is None:
+            found = value
+    return found
+
+
+def _number(value: object) -> float | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, (int, float)):
+        return float(value)
+    return parse_float(value) if isinstance(value, str) else None
+

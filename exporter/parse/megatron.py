@@ -1,0 +1,59 @@
+"""Megatron-LM ``training_log`` lines (megatron/training/training.py).
+
+`` [2025-03-02 10:15:31.123456] iteration      100/   50000 | consumed samples: 51200 |
+elapsed time per iteration (ms): 1523.4 | ... | lm loss: 2.345678E+00 | load_balancing_loss: ... |
+mtp_1 loss: ... | loss scale: 1.0 | grad norm: 0.873 | number of skipped iterations: 0 |
+number of nan iterations: 0 |``. Every field but the iteration is optional and versions add
+more, so the line is split on ``|`` and read as ``key: value`` pairs.
+
+Megatron prints a loss only ``if avg >= 0.0``: a NaN loss vanishes from the line. The
+"number of nan iterations" of the interval is kept so state can count it as a non-finite loss.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.parse.fields import add_named, metric_name
+from exporter.parse.numbers import parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b"iteration"
+FRAMEWORK = "megatron"
+THROUGHPUT_UNIT = "TFLOP/s/GPU"
+
+_ANCHOR = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|")
+
+
+def parse(text: str) -> StepRecord | None:
+    """One iteration line; None when the line holds none."""
+    match = _ANCHOR.search(text)
+    if match is None:
+        return None
+    record = StepRecord(step=int(match.group(1)), total_steps=int(match.group(2)))
+    for field in text[match.end():].split("|"):
+        key, colon, raw = field.partition(":")
+        if colon:
+            _apply_field(record, key.strip(), parse_float(raw.strip()))
+    return record
+
+
+def _apply_field(record: StepRecord, key: str, value: float | None) -> None:
+    if value is None:
+        return
+    name = metric_name(key.removeprefix("number of "))
+    if name in ("lm_loss", "loss"):
+        record.loss = value
+    elif name == "elapsed_time_per_iteration":
+        record.step_time_seconds = value / 1000 if "(ms)" in key else value
+    elif name == "learning_rate":
+        record.learning_rate = value
+    elif name == "grad_norm":
+        record.grad_norm = value
+    elif name in ("throughput_per_gpu", "tflops"):  # TFLOPs: Megatron-DeepSpeed's spelling
+        record.throughput, record.throughput_unit = value, THROUGHPUT_UNIT
+    else:
+        if name == "nan_iterations":
+            record.nonfinite_loss_steps = int(value)
+        # "mtp_1 loss" -> mtp_1_loss: loss terms are auxiliary losses.
+        add_named(record, name, value)

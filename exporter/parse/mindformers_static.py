@@ -1,0 +1,66 @@
+"""MindFormers static-graph ``MFLossMonitor`` lines (mindformers/core/callback/callback.py).
+
+``{ Epoch:[  1/  2], step:[    3/   19], loss: 9.673, per_step_time: 1754ms, lr: 9.981987e-06,
+overflow cond: False, loss_scale: 1.0, global_norm: [10.579812], train_throughput_per_npu: 170.523T``
+(the closing ``}`` ends the progress-bar line that follows). ``step:[x/y]`` counts within the
+epoch, so the global step is ``(epoch - 1) * y + x``. Values are printed with ``%s``: numpy
+arrays in brackets, ``unavailable`` for an unknown loss scale.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.parse.fields import add_named, metric_name
+from exporter.parse.numbers import parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b"Epoch:["
+FRAMEWORK = "mindformers"
+
+_RECORD = re.compile(r"\{\s*Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\],(?P<body>[^{}]*)")
+# ``key: value`` or ``global_norm [..]`` (no colon in some versions); values hold no comma.
+_FIELD = re.compile(r"\s*(?P<key>[A-Za-z_][\w ]*?)\s*(?::\s*|(?=\[))(?P<value>[^,]*?)\s*(?:,|\}|$)")
+_LOSS_PAIR = re.compile(r"^\[\s*([^/\]]+?)\s*/\s*([^\]]+?)\s*\]$")  # non-sink mode: [this step/epoch mean]
+_BOOLEANS = {"True": 1.0, "False": 0.0}
+
+
+def parse(text: str) -> StepRecord | None:
+    """One MFLossMonitor record; None when the line holds none."""
+    match = _RECORD.search(text)
+    if match is None:
+        return None
+    epoch, epochs, epoch_step, steps_per_epoch = (int(group) for group in match.groups()[:4])
+    record = StepRecord(step=(epoch - 1) * steps_per_epoch + epoch_step, total_steps=epochs * steps_per_epoch)
+    record.extra.update(epoch=epoch, total_epochs=epochs, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
+    for field in _FIELD.finditer(match.group("body")):
+        _apply_field(record, field.group("key"), field.group("value"))
+    return record
+
+
+def _apply_field(record: StepRecord, key: str, raw: str) -> None:
+    if key == "loss":
+        pair = _LOSS_PAIR.match(raw)
+        if pair is not None:
+            record.loss = _number(pair.group(1))
+            add_named(record, "loss_epoch_mean", _number(pair.group(2)))
+        else:
+            record.loss = _number(raw)
+    elif key == "per_step_time":
+        value = _number(raw.removesuffix("ms"))
+        record.step_time_seconds = None if value is None else value / 1000
+    elif key == "lr":
+        record.learning_rate = _number(raw)
+    elif key == "global_norm":
+        record.grad_norm = _number(raw)
+    elif key == "train_throughput_per_npu":
+        record.throughput, record.throughput_unit = _number(raw.removesuffix("T")), "T"
+    elif key == "overflow cond":
+        add_named(record, "overflow", _BOOLEANS.get(raw.strip("[] ")))
+    else:
+        add_named(record, metric_name(key), _number(raw))
+
+
+def _number(raw: str) -> float | None:
+    """'1e-05', '[10.579812]', '[inf]'; 'unavailable' and arrays of several values are None."""
+    return parse_float(raw.strip().strip("[]").strip())

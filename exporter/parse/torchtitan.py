@@ -1,0 +1,48 @@
+"""torchtitan ``MetricsProcessor.log`` lines (torchtitan/components/metrics.py).
+
+``step: 10  loss:  8.1234  grad_norm:  1.2345  memory: 61.20GiB(77.39%)  tps: 5,822
+tflops: 335.90  mfu: 33.96%``, colored with ANSI escapes unless disabled; older versions
+print ``wps:`` and no grad_norm. ``validate step:`` lines are validation, not training.
+"""
+
+from __future__ import annotations
+
+import re
+
+from exporter.parse.fields import add_named, metric_name
+from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.records import StepRecord
+
+PREFILTER = b"loss:"
+FRAMEWORK = "torchtitan"
+
+_ANSI = re.compile(r"\x1b\[[0-9;]*m")
+_ANCHOR = re.compile(r"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*(\S+)")
+_FIELD = re.compile(r"(\w+):\s*(\S+)")
+_MEMORY = re.compile(r"([\d.]+)GiB\(([\d.]+)%\)")
+
+
+def parse(text: str) -> StepRecord | None:
+    """One training metrics line; None when the line holds none."""
+    text = _ANSI.sub("", text)
+    match = _ANCHOR.search(text)
+    if match is None:
+        return None
+    record = StepRecord(step=int(match.group(1)), loss=parse_float(match.group(2)))
+    for key, raw in _FIELD.findall(text, match.end()):
+        if key == "grad_norm":
+            record.grad_norm = parse_float(raw)
+        elif key in ("tps", "wps"):
+            record.throughput, record.throughput_unit = parse_float(raw), "tokens/s"
+        elif key == "elapsed_time_per_step":
+            record.step_time_seconds = parse_duration_seconds(raw)
+        elif key == "memory":
+            memory = _MEMORY.match(raw)
+            if memory is not None:
+                record.extra["memory_gib"] = float(memory.group(1))
+                record.extra["memory_percent"] = float(memory.group(2))
+        elif key == "mfu":
+            add_named(record, "mfu_percent", parse_float(raw.removesuffix("%")))
+        else:
+            add_named(record, metric_name(key), parse_float(raw))
+    return record
