@@ -9,8 +9,9 @@ from collections.abc import Sequence
 
 from exporter import __version__
 from exporter.settings import ConfigError, load_settings
+from exporter.simulate.command import add_simulate_options, run_simulate
 
-SUBCOMMANDS = ("serve",)
+SUBCOMMANDS = ("serve", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +23,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="follow logs and serve /metrics (the default)")
     add_serve_options(serve)
+    simulate = commands.add_parser("simulate", help="write a simulated msrun run with injected incidents (fire drills)")
+    add_simulate_options(simulate)
     return parser
 
 
@@ -44,6 +47,11 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="truncate longer lines (default 1 MiB)", **option)
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",
                         help="debug, info, warning or error", **option)
+    parser.add_argument("--process-pattern", dest="process_pattern", metavar="REGEX",
+                        help="expose training_process_up: 1 while a process whose command line matches runs "
+                             "(sidecar sharing the pod's process namespace)", **option)
+    parser.add_argument("--demo", action="store_true",
+                        help="also follow a live simulated run written to a temporary directory", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -52,6 +60,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(0, "serve")  # serve is the default command
     arguments = vars(build_parser().parse_args(argv))
     command = arguments.pop("command")
+    if command == "simulate":
+        return run_simulate(**arguments)
     try:
         settings = load_settings(**arguments)
     except ConfigError as error:
@@ -59,8 +69,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if command == "serve":
-        if not settings.log_dir:
-            print("trainlog-exporter: no log directory: give --log-dir DIR or set TRAINLOG_LOG_DIR", file=sys.stderr)
+        if not settings.log_dir and not settings.demo:
+            print("trainlog-exporter: no log directory: give --log-dir DIR (or --demo) or set TRAINLOG_LOG_DIR",
+                  file=sys.stderr)
             return 2
         from exporter.app import serve
 

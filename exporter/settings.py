@@ -5,6 +5,7 @@ The only module that reads the environment.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -16,8 +17,11 @@ from pydantic import Field, ValidationError, field_validator
 from pydantic.fields import FieldInfo
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
 
+from exporter.state.detectors import DetectorConfig
+
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
+_DETECTOR_DEFAULTS = DetectorConfig()
 _LISTEN_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})$")
 
 
@@ -45,6 +49,17 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
+    demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
+    process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
+    process_check_interval: float = Field(5.0, gt=0, description="Seconds between --process-pattern checks.")
+    # Detector thresholds (docs/detectors.md); the defaults live in DetectorConfig.
+    spike_min_relative_jump: float = Field(_DETECTOR_DEFAULTS.spike_min_relative_jump, gt=0)
+    spike_deviations: float = Field(_DETECTOR_DEFAULTS.spike_deviations, ge=0)
+    spike_warmup_steps: int = Field(_DETECTOR_DEFAULTS.spike_warmup_steps, ge=1)
+    spike_baseline_alpha: float = Field(_DETECTOR_DEFAULTS.spike_baseline_alpha, gt=0, le=1)
+    spike_max_excursion_steps: int = Field(_DETECTOR_DEFAULTS.spike_max_excursion_steps, ge=1)
+    plateau_min_relative_improvement: float = Field(_DETECTOR_DEFAULTS.plateau_min_relative_improvement, ge=0)
+    plateau_alpha: float = Field(_DETECTOR_DEFAULTS.plateau_alpha, gt=0, le=1)
 
     @field_validator("log_dir", mode="before")
     @classmethod
@@ -61,6 +76,20 @@ class Settings(BaseSettings):
         if match is None or not 0 <= int(match.group("port")) <= 65535:
             raise ValueError(f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
         return value
+
+    @field_validator("process_pattern")
+    @classmethod
+    def _check_process_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as error:
+                raise ValueError(f"not a regular expression: {error}") from None
+        return value
+
+    @property
+    def detector_config(self) -> DetectorConfig:
+        return DetectorConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(DetectorConfig)})
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

@@ -21,7 +21,7 @@ class DetectorConfig:
     # Steps observed before a spike can be declared: the baseline must settle first.
     spike_warmup_steps: int = 20
     # Smoothing factor of the baselines (exponentially weighted; ~1/alpha steps of memory).
-    baseline_alpha: float = 0.1
+    spike_baseline_alpha: float = 0.1
     # Consecutive spiking steps after which the new level is accepted as the baseline.
     spike_max_excursion_steps: int = 10
     # Plateau: the smoothed loss must improve by this fraction to count as progress.
@@ -62,7 +62,7 @@ class SpikeDetector:
             self._mean, self._excursion = value, 0
             return False
         self._excursion = 0
-        alpha = config.baseline_alpha
+        alpha = config.spike_baseline_alpha
         self._deviation += alpha * (abs(jump) - self._deviation)
         self._mean += alpha * jump
         self._seen += 1

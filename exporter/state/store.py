@@ -85,6 +85,8 @@ class TrainingState:
     def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
         self.lock = threading.Lock()
         self.series: dict[SeriesKey, RankState] = {}
+        # (run, node) -> whether a process matching --process-pattern was alive at the last check.
+        self.process_up: dict[tuple[str, str], bool] = {}
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
