@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
@@ -10,6 +11,7 @@ from collections.abc import Sequence
 from exporter import __version__
 from exporter.settings import ConfigError, load_settings
 from exporter.simulate.command import add_simulate_options, run_simulate
+from exporter.state import DetectorConfig
 
 SUBCOMMANDS = ("serve", "simulate")
 
@@ -52,6 +54,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "(sidecar sharing the pod's process namespace)", **option)
     parser.add_argument("--demo", action="store_true",
                         help="also follow a live simulated run written to a temporary directory", **option)
+    detectors = parser.add_argument_group("detector thresholds (see docs/detectors.md)")
+    for threshold in dataclasses.fields(DetectorConfig):
+        detectors.add_argument("--" + threshold.name.replace("_", "-"), dest=threshold.name, type=type(threshold.default),
+                               metavar="N", help=f"default {threshold.default}", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:

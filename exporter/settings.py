@@ -59,6 +59,8 @@ class Settings(BaseSettings):
     spike_baseline_alpha: float = Field(_DETECTOR_DEFAULTS.spike_baseline_alpha, gt=0, le=1)
     spike_max_excursion_steps: int = Field(_DETECTOR_DEFAULTS.spike_max_excursion_steps, ge=1)
     plateau_min_relative_improvement: float = Field(_DETECTOR_DEFAULTS.plateau_min_relative_improvement, ge=0)
+    plateau_noise_deviations: float = Field(_DETECTOR_DEFAULTS.plateau_noise_deviations, ge=0)
+    plateau_window_steps: int = Field(_DETECTOR_DEFAULTS.plateau_window_steps, ge=1)
     plateau_alpha: float = Field(_DETECTOR_DEFAULTS.plateau_alpha, gt=0, le=1)
 
     @field_validator("log_dir", mode="before")

@@ -102,11 +102,12 @@ class TrainingCollector(Collector):
             yield GaugeMetricFamily(name, documentation, value=getattr(stats, attribute))
         for name, documentation, attribute in _STATS_COUNTERS:
             yield CounterMetricFamily(name, documentation, value=getattr(stats, attribute))
-        process_up = GaugeMetricFamily("training_process_up", "1 while a process matching --process-pattern runs, else 0.",
-                                       labels=["run", "node"])
-        for (run, node), up in sorted(self._state.process_up.items()):
-            process_up.add_metric([run, node], int(up))
-        yield process_up
+        if self._state.process_up:  # only with --process-pattern
+            process_up = GaugeMetricFamily("training_process_up", "1 while a process matching --process-pattern runs, else 0.",
+                                           labels=["run", "node"])
+            for (run, node), up in sorted(self._state.process_up.items()):
+                process_up.add_metric([run, node], int(up))
+            yield process_up
 
 
 def _named_gauge(name, documentation, label, series, values_of) -> GaugeMetricFamily:

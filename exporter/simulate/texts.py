@@ -156,9 +156,9 @@ def nccl_watchdog_lines(when: datetime, rank: int, sequence: int) -> list[str]:
     stamp = f"{when:%m%d %H:%M:%S}.{when.microsecond:06d}"
     work = f"WorkNCCL(SeqNum={sequence}, OpType=ALLREDUCE, NumelIn=5057683, NumelOut=5057683, Timeout(ms)=600000)"
     return [
-        f"[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective operation timeout: "
+        f"[E{stamp} ProcessGroupNCCL.cpp:632] [Rank {rank}] Watchdog caught collective operation timeout: "
         f"{work} ran for 600041 milliseconds before timing out.",
-        f"[rank{rank}]:[E{stamp} ProcessGroupNCCL.cpp:695] [Rank {rank}] To avoid data inconsistency, "
+        f"[E{stamp} ProcessGroupNCCL.cpp:695] [Rank {rank}] To avoid data inconsistency, "
         f"we are taking the entire process down.",
     ]
 

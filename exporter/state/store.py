@@ -173,7 +173,8 @@ class TrainingState:
             rank.plateau = PlateauTracker(self._detectors)
         if rank.loss_spikes.observe(loss):
             self._anomaly(rank, "loss_spike", step)
-        rank.plateau.observe(step, loss)
+        if not rank.loss_spikes.in_spike:  # a spike says nothing about progress
+            rank.plateau.observe(step, loss)
 
     def _check_grad_norm(self, rank: RankState, step: int, grad_norm: float) -> None:
         if not math.isfinite(grad_norm):
