@@ -7,6 +7,7 @@ import re
 import subprocess
 import sys
 import uuid
+from pathlib import Path
 
 import pytest
 
@@ -22,6 +23,8 @@ def trainer():
     """A stand-in trainer: a real process whose command line carries a unique marker."""
     marker = f"run_mindformer-{uuid.uuid4().hex}"
     process = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--config", marker])
+    # Right after exec the kernel may show an empty command line for a moment.
+    eventually(lambda: marker.encode() in Path(f"/proc/{process.pid}/cmdline").read_bytes(), 5, what="the trainer")
     yield process, marker
     process.kill()
     process.wait()

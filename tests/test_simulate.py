@@ -8,6 +8,7 @@ import statistics
 import subprocess
 import sys
 import threading
+import time
 from datetime import datetime
 
 import pytest
@@ -250,6 +251,7 @@ def test_live_writing_appends_step_by_step(tmp_path):
     while writer.is_alive():
         if (out / "worker_0.log").exists():
             sizes.add((out / "worker_0.log").stat().st_size)
+        time.sleep(0.005)
     writer.join()
     assert len(sizes) >= 5  # the file grew in many steps, not at once
     assert (out / "worker_0.log").read_text().count("_print_log") == 20

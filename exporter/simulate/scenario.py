@@ -78,7 +78,6 @@ class Slot:
     """The lines written in one time slot, by file name, in writing order."""
 
     index: int
-    when: datetime
     lines: dict[str, list[str]]
 
 
@@ -248,7 +247,7 @@ def simulate(config: RunConfig) -> Iterator[Slot]:
         if index == config.steps and all(plan.finished(rank, config.steps) for rank in range(config.ranks)):
             lines.setdefault(SCHEDULER_LOG, []).extend(
                 texts.scheduler_unregistered(when, scheduler_pid, rank) for rank in range(config.ranks))
-        yield Slot(index, when, lines)
+        yield Slot(index, lines)
 
 
 def _rank_lines(rank: _Rank, plan: Plan, step: int, when: datetime) -> list[str]:

@@ -46,8 +46,8 @@ def step_line(
 
 def startup_lines(when: datetime, pid: int, total_steps: int, pp_stages: int, ranks: int) -> list[str]:
     """What a worker prints before its first step: the PyNative banner and framework chatter."""
-    data_parallel = max(1, ranks // (2 * pp_stages)) if ranks >= 2 * pp_stages else 1
-    tensor_parallel = max(1, ranks // (data_parallel * pp_stages))
+    tensor_parallel = 2 if ranks // pp_stages >= 2 else 1
+    data_parallel = ranks // (pp_stages * tensor_parallel)
     return [
         python_log("INFO", when, "mindformers/tools/logger.py:52", "Running MindFormers in PYNATIVE_MODE."),
         glog("WARNING", "DEVICE", pid, when, "mindspore/ccsrc/plugin/device/ascend/hal/device/ascend_memory_adapter.cc:134",
