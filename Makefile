@@ -15,7 +15,7 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 run: setup
-	$(BIN)/trainlog-exporter --log-dir $(EXAMPLE)
+	$(BIN)/trainlog-exporter --log-dir $(EXAMPLE) --demo
 
 system-deps:
 	./scripts/install-system-deps.sh

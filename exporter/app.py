@@ -15,8 +15,10 @@ from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
 from exporter.parse.formats import selection
+from exporter.follow.processes import ProcessWatcher
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
+from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
@@ -26,8 +28,11 @@ class Exporter:
     """One running exporter: state, follower and HTTP server."""
 
     def __init__(self, settings: Settings) -> None:
+        self.demo = DemoRun() if settings.demo else None
+        if self.demo is not None:
+            settings = settings.model_copy(update={"log_dir": [*settings.log_dir, self.demo.log_dir]})
         self.settings = settings
-        self.state = TrainingState()
+        self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
         formats = selection(((override.path_pattern, override.format) for override in settings.formats),
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
@@ -51,16 +56,36 @@ class Exporter:
             status_page=lambda: render_status_page(self.state, self.follower.ready),
         )
         self.otlp = OtlpPush(self.state, settings) if settings.otlp_metrics_url else None
+        self.processes = None
+        if settings.process_pattern:
+            self.processes = ProcessWatcher(settings.process_pattern, self._process_checked,
+                                            settings.process_check_interval)
+
+    def _process_checked(self, up: bool) -> None:
+        # One trainer per pod: its liveness holds for every run this exporter follows.
+        runs = {self.settings.run_for_directory(str(directory)) for directory in self.settings.log_dir}
+        with self.state.lock:
+            for run in runs:
+                self.state.process_up[(run, self.settings.node)] = up
 
     def start(self) -> None:
         self.http.start()
         self.follower.start()
         if self.otlp is not None:
             self.otlp.start()
+        if self.processes is not None:
+            self.processes.start()
+        if self.demo is not None:
+            self.demo.start()
+            log.info("demo: writing a simulated run to %s", self.demo.log_dir)
         log.info("listening on %s, following %s", self.settings.web_listen_address,
                  ", ".join(str(d) for d in self.settings.log_dir))
 
     def stop(self) -> None:
+        if self.demo is not None:
+            self.demo.stop()
+        if self.processes is not None:
+            self.processes.stop()
         self.follower.stop()
         if self.otlp is not None:
             self.otlp.stop()  # after the follower: the last push carries everything read

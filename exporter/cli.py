@@ -3,14 +3,17 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 
 from exporter import __version__
 from exporter.settings import ConfigError, load_settings
+from exporter.simulate.command import add_simulate_options, run_simulate
+from exporter.state import DetectorConfig
 
-SUBCOMMANDS = ("serve",)
+SUBCOMMANDS = ("serve", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -22,6 +25,8 @@ def build_parser() -> argparse.ArgumentParser:
     commands = parser.add_subparsers(dest="command")
     serve = commands.add_parser("serve", help="follow logs and serve /metrics (the default)")
     add_serve_options(serve)
+    simulate = commands.add_parser("simulate", help="write a simulated msrun run with injected incidents (fire drills)")
+    add_simulate_options(simulate)
     return parser
 
 
@@ -49,6 +54,15 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                              "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)", **option)
     parser.add_argument("--rank-offset", dest="rank_offset", type=int, metavar="N",
                         help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)", **option)
+    parser.add_argument("--process-pattern", dest="process_pattern", metavar="REGEX",
+                        help="expose training_process_up: 1 while a process whose command line matches runs "
+                             "(sidecar sharing the pod's process namespace)", **option)
+    parser.add_argument("--demo", action="store_true",
+                        help="also follow a live simulated run written to a temporary directory", **option)
+    detectors = parser.add_argument_group("detector thresholds (see docs/detectors.md)")
+    for threshold in dataclasses.fields(DetectorConfig):
+        detectors.add_argument("--" + threshold.name.replace("_", "-"), dest=threshold.name, type=type(threshold.default),
+                               metavar="N", help=f"default {threshold.default}", **option)
 
 
 def main(argv: Sequence[str] | None = None) -> int:
@@ -57,6 +71,8 @@ def main(argv: Sequence[str] | None = None) -> int:
         argv.insert(0, "serve")  # serve is the default command
     arguments = vars(build_parser().parse_args(argv))
     command = arguments.pop("command")
+    if command == "simulate":
+        return run_simulate(**arguments)
     try:
         settings = load_settings(**arguments)
     except ConfigError as error:
@@ -64,8 +80,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if command == "serve":
-        if not settings.log_dir:
-            print("trainlog-exporter: no log directory: give --log-dir DIR or set TRAINLOG_LOG_DIR", file=sys.stderr)
+        if not settings.log_dir and not settings.demo:
+            print("trainlog-exporter: no log directory: give --log-dir DIR (or --demo) or set TRAINLOG_LOG_DIR",
+                  file=sys.stderr)
             return 2
         from exporter.app import serve
 

@@ -5,6 +5,7 @@ The only module that reads the environment.
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import re
 import socket
@@ -20,9 +21,11 @@ from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource
 
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES
+from exporter.state.detectors import DetectorConfig
 
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
+_DETECTOR_DEFAULTS = DetectorConfig()
 OTLP_METRICS_PATH = "v1/metrics"
 _OTEL_FIELDS = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
@@ -115,6 +118,20 @@ class Settings(BaseSettings):
     pod_namespace: str | None = Field(None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
     node_name: str | None = Field(None, validation_alias=AliasChoices("NODE_NAME"), description="k8s.node.name.")
 
+    demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
+    process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
+    process_check_interval: float = Field(5.0, gt=0, description="Seconds between --process-pattern checks.")
+    # Detector thresholds (docs/detectors.md); the defaults live in DetectorConfig.
+    spike_min_relative_jump: float = Field(_DETECTOR_DEFAULTS.spike_min_relative_jump, gt=0)
+    spike_deviations: float = Field(_DETECTOR_DEFAULTS.spike_deviations, ge=0)
+    spike_warmup_steps: int = Field(_DETECTOR_DEFAULTS.spike_warmup_steps, ge=1)
+    spike_baseline_alpha: float = Field(_DETECTOR_DEFAULTS.spike_baseline_alpha, gt=0, le=1)
+    spike_max_excursion_steps: int = Field(_DETECTOR_DEFAULTS.spike_max_excursion_steps, ge=1)
+    plateau_min_relative_improvement: float = Field(_DETECTOR_DEFAULTS.plateau_min_relative_improvement, ge=0)
+    plateau_noise_deviations: float = Field(_DETECTOR_DEFAULTS.plateau_noise_deviations, ge=0)
+    plateau_window_steps: int = Field(_DETECTOR_DEFAULTS.plateau_window_steps, ge=1)
+    plateau_alpha: float = Field(_DETECTOR_DEFAULTS.plateau_alpha, gt=0, le=1)
+
     @field_validator("log_dir", mode="before")
     @classmethod
     def _split_dirs(cls, value: Any) -> Any:
@@ -187,6 +204,19 @@ class Settings(BaseSettings):
         if self.otel_exporter_otlp_endpoint:
             return _join_url(self.otel_exporter_otlp_endpoint, OTLP_METRICS_PATH)
         return None
+    @field_validator("process_pattern")
+    @classmethod
+    def _check_process_pattern(cls, value: str | None) -> str | None:
+        if value is not None:
+            try:
+                re.compile(value)
+            except re.error as error:
+                raise ValueError(f"not a regular expression: {error}") from None
+        return value
+
+    @property
+    def detector_config(self) -> DetectorConfig:
+        return DetectorConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(DetectorConfig)})
 
     @property
     def listen_host_port(self) -> tuple[str, int]:

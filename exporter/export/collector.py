@@ -73,3 +73,10 @@ class TrainingCollector(Collector):
             yield GaugeMetricFamily(spec.name, spec.help, value=getattr(stats, spec.attribute))
         for spec in STATS_COUNTERS:
             yield CounterMetricFamily(spec.name, spec.help, value=getattr(stats, spec.attribute))
+        if self._state.process_up:  # only with --process-pattern
+            process_up = GaugeMetricFamily("training_process_up", "1 while a process matching --process-pattern runs, else 0.",
+                                           labels=["run", "node"])
+            for (run, node), up in sorted(self._state.process_up.items()):
+                process_up.add_metric([run, node], int(up))
+            yield process_up
+

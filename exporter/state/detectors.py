@@ -7,6 +7,7 @@ a NaN between two scrapes never reaches PromQL. These detectors see every step r
 from __future__ import annotations
 
 import math
+from collections import deque
 from dataclasses import dataclass
 
 
@@ -21,12 +22,15 @@ class DetectorConfig:
     # Steps observed before a spike can be declared: the baseline must settle first.
     spike_warmup_steps: int = 20
     # Smoothing factor of the baselines (exponentially weighted; ~1/alpha steps of memory).
-    baseline_alpha: float = 0.1
+    spike_baseline_alpha: float = 0.1
     # Consecutive spiking steps after which the new level is accepted as the baseline.
     spike_max_excursion_steps: int = 10
-    # Plateau: the smoothed loss must improve by this fraction to count as progress.
+    # Plateau: progress is the smoothed loss being lower than `plateau_window_steps` steps
+    # before, by this fraction and by this many standard deviations of the noise.
     plateau_min_relative_improvement: float = 0.01
-    plateau_alpha: float = 0.05
+    plateau_noise_deviations: float = 5.0
+    plateau_window_steps: int = 100
+    plateau_alpha: float = 0.03
 
 
 class SpikeDetector:
@@ -40,6 +44,11 @@ class SpikeDetector:
         self._deviation = 0.0
         self._seen = 0
         self._excursion = 0
+
+    @property
+    def in_spike(self) -> bool:
+        """True while the latest value was part of a spike (kept out of the baseline)."""
+        return self._excursion > 0
 
     def observe(self, value: float) -> bool:
         """Feed a finite value; True when it starts a new spike."""
@@ -62,7 +71,7 @@ class SpikeDetector:
             self._mean, self._excursion = value, 0
             return False
         self._excursion = 0
-        alpha = config.baseline_alpha
+        alpha = config.spike_baseline_alpha
         self._deviation += alpha * (abs(jump) - self._deviation)
         self._mean += alpha * jump
         self._seen += 1
@@ -70,25 +79,48 @@ class SpikeDetector:
 
 
 class PlateauTracker:
-    """The step at which the smoothed loss last improved by a relative margin."""
+    """The last step at which the smoothed loss was clearly lower than a window of steps before.
 
-    __slots__ = ("_config", "_smoothed", "_best", "best_step")
+    Comparing two smoothed values a window apart, rather than the current value with the
+    best one so far, keeps noise from moving the step once the loss is flat: the best
+    so far sits at an arbitrary distance from the flat level, which noise then crosses.
+    """
+
+    __slots__ = ("_config", "_smoothed", "_change", "_previous", "_history", "best_step")
 
     def __init__(self, config: DetectorConfig) -> None:
         self._config = config
         self._smoothed: float | None = None
-        self._best = math.inf
+        self._change = 0.0  # smoothed |loss - previous loss|: the noise level
+        self._previous = 0.0
+        self._history: deque[tuple[int, float]] = deque()  # (step, smoothed) over the last window
         self.best_step: int | None = None
 
     def observe(self, step: int | None, loss: float) -> None:
         """Feed a finite loss; ``step`` is None while the rank's step is unknown (no best step then)."""
+        config = self._config
+        alpha = config.plateau_alpha
         if self._smoothed is None:
             self._smoothed = loss
         else:
-            self._smoothed += self._config.plateau_alpha * (loss - self._smoothed)
-        first = math.isinf(self._best)
-        if first or self._smoothed < self._best - self._config.plateau_min_relative_improvement * abs(self._best):
-            self._best = self._smoothed
+            self._change += alpha * (abs(loss - self._previous) - self._change)
+            self._smoothed += alpha * (loss - self._smoothed)
+        self._previous = loss
+        if step is None:
+            return
+        history = self._history
+        history.append((step, self._smoothed))
+        while len(history) > 1 and history[1][0] <= step - config.plateau_window_steps:
+            history.popleft()
+        reference_step, reference = history[0]
+        if reference_step > step - config.plateau_window_steps:
+            self.best_step = step  # less than a window seen: the run is just starting
+            return
+        # White noise of deviation s gives E|x_t - x_t-1| = 2s/sqrt(pi); two smoothed values
+        # a window apart then differ with deviation s * sqrt(2 alpha / (2 - alpha)).
+        noise = self._change * math.sqrt(math.pi) / 2 * math.sqrt(2 * alpha / (2 - alpha))
+        needed = max(config.plateau_min_relative_improvement * abs(reference), config.plateau_noise_deviations * noise)
+        if reference - self._smoothed > needed:
             self.best_step = step
 
     @property

@@ -87,6 +87,8 @@ class TrainingState:
     def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
         self.lock = threading.Lock()
         self.series: dict[SeriesKey, RankState] = {}
+        # (run, node) -> whether a process matching --process-pattern was alive at the last check.
+        self.process_up: dict[tuple[str, str], bool] = {}
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
@@ -184,7 +186,8 @@ class TrainingState:
             rank.plateau = PlateauTracker(self._detectors)
         if rank.loss_spikes.observe(loss):
             self._anomaly(rank, "loss_spike", step)
-        rank.plateau.observe(step, loss)
+        if not rank.loss_spikes.in_spike:  # a spike says nothing about progress
+            rank.plateau.observe(step, loss)
 
     def _check_grad_norm(self, rank: RankState, step: int | None, grad_norm: float) -> None:
         if not math.isfinite(grad_norm):

@@ -1,0 +1,274 @@
+"""A simulated msrun run as a stream of time slots: pure and deterministic for a seed.
+
+Slot 0 is start-up, slot ``s`` (1..steps) is training step ``s``, later slots carry what
+happens after the last step (a watchdog or the scheduler noticing a dead peer). Each rank
+draws its noise from its own generator, the same number of draws every step, so an
+incident on one rank never changes the numbers another rank prints.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+from collections import defaultdict
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta
+
+from exporter.simulate import texts
+from exporter.simulate.incidents import Incident, check_incident
+
+# The shape of a healthy run. Numbers are close to the repository's DeepSeek-MoE example.
+INITIAL_LOSS = 10.4          # ~ln(vocabulary size) at step 0
+FINAL_LOSS_FLOOR = 1.5
+LOSS_DECAY_EXPONENT = 0.8    # power law: the loss keeps improving slowly until the end
+LOSS_NOISE = 0.015           # relative, per step and rank
+GRAD_NORM_FLOOR, GRAD_NORM_INITIAL = 0.8, 3.8
+GRAD_NORM_NOISE = 0.05
+GRAD_NORM_NOT_OBTAINED = 0.01  # chance per step that MindFormers prints "grad_norm: NaN"
+PEAK_LR, MIN_LR, WARMUP_FRACTION = 1e-4, 1e-5, 0.05
+STEP_MS, STEP_TIME_NOISE, THROUGHPUT = 850, 0.02, 12.34
+CHECKPOINT_EVERY = 50
+TOP_CELL_WARNING = 0.03      # chance per step of a harmless PyNative warning
+
+# Incidents.
+SPIKE_LOSS_FACTOR, SPIKE_GRAD_NORM_FACTOR = 10.0, 8.0
+STRAGGLER_FACTOR = 2.5
+HANG_LEAD_STEPS = 3          # the hang's culprit stops this many steps before the others
+TIMEOUT_SLOTS = 5            # slots until watchdogs and the scheduler notice a dead peer
+RANKS_PER_NODE = 8
+_DIES_WITH_ERROR = ("crash", "oom", "segfault", "nccl", "hccl")
+SCHEDULER_LOG = "scheduler.log"
+
+
+def worker_log(rank: int) -> str:
+    return f"worker_{rank}.log"
+
+
+@dataclass(frozen=True, slots=True)
+class RunConfig:
+    """What to simulate; ``check`` validates it."""
+
+    ranks: int = 8
+    steps: int = 1000
+    incidents: tuple[Incident, ...] = ()
+    pp_stages: int = 1
+    seed: int = 0
+    start: datetime = datetime(2026, 6, 9, 10, 20, 30)
+    seconds_per_slot: float = STEP_MS / 1000
+
+    def check(self) -> None:
+        """Raise ValueError (SpecError for an incident) naming what does not fit."""
+        if self.ranks < 1:
+            raise ValueError(f"--ranks must be at least 1, got {self.ranks}")
+        if self.steps < 1:
+            raise ValueError(f"--steps must be at least 1, got {self.steps}")
+        if self.pp_stages < 1 or self.ranks % self.pp_stages:
+            raise ValueError(f"--pp-stages {self.pp_stages} must divide --ranks {self.ranks}")
+        for incident in self.incidents:
+            check_incident(incident, self.ranks, self.steps)
+
+    def prints_loss(self, rank: int) -> bool:
+        """With pipeline parallelism only the last stage prints step records."""
+        return rank >= self.ranks - self.ranks // self.pp_stages
+
+
+@dataclass(frozen=True, slots=True)
+class Slot:
+    """The lines written in one time slot, by file name, in writing order."""
+
+    index: int
+    lines: dict[str, list[str]]
+
+
+@dataclass(slots=True)
+class Plan:
+    """Who stops when, and what is printed late, derived from the incidents."""
+
+    stop_step: list[int]                       # per rank: first step it does not print
+    fatal_error: dict[int, Incident]           # rank -> the error it prints at its stop step
+    delayed: dict[int, list[tuple[str, int]]]  # slot -> (kind, rank) of late messages
+    last_slot: int
+    hung: bool                                 # ranks went silent without any error: alive, stuck
+
+    def finished(self, rank: int, steps: int) -> bool:
+        return self.stop_step[rank] > steps
+
+
+def plan_run(config: RunConfig) -> Plan:
+    """Apply the incidents in step order: the first one to silence a rank wins."""
+    stop = [config.steps + 1] * config.ranks
+    fatal: dict[int, Incident] = {}
+    delayed: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for incident in sorted(config.incidents, key=lambda incident: incident.step):
+        kind, step = incident.kind, incident.step
+        if kind == "hang":
+            culprit = config.ranks - 1 if incident.rank is None else incident.rank
+            stop = [min(s, step) for s in stop]
+            stop[culprit] = min(stop[culprit], max(1, step - HANG_LEAD_STEPS))
+        elif kind in (*_DIES_WITH_ERROR, "node_timeout"):
+            rank = incident.rank
+            if stop[rank] < step:
+                continue  # already silent: a stuck or dead rank cannot fail again
+            survivors = [other for other in range(config.ranks) if other != rank and stop[other] >= step]
+            stop = [min(s, step) for s in stop]
+            if kind == "node_timeout":
+                delayed[step + TIMEOUT_SLOTS].append(("node_timeout", rank))
+            else:
+                fatal.setdefault(rank, incident)
+            if kind == "nccl":
+                delayed[step + TIMEOUT_SLOTS] += [("nccl_watchdog", other) for other in survivors]
+    writes = [s - 1 + (rank in fatal) for rank, s in enumerate(stop)]
+    last_slot = max([*writes, *delayed])
+    stopped_early = any(s <= config.steps for s in stop)
+    timed_out = any(kind == "node_timeout" for late in delayed.values() for kind, _ in late)
+    return Plan(stop, fatal, dict(delayed), last_slot, hung=stopped_early and not (fatal or timed_out))
+
+
+def _progress(step: int, steps: int) -> float:
+    # Curves are functions of step / steps: a 100-step drill looks like a 100 000-step run.
+    return 1 + step / max(1.0, steps / 40)
+
+
+def expected_loss(step: int, steps: int) -> float:
+    """A power law: fast at first, still improving slowly at the end."""
+    return FINAL_LOSS_FLOOR + (INITIAL_LOSS - FINAL_LOSS_FLOOR) * _progress(step, steps) ** -LOSS_DECAY_EXPONENT
+
+
+def expected_grad_norm(step: int, steps: int) -> float:
+    return GRAD_NORM_FLOOR + (GRAD_NORM_INITIAL - GRAD_NORM_FLOOR) / _progress(step, steps)
+
+
+def learning_rate(step: int, steps: int) -> float:
+    """Linear warmup to the peak, then cosine decay to the minimum."""
+    warmup = max(1, round(steps * WARMUP_FRACTION))
+    if step <= warmup:
+        return PEAK_LR * step / warmup
+    progress = (step - warmup) / max(1, steps - warmup)
+    return MIN_LR + (PEAK_LR - MIN_LR) * 0.5 * (1 + math.cos(math.pi * progress))
+
+
+@dataclass(slots=True)
+class _RankEffects:
+    """The incidents that change what one rank prints (not whether it prints)."""
+
+    nan_from: float = math.inf
+    plateau_from: float = math.inf
+    straggler_from: float = math.inf
+    spikes: set[int] = field(default_factory=set)
+
+
+def _effects(config: RunConfig, rank: int) -> _RankEffects:
+    effects = _RankEffects()
+    for incident in config.incidents:
+        if incident.rank not in (None, rank):
+            continue
+        if incident.kind == "nan":
+            effects.nan_from = min(effects.nan_from, incident.step)
+        elif incident.kind == "plateau":
+            effects.plateau_from = min(effects.plateau_from, incident.step)
+        elif incident.kind == "straggler":
+            effects.straggler_from = min(effects.straggler_from, incident.step)
+        elif incident.kind == "spike":
+            effects.spikes.add(incident.step)
+    return effects
+
+
+class _Rank:
+    """One worker: its noise generator and what it prints at a step."""
+
+    def __init__(self, config: RunConfig, rank: int) -> None:
+        self.config = config
+        self.rank = rank
+        self.pid = 2810 + rank
+        self.effects = _effects(config, rank)
+        # A string seed hashes the same in every process (unlike hash() of a str).
+        self._random = random.Random(f"{config.seed}/{rank}")
+
+    def step_lines(self, step: int, when: datetime) -> list[str]:
+        draw = self._random
+        # Always the same draws per step, so the stream never depends on which ones are used.
+        loss_noise, grad_noise, time_noise = draw.gauss(0, 1), draw.gauss(0, 1), draw.gauss(0, 1)
+        grad_missing, chatter = draw.random(), draw.random()
+        config, effects = self.config, self.effects
+        lines = []
+        if config.prints_loss(self.rank):
+            loss = expected_loss(min(step, effects.plateau_from), config.steps) * (1 + LOSS_NOISE * loss_noise)
+            grad_norm: float | None = expected_grad_norm(step, config.steps) * (1 + GRAD_NORM_NOISE * grad_noise)
+            if step in effects.spikes:
+                loss, grad_norm = loss * SPIKE_LOSS_FACTOR, grad_norm * SPIKE_GRAD_NORM_FACTOR
+            elif step == 1 or grad_missing < GRAD_NORM_NOT_OBTAINED:
+                grad_norm = None
+            if step >= effects.nan_from:
+                loss = grad_norm = math.nan
+            step_ms = STEP_MS * (1 + STEP_TIME_NOISE * time_noise)
+            if step >= effects.straggler_from:
+                step_ms *= STRAGGLER_FACTOR
+            lines.append(texts.step_line(when, step, config.steps, loss, round(step_ms),
+                                         learning_rate(step, config.steps), grad_norm, THROUGHPUT * STEP_MS / step_ms))
+        if step % CHECKPOINT_EVERY == 0:
+            lines.append(texts.checkpoint_line(when, step, self.rank))
+        if chatter < TOP_CELL_WARNING:
+            lines.append(texts.top_cell_warning(when, self.pid))
+        return lines
+
+    def fatal_lines(self, incident: Incident, when: datetime) -> list[str]:
+        kind = incident.kind
+        if kind == "oom":
+            return texts.oom_lines(request_bytes=4294967296 + 1048576 * self.rank)
+        if kind == "segfault":
+            return texts.segfault_lines()
+        if kind == "nccl":
+            return texts.nccl_error_lines()
+        if kind == "hccl":
+            return texts.hccl_error_lines(when, self.pid, self.rank, peer=(self.rank + 1) % self.config.ranks)
+        return texts.crash_lines(self.rank)
+
+
+def simulate(config: RunConfig) -> Iterator[Slot]:
+    """The run, slot by slot. ``config`` must have passed ``check``."""
+    plan = plan_run(config)
+    ranks = [_Rank(config, rank) for rank in range(config.ranks)]
+    scheduler_pid = 2800
+    for index in range(plan.last_slot + 1):
+        when = config.start + timedelta(seconds=index * config.seconds_per_slot)
+        lines: dict[str, list[str]] = {}
+        if index == 0:
+            lines[SCHEDULER_LOG] = _scheduler_startup(config, when, scheduler_pid)
+            for rank in ranks:
+                lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid, config.steps, config.pp_stages, config.ranks)
+        elif index <= config.steps:
+            for rank in ranks:
+                printed = _rank_lines(rank, plan, index, when)
+                if printed:
+                    lines[worker_log(rank.rank)] = printed
+        for kind, rank in plan.delayed.get(index, ()):
+            if kind == "node_timeout":
+                lines.setdefault(SCHEDULER_LOG, []).append(texts.scheduler_node_timed_out(when, scheduler_pid, rank))
+            else:
+                lines.setdefault(worker_log(rank), []).extend(texts.nccl_watchdog_lines(when, rank, sequence=4 * index))
+        if index == config.steps and all(plan.finished(rank, config.steps) for rank in range(config.ranks)):
+            lines.setdefault(SCHEDULER_LOG, []).extend(
+                texts.scheduler_unregistered(when, scheduler_pid, rank) for rank in range(config.ranks))
+        yield Slot(index, lines)
+
+
+def _rank_lines(rank: _Rank, plan: Plan, step: int, when: datetime) -> list[str]:
+    stop = plan.stop_step[rank.rank]
+    if step < stop:
+        lines = rank.step_lines(step, when)
+        if step == rank.config.steps:
+            lines.append(texts.training_finished_line(when, step))
+        return lines
+    if step == stop and rank.rank in plan.fatal_error:
+        return rank.fatal_lines(plan.fatal_error[rank.rank], when)
+    return []
+
+
+def _scheduler_startup(config: RunConfig, when: datetime, pid: int) -> list[str]:
+    lines = [
+        texts.scheduler_registered(when, pid, node, f"node-{node // RANKS_PER_NODE}", f"10.0.0.{1 + node // RANKS_PER_NODE}",
+                                   node + 1, config.ranks)
+        for node in range(config.ranks)
+    ]
+    return lines + texts.scheduler_initialized(when, pid)
