@@ -6,9 +6,11 @@ import logging
 import resource
 import signal
 import threading
+from pathlib import Path
 
 from prometheus_client.registry import CollectorRegistry
 
+from exporter import checkpoint
 from exporter.export.collector import TrainingCollector
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.status_page import render_status_page
@@ -27,13 +29,18 @@ class Exporter:
         self.settings = settings
         self.state = TrainingState()
         directories = [str(directory) for directory in settings.log_dir]
-        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory)
+        state_file = checkpoint.usable_state_file(_state_file(settings))
+        positions = checkpoint.resume(state_file, self.state) if state_file else {}
+        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, positions=positions)
+        self.checkpointer = checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
         self.follower = Follower(
             directories,
             pipeline,
             max_line_bytes=settings.max_line_bytes,
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
+            idle_flush_seconds=settings.idle_flush_seconds,
+            resume=positions,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TrainingCollector(self.state))
@@ -49,11 +56,15 @@ class Exporter:
     def start(self) -> None:
         self.http.start()
         self.follower.start()
+        if self.checkpointer is not None:
+            self.checkpointer.start()
         log.info("listening on %s, following %s", self.settings.web_listen_address,
                  ", ".join(str(d) for d in self.settings.log_dir))
 
     def stop(self) -> None:
         self.follower.stop()
+        if self.checkpointer is not None:
+            self.checkpointer.stop()  # after the follower: the last checkpoint has every line read
         self.http.stop()
 
 
@@ -71,11 +82,21 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _state_file(settings: Settings) -> Path | None:
+    path = settings.checkpoint_file()
+    if path is None:
+        log.warning("the default state file would be inside a log directory: running without checkpoints; "
+                    "give --state-file PATH outside the log directories")
+    return path
+
+
 def _raise_file_limit() -> None:
     # One descriptor per followed file: hundreds of ranks exceed the usual soft limit of 1024.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
-        except (ValueError, OSError):
-            log.debug("could not raise the open file limit from %d", soft)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        log.warning("could not raise the open file limit from %d: at most that many logs can be followed", soft)

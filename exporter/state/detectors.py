@@ -68,6 +68,18 @@ class SpikeDetector:
         self._seen += 1
         return False
 
+    def snapshot(self) -> dict[str, float]:
+        """Internal state for a checkpoint: a restart resumes without a new warm-up."""
+        return {"mean": self._mean, "deviation": self._deviation, "seen": self._seen, "excursion": self._excursion}
+
+    @classmethod
+    def restored(cls, config: DetectorConfig, snapshot: dict[str, float]) -> SpikeDetector:
+        """A detector in the state ``snapshot`` recorded (KeyError when a value is missing)."""
+        detector = cls(config)
+        detector._mean, detector._deviation = snapshot["mean"], snapshot["deviation"]
+        detector._seen, detector._excursion = int(snapshot["seen"]), int(snapshot["excursion"])
+        return detector
+
 
 class PlateauTracker:
     """The step at which the smoothed loss last improved by a relative margin."""
@@ -93,3 +105,16 @@ class PlateauTracker:
     @property
     def smoothed(self) -> float | None:
         return self._smoothed
+
+    def snapshot(self) -> dict[str, float | None]:
+        """Internal state for a checkpoint."""
+        return {"smoothed": self._smoothed, "best": self._best, "best_step": self.best_step}
+
+    @classmethod
+    def restored(cls, config: DetectorConfig, snapshot: dict[str, float | None]) -> PlateauTracker:
+        """A tracker in the state ``snapshot`` recorded (KeyError when a value is missing)."""
+        tracker = cls(config)
+        tracker._smoothed, tracker._best = snapshot["smoothed"], snapshot["best"]
+        best_step = snapshot["best_step"]
+        tracker.best_step = None if best_step is None else int(best_step)
+        return tracker
