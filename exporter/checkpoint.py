@@ -14,6 +14,7 @@ both, and neither should know the other's internals.
 from __future__ import annotations
 
 import dataclasses
+import glob
 import json
 import logging
 import os
@@ -83,6 +84,8 @@ def resume(path: Path, state: TrainingState) -> dict[str, FilePosition]:
     Anything wrong with the file gives a warning, the file is set aside as ``*.corrupt``
     and the exporter starts fresh (empty state, every file from its start).
     """
+    for leftover in path.parent.glob(f".{glob.escape(path.name)}.*.tmp"):
+        leftover.unlink(missing_ok=True)  # from a process killed while writing
     try:
         raw = path.read_bytes()
     except FileNotFoundError:

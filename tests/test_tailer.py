@@ -6,7 +6,7 @@ import os
 import shutil
 import tracemalloc
 
-from exporter.follow import FilePosition, Tailer
+from exporter.follow import Tailer
 from exporter.follow.rotated import rotated_base, rotated_siblings
 from exporter.follow.tailer import SETTLE_RESCANS
 
@@ -23,6 +23,15 @@ def append(path, text: str | bytes) -> None:
 
 def numbered(prefix: str, first: int, last: int) -> str:
     return "".join(f"{prefix} line {n}\n" for n in range(first, last + 1))
+
+
+def started(tmp_path, text: str) -> tuple:
+    """A log holding ``text`` and a tailer that has read it."""
+    log = tmp_path / "worker_0.log"
+    append(log, text)
+    tailer = Tailer(str(log))
+    read(tailer)
+    return log, tailer
 
 
 def test_line_written_in_two_pieces_is_handed_out_once_whole(tmp_path):
@@ -115,10 +124,7 @@ def test_rename_rotation_keeps_reading_the_old_file_until_the_writer_moves_on(tm
 
 
 def test_two_rotations_between_polls_read_the_middle_generation_too(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 2))
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, numbered("a", 1, 2))
     append(log, numbered("a", 3, 3))
     os.rename(log, tmp_path / "worker_0.log.1")
     append(log, numbered("b", 1, 2))
@@ -129,20 +135,14 @@ def test_two_rotations_between_polls_read_the_middle_generation_too(tmp_path):
 
 
 def test_unterminated_last_line_of_a_rotated_file_is_handed_out_on_the_switch(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, "a line 1\nlast words")
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, "a line 1\nlast words")
     os.rename(log, tmp_path / "worker_0.log.1")
     append(log, "b line 1\n")
     assert read(tailer)[0] == [b"last words", b"b line 1"]
 
 
 def test_copytruncate_recovers_unread_lines_from_the_copy(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 3))
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, numbered("a", 1, 3))
     append(log, numbered("a", 4, 5))
     shutil.copyfile(log, tmp_path / "worker_0.log.1")
     os.truncate(log, 0)
@@ -154,10 +154,7 @@ def test_copytruncate_recovers_unread_lines_from_the_copy(tmp_path):
 
 
 def test_copytruncate_without_a_copy_counts_the_pending_bytes_as_lost(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, "a line 1\npartial")
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, "a line 1\npartial")
     os.truncate(log, 0)
     append(log, "b\n")
     lines, batches = read(tailer)
@@ -167,10 +164,7 @@ def test_copytruncate_without_a_copy_counts_the_pending_bytes_as_lost(tmp_path):
 
 
 def test_truncation_regrown_past_the_offset_is_seen_by_the_fingerprint(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 2))
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, numbered("a", 1, 2))
     with open(log, "wb") as handle:  # truncate and write more than before
         handle.write(numbered("b", 1, 5).encode())
     lines, batches = read(tailer)
@@ -179,10 +173,7 @@ def test_truncation_regrown_past_the_offset_is_seen_by_the_fingerprint(tmp_path)
 
 
 def test_delete_and_recreate_follows_the_new_file_from_its_start(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 1))
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, numbered("a", 1, 1))
     append(log, numbered("a", 2, 2))
     log.unlink()
     append(log, numbered("b", 1, 1))
@@ -192,10 +183,7 @@ def test_delete_and_recreate_follows_the_new_file_from_its_start(tmp_path):
 
 
 def test_a_deleted_file_is_given_up_after_rescans_and_its_descriptor_closed(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, "a line 1\nno newline")
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, "a line 1\nno newline")
     log.unlink()
     assert open_deleted_files(log) == 1
     lines = []
@@ -219,10 +207,7 @@ def open_deleted_files(path) -> int:
 
 
 def test_an_empty_replacement_is_switched_to_after_rescans(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 1))
-    tailer = Tailer(str(log))
-    read(tailer)
+    log, tailer = started(tmp_path, numbered("a", 1, 1))
     os.rename(log, tmp_path / "worker_0.log.1")
     log.touch()
     batches = [batch for _ in range(SETTLE_RESCANS) for batch in tailer.poll(rescan=True)]
@@ -254,17 +239,16 @@ def test_resume_inside_an_over_long_line_keeps_skipping_it(tmp_path):
     assert read(Tailer(str(log), max_line_bytes=1024, resume=position))[0] == [b"next"]
 
 
-def stopped_position(log) -> FilePosition:
-    tailer = Tailer(str(log))
-    _, batches = read(tailer)
+def stopped(tmp_path, text: str) -> tuple:
+    """A log holding ``text`` and the position a stopped exporter saved for it."""
+    log, tailer = started(tmp_path, text)
+    position = tailer.position
     tailer.close()
-    return batches[-1].position
+    return log, position
 
 
 def test_resume_after_a_rename_rotation_while_stopped(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 2))
-    position = stopped_position(log)
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
     append(log, numbered("a", 3, 4))
     os.rename(log, tmp_path / "worker_0.log.1")
     append(log, numbered("b", 1, 2))
@@ -274,9 +258,7 @@ def test_resume_after_a_rename_rotation_while_stopped(tmp_path):
 
 
 def test_resume_after_a_copytruncate_while_stopped(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 2))
-    position = stopped_position(log)
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
     append(log, numbered("a", 3, 3))
     shutil.copyfile(log, tmp_path / "worker_0.log.1")
     os.truncate(log, 0)
@@ -287,9 +269,7 @@ def test_resume_after_a_copytruncate_while_stopped(tmp_path):
 
 
 def test_resume_when_the_old_file_is_gone_starts_the_new_one_from_its_start(tmp_path):
-    log = tmp_path / "worker_0.log"
-    append(log, numbered("a", 1, 2))
-    position = stopped_position(log)
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
     log.unlink()
     append(log, numbered("b", 1, 1))
     lines, batches = read(Tailer(str(log), resume=position))

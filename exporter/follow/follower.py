@@ -136,7 +136,7 @@ class Follower:
             self._watch(directory)
             self._scan(directory)
         for path in list(self._tailers):
-            self._read(path, rescan=True)
+            self._guarded(self._read, path, True)  # one unreadable file must not hold up the others
         self._sink.files_followed(len(self._tailers))
         if all_present:
             self._ready.set()
@@ -155,7 +155,7 @@ class Follower:
             for path in dirty:
                 self._guarded(self._on_dirty, path)
 
-    def _guarded(self, action: Callable[..., None], *args: str) -> None:
+    def _guarded(self, action: Callable[..., None], *args: object) -> None:
         # One bad file or a filesystem hiccup must never stop the follow loop.
         try:
             action(*args)

@@ -186,6 +186,9 @@ class Tailer:
         """Open the path; with a saved position, the file it names (maybe a rotated sibling)."""
         try:
             opened = _OpenFile.open(self.path)
+        except FileNotFoundError:
+            self.finished = True  # gone between discovery and the first read
+            return
         except OSError as error:
             self.last_error = f"cannot open {self.path}: {error.strerror}"
             return
