@@ -156,7 +156,8 @@ class Checkpointer:
     def stop(self) -> None:
         """Stop the periodic writes and write a last checkpoint (call after the follower stopped)."""
         self._stop.set()
-        self._thread.join()
+        if self._thread.ident is not None:
+            self._thread.join()
         self.save_if_changed()
 
     def save_if_changed(self) -> None:
@@ -165,8 +166,8 @@ class Checkpointer:
         generation, checkpoint = self._source.checkpoint()
         try:
             save(self._path, checkpoint)
-        except OSError as error:
-            message = f"cannot write checkpoint {self._path}: {error.strerror or error}"
+        except (OSError, TypeError, ValueError) as error:  # a full disk, or a value JSON cannot hold
+            message = f"cannot write checkpoint {self._path}: {getattr(error, 'strerror', None) or error}"
             if message != self._last_error:  # once per kind of failure, not every few seconds
                 log.warning("%s", message)
             self._last_error = message

@@ -42,6 +42,7 @@ def logrotate_config(path: Path, log_dir: Path, directives: str) -> Path:
 
 
 def rotate(config: Path, status: Path) -> None:
+    assert LOGROTATE, "logrotate is not installed: apt-get install logrotate"
     done = subprocess.run([LOGROTATE, "--force", "--state", str(status), str(config)], capture_output=True, text=True)
     assert done.returncode == 0, f"logrotate failed: {done.stderr}"
 

@@ -104,18 +104,13 @@ class Follower:
         """True once every directory exists and was scanned once."""
         return self._ready.is_set()
 
-    @property
-    def polling(self) -> bool:
-        """True when files are found and read by the periodic scan alone."""
-        return self._observer is None
-
     def start(self) -> None:
         if self._observer is not None:
             self._observer.start()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
-        """Stop following; no batch is handed to the sink once this returns."""
+        """Stop following: wait up to ``timeout`` for the batch in progress, close every file."""
         self._stop.set()
         self._wake.set()
         if self._thread.ident is not None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter.follow.identity import FilePosition, is_same_file
@@ -60,9 +61,7 @@ def locate(path: str, position: FilePosition, *, copies: bool = False) -> Locate
     ``copytruncate`` copy has a new inode but the same first bytes). The newest match wins.
     """
     siblings = rotated_siblings(path)
-    for matches in (_same_inode, _same_content if copies else None):
-        if matches is None:
-            continue
+    for matches in (_same_inode, _same_content) if copies else (_same_inode,):
         for index in range(len(siblings) - 1, -1, -1):
             if matches(siblings[index], position):
                 return Located(siblings[index], siblings[index + 1 :])
@@ -85,7 +84,7 @@ def _same_content(path: str, position: FilePosition) -> bool:
     return fingerprint is not None and _with_open(path, fingerprint.matches)
 
 
-def _with_open(path: str, check) -> bool:
+def _with_open(path: str, check: Callable[[int], bool]) -> bool:
     try:
         fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
