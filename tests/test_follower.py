@@ -6,19 +6,31 @@ import gzip
 import os
 import time
 
+import pytest
+
 from exporter.follow import Follower
 from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
 from exporter_process import eventually
 
 
-def following(log_dir, **options) -> tuple[TrainingState, Pipeline, Follower]:
-    state = TrainingState()
-    pipeline = Pipeline(state, "node", lambda directory: "run")
-    return state, pipeline, Follower([str(log_dir)], pipeline, **options)
+@pytest.fixture
+def following():
+    """Builds followers on the real pipeline; stops them (and their inotify instance) after the test."""
+    followers = []
+
+    def build(log_dir, **options) -> tuple[TrainingState, Pipeline, Follower]:
+        state = TrainingState()
+        pipeline = Pipeline(state, "node", lambda directory: "run")
+        followers.append(Follower([str(log_dir)], pipeline, **options))
+        return state, pipeline, followers[-1]
+
+    yield build
+    for follower in followers:
+        follower.stop()
 
 
-def test_rotated_and_compressed_siblings_are_never_followed_as_ranks(tmp_path):
+def test_rotated_and_compressed_siblings_are_never_followed_as_ranks(tmp_path, following):
     (tmp_path / "worker_0.log").write_text("step=3 loss=2.1\n")
     (tmp_path / "worker_0.log.1").write_text("step=2 loss=2.2\n")
     (tmp_path / "worker_0.log-20240101").write_text("step=1 loss=2.3\n")
@@ -31,7 +43,7 @@ def test_rotated_and_compressed_siblings_are_never_followed_as_ranks(tmp_path):
     assert state.stats.files_followed == 1
 
 
-def test_binary_junk_and_invalid_utf8_are_counted_not_raised(tmp_path):
+def test_binary_junk_and_invalid_utf8_are_counted_not_raised(tmp_path, following):
     junk = os.urandom(4096) + b"\n\xff\xfe step=\xff loss=\x00\nstep=1 loss=2.0\n"
     (tmp_path / "worker_0.log").write_bytes(junk)
     state, _, follower = following(tmp_path)
@@ -42,7 +54,7 @@ def test_binary_junk_and_invalid_utf8_are_counted_not_raised(tmp_path):
     assert state.stats.lines_unparsed_total >= 1
 
 
-def test_a_deleted_file_is_no_longer_followed_nor_checkpointed(tmp_path):
+def test_a_deleted_file_is_no_longer_followed_nor_checkpointed(tmp_path, following):
     log = tmp_path / "worker_0.log"
     log.write_text("step=1 loss=2.0\n")
     state, pipeline, follower = following(tmp_path)
@@ -56,21 +68,18 @@ def test_a_deleted_file_is_no_longer_followed_nor_checkpointed(tmp_path):
     assert state.series[("run", "node", "0")].lines_total == 1  # its counters stay
 
 
-def test_writes_to_a_just_rotated_file_are_read_on_its_event(tmp_path):
+def test_writes_to_a_just_rotated_file_are_read_on_its_event(tmp_path, following):
     """logrotate renamed the log and the writer has not reopened yet: its writes land in .1."""
     log = tmp_path / "worker_0.log"
     log.write_text("step=1 loss=2.0\n")
     # No rescan during the test: only inotify events can make the follower read.
     state, _, follower = following(tmp_path, rescan_interval=3600)
     follower.start()
-    try:
-        key = ("run", "node", "0")
-        eventually(lambda: key in state.series and state.series[key].lines_total == 1, 5, "first line not read")
-        with open(log, "a") as writer:
-            os.rename(log, tmp_path / "worker_0.log.1")
-            log.touch()
-            time.sleep(0.5)  # let the follower handle the rename first: then only the write's event is left
-            writer.write("step=2 loss=2.0\n")
-        eventually(lambda: state.series[key].lines_total == 2, 5, "the write to the rotated file was not read")
-    finally:
-        follower.stop()
+    key = ("run", "node", "0")
+    eventually(lambda: key in state.series and state.series[key].lines_total == 1, 5, "first line not read")
+    with open(log, "a") as writer:
+        os.rename(log, tmp_path / "worker_0.log.1")
+        log.touch()
+        time.sleep(0.5)  # let the follower handle the rename first: then only the write's event is left
+        writer.write("step=2 loss=2.0\n")
+    eventually(lambda: state.series[key].lines_total == 2, 5, "the write to the rotated file was not read")

@@ -115,9 +115,10 @@ class Follower:
         self._wake.set()
         if self._thread.ident is not None:
             self._thread.join(timeout)
-        if self._observer is not None and self._observer.is_alive():
-            self._observer.stop()
-            self._observer.join(timeout)
+        if self._observer is not None:
+            self._observer.stop()  # releases the inotify descriptor even if never started
+            if self._observer.is_alive():
+                self._observer.join(timeout)
         for tailer in self._tailers.values():
             tailer.close()
 
