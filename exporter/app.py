@@ -32,7 +32,9 @@ class Exporter:
         state_file = checkpoint.usable_state_file(_state_file(settings))
         positions = checkpoint.resume(state_file, self.state) if state_file else {}
         pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, positions=positions)
-        self.checkpointer = checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
+        self.checkpointer = (
+            checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
+        )
         self.follower = Follower(
             directories,
             pipeline,

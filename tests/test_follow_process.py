@@ -9,7 +9,6 @@ import signal
 import subprocess
 
 import pytest
-
 from exporter_process import ExporterProcess, eventually
 
 

@@ -24,7 +24,6 @@ import time
 from pathlib import Path
 
 import pytest
-
 from exporter_process import ExporterProcess, eventually
 
 LINES_PER_FILE = 2500
@@ -64,9 +63,10 @@ def test_rotations_and_kill_restarts_lose_nothing_and_count_nothing_twice(tmp_pa
     copy_dir = tmp_path / "copytruncate-run" / "msrun_log"
     for directory in (rename_dir, copy_dir):
         directory.mkdir(parents=True)
+    writer_script = str(Path(__file__).with_name("log_writer.py"))
     writers = [
-        subprocess.Popen([sys.executable, str(Path(__file__).with_name("log_writer.py")), "--lines", str(LINES_PER_FILE),
-                          "--pause", "0.002", *(str(directory / f"worker_{rank}.log") for rank in range(RANKS))],
+        subprocess.Popen([sys.executable, writer_script, "--lines", str(LINES_PER_FILE), "--pause", "0.002",
+                          *(str(directory / f"worker_{rank}.log") for rank in range(RANKS))],
                          stdout=subprocess.PIPE, text=True)
         for directory in (rename_dir, copy_dir)
     ]

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import shutil
 import tracemalloc
@@ -199,10 +200,8 @@ def open_deleted_files(path) -> int:
     """Descriptors of this process still open on ``path`` after it was deleted."""
     targets = []
     for fd in os.listdir("/proc/self/fd"):
-        try:
+        with contextlib.suppress(OSError):  # the descriptor listing the directory itself is gone
             targets.append(os.readlink(f"/proc/self/fd/{fd}"))
-        except OSError:
-            pass
     return targets.count(f"{path} (deleted)")
 
 
