@@ -6,9 +6,11 @@ import logging
 import resource
 import signal
 import threading
+from pathlib import Path
 
 from prometheus_client.registry import CollectorRegistry
 
+from exporter import checkpoint
 from exporter.export.collector import TrainingCollector
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
@@ -36,14 +38,21 @@ class Exporter:
         directories = [str(directory) for directory in settings.log_dir]
         formats = selection(((override.path_pattern, override.format) for override in settings.formats),
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
+        state_file = checkpoint.usable_state_file(_state_file(settings))
+        positions = checkpoint.resume(state_file, self.state) if state_file else {}
         pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, formats=formats,
-                            rank_offset=settings.rank_offset)
+                            rank_offset=settings.rank_offset, positions=positions)
+        self.checkpointer = (
+            checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
+        )
         self.follower = Follower(
             directories,
             pipeline,
             max_line_bytes=settings.max_line_bytes,
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
+            idle_flush_seconds=settings.idle_flush_seconds,
+            resume=positions,
         )
         self.registry = CollectorRegistry(auto_describe=False)
         self.registry.register(TrainingCollector(self.state))
@@ -78,6 +87,8 @@ class Exporter:
         if self.demo is not None:
             self.demo.start()
             log.info("demo: writing a simulated run to %s", self.demo.log_dir)
+        if self.checkpointer is not None:
+            self.checkpointer.start()
         log.info("listening on %s, following %s", self.settings.web_listen_address,
                  ", ".join(str(d) for d in self.settings.log_dir))
 
@@ -87,6 +98,8 @@ class Exporter:
         if self.processes is not None:
             self.processes.stop()
         self.follower.stop()
+        if self.checkpointer is not None:
+            self.checkpointer.stop()  # after the follower: the last checkpoint has every line read
         if self.otlp is not None:
             self.otlp.stop()  # after the follower: the last push carries everything read
         self.http.stop()
@@ -106,11 +119,21 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _state_file(settings: Settings) -> Path | None:
+    path = settings.checkpoint_file()
+    if path is None:
+        log.warning("the default state file would be inside a log directory: running without checkpoints; "
+                    "give --state-file PATH outside the log directories")
+    return path
+
+
 def _raise_file_limit() -> None:
     # One descriptor per followed file: hundreds of ranks exceed the usual soft limit of 1024.
     soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
-    if hard == resource.RLIM_INFINITY or soft < hard:
-        try:
-            resource.setrlimit(resource.RLIMIT_NOFILE, (hard if hard != resource.RLIM_INFINITY else 65536, hard))
-        except (ValueError, OSError):
-            log.debug("could not raise the open file limit from %d", soft)
+    wanted = hard if hard != resource.RLIM_INFINITY else max(soft, 1 << 16)
+    if soft == resource.RLIM_INFINITY or soft >= wanted:
+        return
+    try:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
+    except (ValueError, OSError):
+        log.warning("could not raise the open file limit from %d: at most that many logs can be followed", soft)

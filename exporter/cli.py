@@ -40,7 +40,13 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--run", help="run label (default: the log directory's parent name)", **option)
     parser.add_argument("--node", help="node label (default: $NODE_NAME, then the host name)", **option)
     parser.add_argument("--config", metavar="FILE", help="YAML configuration file", **option)
-    parser.add_argument("--state-file", dest="state_file", metavar="PATH", help="checkpoint file", **option)
+    parser.add_argument("--state-file", dest="state_file", metavar="PATH",
+                        help="checkpoint of offsets and counters (default in $XDG_STATE_HOME/trainlog-exporter)",
+                        **option)
+    parser.add_argument("--checkpoint-interval", dest="checkpoint_interval", type=float, metavar="SECONDS",
+                        help="seconds between checkpoints (default 5)", **option)
+    parser.add_argument("--idle-flush-seconds", dest="idle_flush_seconds", type=float, metavar="SECONDS",
+                        help="parse a last line left without newline after this long (default: never)", **option)
     parser.add_argument("--poll-interval", dest="poll_interval", type=float, metavar="SECONDS",
                         help="poll instead of inotify (NFS, Lustre)", **option)
     parser.add_argument("--rescan-interval", dest="rescan_interval", type=float, metavar="SECONDS",

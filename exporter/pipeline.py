@@ -3,18 +3,24 @@
 One file usually holds one rank. A torchrun ``--tee`` file mixes ranks, line by line
 (``[default3]:``, ``[rank3]:``): its records go to the series of the rank they name, and
 its unprefixed lines (the launcher's) to the file's own series.
+
+The read position after each batch is recorded under the same lock as the state the batch
+changed, so a snapshot taken under that lock (a checkpoint) pairs every file's offset with
+exactly the lines already counted.
 """
 
 from __future__ import annotations
 
 import os
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from exporter.follow import FollowedFile, ReadBatch
+from exporter.checkpoint import Checkpoint
+from exporter.follow import FilePosition, FollowedFile, ReadBatch
 from exporter.parse import Format, FormatSelection, LineParser, Record
 from exporter.state import SeriesKey, TrainingState
+from exporter.state.snapshot import dump_state
 
 
 @dataclass(slots=True)
@@ -40,6 +46,7 @@ class Pipeline:
         *,
         formats: FormatSelection | None = None,
         rank_offset: int = 0,
+        positions: Mapping[str, FilePosition] | None = None,
     ) -> None:
         self._state = state
         self._node = node
@@ -48,6 +55,19 @@ class Pipeline:
         self._formats = formats or FormatSelection()
         self._rank_offset = rank_offset
         self._files: dict[str, _File] = {}
+        # Restored positions stay until their file is read again: a checkpoint written before
+        # a file is rediscovered must not forget where it was.
+        self._positions: dict[str, FilePosition] = dict(positions or {})
+        self._generation = 0  # changes applied; a checkpointer skips writing when unchanged
+
+    @property
+    def generation(self) -> int:
+        return self._generation
+
+    def checkpoint(self) -> tuple[int, Checkpoint]:
+        """A consistent snapshot: every position with the state its lines produced."""
+        with self._state.lock:
+            return self._generation, Checkpoint(dict(self._positions), dump_state(self._state))
 
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> None:
         role = file.role
@@ -60,6 +80,7 @@ class Pipeline:
         self._files[file.path] = entry
         with self._state.lock:
             self._state.register(key, entry.info, mtime)
+            self._generation += 1
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
@@ -86,6 +107,14 @@ class Pipeline:
                 elif info_changed:
                     state.register(key, entry.info, None)
                 state.ingest(key, parsed.lines_by_rank.get(rank, 0), 0, records, batch.mtime, now)
+            if batch.position is not None:
+                self._positions[file.path] = batch.position
+            self._generation += 1
+
+    def file_closed(self, file: FollowedFile) -> None:
+        with self._state.lock:
+            self._positions.pop(file.path, None)
+            self._generation += 1
 
     def files_followed(self, count: int) -> None:
         with self._state.lock:

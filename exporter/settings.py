@@ -6,6 +6,7 @@ The only module that reads the environment.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import os
 import re
 import socket
@@ -81,7 +82,11 @@ class Settings(BaseSettings):
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
     node: str = Field(default_factory=default_node, description="Value of the node label.")
     config: Path | None = Field(None, description="YAML configuration file.")
-    state_file: Path | None = Field(None, description="Checkpoint file for offsets and counters.")
+    state_file: Path | None = Field(
+        None, description="Checkpoint file for offsets and counters; default in $XDG_STATE_HOME/trainlog-exporter.")
+    checkpoint_interval: float = Field(5.0, gt=0, description="Seconds between checkpoints (and one at shutdown).")
+    idle_flush_seconds: float | None = Field(
+        None, gt=0, description="Hand out a line left without its newline for this long (default: wait for it).")
     poll_interval: float | None = Field(None, gt=0, description="Poll files every N seconds instead of inotify.")
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
@@ -204,6 +209,7 @@ class Settings(BaseSettings):
         if self.otel_exporter_otlp_endpoint:
             return _join_url(self.otel_exporter_otlp_endpoint, OTLP_METRICS_PATH)
         return None
+
     @field_validator("process_pattern")
     @classmethod
     def _check_process_pattern(cls, value: str | None) -> str | None:
@@ -217,6 +223,30 @@ class Settings(BaseSettings):
     @property
     def detector_config(self) -> DetectorConfig:
         return DetectorConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(DetectorConfig)})
+
+    @field_validator("state_file")
+    @classmethod
+    def _check_state_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
+        # A log directory belongs to the trainer, is often shared by every node's exporter,
+        # and gets cleaned up or rotated: no place for this exporter's checkpoint.
+        directory = _containing_log_dir(value, info.data.get("log_dir", [])) if value else None
+        if directory is not None:
+            raise ValueError(f"{value} is inside the log directory {directory}: put the state file elsewhere")
+        return value
+
+    def checkpoint_file(self) -> Path | None:
+        """--state-file, else a file named after the log directories in the state directory.
+
+        One file per set of log directories, so two exporters on one host never share one.
+        None when that default would fall inside a log directory.
+        """
+        if self.state_file is not None:
+            return self.state_file
+        directories = "\n".join(sorted(str(directory.resolve()) for directory in self.log_dir))
+        digest = hashlib.sha256(directories.encode()).hexdigest()[:12]
+        state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
+        default = state_home / "trainlog-exporter" / f"state-{digest}.json"
+        return None if _containing_log_dir(default, self.log_dir) else default
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
@@ -248,6 +278,10 @@ def _key_value_list(text: str) -> dict[str, str]:
             raise ValueError(f"expected comma-separated key=value pairs, got {item!r}")
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs
+
+def _containing_log_dir(path: Path, log_dirs: list[Path]) -> Path | None:
+    resolved = path.resolve()
+    return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
 
 
 class _YamlFileSource(PydanticBaseSettingsSource):

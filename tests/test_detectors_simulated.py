@@ -145,7 +145,7 @@ def test_serve_applies_the_thresholds(tmp_path):
     spikes = {}
     for jump in (0.5, 20.0):  # a tenfold jump is a spike by default, not when +2000 % is required
         exporter = Exporter(load_settings(log_dir=[log_dir], web_listen_address="127.0.0.1:0",
-                                          spike_min_relative_jump=jump))
+                                          spike_min_relative_jump=jump, state_file=tmp_path / f"state-{jump}.json"))
         exporter.start()
         try:
             eventually(lambda: [rank.steps_total for rank in ranks_of(exporter.state).values()] == [400, 400], 10,

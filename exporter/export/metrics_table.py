@@ -85,8 +85,8 @@ STATS_GAUGES = (MetricSpec("trainlog_files_followed", "Log files currently follo
 STATS_COUNTERS = (
     MetricSpec("trainlog_bytes_read", "Bytes read from followed log files.", "bytes_read_total", "By"),
     MetricSpec("trainlog_rotations", "Log rotations followed (the path named a new file).", "rotations_total", "{rotation}"),
-    MetricSpec("trainlog_truncations", "Truncations detected (file size fell below the read offset: copytruncate).", "truncations_total", "{truncation}"),
-    MetricSpec("trainlog_bytes_lost", "Bytes possibly lost: read position reset by a truncation with a partial line pending.", "bytes_lost_total", "By"),
+    MetricSpec("trainlog_truncations", "Truncations detected (size below the read offset or new first bytes: copytruncate).", "truncations_total", "{truncation}"),
+    MetricSpec("trainlog_bytes_lost", "Bytes known lost at truncations: a copy's cut-off last line, or unread bytes when no copy was found (a lower bound).", "bytes_lost_total", "By"),
     MetricSpec("trainlog_lines_unparsed", "Lines that matched no format and no failure signature.", "lines_unparsed_total", "{line}"),
     MetricSpec("trainlog_lines_truncated", "Lines longer than the line cap, truncated to it.", "lines_truncated_total", "{line}"),
     MetricSpec("trainlog_series_dropped", "Series or values not created because a cardinality limit was reached.", "series_dropped_total", "{series}"),

@@ -1,8 +1,11 @@
 """Discover and follow every log file under the configured directories.
 
-watchdog events mark files dirty; one follow thread reads dirty files and hands line
-batches to a sink. A periodic rescan (every ``rescan_interval`` seconds) catches what
-events miss: directories created later, overflowed event queues, network filesystems.
+watchdog's native observer (inotify) marks files dirty; one follow thread reads dirty files
+and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
+reads every file anyway: it catches what events miss (directories created later,
+overflowed event queues, writes from other hosts on NFS or Lustre, which inotify never
+sees). Polling mode (``poll_interval``, or when inotify cannot be set up) is that rescan
+alone, at that interval: no observer, no inotify descriptor.
 """
 
 from __future__ import annotations
@@ -11,16 +14,18 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
 from watchdog.events import FileSystemEvent, FileSystemEventHandler
 from watchdog.observers import Observer
-from watchdog.observers.polling import PollingObserver
+from watchdog.observers.api import BaseObserver
 
 from exporter.follow.discover import DEFAULT_INCLUDE, LogFileRole, classify, is_followed
+from exporter.follow.identity import FilePosition
+from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
 
 log = logging.getLogger(__name__)
@@ -42,6 +47,8 @@ class Sink(Protocol):
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> None: ...
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None: ...
+
+    def file_closed(self, file: FollowedFile) -> None: ...
 
     def files_followed(self, count: int) -> None: ...
 
@@ -69,24 +76,27 @@ class Follower:
         max_line_bytes: int = 1 << 20,
         poll_interval: float | None = None,
         rescan_interval: float = 2.0,
+        idle_flush_seconds: float | None = None,
         include: tuple[str, ...] = DEFAULT_INCLUDE,
+        resume: Mapping[str, FilePosition] | None = None,
     ) -> None:
         self._directories = [os.path.abspath(d) for d in directories]
         self._sink = sink
         self._max_line_bytes = max_line_bytes
-        self._poll_interval = poll_interval
+        self._idle_flush_seconds = idle_flush_seconds
         self._rescan_interval = poll_interval or rescan_interval
         self._include = include
+        self._resume = dict(resume or {})  # saved positions not claimed by a discovered file yet
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
-        self._watched: dict[str, object] = {}
+        self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self._wake = threading.Event()
         self._stop = threading.Event()
         self._ready = threading.Event()
-        self._observer = PollingObserver(timeout=poll_interval) if poll_interval else Observer()
+        self._observer = None if poll_interval else self._native_observer()
         self._thread = threading.Thread(target=self._run, name="follow", daemon=True)
 
     @property
@@ -95,17 +105,20 @@ class Follower:
         return self._ready.is_set()
 
     def start(self) -> None:
-        self._observer.start()
+        if self._observer is not None:
+            self._observer.start()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
+        """Stop following: wait up to ``timeout`` for the batch in progress, close every file."""
         self._stop.set()
         self._wake.set()
-        if self._thread.is_alive():
+        if self._thread.ident is not None:
             self._thread.join(timeout)
-        if self._observer.is_alive():
-            self._observer.stop()
-            self._observer.join(timeout)
+        if self._observer is not None:
+            self._observer.stop()  # releases the inotify descriptor even if never started
+            if self._observer.is_alive():
+                self._observer.join(timeout)
         for tailer in self._tailers.values():
             tailer.close()
 
@@ -119,7 +132,7 @@ class Follower:
             self._watch(directory)
             self._scan(directory)
         for path in list(self._tailers):
-            self._read(path)
+            self._guarded(self._read, path, True)  # one unreadable file must not hold up the others
         self._sink.files_followed(len(self._tailers))
         if all_present:
             self._ready.set()
@@ -138,7 +151,7 @@ class Follower:
             for path in dirty:
                 self._guarded(self._on_dirty, path)
 
-    def _guarded(self, action: Callable[..., None], *args: str) -> None:
+    def _guarded(self, action: Callable[..., None], *args: object) -> None:
         # One bad file or a filesystem hiccup must never stop the follow loop.
         try:
             action(*args)
@@ -150,15 +163,30 @@ class Follower:
             self._dirty.add(path)
         self._wake.set()
 
+    def _native_observer(self) -> BaseObserver | None:
+        try:
+            return Observer()
+        except OSError as error:
+            # inotify_init fails when the per-user instance limit is reached (EMFILE).
+            self._log_polling_fallback("cannot watch for changes", error)
+            return None
+
     def _watch(self, directory: str) -> None:
-        if directory in self._watched:
+        if self._observer is None or directory in self._watched:
             return
         try:
-            self._watched[directory] = self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True)
+            self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True)
         except OSError as error:
-            # Native watching can fail (inotify limits); the periodic rescan still reads everything.
-            log.warning("cannot watch %s (%s); relying on rescans every %.1fs", directory, error, self._rescan_interval)
-            self._watched[directory] = None
+            # The per-user inotify watch limit (ENOSPC): watch nothing, poll everything.
+            self._log_polling_fallback(f"cannot watch {directory}", error)
+            self._observer.stop()
+            self._observer = None
+            return
+        self._watched.add(directory)
+
+    def _log_polling_fallback(self, what: str, error: OSError) -> None:
+        log.warning("%s (%s): falling back to polling every %.1fs", what, error.strerror or error,
+                    self._rescan_interval)
 
     def _scan(self, directory: str) -> None:
         for root, _dirs, names in os.walk(directory):
@@ -171,11 +199,17 @@ class Follower:
         if path in self._tailers:
             self._read(path)
             return
+        base = rotated_base(path)
+        if base in self._tailers:
+            # A write to a file just rotated away (its writer has not reopened yet).
+            self._read(base)
+            return
         directory = self._directory_of(path)
         if directory is not None and os.path.isfile(path):
             self._discover(directory, path)
-            self._read(path)
-            self._sink.files_followed(len(self._tailers))
+            if path in self._tailers:
+                self._read(path)
+                self._sink.files_followed(len(self._tailers))
 
     def _directory_of(self, path: str) -> str | None:
         for directory in self._directories:
@@ -193,17 +227,24 @@ class Follower:
         except OSError:
             mtime = None
         self._files[path] = followed
-        self._tailers[path] = Tailer(path, self._max_line_bytes)
+        self._tailers[path] = Tailer(path, self._max_line_bytes, resume=self._resume.pop(path, None),
+                                     idle_flush_seconds=self._idle_flush_seconds)
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
         self._sink.file_discovered(followed, mtime)
 
-    def _read(self, path: str) -> None:
+    def _read(self, path: str, rescan: bool = False) -> None:
         tailer = self._tailers[path]
         followed = self._files[path]
-        for batch in tailer.poll():
+        for batch in tailer.poll(rescan):
             self._sink.lines_read(followed, batch)
         if tailer.last_error != self._reported_errors.get(path):
             # Say it once per change, not on every rescan.
             if tailer.last_error is not None:
                 log.warning("%s", tailer.last_error)
             self._reported_errors[path] = tailer.last_error
+        if tailer.finished:
+            log.info("%s is gone: stopped following it", path)
+            del self._tailers[path], self._files[path]
+            self._reported_errors.pop(path, None)
+            self._sink.file_closed(followed)
+            self._sink.files_followed(len(self._tailers))

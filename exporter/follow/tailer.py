@@ -1,27 +1,50 @@
-"""Follow one file: read appended bytes in large chunks and cut them into lines.
+"""Follow one path: read appended bytes in large chunks and cut them into lines.
 
-Semantics after google/mtail's filestream: keep a partial-line buffer across reads, treat
-a size below the read offset as truncation (copytruncate), and a different (device,
-inode) behind the path as rotation: drain the old file to its end, then start the new
-one from its beginning.
+Semantics after google/mtail's filestream, made lossless where the file system allows:
+
+- A partial line is buffered until its newline arrives (or, if asked, an idle timeout).
+- Rename rotation (logrotate ``create``, RotatingFileHandler) and delete/re-create: the
+  path names another inode. The old file stays open and is read until the writer has
+  moved on (the new file has bytes, or two rescans passed), then drained to its end;
+  siblings rotated in between are read, then the new file from its start.
+- ``copytruncate``: the size fell below the read offset, or the first bytes changed. The
+  bytes not yet read are taken from the copy (the sibling with the same fingerprint).
+- A saved :class:`FilePosition` resumes reading after a restart, wherever the file went.
+
+Memory is bounded: a line longer than ``max_line_bytes`` is cut, its head handed out and
+the rest dropped up to the next newline.
 """
 
 from __future__ import annotations
 
-import errno
+import logging
 import os
-from collections.abc import Iterator
-from dataclasses import dataclass
-from typing import BinaryIO
+import time
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass, field
+
+from exporter.follow.identity import FINGERPRINT_BYTES, FilePosition, Fingerprint, fingerprint_of
+from exporter.follow.rotated import locate
+
+log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
+# Rescans that must see the path missing, or naming a still-empty new file, before the old
+# file is given up: a rotation in progress (rename, then create, then the writer reopens)
+# must not be cut short.
+SETTLE_RESCANS = 2
 
 
 @dataclass(slots=True)
 class ReadBatch:
-    """Complete lines read in one chunk, without their newlines, and what happened on the way."""
+    """Complete lines read in one chunk, without their newlines, and what happened on the way.
+
+    ``position`` is where reading stands once these lines are counted: a checkpoint saves it
+    together with the state the lines produced.
+    """
 
     lines: list[bytes]
+    position: FilePosition | None = None
     bytes_read: int = 0
     lines_truncated: int = 0
     rotated: bool = False
@@ -31,112 +54,48 @@ class ReadBatch:
 
 
 @dataclass(slots=True)
-class FileIdentity:
+class _OpenFile:
+    """A file being read: its descriptor, identity, read offset and fingerprint."""
+
+    fd: int
     device: int
     inode: int
+    offset: int = 0
+    fingerprint: Fingerprint | None = None
 
+    @classmethod
+    def open(cls, path: str, offset: int = 0, fingerprint: Fingerprint | None = None) -> _OpenFile:
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        stat = os.fstat(fd)
+        return cls(fd, stat.st_dev, stat.st_ino, offset, fingerprint)
 
-class Tailer:
-    """Reads one path from ``offset`` on; ``poll`` yields what was appended since."""
-
-    __slots__ = ("path", "max_line_bytes", "offset", "identity", "last_error", "_file", "_partial", "_skipping")
-
-    def __init__(self, path: str, max_line_bytes: int = 1 << 20, offset: int = 0,
-                 identity: FileIdentity | None = None) -> None:
-        self.path = path
-        self.max_line_bytes = max_line_bytes
-        self.offset = offset
-        self.identity = identity
-        self.last_error: str | None = None
-        self._file: BinaryIO | None = None
-        self._partial = bytearray()
-        self._skipping = False  # discarding the rest of an over-long line
-
-    def poll(self) -> Iterator[ReadBatch]:
-        """Yield batches of complete lines up to the end of the file, following a rotation."""
-        if self._file is None and not self._open():
-            return
-        yield from self._drain()
-        if not self._replaced():
-            return
-        # The old file is drained; a last line without a newline is complete now.
-        last = self._take_partial()
-        self.close()
-        self.identity, self.offset = None, 0
-        yield ReadBatch([last] if last else [], rotated=True)
-        if self._open():
-            yield from self._drain()
+    def is_at(self, stat: os.stat_result) -> bool:
+        return (stat.st_dev, stat.st_ino) == (self.device, self.inode)
 
     def close(self) -> None:
-        if self._file is not None:
-            self._file.close()
-            self._file = None
+        os.close(self.fd)
 
-    def _open(self) -> bool:
-        try:
-            handle = open(self.path, "rb", buffering=0)  # noqa: SIM115 - kept open between polls
-        except OSError as error:
-            self.last_error = f"cannot open {self.path}: {os.strerror(error.errno or errno.EIO)}"
-            return False
-        stat = os.fstat(handle.fileno())
-        identity = FileIdentity(stat.st_dev, stat.st_ino)
-        if (self.identity is not None and identity != self.identity) or self.offset > stat.st_size:
-            self.offset = 0  # not the file (or not the content) the offset belongs to
-        self.identity = identity
-        handle.seek(self.offset)
-        self._file = handle
-        self.last_error = None
-        return True
 
-    def _drain(self) -> Iterator[ReadBatch]:
-        handle = self._file
-        stat = os.fstat(handle.fileno())
-        first = ReadBatch([], mtime=stat.st_mtime)
-        if stat.st_size < self.offset:
-            # copytruncate: the file was emptied under us and may have grown again.
-            first.truncated = True
-            first.bytes_lost = len(self._take_partial())
-            self.offset = 0
-            handle.seek(0)
-        while True:
-            chunk = handle.read(CHUNK_BYTES)
-            if not chunk:
-                break
-            self.offset += len(chunk)
-            batch = self._cut(chunk)
-            batch.mtime = stat.st_mtime
-            if first is not None:
-                batch.truncated, batch.bytes_lost, first = first.truncated, first.bytes_lost, None
-            yield batch
-        if first is not None and first.truncated:
-            yield first
+@dataclass(slots=True)
+class _LineCutter:
+    """Cuts chunks into lines across reads: the partial-line buffer and the line cap."""
 
-    def _replaced(self) -> bool:
-        """True when the path now names another file than the one being read."""
-        try:
-            stat = os.stat(self.path)
-        except OSError:
-            return False  # deleted (or unreadable): keep the drained handle until a new file appears
-        return FileIdentity(stat.st_dev, stat.st_ino) != self.identity
+    max_line_bytes: int
+    partial: bytearray = field(default_factory=bytearray)
+    skipping: bool = False  # dropping the rest of an over-long line whose head was handed out
 
-    def _take_partial(self) -> bytes:
-        pending = bytes(self._partial[: self.max_line_bytes])
-        self._partial.clear()
-        self._skipping = False
-        return pending
-
-    def _cut(self, chunk: bytes) -> ReadBatch:
+    def cut(self, chunk: bytes) -> ReadBatch:
         batch = ReadBatch([], bytes_read=len(chunk))
-        if self._skipping:
+        if self.skipping:
             newline = chunk.find(b"\n")
             if newline < 0:
                 return batch
             chunk = chunk[newline + 1 :]
-            self._skipping = False
-        if self._partial:
-            self._partial += chunk
-            chunk = bytes(self._partial)
-            self._partial.clear()
+            self.skipping = False
+        if self.partial:
+            self.partial += chunk
+            chunk = bytes(self.partial)
+            self.partial.clear()
         lines = chunk.split(b"\n")
         tail = lines.pop()
         cap = self.max_line_bytes
@@ -146,11 +105,239 @@ class Tailer:
                     lines[index] = line[:cap]
                     batch.lines_truncated += 1
         if len(tail) > cap:
-            # Emit the head now and drop the rest up to the next newline: memory stays bounded.
+            # Hand out the head now and drop the rest up to the next newline.
             lines.append(tail[:cap])
             batch.lines_truncated += 1
-            self._skipping = True
+            self.skipping = True
         else:
-            self._partial += tail
+            self.partial += tail
         batch.lines = lines
         return batch
+
+    def take_partial(self) -> bytes:
+        """The pending partial line, now complete (its file ended); the buffer is emptied."""
+        pending = bytes(self.partial)
+        self.partial.clear()
+        self.skipping = False
+        return pending
+
+
+class Tailer:
+    """Reads one path; ``poll`` yields what was appended since the last poll."""
+
+    def __init__(
+        self,
+        path: str,
+        max_line_bytes: int = 1 << 20,
+        *,
+        resume: FilePosition | None = None,
+        idle_flush_seconds: float | None = None,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.path = path
+        self.last_error: str | None = None
+        self.finished = False  # the path is gone and its last file was read to the end
+        self._cutter = _LineCutter(max_line_bytes)
+        self._current: _OpenFile | None = None
+        self._resume = resume
+        self._idle_flush_seconds = idle_flush_seconds
+        self._clock = clock
+        self._last_growth = clock()
+        self._unsettled_rescans = 0
+
+    @property
+    def position(self) -> FilePosition | None:
+        """Where reading stands (None before the file was opened)."""
+        return self._position_in(self._current) if self._current else None
+
+    def poll(self, rescan: bool = False) -> Iterator[ReadBatch]:
+        """Yield batches of complete lines up to the end of the file, following rotations.
+
+        ``rescan`` marks the periodic full scan: the clock by which a missing path or a
+        still-empty replacement is given up waiting for.
+        """
+        if self._current is None:
+            yield from self._start()
+            if self._current is None:
+                return
+        # Look at the path before draining: if the new file already has bytes, the writer
+        # has left the old one, so the drain below reads all the old one will ever hold.
+        at_path = self._look_at_path()
+        yield from self._drain()
+        if at_path is not None and self._current.is_at(at_path):
+            self._unsettled_rescans = 0
+            yield from self._idle_flush()
+            return
+        if rescan:
+            self._unsettled_rescans += 1
+        settled = self._unsettled_rescans >= SETTLE_RESCANS
+        if at_path is None:
+            if settled:
+                yield from self._finish()
+        elif at_path.st_size > 0 or settled:
+            yield from self._switch()
+
+    def close(self) -> None:
+        if self._current is not None:
+            self._current.close()
+            self._current = None
+
+    def _start(self) -> Iterator[ReadBatch]:
+        """Open the path; with a saved position, the file it names (maybe a rotated sibling)."""
+        try:
+            opened = _OpenFile.open(self.path)
+        except FileNotFoundError:
+            self.finished = True  # gone between discovery and the first read
+            return
+        except OSError as error:
+            self.last_error = f"cannot open {self.path}: {error.strerror}"
+            return
+        self.last_error = None
+        resume, self._resume = self._resume, None
+        if resume is None or opened.inode == resume.inode:
+            # Same inode: continue; _drain sees a truncation by the size or the fingerprint.
+            self._current = opened
+            if resume is not None:
+                self._restore(opened, resume)
+            return
+        # The path was rotated while the exporter was down: read the old file on from the
+        # saved offset first; poll then switches to the new one as after a live rotation.
+        located = locate(self.path, resume)
+        if located.path is not None:
+            try:
+                old = _OpenFile.open(located.path)
+            except OSError:
+                pass
+            else:
+                opened.close()
+                self._current = old
+                self._restore(old, resume)
+                log.info("%s was rotated while stopped: reading %s on from offset %d", self.path,
+                         located.path, resume.offset)
+                return
+        log.warning("%s was replaced while stopped and the old file was not found next to it: "
+                    "lines written to it after the last checkpoint are lost", self.path)
+        self._current = opened
+        yield ReadBatch([], self._position_in(opened), rotated=True)
+
+    def _restore(self, opened: _OpenFile, resume: FilePosition) -> None:
+        opened.offset, opened.fingerprint = resume.offset, resume.fingerprint
+        self._cutter.skipping = resume.skipping
+
+    def _drain(self) -> Iterator[ReadBatch]:
+        current = self._current
+        stat = os.fstat(current.fd)
+        if _was_truncated(current, stat.st_size):
+            yield from self._recover_truncation()
+        yield from self._read_to_end(current, stat.st_mtime)
+
+    def _read_to_end(self, opened: _OpenFile, mtime: float | None = None) -> Iterator[ReadBatch]:
+        while chunk := os.pread(opened.fd, CHUNK_BYTES, opened.offset):
+            opened.offset += len(chunk)
+            if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
+                opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
+            self._last_growth = self._clock()
+            batch = self._cutter.cut(chunk)
+            batch.position, batch.mtime = self._position_in(opened), mtime
+            yield batch
+
+    def _recover_truncation(self) -> Iterator[ReadBatch]:
+        """copytruncate: read what was not read yet from the copy, then restart at 0."""
+        current = self._current
+        position = self._position_in(current)
+        located = locate(self.path, position, copies=True)
+        bytes_lost = 0
+        if located.path is not None:
+            yield from self._read_sibling(located.path, current.offset, current.fingerprint, cut_tail=True)
+            for newer in located.newer:
+                yield from self._read_sibling(newer, 0, None, cut_tail=True)
+        else:
+            # Unread bytes of the old content are gone; the pending partial line is all we know of.
+            bytes_lost = len(self._cutter.take_partial())
+        current.offset, current.fingerprint = 0, None
+        yield ReadBatch([], self._position_in(current), truncated=True, bytes_lost=bytes_lost)
+
+    def _read_sibling(self, path: str, offset: int, fingerprint: Fingerprint | None,
+                      *, cut_tail: bool) -> Iterator[ReadBatch]:
+        """Read a rotated sibling from ``offset`` to its end; its last partial line ends there."""
+        try:
+            sibling = _OpenFile.open(path, offset, fingerprint)
+        except OSError as error:
+            log.warning("cannot read rotated %s: %s", path, error.strerror)
+            return
+        try:
+            yield from self._read_to_end(sibling, os.fstat(sibling.fd).st_mtime)
+            yield from self._end_of_file(sibling, cut_tail=cut_tail)
+        finally:
+            sibling.close()
+
+    def _end_of_file(self, opened: _OpenFile, *, cut_tail: bool) -> Iterator[ReadBatch]:
+        """The file will not grow any more: its unterminated last line is final.
+
+        A renamed or deleted file's last line is as complete as its writer left it. A
+        copy's unterminated tail was cut by the copy: the rest fell into logrotate's
+        copy-to-truncate window, so it is counted as lost rather than parsed.
+        """
+        last = self._cutter.take_partial()
+        if cut_tail:
+            yield ReadBatch([], self._position_in(opened), bytes_lost=len(last))
+        else:
+            yield ReadBatch([last] if last else [], self._position_in(opened))
+
+    def _switch(self) -> Iterator[ReadBatch]:
+        """The path names a new file: finish the old one and siblings rotated since, then start."""
+        old = self._current
+        yield from self._read_to_end(old)
+        yield from self._end_of_file(old, cut_tail=False)
+        newer = locate(self.path, self._position_in(old)).newer
+        for sibling in newer:
+            yield from self._read_sibling(sibling, 0, None, cut_tail=False)
+        old.close()
+        self._current = None
+        self._unsettled_rescans = 0
+        try:
+            self._current = _OpenFile.open(self.path)
+        except OSError as error:
+            # Gone again: the next poll opens whatever the path names then, from its start.
+            self.last_error = f"cannot open {self.path}: {error.strerror}"
+            return
+        yield ReadBatch([], self._position_in(self._current), rotated=True)
+        yield from self._drain()
+
+    def _finish(self) -> Iterator[ReadBatch]:
+        """The path stayed missing: its file is complete, give it up (and its descriptor)."""
+        yield from self._end_of_file(self._current, cut_tail=False)
+        self.close()
+        self.finished = True
+
+    def _idle_flush(self) -> Iterator[ReadBatch]:
+        """Hand out a partial line the writer left unterminated for ``idle_flush_seconds``."""
+        if not (self._idle_flush_seconds and self._cutter.partial):
+            return
+        if self._clock() - self._last_growth < self._idle_flush_seconds:
+            return
+        last = self._cutter.take_partial()
+        # Whatever completes this line later belongs to the line already handed out.
+        self._cutter.skipping = True
+        yield ReadBatch([last], self._position_in(self._current))
+
+    def _look_at_path(self) -> os.stat_result | None:
+        """What the path names now; None when it names nothing."""
+        try:
+            return os.stat(self.path)
+        except (FileNotFoundError, NotADirectoryError):
+            return None
+        except OSError:
+            # Cannot tell (permissions, a network file system's hiccup): assume no change.
+            return os.fstat(self._current.fd)
+
+    def _position_in(self, opened: _OpenFile) -> FilePosition:
+        consumed = opened.offset - len(self._cutter.partial)
+        return FilePosition(opened.device, opened.inode, consumed, opened.fingerprint, self._cutter.skipping)
+
+
+def _was_truncated(opened: _OpenFile, size: int) -> bool:
+    """Size below the offset, or new first bytes in a file that grew past it (copytruncate)."""
+    if size < opened.offset:
+        return True
+    return size > opened.offset and opened.fingerprint is not None and not opened.fingerprint.matches(opened.fd)

@@ -77,6 +77,18 @@ class SpikeDetector:
         self._seen += 1
         return False
 
+    def snapshot(self) -> dict[str, float]:
+        """Internal state for a checkpoint: a restart resumes without a new warm-up."""
+        return {"mean": self._mean, "deviation": self._deviation, "seen": self._seen, "excursion": self._excursion}
+
+    @classmethod
+    def restored(cls, config: DetectorConfig, snapshot: dict[str, float]) -> SpikeDetector:
+        """A detector in the state ``snapshot`` recorded (KeyError when a value is missing)."""
+        detector = cls(config)
+        detector._mean, detector._deviation = snapshot["mean"], snapshot["deviation"]
+        detector._seen, detector._excursion = int(snapshot["seen"]), int(snapshot["excursion"])
+        return detector
+
 
 class PlateauTracker:
     """The last step at which the smoothed loss was clearly lower than a window of steps before.
@@ -126,3 +138,18 @@ class PlateauTracker:
     @property
     def smoothed(self) -> float | None:
         return self._smoothed
+
+    def snapshot(self) -> dict[str, object]:
+        """Internal state for a checkpoint."""
+        return {"smoothed": self._smoothed, "change": self._change, "previous": self._previous,
+                "history": [list(item) for item in self._history], "best_step": self.best_step}
+
+    @classmethod
+    def restored(cls, config: DetectorConfig, snapshot: dict) -> PlateauTracker:
+        """A tracker in the state ``snapshot`` recorded (KeyError when a value is missing)."""
+        tracker = cls(config)
+        tracker._smoothed, tracker._change, tracker._previous = snapshot["smoothed"], snapshot["change"], snapshot["previous"]
+        tracker._history = deque((int(step), float(smoothed)) for step, smoothed in snapshot["history"])
+        best_step = snapshot["best_step"]
+        tracker.best_step = None if best_step is None else int(best_step)
+        return tracker

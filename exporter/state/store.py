@@ -93,6 +93,10 @@ class TrainingState:
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
 
+    @property
+    def detectors(self) -> DetectorConfig:
+        return self._detectors
+
     def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None) -> RankState | None:
         """Create (or find) a rank's state when its file is discovered. Call with the lock held."""
         rank = self._rank_state(key)

@@ -1,0 +1,126 @@
+"""A TrainingState as JSON-ready data and back: what a checkpoint keeps of the state.
+
+Every RankState field is kept, the detectors' internals included, so after a restart the
+gauges, counters and detectors carry on where they stood. Reading back validates every
+value against the field's type before anything is changed: a damaged dump is refused
+whole (ValueError), never half applied.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import typing
+from typing import Any
+
+from pydantic import TypeAdapter, ValidationError
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+
+from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
+from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
+
+# A gauge, recomputed by the follower: not restored.
+_NOT_RESTORED_STATS = frozenset({"files_followed"})
+
+
+class _SpikeSnapshot(TypedDict):
+    mean: float
+    deviation: float
+    seen: int
+    excursion: int
+
+
+class _PlateauSnapshot(TypedDict):
+    smoothed: float | None
+    change: float
+    previous: float
+    history: list[tuple[int, float]]
+    best_step: int | None
+
+
+_DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _PlateauSnapshot}
+
+
+def dump_state(state: TrainingState) -> dict[str, Any]:
+    """The state as plain data (lists, dicts, numbers, strings). Call with the lock held."""
+    stats = {
+        item.name: getattr(state.stats, item.name)
+        for item in dataclasses.fields(ExporterStats)
+        if item.name not in _NOT_RESTORED_STATS
+    }
+    series = [{"key": list(key), "values": _dump_rank(rank)} for key, rank in state.series.items()]
+    return {"stats": stats, "series": series}
+
+
+def restore_state(state: TrainingState, data: Any) -> None:
+    """Replace the state's series and counters with a dump; ValueError if it is not valid."""
+    try:
+        stats = _stats_adapter().validate_python(data["stats"])
+        series = {_key(entry["key"]): _load_rank(entry["values"], state.detectors) for entry in data["series"]}
+    except (KeyError, TypeError, ValidationError) as error:
+        raise ValueError(f"not a valid state dump: {_describe(error)}") from None
+    with state.lock:
+        state.series.clear()
+        state.series.update(series)
+        for name, value in stats.items():
+            setattr(state.stats, name, value)
+
+
+def _dump_rank(rank: RankState) -> dict[str, Any]:
+    values = {}
+    for item in dataclasses.fields(RankState):
+        value = getattr(rank, item.name)
+        if isinstance(value, tuple(_DETECTORS)):
+            value = value.snapshot()
+        elif isinstance(value, dict):
+            value = dict(value)
+        values[item.name] = value
+    return values
+
+
+def _load_rank(values: dict[str, Any], detectors: DetectorConfig) -> RankState:
+    rank = RankState()
+    for name, (detector, adapter) in _rank_adapters().items():
+        if name not in values:
+            continue  # a field added since the checkpoint was written keeps its default
+        value = adapter.validate_python(values[name])
+        if detector is not None and value is not None:
+            value = detector.restored(detectors, value)
+        setattr(rank, name, value)
+    return rank
+
+
+def _key(raw: Any) -> SeriesKey:
+    run, node, rank = _key_adapter().validate_python(raw)
+    return run, node, rank
+
+
+@functools.cache
+def _key_adapter() -> TypeAdapter:
+    return TypeAdapter(tuple[str, str, str])
+
+
+@functools.cache
+def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
+    """Per RankState field: its detector class (or None) and a validator for its dumped value."""
+    adapters = {}
+    for name, hint in typing.get_type_hints(RankState).items():
+        detector = next((cls for cls in _DETECTORS if cls in typing.get_args(hint)), None)
+        dumped = _DETECTORS[detector] | None if detector else hint
+        adapters[name] = (detector, TypeAdapter(dumped))
+    return adapters
+
+
+@functools.cache
+def _stats_adapter() -> TypeAdapter:
+    fields = {item.name: int for item in dataclasses.fields(ExporterStats) if item.name not in _NOT_RESTORED_STATS}
+    return TypeAdapter(TypedDict("StatsSnapshot", fields, total=False))
+
+
+def _describe(error: Exception) -> str:
+    if isinstance(error, ValidationError):
+        first = error.errors()[0]
+        return f"{'.'.join(str(part) for part in first['loc']) or 'value'}: {first['msg']}"
+    if isinstance(error, KeyError):
+        return f"missing {error}"
+    return str(error)

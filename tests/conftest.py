@@ -1,0 +1,12 @@
+"""Shared test setup."""
+
+from __future__ import annotations
+
+import pytest
+
+
+@pytest.fixture(autouse=True)
+def private_state_directory(tmp_path_factory, monkeypatch):
+    # The exporter checkpoints to $XDG_STATE_HOME by default: each test (and the processes it
+    # starts, which inherit the environment) gets its own, so no run resumes another's state.
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path_factory.mktemp("xdg-state")))

@@ -1,0 +1,291 @@
+"""Tailer on real files: partial lines, the line cap, rotations, truncations, resuming."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tracemalloc
+
+from exporter.follow import Tailer
+from exporter.follow.rotated import rotated_base, rotated_siblings
+from exporter.follow.tailer import SETTLE_RESCANS
+
+
+def read(tailer: Tailer, rescan: bool = False) -> tuple[list[bytes], list]:
+    batches = list(tailer.poll(rescan))
+    return [line for batch in batches for line in batch.lines], batches
+
+
+def append(path, text: str | bytes) -> None:
+    with open(path, "ab") as handle:
+        handle.write(text.encode() if isinstance(text, str) else text)
+
+
+def numbered(prefix: str, first: int, last: int) -> str:
+    return "".join(f"{prefix} line {n}\n" for n in range(first, last + 1))
+
+
+def started(tmp_path, text: str) -> tuple:
+    """A log holding ``text`` and a tailer that has read it."""
+    log = tmp_path / "worker_0.log"
+    append(log, text)
+    tailer = Tailer(str(log))
+    read(tailer)
+    return log, tailer
+
+
+def test_line_written_in_two_pieces_is_handed_out_once_whole(tmp_path):
+    log = tmp_path / "worker_0.log"
+    append(log, "step=1 loss=2.5\nstep=2 lo")
+    tailer = Tailer(str(log))
+    assert read(tailer)[0] == [b"step=1 loss=2.5"]
+    assert read(tailer)[0] == []
+    append(log, "ss=2.4\n")
+    assert read(tailer)[0] == [b"step=2 loss=2.4"]
+
+
+def test_a_50_mib_line_without_newline_is_cut_at_the_cap_in_bounded_memory(tmp_path):
+    log = tmp_path / "worker_0.log"
+    block = b"x" * (1 << 20)
+    with open(log, "wb") as handle:
+        handle.write(b"before\n")
+        for _ in range(50):
+            handle.write(block)
+    tailer = Tailer(str(log), max_line_bytes=1 << 20)
+    tracemalloc.start()
+    try:
+        lines, batches = read(tailer)
+        peak = tracemalloc.get_traced_memory()[1]
+    finally:
+        tracemalloc.stop()
+    assert lines == [b"before", block]
+    assert sum(batch.lines_truncated for batch in batches) == 1
+    assert sum(batch.bytes_read for batch in batches) == 7 + 50 * len(block)
+    assert peak < 8 << 20, f"peak {peak} bytes while reading a 50 MiB line"
+    # The rest of the long line is dropped up to its newline, then lines flow again.
+    append(log, b"yyyy\nafter\n")
+    assert read(tailer)[0] == [b"after"]
+
+
+def test_idle_flush_hands_out_an_unterminated_line_once(tmp_path):
+    log = tmp_path / "worker_0.log"
+    now = [100.0]
+    tailer = Tailer(str(log.with_name("worker_0.log")), idle_flush_seconds=5.0, clock=lambda: now[0])
+    append(log, "Segmentation fault")
+    assert read(tailer)[0] == []
+    now[0] += 4.9
+    assert read(tailer)[0] == []
+    now[0] += 0.2
+    assert read(tailer)[0] == [b"Segmentation fault"]
+    # A late continuation belongs to the line already handed out.
+    append(log, " (core dumped)\nnext\n")
+    assert read(tailer)[0] == [b"next"]
+
+
+def test_without_idle_flush_an_unterminated_line_waits_for_its_newline(tmp_path):
+    log = tmp_path / "worker_0.log"
+    now = [0.0]
+    tailer = Tailer(str(log.with_name("worker_0.log")), clock=lambda: now[0])
+    append(log, "step=7 loss=2.")
+    read(tailer)
+    now[0] += 3600
+    assert read(tailer, rescan=True)[0] == []
+    append(log, "5\n")
+    assert read(tailer)[0] == [b"step=7 loss=2.5"]
+
+
+def test_binary_junk_and_invalid_utf8_are_lines_like_any_other(tmp_path):
+    log = tmp_path / "worker_0.log"
+    junk = bytes(range(256)).replace(b"\n", b"")
+    append(log, junk + b"\n\xff\xfe\xfd\n")
+    assert read(Tailer(str(log)))[0] == [junk, b"\xff\xfe\xfd"]
+
+
+def test_rename_rotation_keeps_reading_the_old_file_until_the_writer_moves_on(tmp_path):
+    log = tmp_path / "worker_0.log"
+    append(log, numbered("a", 1, 3))
+    tailer = Tailer(str(log))
+    assert len(read(tailer)[0]) == 3
+    # logrotate "create": rename, create an empty file; the writer keeps its old descriptor.
+    with open(log, "ab") as writer:
+        os.rename(log, tmp_path / "worker_0.log.1")
+        log.touch()
+        writer.write(b"a line 4 (after the rename)\n")
+        writer.flush()
+        lines, batches = read(tailer, rescan=True)
+        assert lines == [b"a line 4 (after the rename)"]
+        assert not any(batch.rotated for batch in batches)
+        writer.write(b"a line 5\n")
+    # The writer reopens: the new file has bytes, so the old one is complete.
+    append(log, numbered("b", 1, 2))
+    lines, batches = read(tailer)
+    assert lines == [b"a line 5", b"b line 1", b"b line 2"]
+    assert sum(batch.rotated for batch in batches) == 1
+
+
+def test_two_rotations_between_polls_read_the_middle_generation_too(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 2))
+    append(log, numbered("a", 3, 3))
+    os.rename(log, tmp_path / "worker_0.log.1")
+    append(log, numbered("b", 1, 2))
+    os.rename(tmp_path / "worker_0.log.1", tmp_path / "worker_0.log.2")
+    os.rename(log, tmp_path / "worker_0.log.1")
+    append(log, numbered("c", 1, 1))
+    assert read(tailer)[0] == [b"a line 3", b"b line 1", b"b line 2", b"c line 1"]
+
+
+def test_unterminated_last_line_of_a_rotated_file_is_handed_out_on_the_switch(tmp_path):
+    log, tailer = started(tmp_path, "a line 1\nlast words")
+    os.rename(log, tmp_path / "worker_0.log.1")
+    append(log, "b line 1\n")
+    assert read(tailer)[0] == [b"last words", b"b line 1"]
+
+
+def test_copytruncate_recovers_unread_lines_from_the_copy(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 3))
+    append(log, numbered("a", 4, 5))
+    shutil.copyfile(log, tmp_path / "worker_0.log.1")
+    os.truncate(log, 0)
+    append(log, numbered("b", 1, 1))
+    lines, batches = read(tailer)
+    assert lines == [b"a line 4", b"a line 5", b"b line 1"]
+    assert sum(batch.truncated for batch in batches) == 1
+    assert sum(batch.bytes_lost for batch in batches) == 0
+
+
+def test_copytruncate_without_a_copy_counts_the_pending_bytes_as_lost(tmp_path):
+    log, tailer = started(tmp_path, "a line 1\npartial")
+    os.truncate(log, 0)
+    append(log, "b\n")
+    lines, batches = read(tailer)
+    assert lines == [b"b"]
+    assert sum(batch.truncated for batch in batches) == 1
+    assert sum(batch.bytes_lost for batch in batches) == len("partial")
+
+
+def test_truncation_regrown_past_the_offset_is_seen_by_the_fingerprint(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 2))
+    with open(log, "wb") as handle:  # truncate and write more than before
+        handle.write(numbered("b", 1, 5).encode())
+    lines, batches = read(tailer)
+    assert lines == [f"b line {n}".encode() for n in range(1, 6)]
+    assert sum(batch.truncated for batch in batches) == 1
+
+
+def test_delete_and_recreate_follows_the_new_file_from_its_start(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 1))
+    append(log, numbered("a", 2, 2))
+    log.unlink()
+    append(log, numbered("b", 1, 1))
+    lines, batches = read(tailer)
+    assert lines == [b"a line 2", b"b line 1"]
+    assert sum(batch.rotated for batch in batches) == 1
+
+
+def test_a_deleted_file_is_given_up_after_rescans_and_its_descriptor_closed(tmp_path):
+    log, tailer = started(tmp_path, "a line 1\nno newline")
+    log.unlink()
+    assert open_deleted_files(log) == 1
+    lines = []
+    for _ in range(SETTLE_RESCANS):
+        assert not tailer.finished
+        lines += read(tailer, rescan=True)[0]
+    assert tailer.finished
+    assert lines == [b"no newline"]
+    assert open_deleted_files(log) == 0  # the disk space can be freed
+
+
+def open_deleted_files(path) -> int:
+    """Descriptors of this process still open on ``path`` after it was deleted."""
+    targets = []
+    for fd in os.listdir("/proc/self/fd"):
+        with contextlib.suppress(OSError):  # the descriptor listing the directory itself is gone
+            targets.append(os.readlink(f"/proc/self/fd/{fd}"))
+    return targets.count(f"{path} (deleted)")
+
+
+def test_an_empty_replacement_is_switched_to_after_rescans(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 1))
+    os.rename(log, tmp_path / "worker_0.log.1")
+    log.touch()
+    batches = [batch for _ in range(SETTLE_RESCANS) for batch in tailer.poll(rescan=True)]
+    assert sum(batch.rotated for batch in batches) == 1
+    append(log, "b line 1\n")
+    assert read(tailer)[0] == [b"b line 1"]
+
+
+def test_position_excludes_the_partial_line_and_resumes_exactly(tmp_path):
+    log = tmp_path / "worker_0.log"
+    append(log, "a line 1\na li")
+    first = Tailer(str(log))
+    _, batches = read(first)
+    position = batches[-1].position
+    assert position.offset == len("a line 1\n")
+    append(log, "ne 2\n")
+    assert read(Tailer(str(log), resume=position))[0] == [b"a line 2"]
+
+
+def test_resume_inside_an_over_long_line_keeps_skipping_it(tmp_path):
+    log = tmp_path / "worker_0.log"
+    append(log, b"z" * 5000)
+    first = Tailer(str(log), max_line_bytes=1024)
+    lines, batches = read(first)
+    assert lines == [b"z" * 1024]
+    position = batches[-1].position
+    assert position.skipping
+    append(log, "zzz\nnext\n")
+    assert read(Tailer(str(log), max_line_bytes=1024, resume=position))[0] == [b"next"]
+
+
+def stopped(tmp_path, text: str) -> tuple:
+    """A log holding ``text`` and the position a stopped exporter saved for it."""
+    log, tailer = started(tmp_path, text)
+    position = tailer.position
+    tailer.close()
+    return log, position
+
+
+def test_resume_after_a_rename_rotation_while_stopped(tmp_path):
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
+    append(log, numbered("a", 3, 4))
+    os.rename(log, tmp_path / "worker_0.log.1")
+    append(log, numbered("b", 1, 2))
+    lines, batches = read(Tailer(str(log), resume=position))
+    assert lines == [b"a line 3", b"a line 4", b"b line 1", b"b line 2"]
+    assert sum(batch.rotated for batch in batches) == 1
+
+
+def test_resume_after_a_copytruncate_while_stopped(tmp_path):
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
+    append(log, numbered("a", 3, 3))
+    shutil.copyfile(log, tmp_path / "worker_0.log.1")
+    os.truncate(log, 0)
+    append(log, numbered("b", 1, 1))
+    lines, batches = read(Tailer(str(log), resume=position))
+    assert lines == [b"a line 3", b"b line 1"]
+    assert sum(batch.truncated for batch in batches) == 1
+
+
+def test_resume_when_the_old_file_is_gone_starts_the_new_one_from_its_start(tmp_path):
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
+    log.unlink()
+    append(log, numbered("b", 1, 1))
+    lines, batches = read(Tailer(str(log), resume=position))
+    assert lines == [b"b line 1"]
+    # The file system may give the new file the old inode number: then only the
+    # fingerprint tells, and it looks like a truncation.
+    assert sum(batch.rotated or batch.truncated for batch in batches) == 1
+
+
+def test_rotated_siblings_are_ordered_oldest_first_and_map_back_to_their_base(tmp_path):
+    base = tmp_path / "worker_0.log"
+    for name in ("worker_0.log.1", "worker_0.log.10", "worker_0.log.2", "worker_0.log.3.gz", "worker_0.log-20240102",
+                 "worker_0.log-20240101", "worker_0.logx.1", "worker_0.log"):
+        (tmp_path / name).touch()
+    names = [os.path.basename(path) for path in rotated_siblings(str(base))]
+    assert names == ["worker_0.log.10", "worker_0.log.2", "worker_0.log.1", "worker_0.log-20240101",
+                     "worker_0.log-20240102"]
+    assert rotated_base(str(tmp_path / "worker_0.log.1")) == str(base)
+    assert rotated_base(str(tmp_path / "worker_0.log-20240101")) == str(base)
+    assert rotated_base(str(base)) is None
