@@ -17,6 +17,8 @@ import sys
 from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
+import yaml
+
 from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, statushistory, table, text, timeseries
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_models
@@ -38,27 +40,17 @@ EXPORTER_UID = "trainlog-exporter"
 
 RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/{}.md"
 RUNBOOKS_INDEX = "https://github.com/trainlog-exporter/trainlog-exporter/tree/main/docs/runbooks"
-# Every shipped alert: DESIGN.md 3.4's table first, in its order.
-ALERT_NAMES = (
-    "TrainingLossNonFinite",
-    "TrainingLossSpike",
-    "TrainingLossPlateau",
-    "TrainingStalled",
-    "TrainingFirstStalledRank",
-    "TrainingStraggler",
-    "TrainingThroughputDrop",
-    "TrainingOutOfMemory",
-    "TrainingCommunicationError",
-    "TrainingProcessCrashed",
-    "TrainingNodeTimedOut",
-    "TrainingMetricsMissing",
-    "TrainingExporterDown",
-    # Beyond the design's table: shipped in deploy/prometheus/rules/ too.
-    "TrainingStepTimeJitter",
-    "TrainingProcessExited",
-    "TrainingStalledAcceleratorsIdle",
-    "TrainingStalledAcceleratorsBusy",
-)
+RULES_DIR = Path(__file__).resolve().parent.parent / "deploy" / "prometheus" / "rules"
+
+
+def shipped_alert_names() -> tuple[str, ...]:
+    """Every alert of deploy/prometheus/rules, the main file first: the runbook list follows the rules."""
+    files = sorted(RULES_DIR.glob("*.yml"), key=lambda path: (path.name != "trainlog-alerts.yml", path.name))
+    return tuple(rule["alert"] for path in files
+                 for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"] if "alert" in rule)
+
+
+ALERT_NAMES = shipped_alert_names()
 
 # Label selectors. The rank variable's "All" is ".+": it keeps every rank and leaves out
 # scheduler.log, whose series have no rank label.
