@@ -24,11 +24,11 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 from exporter.app import Exporter
 from exporter.settings import load_settings
 from tests.support.prom_server import PrometheusServer, wait_for
+from tests.support.simulated import run_config, write_simulated
 
 ROOT = Path(__file__).resolve().parent.parent
 GRAFANA = ROOT / "grafana"
 DASHBOARDS = GRAFANA / "dashboards"
-EXAMPLE_LOGS = ROOT / "examples" / "deepseek-moe-8rank" / "msrun_log"
 
 HEALTHY_RUN = "dsmoe-healthy"
 INCIDENT_RUN = "dsmoe-incident"
@@ -221,11 +221,10 @@ OOM_TRACEBACK = (
 )
 
 
-def copy_run(base: Path, run: str) -> Path:
-    """The bundled example as a run named `run`, written 10 minutes ago, plus a pipeline
-    stage rank that printed no loss and nothing for an hour."""
-    logs = base / run / "msrun_log"
-    shutil.copytree(EXAMPLE_LOGS, logs)
+def simulated_run(base: Path, run: str) -> Path:
+    """200 steps of a simulated 8-rank run named `run`, written 10 minutes ago, plus a
+    pipeline stage rank that printed no loss and nothing for an hour."""
+    logs = write_simulated(base, run_config(ranks=8, steps=1000), run=run, until_slot=200)
     pipeline_stage = logs / f"worker_{PIPELINE_STAGE_RANK}.log"
     pipeline_stage.write_text(
         "[INFO] 2026-06-09 10:20:33 [mindformers/tools/logger.py:52] Running MindFormers in PYNATIVE_MODE.\n"
@@ -262,7 +261,7 @@ def write_incidents(healthy: Path, incident: Path) -> None:
 @pytest.fixture(scope="module")
 def stack(tmp_path_factory) -> Iterator[PrometheusServer]:
     base = tmp_path_factory.mktemp("dashboards")
-    healthy, incident = copy_run(base, HEALTHY_RUN), copy_run(base, INCIDENT_RUN)
+    healthy, incident = simulated_run(base, HEALTHY_RUN), simulated_run(base, INCIDENT_RUN)
     settings = load_settings(log_dir=[healthy, incident], web_listen_address="127.0.0.1:0", node="node-0",
                              state_file=None)
     exporter = Exporter(settings)
