@@ -1,0 +1,123 @@
+"""Catch-up: read one big worker log from its start to the last step, four ways, same file.
+
+Every contender's output is checked against what the generator wrote, so a contender
+that skipped work (or a broken program) fails the run instead of looking fast.
+"""
+
+from __future__ import annotations
+
+import json
+import shutil
+import sys
+from dataclasses import dataclass
+from pathlib import Path
+
+from generate import LogShape
+from measure import Measured, run_measured
+
+BENCHMARKS = Path(__file__).resolve().parent
+MTAIL_PROGRAMS = BENCHMARKS / "mtail"
+# The troubleshooting guide's extraction (grep -oE ... | awk), aimed at the MindFormers
+# record instead of key=value pairs: step and loss only, into a two-column file.
+GREP_AWK = ("grep -oE 'step:\\[ *[0-9]+/ *[0-9]+\\], loss: *[0-9.eE+-]+' {log} "
+            "| awk -F'[][/:, ]+' '{{print $2, $NF}}'")
+
+
+@dataclass(frozen=True, slots=True)
+class Contender:
+    name: str
+    what: str  # what it does, for the table
+    command: list[str]
+
+    def check(self, output: str, shape: LogShape) -> None:
+        """Raise when the output shows the work was not done in full."""
+        _CHECKS[self.name](output, shape)
+
+
+def contenders(log: Path) -> list[Contender]:
+    """The exporter and its three yardsticks; mtail only when installed."""
+    found = [
+        Contender("exporter", "trainlog-exporter: every field, events, state",
+                  [sys.executable, str(BENCHMARKS / "catchup_exporter.py"), str(log.parent)]),
+        Contender("grep_awk", "grep -oE | awk: step and loss only", ["sh", "-c", GREP_AWK.format(log=log)]),
+        Contender("wc", "wc -l: the read limit", ["wc", "-l", str(log)]),
+    ]
+    mtail = shutil.which("mtail")
+    if mtail:
+        found.append(Contender("mtail", "mtail --one_shot: equivalent program", [
+            mtail, "--one_shot", "--one_shot_format", "prometheus", "--progs", str(MTAIL_PROGRAMS),
+            "--logs", str(log), "--port", "0", "--address", "127.0.0.1", "--logtostderr",
+        ]))
+    return found
+
+
+def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, object]]:
+    """Best of ``rounds`` interleaved runs per contender (mtail: one run, it takes long)."""
+    run_measured(["cat", str(log)])  # warm the page cache: every contender reads from memory
+    best: dict[str, Measured] = {}
+    what: dict[str, str] = {}
+    for round_number in range(rounds):
+        for contender in contenders(log):
+            if contender.name == "mtail" and round_number > 0:
+                continue
+            result = run_measured(contender.command)
+            contender.check(result.stdout, shape)
+            what[contender.name] = contender.what
+            previous = best.get(contender.name)
+            if previous is None or result.wall_seconds < previous.wall_seconds:
+                best[contender.name] = result
+    return {
+        name: {
+            "what": what[name],
+            "wall_seconds": result.wall_seconds,
+            "cpu_seconds": result.cpu_seconds,
+            "max_rss_mb": None if result.max_rss_kb is None else result.max_rss_kb / 1024,
+            "lines_per_second": shape.lines / result.wall_seconds,
+        }
+        for name, result in best.items()
+    }
+
+
+def _check_exporter(output: str, shape: LogShape) -> None:
+    (rank,) = json.loads(output)["ranks"].values()
+    _expect("exporter lines", rank["lines"], shape.lines)
+    _expect("exporter steps", rank["steps"], shape.steps)
+    _expect("exporter last step", rank["step"], shape.steps)
+    _expect("exporter tracebacks", rank["errors"].get("traceback", 0), shape.tracebacks)
+    _expect("exporter OOMs", rank["errors"].get("oom", 0), shape.ooms)
+    _expect("exporter aux losses", sorted(rank["aux_losses"]), ["load_balancing_loss", "mtp_1_loss"])
+
+
+def _check_mtail(output: str, shape: LogShape) -> None:
+    _expect("mtail lines", _prometheus_value(output, "training_log_lines_total"), shape.lines)
+    _expect("mtail steps", _prometheus_value(output, "training_steps_total"), shape.steps)
+    _expect("mtail last step", _prometheus_value(output, "training_step"), shape.steps)
+    # mtail prints a labelled counter only once it was incremented.
+    _expect("mtail tracebacks", _prometheus_value(output, "training_errors_total", 'kind="traceback"') or 0, shape.tracebacks)
+    _expect("mtail OOMs", _prometheus_value(output, "training_errors_total", 'kind="oom"') or 0, shape.ooms)
+
+
+def _check_grep_awk(output: str, shape: LogShape) -> None:
+    rows = output.splitlines()
+    _expect("grep | awk rows", len(rows), shape.steps)
+    _expect("grep | awk last step", int(rows[-1].split()[0]) if rows else None, shape.steps)
+
+
+def _check_wc(output: str, shape: LogShape) -> None:
+    _expect("wc -l", int(output.split()[0]), shape.lines)
+
+
+_CHECKS = {"exporter": _check_exporter, "mtail": _check_mtail, "grep_awk": _check_grep_awk, "wc": _check_wc}
+
+
+def _prometheus_value(exposition: str, name: str, label: str = "") -> float | None:
+    for line in exposition.splitlines():
+        if line.startswith(name + "{") and label in line:
+            return float(line.rsplit(" ", 1)[1])
+    return None
+
+
+def _expect(what: str, got: object, expected: object) -> None:
+    if got != expected:
+        raise AssertionError(f"{what}: got {got!r}, expected {expected!r}")
+

@@ -1,0 +1,213 @@
+"""Run every benchmark of trainlog-exporter in one go and judge the targets.
+
+    python benchmarks/run.py           # full run (a few minutes), exits 1 when a target is missed
+    python benchmarks/run.py --smoke   # a few seconds: proves the script works, judges nothing
+
+Targets are ratios measured in the same run on the same files (absolute numbers are
+context only: shared machines are noisy). Prints a table, writes results/latest.json
+(results/smoke.json for a smoke run).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import re
+import subprocess
+import sys
+import tempfile
+import time
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+import catchup
+import scale
+import steady
+from generate import write_worker_log
+from measure import REPO, exporter_environment, run_measured
+
+RESULTS = Path(__file__).resolve().parent / "results"
+
+
+@dataclass(frozen=True, slots=True)
+class Size:
+    """How big each benchmark is."""
+
+    catchup_lines: int
+    catchup_rounds: int
+    steady_seconds: float
+    steady_ranks: int
+    noise_per_second: int
+    scale_files: int
+
+
+FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
+            scale_files=1024)
+SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
+             scale_files=16)
+
+
+@dataclass(frozen=True, slots=True)
+class Target:
+    name: str
+    measured: float | None  # None: could not be measured in this run
+    limit: float
+    higher_is_better: bool
+    unit: str
+
+    @property
+    def holds(self) -> bool | None:
+        if self.measured is None:
+            return None
+        return self.measured >= self.limit if self.higher_is_better else self.measured < self.limit
+
+    def row(self) -> str:
+        comparison = ">=" if self.higher_is_better else "<"
+        verdict = {True: "PASS", False: "MISS", None: "n/a"}[self.holds]
+        value = "not measured" if self.measured is None else f"{self.measured:.3g}{self.unit}"
+        return f"| {self.name} | {value} | {comparison} {self.limit:g}{self.unit} | {verdict} |"
+
+
+def targets(results: dict[str, dict]) -> list[Target]:
+    """Every target of the performance issue, from one run's results."""
+    rates = {name: row["lines_per_second"] for name, row in results["catchup"].items()}
+    exporter = rates["exporter"]
+    return [
+        Target("catch-up: exporter / mtail lines per second", exporter / rates["mtail"] if "mtail" in rates else None,
+               10, True, "x"),
+        Target("catch-up: exporter / grep|awk lines per second", exporter / rates["grep_awk"], 1, True, "x"),
+        Target("catch-up: wc -l / exporter lines per second", rates["wc"] / exporter, 10, False, "x"),
+        Target("steady: exporter CPU, share of one core", 100 * results["steady"]["cpu_share_of_one_core"], 1, False, "%"),
+        Target("steady: write to /metrics latency p99", results["steady"]["latency_p99_ms"], 250, False, " ms"),
+        Target(f"scale: RSS with {results['scale']['files']} files", results["scale"]["rss_mb"], 80, False, " MB"),
+        Target(f"scale: /metrics render with {results['scale']['files']} files", results["scale"]["render_median_ms"],
+               50, False, " ms"),
+    ]
+
+
+def analyze_available() -> bool:
+    """True once ``trainlog-exporter analyze`` exists (its own issue): detected, never assumed."""
+    help_text = subprocess.run([sys.executable, "-m", "exporter", "--help"], capture_output=True, text=True,
+                               env=exporter_environment(), cwd=REPO, check=False).stdout
+    return re.search(r"\banalyze\b", help_text) is not None
+
+
+def measure_analyze(log: Path, lines: int) -> dict[str, object]:
+    # TODO(analyze): once the command exists, check its report (last step, anomaly step) too.
+    result = run_measured([sys.executable, "-m", "exporter", "analyze", str(log), "--format", "json"])
+    return {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
+            "max_rss_mb": None if result.max_rss_kb is None else result.max_rss_kb / 1024,
+            "lines_per_second": lines / result.wall_seconds}
+
+
+def machine() -> dict[str, object]:
+    model = next((line.split(":", 1)[1].strip() for line in Path("/proc/cpuinfo").read_text().splitlines()
+                  if line.startswith("model name")), platform.processor())
+    return {
+        "cpu": model,
+        "cores": os.cpu_count(),
+        "load_average_1m_at_start": os.getloadavg()[0],
+        "python": platform.python_version(),
+        "kernel": platform.release(),
+        "mtail": _first_line(["mtail", "--version"]),
+        "wc": _first_line(["wc", "--version"]),
+    }
+
+
+def _first_line(command: list[str]) -> str | None:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, check=False).stdout.splitlines()[0]
+    except (OSError, IndexError):
+        return None
+
+
+def run(size: Size, workdir: Path) -> dict[str, object]:
+    started = time.time()
+    log = workdir / "catchup" / "worker_0.log"
+    log.parent.mkdir(parents=True)
+    print(f"generating {size.catchup_lines} lines ...", file=sys.stderr)
+    shape = write_worker_log(log, size.catchup_lines)
+    results: dict[str, object] = {"machine": machine(), "size": asdict(size), "log": asdict(shape)}
+    print("catch-up ...", file=sys.stderr)
+    results["catchup"] = catchup.measure(log, shape, size.catchup_rounds)
+    print("steady state ...", file=sys.stderr)
+    results["steady"] = steady.measure(workdir / "steady", size.steady_ranks, size.noise_per_second,
+                                       size.steady_seconds)
+    print("scale ...", file=sys.stderr)
+    results["scale"] = scale.measure(workdir / "scale", size.scale_files)
+    if analyze_available():
+        print("analyze ...", file=sys.stderr)
+        results["analyze"] = measure_analyze(log, shape.lines)
+    else:
+        results["analyze"] = None  # skipped: `trainlog-exporter analyze` does not exist yet
+    results["seconds"] = time.time() - started
+    return results
+
+
+def report(results: dict[str, object], judged: list[Target]) -> str:
+    lines = ["| catch-up contender | lines/s | wall s | CPU s | peak RSS MB |", "| --- | ---: | ---: | ---: | ---: |"]
+    for name, row in sorted(results["catchup"].items(), key=lambda item: -item[1]["lines_per_second"]):
+        rss = "n/a" if row["max_rss_mb"] is None else f"{row['max_rss_mb']:.1f}"
+        lines.append(f"| {row['what']} | {row['lines_per_second']:,.0f} | {row['wall_seconds']:.3f} | "
+                     f"{row['cpu_seconds']:.3f} | {rss} |")
+    lines += [
+        "",
+        _steady_summary(results["steady"]),
+        _scale_summary(results["scale"]),
+        _analyze_summary(results["analyze"]),
+        "",
+        "| target | measured | limit | verdict |",
+        "| --- | ---: | ---: | --- |",
+        *(target.row() for target in judged),
+    ]
+    return "\n".join(lines)
+
+
+def _steady_summary(row: dict) -> str:
+    return (f"steady: {row['ranks']} ranks, {row['lines_per_second']} lines/s: "
+            f"CPU {100 * row['cpu_share_of_one_core']:.2f}% of a core, RSS {row['rss_mb']:.1f} MB, "
+            f"latency p50 {row['latency_p50_ms']:.0f} ms, p99 {row['latency_p99_ms']:.0f} ms "
+            f"({row['latency_samples']} step lines)")
+
+
+def _scale_summary(row: dict) -> str:
+    return (f"scale: {row['files']} files: RSS {row['rss_mb']:.1f} MB, /metrics ({row['metrics_samples']} samples, "
+            f"{row['metrics_bytes'] / 1e6:.1f} MB) median {row['render_median_ms']:.1f} ms, "
+            f"max {row['render_max_ms']:.1f} ms")
+
+
+def _analyze_summary(row: dict | None) -> str:
+    if row is None:
+        return "analyze: skipped, the command does not exist yet"
+    return f"analyze: {row['lines_per_second']:,.0f} lines/s, {row['cpu_seconds']:.2f} CPU s"
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds, no verdict on the targets")
+    parser.add_argument("--output", type=Path, help="JSON results (default results/latest.json, smoke.json with --smoke)")
+    arguments = parser.parse_args()
+    size = SMOKE if arguments.smoke else FULL
+    output = arguments.output or RESULTS / ("smoke.json" if arguments.smoke else "latest.json")
+    with tempfile.TemporaryDirectory(prefix="trainlog-bench-") as workdir:
+        results = run(size, Path(workdir))
+    judged = targets(results)
+    results["targets"] = [{**asdict(target), "holds": target.holds} for target in judged]
+    results["smoke"] = arguments.smoke
+    output.parent.mkdir(parents=True, exist_ok=True)
+    output.write_text(json.dumps(results, indent=2) + "\n")
+    print(report(results, judged))
+    if arguments.smoke:
+        print("\nsmoke run: sizes too small to judge the targets; the script works.")
+        return 0
+    missed = [target.name for target in judged if not target.holds]
+    if missed:
+        print(f"\n{len(missed)} target(s) missed: " + "; ".join(missed))
+        return 1
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
