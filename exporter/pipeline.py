@@ -84,7 +84,7 @@ class Pipeline:
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
-        parsed = entry.parser.parse_batch(batch.lines)
+        parsed = entry.parser.parse_block(batch.data)
         info_changed = self._note_format(entry)
         groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
         for record in parsed.records:

@@ -169,8 +169,9 @@ _SIGNATURES: tuple[tuple[bytes, Callable[[str], ErrorEvent | None]], ...] = (
     (b"memory isn't enough", _mindspore_oom),
     (b"NCCL error in:", _nccl),
     (b"nccl", _nccl_code),
-    (b"EI", _hccl),
-    (b"EJ", _hccl),
+    # A CANN code is E[IJ] and four digits. Three bytes rather than "EI"/"EJ": those appear in
+    # ordinary words, and a two-byte anchor slows the block scanner five times (parse/block.py).
+    *((f"E{series}{digit}".encode(), _hccl) for series in "IJ" for digit in "0123456789"),
     (b"HCCL", _hccl),
     (b"hccl api failed", _hccl),
     (b"function error: Hccl", _hccl),
@@ -184,8 +185,9 @@ _SIGNATURES: tuple[tuple[bytes, Callable[[str], ErrorEvent | None]], ...] = (
 
 # One search for every literal above: most lines contain none, and one regular expression
 # scan costs about half of the separate substring tests.
-FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in sorted(
-    {prefilter for prefilter, _ in _SIGNATURES} | {TRACEBACK_START, CHILD_FAILED, TERMINATE}, key=len, reverse=True)))
+FAILURE_LITERALS = tuple(sorted(
+    {prefilter for prefilter, _ in _SIGNATURES} | {TRACEBACK_START, CHILD_FAILED, TERMINATE}, key=len, reverse=True))
+FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in FAILURE_LITERALS))
 
 
 def classify(line: bytes) -> ErrorEvent | None:

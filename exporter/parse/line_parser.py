@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.parse import events, mindformers
+from exporter.parse.block import lines_to_parse, scanner_for
 from exporter.parse.blocks import Block
 from exporter.parse.formats import BUILTIN_FORMATS, Format
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent
@@ -23,6 +24,9 @@ from exporter.parse.scheduler import SchedulerLog
 # torchrun --tee/--redirects prefixes: ``[default3]:`` (role name + LOCAL rank) and the
 # ``[rank3]: `` of init_process_group's excepthook and c10 logs (GLOBAL rank). They stack.
 _PREFIX = re.compile(rb"\[([A-Za-z_]+)(\d+)\]: ?")
+# The prefixes torchrun prints unless given another --role: anchors, so that a block holding
+# one is parsed line by line (parse_block).
+_PREFIX_ANCHORS = (b"[default", b"[rank")
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 # Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
 _MAX_WATCHDOG_KEYS = 4096
@@ -50,6 +54,8 @@ class LineParser:
         self._thrown: dict[int | None, str] = {}
         self._watchdog_seen: set[tuple[object, object]] = set()
         self._scheduler_log = SchedulerLog()
+        anchors = anchors_for((forced,) if forced else self._candidates)
+        self._scanner = scanner_for(anchors) if anchors else None
 
     @property
     def format(self) -> Format | None:
@@ -67,12 +73,39 @@ class LineParser:
             lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
             if not recognized:
                 unparsed += 1
-        # The end of what was written so far ends a failure block: a crash is often the
-        # last thing a rank writes, and nothing may come to close it.
-        for rank, block in list(self._blocks.items()):
-            for event in block.flush():
-                self._emit(event, rank, records)
+        self._flush_blocks(records)
         return ParsedBatch(records, lines_by_rank, unparsed)
+
+    def parse_block(self, data: bytes) -> ParsedBatch:
+        """``parse_batch`` of a block of newline-terminated lines, looking only at the lines that matter.
+
+        A line holding none of the anchors (every prefilter below) gives no record and
+        changes no state: it is counted as unparsed without being looked at. Inside an
+        open failure block every line is parsed. A block with torchrun rank prefixes needs
+        each line's prefix for the per-rank line counts, and a format without a literal
+        prefilter needs every line: those go line by line. torchrun's own prefixes are
+        anchors; another role name shows on the block's first line of a tee'd file (nearly
+        every line has one), and a parsed line's prefix is counted for its rank anyway.
+        """
+        scanner = self._scanner
+        matches = scanner.matches(data) if scanner is not None else None
+        if matches is None or _has_rank_prefix(data, matches, scanner.anchors):
+            return self.parse_batch(data.split(b"\n")[:-1])
+        records: list[Record] = []
+        lines_by_rank: dict[int | None, int] = {}  # the parsed lines with a prefix
+        recognized = 0
+        parse_line = self._parse_line
+        for line in lines_to_parse(data, [start for _, start in matches], self._in_block):
+            rank, found = parse_line(line, records)
+            recognized += found
+            if rank is not None:
+                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+        self._flush_blocks(records)
+        lines = data.count(b"\n")
+        unprefixed = lines - sum(lines_by_rank.values())
+        if unprefixed:
+            lines_by_rank[None] = unprefixed
+        return ParsedBatch(records, lines_by_rank, lines - recognized)
 
     def parse(self, line: bytes) -> list[Record]:
         """Records of one line; a traceback's events come when a later line or parse_batch ends it."""
@@ -109,6 +142,16 @@ class LineParser:
                 self._emit(info, rank, out)
                 return rank, True
         return rank, self._failure(body, rank, out)
+
+    def _flush_blocks(self, records: list[Record]) -> None:
+        # The end of what was written so far ends a failure block: a crash is often the
+        # last thing a rank writes, and nothing may come to close it.
+        for rank, block in list(self._blocks.items()):
+            for event in block.flush():
+                self._emit(event, rank, records)
+
+    def _in_block(self) -> bool:
+        return bool(self._blocks)
 
     def _strip_prefixes(self, line: bytes, match: re.Match[bytes]) -> tuple[int, bytes]:
         global_rank = local_rank = None
@@ -189,3 +232,22 @@ class LineParser:
             if record is None:
                 return
         out.append(record)
+
+
+def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
+    """Every literal _parse_line tests before acting on a line; None when a format has none."""
+    prefilters = {fmt.prefilter for fmt in formats}
+    if b"" in prefilters:
+        return None  # a user's pattern without "contains": any line may match it
+    return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *_PREFIX_ANCHORS})
+
+
+def _has_rank_prefix(data: bytes, matches: list[tuple[int, int]], anchors: tuple[bytes, ...]) -> bool:
+    """True when the block's first line, or a line where a prefix anchor matched, starts with a prefix."""
+    if _PREFIX.match(data):
+        return True
+    prefix_anchors = {anchors.index(anchor) for anchor in _PREFIX_ANCHORS}
+    for anchor, start in matches:
+        if anchor in prefix_anchors and _PREFIX.match(data, data.rfind(b"\n", 0, start) + 1):
+            return True
+    return False

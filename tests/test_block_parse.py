@@ -1,0 +1,163 @@
+"""Block parsing skips the lines without an anchor: it must give exactly what parsing every line gives."""
+
+from __future__ import annotations
+
+import random
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter.parse import LineParser
+from exporter.parse import block as block_module
+from exporter.parse.block import AnchorScanner, lines_to_parse
+from exporter.parse.formats import BUILTIN_FORMATS, SCHEDULER_FORMAT, custom_format
+from exporter.parse.line_parser import anchors_for
+from tests.support.records import record_as_dict
+
+REPO = Path(__file__).resolve().parent.parent
+FIXTURES = REPO / "tests" / "fixtures"
+EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from generate import worker_log_lines  # noqa: E402
+
+TRICKY = b"""\
+Traceback (most recent call last):
+  File "train.py", line 3, in <module>
+    { step:[ 1/ 2], loss: 1.0 } appears in a frame line
+RuntimeError: NCCL error in: ProcessGroupNCCL.cpp:1191, unhandled system error
+{ step:[    2/    4], loss: 2.5, per_step_time: 800ms } and Traceback (most recent call last) on one line
+
+noise line with ]: inside, not a rank prefix
+  indented Segmentation fault noise
+step=3 loss=2.4 lr=0.0001
+Traceback (most recent call last):
+  File "train.py", line 9, in <module>
+"""
+
+
+def _logs() -> list[tuple[str, bytes, bool]]:
+    """(name, content, is a scheduler log)."""
+    generated = "\n".join(worker_log_lines(60_000, seed=5)).encode() + b"\n"
+    fixtures = [(path.stem, path.read_bytes(), path.stem == "msrun_scheduler")
+                for path in sorted((FIXTURES / "formats").glob("*.log"))]
+    examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
+                for name in ("worker_0.log", "scheduler.log")]
+    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples]
+
+
+def _comparable(batches) -> list:
+    return [([record_as_dict(record) for record in batch.records], batch.lines_by_rank, batch.unparsed)
+            for batch in batches]
+
+
+def _blocks(data: bytes, cuts: list[int]) -> list[bytes]:
+    return [data[start:end] for start, end in zip([0, *cuts], [*cuts, len(data)])]
+
+
+def _line_boundaries(data: bytes, rng: random.Random, count: int) -> list[int]:
+    ends = [index + 1 for index, byte in enumerate(data) if byte == ord("\n")][:-1]
+    return sorted(rng.sample(ends, min(count, len(ends))))
+
+
+def _parser(scheduler: bool) -> LineParser:
+    return LineParser(forced=SCHEDULER_FORMAT if scheduler else None)
+
+
+@pytest.mark.parametrize("use_regex", [False, True], ids=["ahocorasick", "regex-fallback"])
+@pytest.mark.parametrize(("name", "data", "scheduler"), _logs(), ids=[name for name, _, _ in _logs()])
+def test_blocks_give_what_every_line_gives(name, data, scheduler, use_regex, monkeypatch):
+    if use_regex:
+        monkeypatch.setattr(block_module, "BytesAhoCorasick", None)
+        block_module.scanner_for.cache_clear()
+    rng = random.Random(name)
+    for cuts in ([], _line_boundaries(data, rng, 3), _line_boundaries(data, rng, 100)):
+        blocks = _blocks(data, cuts)
+        line_by_line = _parser(scheduler)
+        expected = _comparable(line_by_line.parse_batch(block.split(b"\n")[:-1]) for block in blocks)
+        assert any(records for records, _, _ in expected), "no records: the comparison would prove nothing"
+        in_blocks = _parser(scheduler)
+        assert _comparable(in_blocks.parse_block(block) for block in blocks) == expected
+    block_module.scanner_for.cache_clear()
+
+
+def test_a_traceback_split_across_blocks_ends_in_the_next_one():
+    data = b"noise\nTraceback (most recent call last):\n  File \"x.py\", line 1\nValueError: bad\n\nnoise\n"
+    cut = data.index(b"  File")
+    parser = LineParser()
+    first, second = (parser.parse_block(block) for block in _blocks(data, [cut]))
+    events = [(record.kind, record.detail.get("exception")) for record in first.records + second.records]
+    assert events == [("traceback", "ValueError")]
+    assert first.unparsed + second.unparsed == 2  # the two noise lines
+
+
+def test_lines_without_anchors_are_never_looked_at():
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, out):
+            seen.append(line)
+            return super()._parse_line(line, out)
+
+    data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nplain again\n{ step:[ 2/ 2], loss: 2.9 }\n"
+    batch = Recording().parse_block(data)
+    assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }"]
+    assert (batch.lines_by_rank, batch.unparsed) == ({None: 4}, 2)
+
+
+def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
+    data = b"[default0]:noise\n[default1]:{ step:[ 1/ 2], loss: 3.0 }\nlauncher line\n"
+    batch = LineParser(rank_offset=8).parse_block(data)
+    assert batch.lines_by_rank == {8: 1, 9: 1, None: 1}
+    assert [record.rank for record in batch.records] == [9]
+
+
+def test_a_parsed_line_with_another_role_prefix_counts_for_its_rank():
+    data = b"launcher line\n[trainer1]:{ step:[ 1/ 2], loss: 3.0 }\nnoise\n"
+    expected = LineParser().parse_batch(data.split(b"\n")[:-1])
+    batch = LineParser().parse_block(data)
+    assert batch.lines_by_rank == expected.lines_by_rank == {None: 2, 1: 1}
+    assert [record.rank for record in batch.records] == [1]
+
+
+def test_a_format_without_a_literal_needs_every_line():
+    loose = custom_format("loose", r"^it (?P<step>\d+) loss (?P<loss>[\d.]+)$")
+    batch = LineParser([loose, *BUILTIN_FORMATS]).parse_block(b"noise\nit 7 loss 2.5\n")
+    assert [record.step for record in batch.records] == [7]
+
+
+@pytest.mark.parametrize("use_regex", [False, True], ids=["ahocorasick", "regex-fallback"])
+def test_scanner_finds_each_line_holding_an_anchor(use_regex, monkeypatch):
+    if use_regex:
+        monkeypatch.setattr(block_module, "BytesAhoCorasick", None)
+    scanner = AnchorScanner([b"step:[", b"HCCL"])
+    data = b"a HCCL b step:[ c\nnothing\nHCCL\n"
+    matches = scanner.matches(data)
+    assert {data.count(b"\n", 0, start) for _, start in matches} == {0, 2}
+    assert scanner.anchors[matches[0][0]] == b"HCCL"
+    assert matches == sorted(matches, key=lambda match: match[1])
+
+
+def test_every_anchor_is_long_enough_for_the_simd_prefilter():
+    assert min(len(anchor) for anchor in anchors_for(BUILTIN_FORMATS)) >= 3
+    assert anchors_for([SCHEDULER_FORMAT]) is None  # scheduler.log's format reads every line: line by line
+
+
+def test_scanner_rejects_empty_anchors():
+    with pytest.raises(ValueError):
+        AnchorScanner([b"step", b""])
+
+
+def test_lines_to_parse_hands_out_every_line_while_in_a_block():
+    data = b"zero\nANCHOR one\ntwo\nthree\nfour\n"
+    handed: list[bytes] = []
+    block_open = {"state": False}
+
+    def in_block() -> bool:
+        return block_open["state"]
+
+    for line in lines_to_parse(data, [data.index(b"ANCHOR")], in_block):
+        handed.append(line)
+        block_open["state"] = line != b"three"  # the anchor line opens a block, "three" closes it
+    assert handed == [b"ANCHOR one", b"two", b"three"]
