@@ -1,7 +1,8 @@
 """Discover and follow every log file under the configured directories.
 
-watchdog's native observer (inotify) marks files dirty; one follow thread reads dirty files
-and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
+watchdog's native observer (inotify) marks files dirty when they appear, move or go; the
+AppendWatcher marks them dirty when they grow, in batches; one follow thread reads dirty
+files and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
 reads every file anyway: it catches what events miss (directories created later,
 overflowed event queues, writes from other hosts on NFS or Lustre, which inotify never
 sees). Polling mode (``poll_interval``, or when inotify cannot be set up) is that rescan
@@ -19,16 +20,29 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
 
-from watchdog.events import FileSystemEvent, FileSystemEventHandler
+from watchdog.events import (
+    DirCreatedEvent,
+    DirDeletedEvent,
+    DirMovedEvent,
+    FileCreatedEvent,
+    FileDeletedEvent,
+    FileMovedEvent,
+    FileSystemEvent,
+    FileSystemEventHandler,
+)
 from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
+from exporter.follow.appends import AppendWatcher
 from exporter.follow.discover import DEFAULT_INCLUDE, LogFileRole, classify, is_followed
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
 
 log = logging.getLogger(__name__)
+
+# What watchdog reports while the AppendWatcher reports growth: the directory tree changing.
+_STRUCTURE_EVENTS = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 
 
 @dataclass(frozen=True, slots=True)
@@ -97,6 +111,7 @@ class Follower:
         self._stop = threading.Event()
         self._ready = threading.Event()
         self._observer = None if poll_interval else self._native_observer()
+        self._appends: AppendWatcher | None = None  # created by start(): only a running follower needs it
         self._thread = threading.Thread(target=self._run, name="follow", daemon=True)
 
     @property
@@ -106,6 +121,12 @@ class Follower:
 
     def start(self) -> None:
         if self._observer is not None:
+            # Growth comes from batched inotify reads instead of one watchdog event per write.
+            self._appends = AppendWatcher.create(self._mark_grown)
+            if self._appends is not None:
+                for path in self._tailers:
+                    self._appends.watch(os.path.dirname(path))
+                self._appends.start()
             self._observer.start()
         self._thread.start()
 
@@ -121,6 +142,9 @@ class Follower:
                 self._observer.join(timeout)
         for tailer in self._tailers.values():
             tailer.close()
+        if self._appends is not None:
+            self._appends.stop()
+            self._appends = None
 
     def run_once(self) -> None:
         """One full scan and read of everything (used at start and by the periodic rescan)."""
@@ -163,6 +187,12 @@ class Follower:
             self._dirty.add(path)
         self._wake.set()
 
+    def _mark_grown(self, paths: set[str] | None) -> None:
+        with self._dirty_lock:
+            # None: the kernel dropped events, any followed file may have grown.
+            self._dirty.update(list(self._tailers) if paths is None else paths)
+        self._wake.set()
+
     def _native_observer(self) -> BaseObserver | None:
         try:
             return Observer()
@@ -175,7 +205,8 @@ class Follower:
         if self._observer is None or directory in self._watched:
             return
         try:
-            self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True)
+            self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True,
+                                    event_filter=_STRUCTURE_EVENTS if self._appends is not None else None)
         except OSError as error:
             # The per-user inotify watch limit (ENOSPC): watch nothing, poll everything.
             self._log_polling_fallback(f"cannot watch {directory}", error)
@@ -229,6 +260,8 @@ class Follower:
         self._files[path] = followed
         self._tailers[path] = Tailer(path, self._max_line_bytes, resume=self._resume.pop(path, None),
                                      idle_flush_seconds=self._idle_flush_seconds)
+        if self._appends is not None:
+            self._appends.watch(os.path.dirname(path))
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
         self._sink.file_discovered(followed, mtime)
 
