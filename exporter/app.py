@@ -8,10 +8,8 @@ import signal
 import threading
 from pathlib import Path
 
-from prometheus_client.registry import CollectorRegistry
-
 from exporter import checkpoint
-from exporter.export.collector import TrainingCollector
+from exporter.export import text_format
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
@@ -54,13 +52,11 @@ class Exporter:
             idle_flush_seconds=settings.idle_flush_seconds,
             resume=positions,
         )
-        self.registry = CollectorRegistry(auto_describe=False)
-        self.registry.register(TrainingCollector(self.state))
         host, port = settings.listen_host_port
         self.http = ExporterHTTPServer(
             host,
             port,
-            self.registry,
+            lambda: text_format.render(self.state),
             is_ready=lambda: self.follower.ready,
             status_page=lambda: render_status_page(self.state, self.follower.ready),
         )

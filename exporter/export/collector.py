@@ -15,6 +15,7 @@ from prometheus_client.registry import Collector
 from exporter.export.metrics_table import (
     KIND_COUNTERS,
     NAMED_GAUGES,
+    PROCESS_UP,
     RANK_COUNTERS,
     RANK_GAUGES,
     RANK_INFO,
@@ -74,9 +75,8 @@ class TrainingCollector(Collector):
         for spec in STATS_COUNTERS:
             yield CounterMetricFamily(spec.name, spec.help, value=getattr(stats, spec.attribute))
         if self._state.process_up:  # only with --process-pattern
-            process_up = GaugeMetricFamily("training_process_up", "1 while a process matching --process-pattern runs, else 0.",
-                                           labels=["run", "node"])
-            for (run, node), up in sorted(self._state.process_up.items()):
+            process_up = GaugeMetricFamily(PROCESS_UP.name, PROCESS_UP.help, labels=["run", "node"])
+            for (run, node), up in sorted(getattr(self._state, PROCESS_UP.attribute).items()):
                 process_up.add_metric([run, node], int(up))
             yield process_up
 

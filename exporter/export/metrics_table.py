@@ -92,3 +92,6 @@ STATS_COUNTERS = (
     MetricSpec("trainlog_series_dropped", "Series or values not created because a cardinality limit was reached.", "series_dropped_total", "{series}"),
     MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).", "otlp_export_failures_total", "{export}"),
 )
+
+# Per (run, node), only with --process-pattern: not a rank's series (TrainingState.process_up).
+PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up")

@@ -1,0 +1,55 @@
+"""The fast /metrics renderer prints exactly what prometheus-client prints for the collector."""
+
+from __future__ import annotations
+
+import math
+from pathlib import Path
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.export.collector import TrainingCollector
+from exporter.export.text_format import render
+from exporter.follow import Follower
+from exporter.parse.records import ErrorEvent, RunInfo, StepRecord
+from exporter.pipeline import Pipeline
+from exporter.state import TrainingState
+
+EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "deepseek-moe-8rank" / "msrun_log"
+
+
+def _reference(state: TrainingState) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrainingCollector(state))
+    return generate_latest(registry)
+
+
+def test_the_example_run_renders_like_prometheus_client():
+    state = TrainingState()
+    Follower([str(EXAMPLE)], Pipeline(state, "node-0", lambda _: "deepseek-moe-8rank", clock=lambda: 1.7e9)).run_once()
+    assert len(state.series) == 9
+    assert render(state) == _reference(state)
+
+
+def test_awkward_values_and_labels_render_like_prometheus_client():
+    state = TrainingState()
+    with state.lock:
+        odd = ("run \"quoted\" \\ back", "node\nnewline", "3")
+        plain = ("run", "node", "12")
+        for key in (odd, plain):
+            state.register(key, {"file": 'worker "x".log', "role": "worker"}, 1.7e9)
+        state.ingest(odd, 10, 7, [
+            RunInfo({"framework": "mindformers", "odd-key": "v\\1", "rank": "ignored: a label already"}),
+            StepRecord(step=12_345_678, total_steps=10**9, loss=math.nan, learning_rate=1e-07, grad_norm=math.inf,
+                       step_time_seconds=0.85, throughput=1234567.891, aux_losses={"mtp_1_loss": -math.inf},
+                       extra={"loss_scale": 65536.0}),
+            ErrorEvent("nccl", {"message": "NCCL error"}),
+        ], log_timestamp=1.7e9 + 0.5, now=1.7e9 + 1)
+        state.ingest(plain, 3, 3, [], log_timestamp=None, now=1.7e9)
+        state.stats.bytes_read_total = 10**12
+    assert render(state) == _reference(state)
+
+
+def test_an_empty_state_renders_every_family_header():
+    state = TrainingState()
+    assert render(state) == _reference(state)
+    assert b"# TYPE training_step gauge" in render(state)
