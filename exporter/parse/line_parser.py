@@ -2,8 +2,9 @@
 
 A file's format is detected from its first step line (or forced by the configuration);
 from then on only that format's parser runs, behind a byte test, so the framework noise
-that makes up most of a worker log costs a few substring searches per line. Failure
-signatures run on every line. The only state kept between lines is what spans lines:
+that makes up most of a worker log costs a few substring searches per line, and nothing at
+all through ``parse_block``, which looks only at lines holding one of those byte literals
+(parse/block.py). Failure signatures run on every line that holds one of theirs. The only state kept between lines is what spans lines:
 open tracebacks (one per rank stream of a tee'd file), the exception a C++ ``terminate``
 announced, NCCL watchdog timeouts already counted, and the scheduler's node table.
 """
@@ -238,7 +239,7 @@ def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
     """Every literal _parse_line tests before acting on a line; None when a format has none."""
     prefilters = {fmt.prefilter for fmt in formats}
     if b"" in prefilters:
-        return None  # a user's pattern without "contains": any line may match it
+        return None  # scheduler.log's format, a user's pattern without "contains": any line may match
     return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *_PREFIX_ANCHORS})
 
 
