@@ -4,9 +4,10 @@ A file's format is detected from its first step line (or forced by the configura
 from then on only that format's parser runs, behind a byte test, so the framework noise
 that makes up most of a worker log costs a few substring searches per line, and nothing at
 all through ``parse_block``, which looks only at lines holding one of those byte literals
-(parse/block.py). Failure signatures run on every line that holds one of theirs. The only state kept between lines is what spans lines:
-open tracebacks (one per rank stream of a tee'd file), the exception a C++ ``terminate``
-announced, NCCL watchdog timeouts already counted, and the scheduler's node table.
+(parse/block.py). Failure signatures run on every line that holds one of theirs. The only
+state kept between lines is what spans lines: open tracebacks (one per rank stream of a
+tee'd file), the exception a C++ ``terminate`` announced, NCCL watchdog timeouts already
+counted, and the scheduler's node table.
 """
 
 from __future__ import annotations
