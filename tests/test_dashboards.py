@@ -23,7 +23,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.app import Exporter
 from exporter.settings import load_settings
-from tests.support.prom_server import PrometheusServer, wait_for
+from tests.support.prometheus import PrometheusServer, wait_for
 from tests.support.simulated import run_config, write_simulated
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -333,7 +333,7 @@ def test_every_query_is_valid_promql_that_returns_data(stack, name, run, pick_al
     problems = []
     for title, expr in queries(dashboard):
         concrete = substitute(expr, values)
-        answer = stack.query(concrete)
+        answer = stack.answer(concrete)
         if answer.get("status") != "success":
             problems.append(f"{title}: invalid: {concrete}: {answer.get('error')}")
         elif not answer["data"]["result"] and (title not in INCIDENT_ONLY or run == INCIDENT_RUN and pick_all):
@@ -348,7 +348,7 @@ def loss_printed_query() -> str:
 
 def test_pipeline_stage_rank_is_labelled_as_printing_no_loss(stack):
     values = {"run": HEALTHY_RUN, "node": ".*", "rank": ".+"}
-    printed = {sample["metric"]["rank"]: sample["value"][1] for sample in stack.result(substitute(loss_printed_query(), values))}
+    printed = {sample["metric"]["rank"]: sample["value"][1] for sample in stack.query(substitute(loss_printed_query(), values))}
     assert printed[PIPELINE_STAGE_RANK] == "0"
     assert {printed[str(rank)] for rank in range(8)} == {"1"}
     mapping = panel_by_title(committed()["training-ranks.json"], "Per-rank state")["fieldConfig"]["overrides"]
@@ -361,5 +361,5 @@ def test_first_stalled_rank_is_the_hung_one_not_the_pipeline_stage(stack):
     # The pipeline stage's log is older still, but it never printed a step.
     panel = panel_by_title(committed()["training-ranks.json"], "First stalled rank")
     expr = substitute(panel["targets"][0]["expr"], {"run": INCIDENT_RUN, "node": ".*", "rank": ".+"})
-    (sample,) = stack.result(expr)
+    (sample,) = stack.query(expr)
     assert sample["metric"]["rank"] == HUNG_RANK

@@ -111,6 +111,7 @@ class FireDrills:
         try:
             self.prometheus = PrometheusServer(workdir / "prometheus", [f"127.0.0.1:{self.exporter.port}"],
                                                rule_files=[self.rules])
+            self.prometheus.start()
             # Counters must be scraped at 0 before the incidents, or increase() sees nothing.
             eventually(lambda: self.prometheus.query('up{job="trainlog-exporter"} == 1'), 30, interval=0.2,
                        what="a first scrape")

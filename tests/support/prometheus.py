@@ -1,74 +1,173 @@
-"""A real Prometheus server (Debian's `prometheus`) on a free loopback port."""
+"""A real Prometheus server for tests (Debian's `prometheus`): free port, private storage, bounded waits.
+
+Nothing here sleeps unbounded: every wait has a deadline and fails with what it last saw.
+"""
 
 from __future__ import annotations
 
 import json
 import shutil
 import subprocess
+import time
+import urllib.error
 import urllib.parse
+import urllib.request
+from collections.abc import Callable, Sequence
 from pathlib import Path
+from typing import Any, TypeVar
 
 import pytest
 import yaml
 
-from tests.support.net import eventually, free_port, http_get
+from tests.support.net import free_port
+
+T = TypeVar("T")
 
 
 def require_binary(name: str) -> str:
+    """The path of a Debian tool the tests run for real; skip when it is not installed."""
     path = shutil.which(name)
     if path is None:
-        pytest.skip(f"{name} is not installed (Debian package 'prometheus'; .ci/run installs it)")
+        pytest.skip(f"{name} is not installed (.ci/run installs it through scripts/install-system-deps.sh)")
     return path
 
 
-class PrometheusServer:
-    def __init__(self, workdir: Path, targets: list[str], rule_files: list[Path] = (), scrape_interval: str = "1s",
-                 evaluation_interval: str = "1s") -> None:
-        binary = require_binary("prometheus")
-        workdir.mkdir(parents=True, exist_ok=True)
-        config = {
-            "global": {"scrape_interval": scrape_interval, "evaluation_interval": evaluation_interval},
-            "rule_files": [str(path) for path in rule_files],
-            "scrape_configs": [{"job_name": "trainlog-exporter", "static_configs": [{"targets": targets}]}],
-        }
-        config_file = workdir / "prometheus.yml"
-        config_file.write_text(yaml.safe_dump(config))
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        self._log = open(workdir / "prometheus.log", "w")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(
-            [binary, f"--config.file={config_file}", f"--storage.tsdb.path={workdir / 'data'}",
-             f"--web.listen-address=127.0.0.1:{self.port}", "--web.enable-lifecycle"],
-            stdout=self._log, stderr=subprocess.STDOUT,
-        )
-        self.log_file = workdir / "prometheus.log"
-        eventually(self._ready, timeout=30, interval=0.2, what="prometheus /-/ready")
-
-    def _ready(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"prometheus exited: {self.log_file.read_text()[-2000:]}")
-        return http_get(self.url + "/-/ready", timeout=1)[0] == 200
-
-    def api(self, path: str, **params: str) -> dict:
-        status, body = http_get(f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(params)}")
-        payload = json.loads(body)
-        assert status == 200 and payload["status"] == "success", body
-        return payload["data"]
-
-    def query(self, expression: str) -> list[dict]:
-        return self.api("query", query=expression)["result"]
-
-    def stop(self) -> None:
-        self.process.terminate()
+def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
+    """Call check until it returns something other than None/False; fail after timeout seconds."""
+    deadline = time.monotonic() + timeout
+    last_error: Exception | None = None
+    while True:
         try:
-            self.process.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._log.close()
+            result = check()
+            if result is not None and result is not False:
+                return result
+        except (OSError, ValueError, KeyError) as error:
+            last_error = error
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+        time.sleep(interval)
+
+
+class PrometheusServer:
+    """``with PrometheusServer(tmp, targets) as prometheus: prometheus.query("up")``; skips without the binary."""
+
+    def __init__(
+        self,
+        directory: Path,
+        targets: Sequence[str],
+        *,
+        job: str = "trainlog-exporter",
+        scrape_interval: str = "1s",
+        rule_files: Sequence[Path] = (),
+        start_timeout: float = 30.0,
+    ) -> None:
+        self.directory = Path(directory)
+        self.job = job
+        self._targets = list(targets)
+        self._scrape_interval = scrape_interval
+        self._rule_files = [str(path) for path in rule_files]
+        self._start_timeout = start_timeout
+        self._process: subprocess.Popen | None = None
+        self._binary = require_binary("prometheus")
+        self.url = ""
 
     def __enter__(self) -> PrometheusServer:
+        self.start()
         return self
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()
+
+    def start(self, attempts: int = 3) -> None:
+        """Start on a free port; retry on another one if the port was taken meanwhile."""
+        self.directory.mkdir(parents=True, exist_ok=True)
+        config = self.directory / "prometheus.yml"
+        config.write_text(yaml.safe_dump(self._config()), encoding="utf-8")
+        for _ in range(attempts):
+            port = free_port()
+            log = open(self.directory / "prometheus.log", "wb")
+            self._process = subprocess.Popen(
+                [self._binary, f"--config.file={config}", f"--storage.tsdb.path={self.directory / 'data'}",
+                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                stdout=log, stderr=subprocess.STDOUT,
+            )
+            log.close()
+            self.url = f"http://127.0.0.1:{port}"
+            try:
+                wait_for(self._ready, self._start_timeout, "Prometheus to be ready")
+                return
+            except RuntimeError:
+                continue  # exited early: most likely the port was taken; try another
+            except TimeoutError:
+                self.stop()
+                raise
+        raise RuntimeError(f"Prometheus did not start; log:\n{self.log()}")
+
+    def stop(self) -> None:
+        if self._process is not None and self._process.poll() is None:
+            self._process.terminate()
+            try:
+                self._process.wait(timeout=10)
+            except subprocess.TimeoutExpired:
+                self._process.kill()
+                self._process.wait(timeout=10)
+        self._process = None
+
+    def log(self) -> str:
+        path = self.directory / "prometheus.log"
+        return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
+
+    def _config(self) -> dict[str, Any]:
+        return {
+            "global": {"scrape_interval": self._scrape_interval, "evaluation_interval": self._scrape_interval},
+            "rule_files": self._rule_files,
+            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self._targets}]}],
+        }
+
+    def _ready(self) -> bool:
+        if self._process is None or self._process.poll() is not None:
+            raise RuntimeError("Prometheus exited")
+        with urllib.request.urlopen(f"{self.url}/-/ready", timeout=2) as response:
+            return response.status == 200
+
+    # ------------------------------------------------------------ HTTP API
+
+    def answer(self, expr: str) -> dict[str, Any]:
+        """An instant query at the current time, as answered: {"status": "success", "data": ...} or an error."""
+        return self._get("query", [("query", expr)])
+
+    def query(self, expr: str) -> list[dict[str, Any]]:
+        """The result of an instant query that must succeed."""
+        answer = self.answer(expr)
+        if answer.get("status") != "success":
+            raise AssertionError(f"query failed: {expr}: {answer.get('error')}")
+        return answer["data"]["result"]
+
+    def api(self, path: str, **params: str) -> Any:
+        """The data of GET /api/v1/<path>, which must succeed (e.g. ``api("alerts")``)."""
+        answer = self._get(path, list(params.items()))
+        if answer.get("status") != "success":
+            raise AssertionError(f"/api/v1/{path} failed: {answer.get('error')}")
+        return answer["data"]
+
+    def _get(self, path: str, params: Sequence[tuple[str, str]]) -> dict[str, Any]:
+        """GET /api/v1/<path>; the decoded body, also for 4xx answers (status "error")."""
+        url = f"{self.url}/api/v1/{path}?{urllib.parse.urlencode(list(params))}"
+        try:
+            with urllib.request.urlopen(url, timeout=10) as response:
+                return json.load(response)
+        except urllib.error.HTTPError as error:
+            if error.code in (400, 422):
+                return json.load(error)
+            raise
+
+    def label_values(self, label: str, match: str) -> list[str]:
+        """Values of a label among the series matching a selector (Grafana's label_values())."""
+        answer = self._get(f"label/{label}/values", [("match[]", match)])
+        if answer.get("status") != "success":
+            raise AssertionError(f"label values of {label} for {match} failed: {answer.get('error')}")
+        return answer["data"]
+
+    def wait_for_result(self, expr: str, timeout: float = 20.0) -> list[dict[str, Any]]:
+        """Wait until an instant query returns at least one sample."""
+        return wait_for(lambda: self.query(expr) or None, timeout, f"data for {expr!r}")
