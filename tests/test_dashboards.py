@@ -23,7 +23,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.app import Exporter
 from exporter.settings import load_settings
-from tests.support.prometheus import PrometheusServer, wait_for
+from tests.support.prometheus import PrometheusServer
 from tests.support.simulated import run_config, write_simulated
 
 ROOT = Path(__file__).resolve().parent.parent

@@ -9,7 +9,8 @@ import signal
 import subprocess
 
 import pytest
-from tests.support.killable_exporter import KillableExporter, wait_until
+from tests.support.killable_exporter import KillableExporter
+from tests.support.net import eventually
 
 
 def write_steps(path, first: int, last: int) -> None:
@@ -22,8 +23,8 @@ def lines_counted(exporter: KillableExporter, **labels: str) -> float:
 
 
 def wait_for_lines(exporter: KillableExporter, expected: int, within: float = 10, **labels: str) -> None:
-    wait_until(lambda: lines_counted(exporter, **labels) >= expected, within,
-               lambda: f"counted {lines_counted(exporter, **labels)} of {expected}\n{exporter.output()}")
+    eventually(lambda: lines_counted(exporter, **labels) >= expected, within,
+               what=lambda: f"counted {lines_counted(exporter, **labels)} of {expected}\n{exporter.output()}")
 
 
 @pytest.fixture
@@ -71,7 +72,7 @@ def test_sigkill_then_restart_counts_lines_appended_while_down_once(tmp_path, lo
     exporter = serve(tmp_path, log_dir, "--checkpoint-interval", "0.1").start()
     try:
         wait_for_lines(exporter, 100)
-        wait_until(lambda: (tmp_path / "state.json").exists(), 5, "no checkpoint written")
+        eventually(lambda: (tmp_path / "state.json").exists(), 5, what="no checkpoint written")
         exporter.kill(signal.SIGKILL)
         write_steps(log, 101, 150)
         exporter.start()

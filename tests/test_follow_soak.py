@@ -24,7 +24,8 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.killable_exporter import KillableExporter, wait_until
+from tests.support.killable_exporter import KillableExporter
+from tests.support.net import eventually
 
 LINES_PER_FILE = 2500
 RANKS = 2
@@ -106,11 +107,11 @@ def test_rotations_and_kill_restarts_lose_nothing_and_count_nothing_twice(tmp_pa
         def counted(run: str) -> float:
             return exporter.total("training_log_lines_total", run=run)
 
-        wait_until(lambda: counted("rename-run") >= written, 20,
-                   lambda: f"rename: counted {counted('rename-run')} of {written}\n{exporter.output()[-3000:]}")
+        eventually(lambda: counted("rename-run") >= written, 20,
+                   what=lambda: f"rename: counted {counted('rename-run')} of {written}\n{exporter.output()[-3000:]}")
         on_disk = len(lines_on_disk(copy_dir))
-        wait_until(lambda: counted("copytruncate-run") >= on_disk, 20,
-                   lambda: f"copytruncate: counted {counted('copytruncate-run')}, on disk {on_disk}")
+        eventually(lambda: counted("copytruncate-run") >= on_disk, 20,
+                   what=lambda: f"copytruncate: counted {counted('copytruncate-run')}, on disk {on_disk}")
         time.sleep(1.5)  # a few rescans: anything counted twice would show now
         assert counted("rename-run") == written
         assert exporter.total("training_steps_total", run="rename-run") == written

@@ -7,7 +7,7 @@ import os
 import time
 
 import pytest
-from tests.support.killable_exporter import wait_until
+from tests.support.net import eventually
 
 from exporter.follow import Follower
 from exporter.pipeline import Pipeline
@@ -76,10 +76,10 @@ def test_writes_to_a_just_rotated_file_are_read_on_its_event(tmp_path, following
     state, _, follower = following(tmp_path, rescan_interval=3600)
     follower.start()
     key = ("run", "node", "0")
-    wait_until(lambda: key in state.series and state.series[key].lines_total == 1, 5, "first line not read")
+    eventually(lambda: key in state.series and state.series[key].lines_total == 1, 5, what="first line not read")
     with open(log, "a") as writer:
         os.rename(log, tmp_path / "worker_0.log.1")
         log.touch()
         time.sleep(0.5)  # let the follower handle the rename first: then only the write's event is left
         writer.write("step=2 loss=2.0\n")
-    wait_until(lambda: state.series[key].lines_total == 2, 5, "the write to the rotated file was not read")
+    eventually(lambda: state.series[key].lines_total == 2, 5, what="the write to the rotated file was not read")

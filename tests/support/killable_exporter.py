@@ -84,12 +84,3 @@ class KillableExporter:
             time.sleep(0.05)
         self.kill()
         return False
-
-
-def wait_until(check: Callable[[], bool], within: float, message: Callable[[], str] | str) -> None:
-    """Wait until ``check()`` holds, at most ``within`` seconds."""
-    deadline = time.monotonic() + within
-    while not check():
-        if time.monotonic() > deadline:
-            raise AssertionError(message() if callable(message) else message)
-        time.sleep(0.1)

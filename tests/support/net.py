@@ -28,8 +28,10 @@ def http_get(url: str, timeout: float = 5.0) -> tuple[int, str]:
         return error.code, error.read().decode()
 
 
-def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 0.05, what: str = "condition") -> T:
-    """Poll until probe returns a truthy value; fail after timeout seconds."""
+def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 0.05,
+               what: str | Callable[[], str] = "condition") -> T:
+    """Poll until probe returns a truthy value; fail after timeout seconds, saying what was awaited
+    (``what`` may be a function, to describe the state at the time of failure)."""
     deadline = time.monotonic() + timeout
     last_error: Exception | None = None
     while time.monotonic() < deadline:
@@ -37,9 +39,10 @@ def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 
             value = probe()
             if value:
                 return value
-        except (OSError, ValueError) as error:
+        except (OSError, ValueError, KeyError) as error:
             last_error = error
         time.sleep(interval)
+    what = what() if callable(what) else what
     raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
 
 

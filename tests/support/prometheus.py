@@ -8,20 +8,18 @@ from __future__ import annotations
 import json
 import shutil
 import subprocess
-import time
 import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any, TypeVar
+from typing import Any
 
 import pytest
 import yaml
 
-from tests.support.net import free_port
+from tests.support.net import eventually, free_port
 
-T = TypeVar("T")
 
 
 def require_binary(name: str) -> str:
@@ -30,22 +28,6 @@ def require_binary(name: str) -> str:
     if path is None:
         pytest.skip(f"{name} is not installed (.ci/run installs it through scripts/install-system-deps.sh)")
     return path
-
-
-def wait_for(check: Callable[[], T | None], timeout: float, what: str, interval: float = 0.2) -> T:
-    """Call check until it returns something other than None/False; fail after timeout seconds."""
-    deadline = time.monotonic() + timeout
-    last_error: Exception | None = None
-    while True:
-        try:
-            result = check()
-            if result is not None and result is not False:
-                return result
-        except (OSError, ValueError, KeyError) as error:
-            last_error = error
-        if time.monotonic() > deadline:
-            raise TimeoutError(f"gave up after {timeout:g}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
-        time.sleep(interval)
 
 
 class PrometheusServer:
@@ -94,11 +76,11 @@ class PrometheusServer:
             log.close()
             self.url = f"http://127.0.0.1:{port}"
             try:
-                wait_for(self._ready, self._start_timeout, "Prometheus to be ready")
+                eventually(self._ready, self._start_timeout, interval=0.2, what="Prometheus to be ready")
                 return
             except RuntimeError:
                 continue  # exited early: most likely the port was taken; try another
-            except TimeoutError:
+            except AssertionError:
                 self.stop()
                 raise
         raise RuntimeError(f"Prometheus did not start; log:\n{self.log()}")
@@ -170,4 +152,4 @@ class PrometheusServer:
 
     def wait_for_result(self, expr: str, timeout: float = 20.0) -> list[dict[str, Any]]:
         """Wait until an instant query returns at least one sample."""
-        return wait_for(lambda: self.query(expr) or None, timeout, f"data for {expr!r}")
+        return eventually(lambda: self.query(expr), timeout, interval=0.2, what=f"data for {expr!r}")
