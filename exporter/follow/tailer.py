@@ -56,10 +56,6 @@ class ReadBatch:
     mtime: float | None = None
 
     @property
-    def line_count(self) -> int:
-        return self.data.count(b"\n")
-
-    @property
     def lines(self) -> list[bytes]:
         """The lines without their newlines (a split: the hot path scans ``data`` instead)."""
         return self.data.split(b"\n")[:-1]

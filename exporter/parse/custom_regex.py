@@ -14,10 +14,6 @@ from exporter.parse.fields import add_named
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepRecord
 
-FIELD_GROUPS = ("step", "total_steps", "loss", "lr", "learning_rate", "grad_norm", "step_time_seconds",
-                "step_time_ms", "throughput")
-
-
 def compile_pattern(pattern: str) -> re.Pattern[str]:
     """The compiled pattern; ValueError with a message for the user when it cannot serve as a format."""
     try:
