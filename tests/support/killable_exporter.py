@@ -8,7 +8,6 @@ import subprocess
 import sys
 import time
 import urllib.request
-from collections.abc import Callable
 from pathlib import Path
 
 from prometheus_client.parser import text_string_to_metric_families

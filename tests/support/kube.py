@@ -9,13 +9,13 @@ fields the CRD does not know.
 
 from __future__ import annotations
 
-import shutil
 import subprocess
 from pathlib import Path
 
 import kubernetes_validate
-import pytest
 import yaml
+
+from tests.support.tools import require_tool
 
 # Native sidecars (initContainers with restartPolicy: Always) need 1.29.
 KUBERNETES_VERSIONS = ("1.29.0", kubernetes_validate.utils.latest_version())
@@ -67,10 +67,7 @@ def _unknown_fields(given, known, path: str = "") -> list[str]:
 
 
 def kubectl() -> str:
-    path = shutil.which("kubectl")
-    if path is None:
-        pytest.skip("kubectl is not installed (the machine image's kubectl package; it bundles kustomize)")
-    return path
+    return require_tool("kubectl", "the machine image's kubectl package; it bundles kustomize")
 
 
 def kustomize(directory: Path) -> list[dict]:

