@@ -14,8 +14,8 @@ from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
-from exporter.parse.formats import selection
 from exporter.follow.processes import ProcessWatcher
+from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
 from exporter.simulate.demo import DemoRun

@@ -55,6 +55,7 @@ RUN_LEVEL_ALERTS = {
     "TrainingStalled",
     "TrainingMetricsMissing",
     "TrainingNodeTimedOut",
+    "TrainingProcessExited",  # training_process_up is per pod: run and node, no rank
     "TrainingExporterDown",
     "TrainingStalledAcceleratorsIdle",
     "TrainingStalledAcceleratorsBusy",
