@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import subprocess
 import sys
+import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -23,22 +24,32 @@ class ExporterProcess:
         program = list(program or [sys.executable, "-m", "exporter"])
         command = [*program, *args, "--web.listen-address", f"127.0.0.1:{self.port}"]
         environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        self.process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=subprocess.PIPE,
+        # A file, not a pipe: nobody reads a pipe while the test runs, and a full one would
+        # block the exporter's logging.
+        self._output = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
+        self.process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=self._output,
                                         stderr=subprocess.STDOUT, text=True)
         eventually(self._healthy, timeout=15, what="exporter /-/healthy")
 
+    def output(self) -> str:
+        self._output.seek(0)
+        return self._output.read()
+
     def _healthy(self) -> bool:
         if self.process.poll() is not None:
-            raise AssertionError(f"exporter exited with {self.process.returncode}: {self.process.stdout.read()}")
+            raise AssertionError(f"exporter exited with {self.process.returncode}: {self.output()}")
         return http_get(self.url + "/-/healthy", timeout=1)[0] == 200
 
     def stop(self) -> str:
+        """Terminate (SIGTERM, then SIGKILL after 10 s); returns everything the exporter printed."""
         self.process.terminate()
         try:
-            output, _ = self.process.communicate(timeout=10)
+            self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
-            output, _ = self.process.communicate()
+            self.process.wait()
+        output = self.output()
+        self._output.close()
         return output
 
     def __enter__(self) -> ExporterProcess:
