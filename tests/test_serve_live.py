@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import time
 
 from tests.support.exporter_process import ExporterProcess
@@ -59,3 +60,18 @@ def test_status_page_lists_ranks(tmp_path):
         status, page = http_get(exporter.url + "/")
         assert status == 200
         assert page.count("<tr class=") == 9  # 8 workers + scheduler
+
+
+def test_fifos_and_directories_named_like_logs_block_nothing(tmp_path):
+    log_dir = tmp_path / "job" / "msrun_log"
+    log_dir.mkdir(parents=True)
+    (log_dir / "worker_0.log").write_text(STEP_LINE.format(step=1, loss=2.0))
+    os.mkfifo(log_dir / "worker_1.log")  # opening it for reading would wait for a writer
+    (log_dir / "worker_2.log").mkdir()
+    with ExporterProcess("--log-dir", str(log_dir)) as exporter:
+        eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 10, what="ready despite the FIFO")
+        with open(log_dir / "worker_0.log", "a") as log:
+            log.write(STEP_LINE.format(step=2, loss=1.9))
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == 2, 5, what="the regular file read")
+        output = exporter.stop()
+    assert "worker_1.log: not a regular file" in output

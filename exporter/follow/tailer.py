@@ -17,11 +17,13 @@ the rest dropped up to the next newline.
 
 from __future__ import annotations
 
+import errno
 import logging
 import os
 import time
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
+from stat import S_ISREG
 
 from exporter.follow.identity import FINGERPRINT_BYTES, FilePosition, Fingerprint, fingerprint_of
 from exporter.follow.rotated import locate
@@ -73,8 +75,12 @@ class _OpenFile:
 
     @classmethod
     def open(cls, path: str, offset: int = 0, fingerprint: Fingerprint | None = None) -> _OpenFile:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: opening a FIFO named like a log must not wait for a writer forever.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
         stat = os.fstat(fd)
+        if not S_ISREG(stat.st_mode):
+            os.close(fd)
+            raise OSError(errno.EINVAL, "not a regular file")
         return cls(fd, stat.st_dev, stat.st_ino, offset, fingerprint)
 
     def is_at(self, stat: os.stat_result) -> bool:

@@ -42,15 +42,17 @@ class ExporterProcess:
 
     def stop(self) -> str:
         """Terminate (SIGTERM, then SIGKILL after 10 s); returns everything the exporter printed."""
+        if self._output.closed:
+            return self._printed
         self.process.terminate()
         try:
             self.process.wait(timeout=10)
         except subprocess.TimeoutExpired:
             self.process.kill()
             self.process.wait()
-        output = self.output()
+        self._printed = self.output()
         self._output.close()
-        return output
+        return self._printed
 
     def __enter__(self) -> ExporterProcess:
         return self
