@@ -145,6 +145,15 @@ class Settings(BaseSettings):
             return [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
         return value
 
+    @field_validator("log_dir")
+    @classmethod
+    def _no_files(cls, value: list[Path]) -> list[Path]:
+        # A directory that does not exist yet is waited for; a file in its place is a mistake.
+        for path in value:
+            if path.exists() and not path.is_dir():
+                raise ValueError(f"{path} is a file, not a directory: give the directory that holds the logs")
+        return value
+
     @field_validator("custom_formats")
     @classmethod
     def _unique_custom_names(cls, value: list[CustomFormat]) -> list[CustomFormat]:

@@ -51,6 +51,9 @@ def test_missing_directory_is_not_ready_until_it_appears(tmp_path):
         (log_dir / "worker_0.log").write_text(STEP_LINE.format(step=1, loss=9.0))
         eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 5, what="ready after mkdir")
         eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == 1, 5, what="first step")
+        output = exporter.stop()
+    assert output.count(f"waiting for the log directory {log_dir}") == 1  # said once, not at every rescan
+    assert f"log directory {log_dir} appeared" in output
 
 
 def test_status_page_lists_ranks(tmp_path):

@@ -63,6 +63,7 @@ def test_run_defaults_to_the_log_directory_parent_name():
         (["--log-dir", "/tmp"], {"TRAINLOG_MAX_LINE_BYTES": "lots"}, "max_line_bytes"),
         (["--log-dir", "/tmp", "--log-level", "chatty"], {}, "log_level"),
         (["--log-dir", "/tmp", "--poll-interval", "-1"], {}, "poll_interval"),
+        (["--log-dir", "/etc/hostname"], {}, "log_dir"),
     ],
 )
 def test_bad_values_exit_2_naming_the_field(argv, env, field, monkeypatch, capsys):

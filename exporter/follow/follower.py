@@ -105,6 +105,7 @@ class Follower:
         self._tailers: dict[str, Tailer] = {}
         self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
+        self._waiting: set[str] = set()  # directories reported missing, to say so once
         self._dirty: set[str] = set()
         self._dirty_lock = threading.Lock()
         self._wake = threading.Event()
@@ -152,7 +153,14 @@ class Follower:
         for directory in self._directories:
             if not os.path.isdir(directory):
                 all_present = False
+                if directory not in self._waiting:
+                    # The sidecar often starts before the trainer creates its log directory.
+                    log.info("waiting for the log directory %s to appear (not ready until then)", directory)
+                    self._waiting.add(directory)
                 continue
+            if directory in self._waiting:
+                log.info("log directory %s appeared", directory)
+                self._waiting.discard(directory)
             self._watch(directory)
             self._scan(directory)
         for path in list(self._tailers):
