@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import re
+import subprocess
+import sys
 import threading
 import urllib.request
 from pathlib import Path
@@ -31,7 +34,7 @@ OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_END
                   "POD_NAMESPACE", "NODE_NAME", "TRAINLOG_OTLP_ENDPOINT")
 ALL_SPECS = (*metrics_table.RANK_GAUGES, *metrics_table.NAMED_GAUGES, metrics_table.RANK_INFO,
              *metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_GAUGES,
-             *metrics_table.STATS_COUNTERS)
+             *metrics_table.STATS_COUNTERS, metrics_table.PROCESS_UP)
 COUNTER_SPECS = (*metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_COUNTERS)
 
 
@@ -236,6 +239,30 @@ def prometheus_name_of(otel_name: str, unit: str, counter: bool) -> str:
 def test_otlp_names_convert_back_to_the_prometheus_names(spec):
     counter = spec in COUNTER_SPECS
     assert prometheus_name_of(spec.otel_name, spec.unit, counter) == spec.name + ("_total" if counter else "")
+
+
+def test_process_liveness_is_pushed_per_run_and_node(tmp_path):
+    log_dir = write_run(tmp_path)
+    token = f"trainlog-otlp-liveness-{os.getpid()}"
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)", token])
+    try:
+        with OtlpReceiver() as receiver:
+            exporter = start_exporter(log_dir, receiver.base_url, process_pattern=token, process_check_interval=0.1)
+            try:
+                request = eventually(lambda: next((r for _, r in reversed(receiver.received())
+                                                   if point_value(r, "training.process_up") == 1), None),
+                                     10, what="training.process_up == 1 pushed")
+                (point,) = points(request)["training.process_up"][1]
+                assert attributes(point) == {"run": "run1", "node": "node-a"}
+                trainer.kill()
+                trainer.wait()
+                eventually(lambda: any(point_value(r, "training.process_up") == 0 for _, r in receiver.received()),
+                           10, what="training.process_up == 0 pushed after the trainer exited")
+            finally:
+                stop_within(exporter, 10)
+    finally:
+        trainer.kill()
+        trainer.wait()
 
 
 def test_docs_map_every_metric():

@@ -27,6 +27,7 @@ from exporter import __version__
 from exporter.export.metrics_table import (
     KIND_COUNTERS,
     NAMED_GAUGES,
+    PROCESS_UP,
     RANK_COUNTERS,
     RANK_GAUGES,
     RANK_INFO,
@@ -87,6 +88,7 @@ def register_instruments(meter: Meter, state: TrainingState) -> None:
         _gauge(meter, spec, _stats_callback(state, spec.attribute))
     for spec in STATS_COUNTERS:
         _counter(meter, spec, _stats_callback(state, spec.attribute))
+    _gauge(meter, PROCESS_UP, _process_up_callback(state))
 
 
 def _gauge(meter: Meter, spec: MetricSpec, callback) -> None:
@@ -110,6 +112,14 @@ def _stats_callback(state: TrainingState, attribute: str):
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         with state.lock:
             return [Observation(getattr(state.stats, attribute))]
+    return observe
+
+
+def _process_up_callback(state: TrainingState):
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        # Per (run, node), and only with --process-pattern: nothing observed otherwise.
+        with state.lock:
+            return [Observation(int(up), {"run": run, "node": node}) for (run, node), up in state.process_up.items()]
     return observe
 
 
