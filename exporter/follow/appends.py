@@ -7,28 +7,25 @@ the following ones for ``coalesce`` seconds, takes them all with one read, and r
 each grown file once. watchdog still reports creations, moves and deletions.
 
 Linux only: ``AppendWatcher.create`` returns None elsewhere (or when inotify instances
-run out), and the follower keeps watchdog's modification events instead.
+run out), and the follower keeps watchdog's modification events instead. The inotify
+calls and event decoding are inotify_simple's.
 """
 
 from __future__ import annotations
 
-import ctypes
-import ctypes.util
 import logging
 import os
 import select
-import struct
 import threading
 import time
 from collections.abc import Callable
 
-log = logging.getLogger(__name__)
+try:
+    from inotify_simple import INotify, flags
+except ImportError:  # not Linux: the follower keeps watchdog's modification events
+    INotify = flags = None
 
-IN_MODIFY = 0x00000002
-IN_Q_OVERFLOW = 0x00004000
-IN_IGNORED = 0x00008000
-_EVENT = struct.Struct("iIII")  # wd, mask, cookie, length of the name that follows
-_READ_BYTES = 1 << 16
+log = logging.getLogger(__name__)
 
 # Called with the paths that grew, or None when the kernel dropped events (queue overflow):
 # then anything may have grown.
@@ -38,10 +35,8 @@ GrownCallback = Callable[[set[str] | None], None]
 class AppendWatcher:
     """A thread reporting grown files of the watched directories, at most every ``coalesce`` seconds."""
 
-    def __init__(self, fd: int, add_watch: Callable[[int, bytes, int], int], on_grown: GrownCallback,
-                 coalesce: float) -> None:
-        self._fd = fd
-        self._add_watch = add_watch
+    def __init__(self, inotify: INotify, on_grown: GrownCallback, coalesce: float) -> None:
+        self._inotify = inotify
         self._on_grown = on_grown
         self._coalesce = coalesce
         self._directories: dict[int, str] = {}  # watch descriptor -> directory
@@ -52,25 +47,23 @@ class AppendWatcher:
     @classmethod
     def create(cls, on_grown: GrownCallback, coalesce: float = 0.1) -> AppendWatcher | None:
         """An AppendWatcher, or None where inotify is not available."""
+        if INotify is None:
+            return None
         try:
-            libc = ctypes.CDLL(ctypes.util.find_library("c"), use_errno=True)
-            init, add_watch = libc.inotify_init1, libc.inotify_add_watch
-        except (OSError, AttributeError):
+            inotify = INotify(nonblocking=True)
+        except OSError as error:
+            log.warning("inotify unavailable (%s): following appends with watchdog", error.strerror or error)
             return None
-        add_watch.argtypes = (ctypes.c_int, ctypes.c_char_p, ctypes.c_uint32)
-        fd = init(os.O_NONBLOCK | os.O_CLOEXEC)
-        if fd < 0:
-            log.warning("inotify unavailable (%s): following appends with watchdog", os.strerror(ctypes.get_errno()))
-            return None
-        return cls(fd, add_watch, on_grown, coalesce)
+        return cls(inotify, on_grown, coalesce)
 
     def watch(self, directory: str) -> None:
         """Report appends to files directly in ``directory`` (idempotent)."""
         with self._lock:
-            wd = self._add_watch(self._fd, os.fsencode(directory), IN_MODIFY)
-            if wd < 0:
+            try:
+                wd = self._inotify.add_watch(directory, flags.MODIFY)
+            except OSError as error:
                 # Over the inotify watch limit: the follower's periodic rescan still reads it.
-                log.warning("cannot watch %s for appends: %s", directory, os.strerror(ctypes.get_errno()))
+                log.warning("cannot watch %s for appends: %s", directory, error.strerror or error)
                 return
             self._directories[wd] = directory
 
@@ -81,41 +74,28 @@ class AppendWatcher:
         os.write(self._stop_write, b"x")
         if self._thread.is_alive():
             self._thread.join()
-        for fd in (self._fd, self._stop_read, self._stop_write):
+        self._inotify.close()
+        for fd in (self._stop_read, self._stop_write):
             os.close(fd)
 
     def _run(self) -> None:
         while True:
-            ready, _, _ = select.select([self._fd, self._stop_read], [], [])
+            ready, _, _ = select.select([self._inotify.fileno(), self._stop_read], [], [])
             if self._stop_read in ready:
                 return
             time.sleep(self._coalesce)  # let the writers' next lines join this batch
             self._on_grown(self._drain())
 
     def _drain(self) -> set[str] | None:
+        """The paths named by every pending event; None if the kernel dropped events."""
         grown: set[str] = set()
         overflowed = False
-        while True:
-            try:
-                buffer = os.read(self._fd, _READ_BYTES)
-            except BlockingIOError:
-                break
-            with self._lock:
-                overflowed |= self._collect(buffer, grown)
+        with self._lock:
+            for event in self._inotify.read(timeout=0):
+                if event.mask & flags.Q_OVERFLOW:
+                    overflowed = True
+                elif event.mask & flags.IGNORED:
+                    self._directories.pop(event.wd, None)  # the directory is gone
+                elif event.wd in self._directories and event.name:
+                    grown.add(os.path.join(self._directories[event.wd], event.name))
         return None if overflowed else grown
-
-    def _collect(self, buffer: bytes, grown: set[str]) -> bool:
-        """Add the paths named in a buffer of events; True if the kernel dropped events."""
-        overflowed = False
-        offset = 0
-        while offset < len(buffer):
-            wd, mask, _cookie, length = _EVENT.unpack_from(buffer, offset)
-            name = buffer[offset + _EVENT.size : offset + _EVENT.size + length].rstrip(b"\0")
-            offset += _EVENT.size + length
-            if mask & IN_Q_OVERFLOW:
-                overflowed = True
-            elif mask & IN_IGNORED:
-                self._directories.pop(wd, None)  # the directory is gone
-            elif wd in self._directories and name:
-                grown.add(os.path.join(self._directories[wd], os.fsdecode(name)))
-        return overflowed
