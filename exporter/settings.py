@@ -15,7 +15,16 @@ from typing import Annotated, Any
 from urllib.parse import unquote, urlsplit
 
 import yaml
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, ValidationError, ValidationInfo, field_validator
+from pydantic import (
+    AliasChoices,
+    BaseModel,
+    ConfigDict,
+    Field,
+    ValidationError,
+    ValidationInfo,
+    field_validator,
+    model_validator,
+)
 from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
@@ -38,11 +47,6 @@ _LISTEN_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(?P<port>
 
 class ConfigError(Exception):
     """A configuration problem, worded for the user (the CLI exits 2 with it)."""
-
-
-def default_node() -> str:
-    """Kubernetes downward API's NODE_NAME, else the host name."""
-    return os.environ.get("NODE_NAME") or socket.gethostname()
 
 
 class CustomFormat(BaseModel):
@@ -80,7 +84,7 @@ class Settings(BaseSettings):
     log_dir: Annotated[list[Path], NoDecode] = Field(default_factory=list, description="Directories holding the logs.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
-    node: str = Field(default_factory=default_node, description="Value of the node label.")
+    node: str | None = Field(None, description="Value of the node label; default: NODE_NAME, then the host name.")
     config: Path | None = Field(None, description="YAML configuration file.")
     state_file: Path | None = Field(
         None, description="Checkpoint file for offsets and counters; default in $XDG_STATE_HOME/trainlog-exporter.")
@@ -228,6 +232,14 @@ class Settings(BaseSettings):
             except re.error as error:
                 raise ValueError(f"not a regular expression: {error}") from None
         return value
+
+    @model_validator(mode="after")
+    def _default_node(self) -> Settings:
+        # The node label defaults to the downward API's NODE_NAME (read once, as node_name,
+        # which also names k8s.node.name over OTLP), else the host name.
+        if self.node is None:
+            self.node = self.node_name or socket.gethostname()
+        return self
 
     @property
     def detector_config(self) -> DetectorConfig:
