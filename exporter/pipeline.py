@@ -106,7 +106,7 @@ class Pipeline:
                     state.register(key, entry.info, None)
                 elif info_changed:
                     state.register(key, entry.info, None)
-                state.ingest(key, parsed.lines_by_rank.get(rank, 0), 0, records, batch.mtime, now)
+                state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)
             if batch.position is not None:
                 self._positions[file.path] = batch.position
             self._generation += 1

@@ -36,7 +36,7 @@ def write_steps(path: Path, first: int, last: int, loss=lambda step: 2.0 + (step
 def ingest_steps(state: TrainingState, steps) -> None:
     with state.lock:
         for step, loss in steps:
-            state.ingest(KEY, 1, 0, [StepRecord(step=step, loss=loss, grad_norm=1.0)], None, 1000.0 + step)
+            state.ingest(KEY, 1, [StepRecord(step=step, loss=loss, grad_norm=1.0)], None, 1000.0 + step)
 
 
 def test_saved_offsets_always_match_the_lines_counted(tmp_path):

@@ -10,7 +10,7 @@ KEY = ("run", "node-0", "3")
 
 def ingest(state: TrainingState, *records, key=KEY) -> None:
     with state.lock:
-        state.ingest(key, len(records), 0, list(records), log_timestamp=None, now=1.0)
+        state.ingest(key, len(records), list(records), log_timestamp=None, now=1.0)
 
 
 def test_counters_exist_at_zero_once_a_file_is_registered():

@@ -37,14 +37,15 @@ def test_awkward_values_and_labels_render_like_prometheus_client():
         plain = ("run", "node", "12")
         for key in (odd, plain):
             state.register(key, {"file": 'worker "x".log', "role": "worker"}, 1.7e9)
-        state.ingest(odd, 10, 7, [
+        state.ingest(odd, 10, [
             RunInfo({"framework": "mindformers", "odd-key": "v\\1", "rank": "ignored: a label already"}),
             StepRecord(step=12_345_678, total_steps=10**9, loss=math.nan, learning_rate=1e-07, grad_norm=math.inf,
                        step_time_seconds=0.85, throughput=1234567.891, aux_losses={"mtp_1_loss": -math.inf},
                        extra={"loss_scale": 65536.0}),
             ErrorEvent("nccl", {"message": "NCCL error"}),
         ], log_timestamp=1.7e9 + 0.5, now=1.7e9 + 1)
-        state.ingest(plain, 3, 3, [], log_timestamp=None, now=1.7e9)
+        state.ingest(plain, 3, [], log_timestamp=None, now=1.7e9)
+        state.stats.lines_unparsed_total = 7 + 3
         state.stats.bytes_read_total = 10**12
     assert render(state) == _reference(state)
 

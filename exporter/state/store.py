@@ -113,13 +113,11 @@ class TrainingState:
         self,
         key: SeriesKey,
         lines: int,
-        unparsed: int,
         records: list[Record],
         log_timestamp: float | None,
         now: float,
     ) -> None:
-        """Apply one batch of a file's lines. Call with the lock held."""
-        self.stats.lines_unparsed_total += unparsed
+        """Apply one batch of a rank's lines. Call with the lock held."""
         rank = self._rank_state(key)
         if rank is None:
             return
