@@ -2,21 +2,29 @@
 
 from __future__ import annotations
 
+import dataclasses
+import json
 import random
 import sys
 from pathlib import Path
 
 import pytest
 
-from exporter.parse import LineParser
+from exporter.parse import LineParser, StepBatch, StepRecord
 from exporter.parse import block as block_module
+from exporter.parse import columns as columns_module
 from exporter.parse.block import AnchorScanner, lines_to_parse
+from exporter.parse.columns import StepColumns
 from exporter.parse.formats import BUILTIN_FORMATS, SCHEDULER_FORMAT, custom_format
 from exporter.parse.line_parser import anchors_for
+from exporter.state import TrainingState
+from exporter.state.snapshot import dump_state
 from tests.support.records import record_as_dict
+from tests.support.tools import require_native_speedups
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
+IMPLEMENTATIONS = ("native", "ahocorasick", "regex")
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -47,9 +55,20 @@ def _logs() -> list[tuple[str, bytes, bool]]:
     return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples]
 
 
-def _comparable(batches) -> list:
-    return [([record_as_dict(record) for record in batch.records], batch.lines_by_rank, batch.unparsed)
-            for batch in batches]
+def _comparable(batches) -> tuple[list, str]:
+    """What a file's batches hold: the records of other kinds, the line counts, and the state
+    all of them produce (step records and step batches are compared by what they do)."""
+    state = TrainingState()
+    other = []
+    for batch in batches:
+        other.append(([record_as_dict(record) for record in batch.records
+                       if not isinstance(record, (StepRecord, StepBatch))], batch.lines_by_rank, batch.unparsed))
+        groups = {rank: [] for rank in batch.lines_by_rank}
+        for record in batch.records:
+            groups.setdefault(record.rank, []).append(record)
+        for rank, records in groups.items():
+            state.ingest(("run", "node", str(rank)), batch.lines_by_rank.get(rank, 0), records, None, 0.0)
+    return other, json.dumps(dump_state(state), sort_keys=True)
 
 
 def _blocks(data: bytes, cuts: list[int]) -> list[bytes]:
@@ -65,21 +84,36 @@ def _parser(scheduler: bool) -> LineParser:
     return LineParser(forced=SCHEDULER_FORMAT if scheduler else None)
 
 
-@pytest.mark.parametrize("use_regex", [False, True], ids=["ahocorasick", "regex-fallback"])
+@pytest.fixture(params=IMPLEMENTATIONS)
+def scanner_implementation(request, monkeypatch):
+    """Every scanner this machine can run: each must give what parsing every line gives."""
+    if request.param == "native" and block_module._speedups is None:
+        require_native_speedups()
+    if request.param == "ahocorasick" and block_module.BytesAhoCorasick is None:
+        pytest.skip("ahocorasick_rs is not installed")
+    monkeypatch.setattr(block_module, "best_implementation", lambda: request.param)
+    block_module.scanner_for.cache_clear()
+    yield request.param
+    block_module.scanner_for.cache_clear()
+
+
+@pytest.mark.parametrize("native_columns", [True, False], ids=["native-columns", "python-columns"])
 @pytest.mark.parametrize(("name", "data", "scheduler"), _logs(), ids=[name for name, _, _ in _logs()])
-def test_blocks_give_what_every_line_gives(name, data, scheduler, use_regex, monkeypatch):
-    if use_regex:
-        monkeypatch.setattr(block_module, "BytesAhoCorasick", None)
-        block_module.scanner_for.cache_clear()
+def test_blocks_give_what_every_line_gives(name, data, scheduler, scanner_implementation, native_columns,
+                                           monkeypatch):
+    if not native_columns:
+        monkeypatch.setattr(columns_module, "NativeStepColumns", None)
+    elif columns_module.NativeStepColumns is None:
+        require_native_speedups()
     rng = random.Random(name)
     for cuts in ([], _line_boundaries(data, rng, 3), _line_boundaries(data, rng, 100)):
         blocks = _blocks(data, cuts)
         line_by_line = _parser(scheduler)
-        expected = _comparable(line_by_line.parse_batch(block.split(b"\n")[:-1]) for block in blocks)
-        assert any(records for records, _, _ in expected), "no records: the comparison would prove nothing"
+        parsed = [line_by_line.parse_batch(block.split(b"\n")[:-1]) for block in blocks]
+        assert any(batch.records for batch in parsed), "no records: the comparison would prove nothing"
+        expected = _comparable(parsed)
         in_blocks = _parser(scheduler)
         assert _comparable(in_blocks.parse_block(block) for block in blocks) == expected
-    block_module.scanner_for.cache_clear()
 
 
 def test_a_traceback_split_across_blocks_ends_in_the_next_one():
@@ -100,10 +134,19 @@ def test_lines_without_anchors_are_never_looked_at():
             seen.append(line)
             return super()._parse_line(line, out)
 
-    data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nplain again\n{ step:[ 2/ 2], loss: 2.9 }\n"
-    batch = Recording().parse_block(data)
-    assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }"]
-    assert (batch.lines_by_rank, batch.unparsed) == ({None: 4}, 2)
+    class RecordingColumns(StepColumns):
+        def add(self, line):
+            seen.append(line)
+            return super().add(line)
+
+    formats = [dataclasses.replace(fmt, columns=RecordingColumns) if fmt.columns else fmt for fmt in BUILTIN_FORMATS]
+    data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nplain again\n{ step:[ 2/ 2], loss: 2.9 }\nHCCL noise\n"
+    batch = Recording(formats).parse_block(data)
+    # The first step line detects the format, the next goes to its columns, then the next
+    # anchored line to the columns (no record there) and to the line parser.
+    assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }", b"HCCL noise", b"HCCL noise"]
+    assert (batch.lines_by_rank, batch.unparsed) == ({None: 5}, 3)
+    assert [type(record) for record in batch.records] == [StepRecord, StepBatch]
 
 
 def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
@@ -127,16 +170,17 @@ def test_a_format_without_a_literal_needs_every_line():
     assert [record.step for record in batch.records] == [7]
 
 
-@pytest.mark.parametrize("use_regex", [False, True], ids=["ahocorasick", "regex-fallback"])
-def test_scanner_finds_each_line_holding_an_anchor(use_regex, monkeypatch):
-    if use_regex:
-        monkeypatch.setattr(block_module, "BytesAhoCorasick", None)
-    scanner = AnchorScanner([b"step:[", b"HCCL"])
-    data = b"a HCCL b step:[ c\nnothing\nHCCL\n"
-    matches = scanner.matches(data)
-    assert {data.count(b"\n", 0, start) for _, start in matches} == {0, 2}
-    assert scanner.anchors[matches[0][0]] == b"HCCL"
-    assert matches == sorted(matches, key=lambda match: match[1])
+def test_scanner_finds_each_line_holding_an_anchor_once(scanner_implementation):
+    scanner = AnchorScanner([b"step:[", b"HCCL"], line_starts=[b"[rank"])
+    data = b"a HCCL b step:[ c\nnothing\nHCCL\n[rank1]: HCCL\nx [rank2]: HCCL\nno newline at the end HCCL"
+    newlines, starts, prefixed = scanner.scan(data)
+    assert newlines == 5
+    lines = data.split(b"\n")
+    assert [data.count(b"\n", 0, start) for start in starts] == [0, 2, 3, 4, 5]
+    assert all(start == 0 or data[start - 1:start] == b"\n" for start in starts)
+    assert prefixed == [data.index(b"[rank1]")]
+    assert scanner.implementation == scanner_implementation
+    assert lines[1] == b"nothing"
 
 
 def test_every_anchor_is_long_enough_for_the_simd_prefilter():

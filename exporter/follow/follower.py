@@ -278,6 +278,7 @@ class Follower:
         followed = self._files[path]
         for batch in tailer.poll(rescan):
             self._sink.lines_read(followed, batch)
+            del batch  # before the next read: its block's memory is then reused, not faulted in anew
         if tailer.last_error != self._reported_errors.get(path):
             # Say it once per change, not on every rescan.
             if tailer.last_error is not None:

@@ -98,7 +98,8 @@ class _LineCutter:
     partial: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # dropping the rest of an over-long line whose head was handed out
 
-    def cut(self, chunk: bytes) -> ReadBatch:
+    def cut(self, chunk: bytes | bytearray) -> ReadBatch:
+        """The complete lines of ``chunk`` (which may be reused once this returns) after the pending ones."""
         batch = ReadBatch(bytes_read=len(chunk))
         if self.skipping:
             newline = chunk.find(b"\n")
@@ -243,14 +244,21 @@ class Tailer:
         yield from self._read_to_end(current, stat.st_mtime)
 
     def _read_to_end(self, opened: _OpenFile, mtime: float | None = None) -> Iterator[ReadBatch]:
-        while chunk := os.pread(opened.fd, CHUNK_BYTES, opened.offset):
-            opened.offset += len(chunk)
+        # Memory faulted in anew costs more than reading (docs/benchmarks.md): one buffer for
+        # the whole drain, and no batch kept here once handed out, so the consumer's release
+        # of the last block frees the memory the next one takes.
+        buffer = bytearray(CHUNK_BYTES)
+        while count := os.preadv(opened.fd, [buffer], opened.offset):
+            opened.offset += count
             if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
                 opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
             self._last_growth = self._clock()
-            batch = self._cutter.cut(chunk)
-            batch.position, batch.mtime = self._position_in(opened), mtime
-            yield batch
+            yield self._cut(buffer if count == CHUNK_BYTES else buffer[:count], opened, mtime)
+
+    def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None) -> ReadBatch:
+        batch = self._cutter.cut(chunk)
+        batch.position, batch.mtime = self._position_in(opened), mtime
+        return batch
 
     def _recover_truncation(self) -> Iterator[ReadBatch]:
         """copytruncate: read what was not read yet from the copy, then restart at 0."""

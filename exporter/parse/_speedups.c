@@ -540,11 +540,55 @@ read_digits(const uint8_t **at, const uint8_t *end, long long *value)
     return *at > start;
 }
 
+/* A plain decimal ``[-+]digits[.digits][e[-+]digits]`` with at most 15 significant digits and a
+ * power of ten up to 22: one exact integer, one exact power, one correctly rounded operation
+ * (Clinger's fast path), so the same double float() gives. 0 when the token is not that. */
+static int
+simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
+{
+    static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int negative = 0;
+    if (at < end && (*at == '-' || *at == '+')) negative = *at++ == '-';
+    uint64_t mantissa = 0;
+    int digits = 0, significant = 0, scale = 0;
+    for (; at < end && *at >= '0' && *at <= '9'; at++, digits++) {
+        if (mantissa || *at != '0') significant++;
+        mantissa = mantissa * 10 + (uint64_t)(*at - '0');
+        if (significant > 15) return 0;
+    }
+    if (at < end && *at == '.') {
+        for (at++; at < end && *at >= '0' && *at <= '9'; at++, digits++, scale--) {
+            if (mantissa || *at != '0') significant++;
+            mantissa = mantissa * 10 + (uint64_t)(*at - '0');
+            if (significant > 15) return 0;
+        }
+    }
+    if (digits == 0) return 0;
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        at++;
+        int exponent_negative = 0, exponent = 0, exponent_digits = 0;
+        if (at < end && (*at == '-' || *at == '+')) exponent_negative = *at++ == '-';
+        for (; at < end && *at >= '0' && *at <= '9'; at++, exponent_digits++) {
+            if (exponent > 1000) return 0;
+            exponent = exponent * 10 + (*at - '0');
+        }
+        if (exponent_digits == 0) return 0;
+        scale += exponent_negative ? -exponent : exponent;
+    }
+    if (at != end || scale < -22 || scale > 22) return 0;
+    double result = scale < 0 ? (double)mantissa / powers[-scale] : (double)mantissa * powers[scale];
+    *value = negative ? -result : result;
+    return 1;
+}
+
 /* float(token) as parse_float gives it: a new float, Py_None (not a number), or NULL (error). */
 static PyObject *
 parse_float(const uint8_t *token, Py_ssize_t length)
 {
     if (length == 0) Py_RETURN_NONE;
+    double fast;
+    if (simple_decimal(token, token + length, &fast)) return PyFloat_FromDouble(fast);
     if (length < MAX_NUMBER_TEXT) {
         char text[MAX_NUMBER_TEXT];
         memcpy(text, token, (size_t)length);
@@ -634,16 +678,17 @@ parse_with_unit(const uint8_t *token, Py_ssize_t length, PyObject **value, PyObj
         *value = Py_NewRef(Py_None);
         return 0;
     }
-    char text[MAX_NUMBER_TEXT];
+    uint8_t *text = PyMem_Malloc((size_t)number); /* the number without its thousands separators */
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
     Py_ssize_t kept = 0;
-    for (Py_ssize_t i = 0; i < number && kept < MAX_NUMBER_TEXT - 1; i++) {
-        if (token[i] != ',') text[kept++] = (char)token[i];
+    for (Py_ssize_t i = 0; i < number; i++) {
+        if (token[i] != ',') text[kept++] = token[i];
     }
-    if (kept == MAX_NUMBER_TEXT - 1) {
-        *value = Py_NewRef(Py_None); /* far too long to be a number anyone prints */
-        return 0;
-    }
-    *value = parse_float((const uint8_t *)text, kept);
+    *value = parse_float(text, kept);
+    PyMem_Free(text);
     if (*value == NULL) return -1;
     if (*value != Py_None && rest_length) {
         *unit = PyUnicode_DecodeASCII((const char *)rest, rest_length, NULL);
@@ -846,10 +891,37 @@ commit(StepColumns *self, long long step_number, long long total_number, Fields 
     return failed ? -1 : 0;
 }
 
+static int
+is_ascii(const uint8_t *at, const uint8_t *end)
+{
+    uint64_t high = 0;
+    for (; end - at >= 8; at += 8) {
+        uint64_t word;
+        memcpy(&word, at, 8);
+        high |= word;
+    }
+    for (; at < end; at++) high |= *at;
+    return (high & UINT64_C(0x8080808080808080)) == 0;
+}
+
+/* ``[default3]:``, ``[rank3]:``: the line parser strips these and knows their rank. */
+static int
+has_rank_prefix(const uint8_t *at, const uint8_t *end)
+{
+    if (at == end || *at++ != '[') return 0;
+    const uint8_t *role = at;
+    while (at < end && (is_name_start(*at))) at++;
+    if (at == role) return 0;
+    const uint8_t *digits = at;
+    while (at < end && *at >= '0' && *at <= '9') at++;
+    return at > digits && end - at >= 2 && at[0] == ']' && at[1] == ':';
+}
+
 PyDoc_STRVAR(StepColumns_add_doc,
 "add(line) -> bool\n\n"
 "Add the step record of a line (bytes, without its newline); False when the line holds\n"
-"none, or when the Python parser has to read it (a line that is not ASCII, a huge step).");
+"none, or when the line parser has to read it (a rank prefix, a line that is not ASCII,\n"
+"a step that does not fit in 64 bits).");
 
 static PyObject *
 StepColumns_add(StepColumns *self, PyObject *argument)
@@ -860,9 +932,8 @@ StepColumns_add(StepColumns *self, PyObject *argument)
     }
     const uint8_t *line = (const uint8_t *)PyBytes_AS_STRING(argument);
     const uint8_t *end = line + PyBytes_GET_SIZE(argument);
-    for (const uint8_t *at = line; at < end; at++) {
-        if (*at >= 0x80) Py_RETURN_FALSE; /* decoding and Unicode \s, \d: the Python parser's */
-    }
+    if (!is_ascii(line, end)) Py_RETURN_FALSE; /* decoding and Unicode \s, \d: the Python parser's */
+    if (has_rank_prefix(line, end)) Py_RETURN_FALSE;
     const uint8_t *brace = line;
     while ((brace = memchr(brace, '{', (size_t)(end - brace))) != NULL) {
         long long step, total;

@@ -2,12 +2,15 @@
 
 A worker log is mostly framework noise. Every format and failure matcher tests a byte
 literal before anything else (its prefilter): a line holding none of them gives no
-record. One pass over a whole block finds where any of these anchors occurs
-(Aho-Corasick with a SIMD prefilter, several GB/s, about as fast for 40 anchors as for
-one), and only those lines are cut out and parsed: a noise line costs no Python
-operation at all, however many formats and signatures there are (docs/benchmarks.md).
-An anchor of one or two bytes defeats the SIMD prefilter (five times slower): anchors
-have three bytes at least (tests/test_block_parse.py checks it).
+record. One pass over a whole block counts its lines and finds the lines where any of
+these anchors occurs, and only those lines are cut out and parsed: a noise line costs no
+Python operation at all, however many formats and signatures there are
+(docs/benchmarks.md).
+
+Three scanners give the same answer: the native one (parse/_speedups.c: one SIMD pass for
+newlines and anchors, about 4 GB/s with every anchor), Aho-Corasick from ``ahocorasick_rs``
+where the extension was not built, and a regular expression where neither is installed.
+Anchors have three bytes at least (the native scanner's fingerprint; tests check it).
 """
 
 from __future__ import annotations
@@ -15,47 +18,78 @@ from __future__ import annotations
 import functools
 import re
 from collections.abc import Callable, Iterable, Iterator
+from typing import NamedTuple
 
+try:
+    from exporter.parse import _speedups
+except ImportError:  # pragma: no cover - built without a C compiler; tests force the fallbacks
+    _speedups = None
 try:
     from ahocorasick_rs import BytesAhoCorasick, MatchKind
 except ImportError:  # pragma: no cover - a platform without the wheel; tests force the fallback
     BytesAhoCorasick = None
 
 
-class AnchorScanner:
-    """Where the anchors occur in a block: at least one match on every line holding any."""
+class LineScan(NamedTuple):
+    """What one pass over a block of newline-terminated lines found (the native scanner: a plain tuple)."""
 
-    def __init__(self, anchors: Iterable[bytes], *, use_regex: bool = False) -> None:
+    newlines: int
+    starts: list[int]  # start offsets of the lines holding an anchor, ascending, each once
+    prefixed: list[int]  # those of them that begin with one of the scanner's line_starts
+
+
+class AnchorScanner:
+    """Counts a block's lines and finds those holding any anchor."""
+
+    def __init__(self, anchors: Iterable[bytes], line_starts: Iterable[bytes] = (), *,
+                 implementation: str | None = None) -> None:
         self.anchors = tuple(sorted(set(anchors)))
+        self.line_starts = tuple(line_starts)
         if not self.anchors or not all(self.anchors):
             raise ValueError("anchors must be non-empty byte strings")
-        if BytesAhoCorasick is not None and not use_regex:
+        self.implementation = implementation or best_implementation()
+        if self.implementation == "native":
+            self.scan = _speedups.Scanner(self.anchors, self.line_starts).scan
+            return
+        if self.implementation == "ahocorasick":
             # Leftmost-first matching is what enables the crate's SIMD (Teddy) prefilter.
             automaton = BytesAhoCorasick(self.anchors, matchkind=MatchKind.LeftmostFirst)
-            self._matches = lambda data: [(index, start) for index, start, _ in automaton.find_matches_as_indexes(data)]
+            self._offsets = lambda data: [start for _, start, _ in automaton.find_matches_as_indexes(data)]
         else:
-            # The same lines found, ten to twenty times slower (capture groups would make it far slower still).
             pattern = re.compile(b"|".join(re.escape(anchor) for anchor in self.anchors))
-            index = {anchor: number for number, anchor in enumerate(self.anchors)}
-            self._matches = lambda data: [(index[match.group()], match.start()) for match in pattern.finditer(data)]
+            self._offsets = lambda data: [match.start() for match in pattern.finditer(data)]
 
-    def matches(self, data: bytes) -> list[tuple[int, int]]:
-        """(index of the anchor in ``anchors``, start offset), by ascending offset."""
-        return self._matches(data)
+    def scan(self, data: bytes) -> LineScan:
+        """The newlines of ``data``, and where its lines holding an anchor start."""
+        starts: list[int] = []
+        line_end = 0  # end of the last line reported: later matches on it add nothing
+        for offset in self._offsets(data):
+            if offset >= line_end:
+                starts.append(data.rfind(b"\n", 0, offset) + 1)
+                line_end = data.find(b"\n", offset) + 1 or len(data)
+        prefixed = [start for start in starts if data.startswith(self.line_starts, start)] if self.line_starts else []
+        return LineScan(data.count(b"\n"), starts, prefixed)
 
 
-@functools.lru_cache(maxsize=16)
-def scanner_for(anchors: frozenset[bytes]) -> AnchorScanner:
+def best_implementation() -> str:
+    """The fastest scanner this installation has."""
+    if _speedups is not None:
+        return "native"
+    return "ahocorasick" if BytesAhoCorasick is not None else "regex"
+
+
+@functools.lru_cache(maxsize=32)
+def scanner_for(anchors: frozenset[bytes], line_starts: tuple[bytes, ...] = ()) -> AnchorScanner:
     """One scanner per anchor set, shared by the parsers of every file (like re's cache)."""
-    return AnchorScanner(anchors)
+    return AnchorScanner(anchors, line_starts)
 
 
 def lines_to_parse(data: bytes, starts: Iterable[int], in_block: Callable[[], bool]) -> Iterator[bytes]:
     """The lines of ``data`` (newline-terminated) holding an anchor, in order, without newlines.
 
-    ``starts`` are anchor offsets, ascending. While ``in_block()`` is true (checked after
-    every line handed out, once the consumer parsed it) every following line is handed
-    out too: a traceback's frames hold no anchor but belong to it.
+    ``starts`` are anchor offsets, or line starts, ascending. While ``in_block()`` is true
+    (checked after every line handed out, once the consumer parsed it) every following line
+    is handed out too: a traceback's frames hold no anchor but belong to it.
     """
     position = 0  # start of the first line not handed out yet
     for start in starts:

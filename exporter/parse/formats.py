@@ -23,6 +23,7 @@ from exporter.parse import (
     scheduler,
     torchtitan,
 )
+from exporter.parse.columns import Columns, new_step_columns
 from exporter.parse.records import Record
 
 
@@ -36,11 +37,15 @@ class Format:
     parse: Callable[[str], Record | None]
     # The format's lines carry no loss (DeepSpeed's engine): keep looking for one that does.
     provisional: bool = False
+    # Gathers a block's step lines into one StepBatch (parse/columns.py), for the formats
+    # whose logs hold enough step lines to be worth it.
+    columns: Callable[[], Columns] | None = None
 
 
 BUILTIN_FORMATS: tuple[Format, ...] = (
     Format("mindformers_static", mindformers_static.FRAMEWORK, mindformers_static.PREFILTER, mindformers_static.parse),
-    Format("mindformers_pynative", "mindformers", mindformers.PREFILTER, mindformers.parse_pynative),
+    Format("mindformers_pynative", "mindformers", mindformers.PREFILTER, mindformers.parse_pynative,
+           columns=new_step_columns),
     Format("megatron", megatron.FRAMEWORK, megatron.PREFILTER, megatron.parse),
     Format("hf_trainer", hf_trainer.FRAMEWORK, hf_trainer.PREFILTER, hf_trainer.parse),
     Format("torchtitan", torchtitan.FRAMEWORK, torchtitan.PREFILTER, torchtitan.parse),

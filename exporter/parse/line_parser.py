@@ -17,7 +17,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.parse import events, mindformers
-from exporter.parse.block import lines_to_parse, scanner_for
+from exporter.parse.block import AnchorScanner, lines_to_parse, scanner_for
 from exporter.parse.blocks import Block
 from exporter.parse.formats import BUILTIN_FORMATS, Format
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent
@@ -56,8 +56,8 @@ class LineParser:
         self._thrown: dict[int | None, str] = {}
         self._watchdog_seen: set[tuple[object, object]] = set()
         self._scheduler_log = SchedulerLog()
-        anchors = anchors_for((forced,) if forced else self._candidates)
-        self._scanner = scanner_for(anchors) if anchors else None
+        self._scanner = _scanner((forced,) if forced else self._candidates)
+        self._columns = forced.columns() if forced is not None and forced.columns else None
 
     @property
     def format(self) -> Format | None:
@@ -90,20 +90,31 @@ class LineParser:
         every line has one), and a parsed line's prefix is counted for its rank anyway.
         """
         scanner = self._scanner
-        matches = scanner.matches(data) if scanner is not None else None
-        if matches is None or _has_rank_prefix(data, matches, scanner.anchors):
+        if scanner is None:
+            return self.parse_batch(data.split(b"\n")[:-1])
+        lines, starts, prefixed = scanner.scan(data)
+        if _has_rank_prefix(data, prefixed):
             return self.parse_batch(data.split(b"\n")[:-1])
         records: list[Record] = []
         lines_by_rank: dict[int | None, int] = {}  # the parsed lines with a prefix
         recognized = 0
         parse_line = self._parse_line
-        for line in lines_to_parse(data, [start for _, start in matches], self._in_block):
+        columns = self._columns
+        for line in lines_to_parse(data, starts, self._in_block):
+            # An open failure block sees every line first (a step line ends it).
+            if columns is not None and not self._blocks and columns.add(line):
+                recognized += 1
+                continue
+            if columns:
+                records.append(columns.take())  # records stay in the order of their lines
             rank, found = parse_line(line, records)
+            columns = self._columns  # the line may have been the first of a detected format
             recognized += found
             if rank is not None:
                 lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+        if columns:
+            records.append(columns.take())
         self._flush_blocks(records)
-        lines = data.count(b"\n")
         unprefixed = lines - sum(lines_by_rank.values())
         if unprefixed:
             lines_by_rank[None] = unprefixed
@@ -189,9 +200,15 @@ class LineParser:
                     if fmt.provisional:
                         self._provisional = fmt
                     else:
-                        self._format = fmt
+                        self._settle(fmt)
                     return record
         return None
+
+    def _settle(self, fmt: Format) -> None:
+        """The file's format is known: from now on only its anchors matter, its columns gather steps."""
+        self._format = fmt
+        self._scanner = _scanner((fmt,))
+        self._columns = fmt.columns() if fmt.columns else None
 
     def _failure(self, body: bytes, rank: int | None, out: list[Record]) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
@@ -244,12 +261,11 @@ def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
     return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *_PREFIX_ANCHORS})
 
 
-def _has_rank_prefix(data: bytes, matches: list[tuple[int, int]], anchors: tuple[bytes, ...]) -> bool:
-    """True when the block's first line, or a line where a prefix anchor matched, starts with a prefix."""
-    if _PREFIX.match(data):
-        return True
-    prefix_anchors = {anchors.index(anchor) for anchor in _PREFIX_ANCHORS}
-    for anchor, start in matches:
-        if anchor in prefix_anchors and _PREFIX.match(data, data.rfind(b"\n", 0, start) + 1):
-            return True
-    return False
+def _scanner(formats: Iterable[Format]) -> AnchorScanner | None:
+    anchors = anchors_for(formats)
+    return scanner_for(anchors, _PREFIX_ANCHORS) if anchors else None
+
+
+def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:
+    """True when the block's first line, or a line beginning with a prefix anchor, starts with a prefix."""
+    return _PREFIX.match(data) is not None or any(_PREFIX.match(data, start) for start in prefixed)

@@ -33,6 +33,31 @@ class StepRecord:
 
 
 @dataclass(slots=True)
+class StepBatch:
+    """Consecutive step lines of one rank, in columns: what the state needs of them, in order.
+
+    Applying a batch does what applying its lines' StepRecords one by one does
+    (tests/test_step_columns.py), without an object per line (parse/columns.py). Every
+    row has a step; the other fields are the latest value any row printed.
+    """
+
+    steps: list[int]
+    total_steps: int | None
+    loss_steps: list[int]  # the step of each loss, for the detectors
+    losses: list[float]
+    grad_norm_steps: list[int]
+    grad_norms: list[float]
+    learning_rate: float | None
+    step_time_seconds: float | None
+    throughput: float | None
+    throughput_unit: str | None  # of the last row whose throughput had a unit
+    # aux losses (``*_loss``) and other named values: name -> (latest value, rows holding it),
+    # in the order a row-by-row application first meets them.
+    named: dict[str, tuple[float, int]]
+    rank: int | None = None
+
+
+@dataclass(slots=True)
 class ErrorEvent:
     """A failure signature: out of memory, communication error, crash, ..."""
 
@@ -61,4 +86,4 @@ class RunInfo:
     rank: int | None = None
 
 
-Record = StepRecord | ErrorEvent | SchedulerEvent | RunInfo
+Record = StepRecord | StepBatch | ErrorEvent | SchedulerEvent | RunInfo

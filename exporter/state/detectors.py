@@ -8,7 +8,13 @@ from __future__ import annotations
 
 import math
 from collections import deque
+from collections.abc import Sequence
 from dataclasses import dataclass
+
+try:
+    from exporter.state import _speedups
+except ImportError:  # pragma: no cover - built without a C compiler
+    _speedups = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -153,3 +159,44 @@ class PlateauTracker:
         best_step = snapshot["best_step"]
         tracker.best_step = None if best_step is None else int(best_step)
         return tracker
+
+
+SeriesCheck = tuple[int, "int | None", int, "int | None"]
+
+
+def check_series(spikes: SpikeDetector | None, plateau: PlateauTracker | None,
+                 steps: Sequence[int | None], values: Sequence[float]) -> SeriesCheck:
+    """Feed one series' values in order: (non-finite values, step of the last, spikes, step of the last).
+
+    A non-finite value is only counted; a finite one goes to ``spikes`` (required once a
+    value is finite), then, unless it is part of a spike, to ``plateau``. A step of None
+    (the rank's step is unknown) is never the one reported. The native twin
+    (state/_speedups.c) runs the same loop in C, bit for bit; a step too large for it falls
+    back to this one.
+    """
+    if _speedups is not None:
+        try:
+            return _speedups.check_series(spikes, plateau, steps, values)
+        except OverflowError:
+            pass
+    return python_check_series(spikes, plateau, steps, values)
+
+
+def python_check_series(spikes: SpikeDetector | None, plateau: PlateauTracker | None,
+                        steps: Sequence[int | None], values: Sequence[float]) -> SeriesCheck:
+    """check_series in Python: what the native loop must give."""
+    nonfinite = spiked = 0
+    last_nonfinite = last_spike = None
+    for step, value in zip(steps, values):
+        if not math.isfinite(value):
+            nonfinite += 1
+            last_nonfinite = step if step is not None else last_nonfinite
+            continue
+        if spikes is None:
+            raise ValueError("a finite value needs a spike detector")
+        if spikes.observe(value):
+            spiked += 1
+            last_spike = step if step is not None else last_spike
+        if plateau is not None and not spikes.in_spike:  # a spike says nothing about progress
+            plateau.observe(step, value)
+    return nonfinite, last_nonfinite, spiked, last_spike

@@ -10,8 +10,8 @@ import math
 import threading
 from dataclasses import dataclass, field
 
-from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepRecord
-from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
+from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch, StepRecord
+from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
 
 ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
 ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "other")
@@ -125,7 +125,9 @@ class TrainingState:
         if log_timestamp is not None:
             rank.last_log_timestamp = log_timestamp
         for record in records:
-            if isinstance(record, StepRecord):
+            if isinstance(record, StepBatch):
+                self._apply_steps(rank, record, now)
+            elif isinstance(record, StepRecord):
                 self._apply_step(rank, record, now)
             elif isinstance(record, ErrorEvent):
                 self._apply_error(rank, record, now)
@@ -170,35 +172,64 @@ class TrainingState:
             self._set_named(rank, rank.extra, name, value)
         if record.loss is not None:
             rank.loss = record.loss
-            self._check_loss(rank, step, record.loss, counted_elsewhere=record.nonfinite_loss_steps > 0)
+            self._check_losses(rank, [step], [record.loss], counted_elsewhere=record.nonfinite_loss_steps > 0)
         if record.nonfinite_loss_steps:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
             self._anomaly(rank, "loss_nonfinite", step, record.nonfinite_loss_steps)
         if record.grad_norm is not None:
             rank.grad_norm = record.grad_norm
-            self._check_grad_norm(rank, step, record.grad_norm)
+            self._check_grad_norms(rank, [step], [record.grad_norm])
 
-    def _check_loss(self, rank: RankState, step: int | None, loss: float, counted_elsewhere: bool = False) -> None:
-        if not math.isfinite(loss):
-            if not counted_elsewhere:
-                self._anomaly(rank, "loss_nonfinite", step)
+    def _apply_steps(self, rank: RankState, batch: StepBatch, now: float) -> None:
+        # What _apply_step does for each row, a column at a time: the fields of different
+        # columns never interact, and within a column the order is kept.
+        if not batch.steps:
             return
-        if rank.loss_spikes is None:
+        previous = rank.step
+        for step in batch.steps:
+            if step != previous:
+                rank.steps_total += 1
+                previous = step
+        rank.last_step_timestamp = now
+        rank.step = batch.steps[-1]
+        if batch.total_steps is not None:
+            rank.total_steps = batch.total_steps
+        if batch.learning_rate is not None:
+            rank.learning_rate = batch.learning_rate
+        if batch.step_time_seconds is not None:
+            rank.step_time_seconds = batch.step_time_seconds
+        if batch.throughput is not None:
+            rank.throughput = batch.throughput
+        if batch.throughput_unit:
+            rank.info["throughput_unit"] = batch.throughput_unit
+        for name, (value, rows) in batch.named.items():
+            self._set_named(rank, rank.aux_losses if name.endswith("_loss") else rank.extra, name, value, rows)
+        if batch.losses:
+            rank.loss = batch.losses[-1]
+            self._check_losses(rank, batch.loss_steps, batch.losses)
+        if batch.grad_norms:
+            rank.grad_norm = batch.grad_norms[-1]
+            self._check_grad_norms(rank, batch.grad_norm_steps, batch.grad_norms)
+
+    def _check_losses(self, rank: RankState, steps: list[int | None], losses: list[float],
+                      counted_elsewhere: bool = False) -> None:
+        if rank.loss_spikes is None and any(map(math.isfinite, losses)):
             rank.loss_spikes = SpikeDetector(self._detectors)
             rank.plateau = PlateauTracker(self._detectors)
-        if rank.loss_spikes.observe(loss):
-            self._anomaly(rank, "loss_spike", step)
-        if not rank.loss_spikes.in_spike:  # a spike says nothing about progress
-            rank.plateau.observe(step, loss)
+        nonfinite, nonfinite_step, spikes, spike_step = check_series(rank.loss_spikes, rank.plateau, steps, losses)
+        if nonfinite and not counted_elsewhere:
+            self._anomaly(rank, "loss_nonfinite", nonfinite_step, nonfinite)
+        if spikes:
+            self._anomaly(rank, "loss_spike", spike_step, spikes)
 
-    def _check_grad_norm(self, rank: RankState, step: int | None, grad_norm: float) -> None:
-        if not math.isfinite(grad_norm):
-            self._anomaly(rank, "grad_norm_nonfinite", step)
-            return
-        if rank.grad_norm_spikes is None:
+    def _check_grad_norms(self, rank: RankState, steps: list[int | None], grad_norms: list[float]) -> None:
+        if rank.grad_norm_spikes is None and any(map(math.isfinite, grad_norms)):
             rank.grad_norm_spikes = SpikeDetector(self._detectors)
-        if rank.grad_norm_spikes.observe(grad_norm):
-            self._anomaly(rank, "grad_norm_spike", step)
+        nonfinite, nonfinite_step, spikes, spike_step = check_series(rank.grad_norm_spikes, None, steps, grad_norms)
+        if nonfinite:
+            self._anomaly(rank, "grad_norm_nonfinite", nonfinite_step, nonfinite)
+        if spikes:
+            self._anomaly(rank, "grad_norm_spike", spike_step, spikes)
 
     @staticmethod
     def _anomaly(rank: RankState, kind: str, step: int | None, count: int = 1) -> None:
@@ -220,11 +251,12 @@ class TrainingState:
         else:
             self.stats.series_dropped_total += 1
 
-    def _set_named(self, rank: RankState, values: dict[str, float], name: str, value: float) -> None:
+    def _set_named(self, rank: RankState, values: dict[str, float], name: str, value: float, rows: int = 1) -> None:
+        """Set a named value unless the series is full; ``rows``: the lines that printed it, each a drop."""
         if name in values or self._has_room(rank):
             values[name] = value
         else:
-            self.stats.series_dropped_total += 1
+            self.stats.series_dropped_total += rows
 
     def _has_room(self, rank: RankState) -> bool:
         used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events) + len(rank.node_timeouts)

@@ -18,3 +18,12 @@ def require_tool(name: str, install_hint: str, search_path: str | None = None) -
     if os.environ.get("CI"):
         pytest.fail(f"{message}; .ci/run must install it")
     pytest.skip(message)
+
+
+def require_native_speedups() -> None:
+    """The C extensions (exporter/*/_speedups.c). Built by every install with a C compiler:
+    a local run without them skips, CI fails."""
+    message = "the native speedups are not built (pip install -e . with a C compiler)"
+    if os.environ.get("CI"):
+        pytest.fail(f"{message}; .ci/run must build them")
+    pytest.skip(message)
