@@ -13,7 +13,7 @@ import pytest
 from exporter.parse import LineParser, StepBatch, StepRecord
 from exporter.parse import block as block_module
 from exporter.parse import columns as columns_module
-from exporter.parse.block import AnchorScanner, lines_to_parse
+from exporter.parse.block import AnchorScanner
 from exporter.parse.columns import StepColumns
 from exporter.parse.formats import BUILTIN_FORMATS, SCHEDULER_FORMAT, custom_format
 from exporter.parse.line_parser import anchors_for
@@ -191,17 +191,3 @@ def test_every_anchor_is_long_enough_for_the_simd_prefilter():
 def test_scanner_rejects_empty_anchors():
     with pytest.raises(ValueError):
         AnchorScanner([b"step", b""])
-
-
-def test_lines_to_parse_hands_out_every_line_while_in_a_block():
-    data = b"zero\nANCHOR one\ntwo\nthree\nfour\n"
-    handed: list[bytes] = []
-    block_open = {"state": False}
-
-    def in_block() -> bool:
-        return block_open["state"]
-
-    for line in lines_to_parse(data, [data.index(b"ANCHOR")], in_block):
-        handed.append(line)
-        block_open["state"] = line != b"three"  # the anchor line opens a block, "three" closes it
-    assert handed == [b"ANCHOR one", b"two", b"three"]

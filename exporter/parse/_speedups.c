@@ -473,21 +473,38 @@ static PyTypeObject ScannerType = {
 /* StepColumns: MindFormers PyNative step lines into columns                                  */
 /*
  * The twin of parse/mindformers.py's parse_pynative, a line at a time, for ASCII lines (a
- * line with any other byte is declined and goes the Python way). Numbers are read by
- * PyOS_string_to_double, the function behind float(); a token it does not take whole goes
- * to float() itself, so the values are float()'s.
+ * line with any other byte is declined and goes the Python way). A plain decimal is read
+ * exactly (simple_decimal); other numbers by PyOS_string_to_double, the function behind
+ * float(), and a token it does not take whole by float() itself: the values are float()'s.
+ * Only the loss and gradient norm columns keep a value per line; of the other fields the
+ * latest is kept as a C double until take().
  */
 
 #define MAX_NUMBER_TEXT 64
 #define MAX_DIGITS 18 /* an int64 for sure; a longer step number goes the Python way */
 
+#define MAX_NAMED_PER_LINE 16 /* more named fields on one line go the Python way */
+#define MAX_CACHED_NAMES 64
+
+typedef struct {
+    PyObject *name; /* str */
+    double value;   /* the latest */
+    Py_ssize_t rows;
+} Named;
+
 typedef struct {
     PyObject_HEAD
     PyObject *batch_type;
-    PyObject *steps, *loss_steps, *losses, *grad_norm_steps, *grad_norms;
-    PyObject *total_steps;      /* last seen, or NULL */
-    PyObject *learning_rate, *step_time_seconds, *throughput, *throughput_unit; /* last non-None, or NULL */
-    PyObject *named;            /* name -> [last value, records holding it], in order of appearance */
+    PyObject *steps, *loss_steps, *losses, *grad_norm_steps, *grad_norms; /* lists */
+    /* The latest value of the other fields: only the last one ends up in the batch. */
+    int has_total_steps, has_learning_rate, has_step_time, has_throughput;
+    long long total_steps;
+    double learning_rate, step_time_seconds, throughput;
+    PyObject *throughput_unit; /* str or NULL */
+    Named *named;              /* in order of appearance */
+    Py_ssize_t named_count, named_capacity;
+    PyObject *names[MAX_CACHED_NAMES]; /* field names and units met so far, made once */
+    int name_count;
 } StepColumns;
 
 static int
@@ -582,31 +599,36 @@ simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
     return 1;
 }
 
-/* float(token) as parse_float gives it: a new float, Py_None (not a number), or NULL (error). */
-static PyObject *
-parse_float(const uint8_t *token, Py_ssize_t length)
+/* float(token) as parse_float gives it: 1 and *value, 0 (not a number: None), -1 (error). */
+static int
+parse_number(const uint8_t *token, Py_ssize_t length, double *value)
 {
-    if (length == 0) Py_RETURN_NONE;
-    double fast;
-    if (simple_decimal(token, token + length, &fast)) return PyFloat_FromDouble(fast);
+    if (length == 0) return 0;
+    if (simple_decimal(token, token + length, value)) return 1;
     if (length < MAX_NUMBER_TEXT) {
         char text[MAX_NUMBER_TEXT];
         memcpy(text, token, (size_t)length);
         text[length] = '\0';
         char *end = NULL;
-        double value = PyOS_string_to_double(text, &end, NULL);
-        if (end == text + length && !(value == -1.0 && PyErr_Occurred())) return PyFloat_FromDouble(value);
+        double number = PyOS_string_to_double(text, &end, NULL);
+        if (end == text + length && !(number == -1.0 && PyErr_Occurred())) {
+            *value = number;
+            return 1;
+        }
         PyErr_Clear();
     }
     PyObject *string = PyUnicode_DecodeASCII((const char *)token, length, NULL);
-    if (string == NULL) return NULL;
-    PyObject *number = PyFloat_FromString(string);
+    if (string == NULL) return -1;
+    PyObject *number = PyFloat_FromString(string); /* underscores, and whatever else float() takes */
     Py_DECREF(string);
-    if (number == NULL && PyErr_ExceptionMatches(PyExc_ValueError)) {
+    if (number == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
         PyErr_Clear();
-        Py_RETURN_NONE;
+        return 0;
     }
-    return number;
+    *value = PyFloat_AS_DOUBLE(number);
+    Py_DECREF(number);
+    return 1;
 }
 
 static Py_ssize_t
@@ -639,14 +661,14 @@ number_part(const uint8_t *token, Py_ssize_t length, const char *accepted)
     return starts_with_nocase(token, length, "nan") || starts_with_nocase(token, length, "inf") ? 3 : 0;
 }
 
-/* parse_duration_seconds(token, default_unit="ms"). */
-static PyObject *
-parse_duration(const uint8_t *token, Py_ssize_t length)
+/* parse_duration_seconds(token, default_unit="ms"): as parse_number. */
+static int
+parse_duration(const uint8_t *token, Py_ssize_t length, double *seconds)
 {
     static const char *units[] = {"ms", "s", "us", "sec", "seconds"};
     static const double per_second[] = {1e3, 1.0, 1e6, 1.0, 1.0};
     Py_ssize_t number = number_part(token, length, "-+0123456789.eE");
-    if (number == 0) Py_RETURN_NONE;
+    if (number == 0) return 0;
     const uint8_t *unit = skip_spaces(token + number, token + length);
     Py_ssize_t unit_length = token + length - unit;
     double divisor = 1e3; /* no unit: milliseconds */
@@ -655,27 +677,38 @@ parse_duration(const uint8_t *token, Py_ssize_t length)
         for (int i = 0; i < 5 && found < 0; i++) {
             if ((Py_ssize_t)strlen(units[i]) == unit_length && starts_with_nocase(unit, unit_length, units[i])) found = i;
         }
-        if (found < 0) Py_RETURN_NONE;
+        if (found < 0) return 0;
         divisor = per_second[found];
     }
-    PyObject *value = parse_float(token, number);
-    if (value == NULL || value == Py_None) return value;
-    double seconds = PyFloat_AS_DOUBLE(value) / divisor;
-    Py_DECREF(value);
-    return PyFloat_FromDouble(seconds);
+    int parsed = parse_number(token, number, seconds);
+    if (parsed == 1) *seconds /= divisor;
+    return parsed;
 }
 
-/* parse_number_with_unit(token): sets *value and *unit (a str, NULL when empty), or *value to None. */
-static int
-parse_with_unit(const uint8_t *token, Py_ssize_t length, PyObject **value, PyObject **unit)
+/* The str of a field name or unit: made once per columns, then reused (a new one past the cache). */
+static PyObject *
+name_of(StepColumns *self, const uint8_t *text, Py_ssize_t length)
 {
-    *value = NULL;
+    for (int i = 0; i < self->name_count; i++) {
+        PyObject *name = self->names[i];
+        if (PyUnicode_GET_LENGTH(name) == length && memcmp(PyUnicode_1BYTE_DATA(name), text, (size_t)length) == 0) {
+            return Py_NewRef(name);
+        }
+    }
+    PyObject *name = PyUnicode_DecodeASCII((const char *)text, length, NULL);
+    if (name != NULL && self->name_count < MAX_CACHED_NAMES) self->names[self->name_count++] = Py_NewRef(name);
+    return name;
+}
+
+/* parse_number_with_unit(token): 1 with *value and *unit (NULL when empty), 0 (None), -1 (error). */
+static int
+parse_with_unit(StepColumns *self, const uint8_t *token, Py_ssize_t length, double *value, PyObject **unit)
+{
     *unit = NULL;
     Py_ssize_t number = number_part(token, length, "-+0123456789.eE,");
     const uint8_t *rest = skip_spaces(token + number, token + length);
     Py_ssize_t rest_length = token + length - rest;
     if (number == 0 || span_of(rest, rest_length, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz/%") != rest_length) {
-        *value = Py_NewRef(Py_None);
         return 0;
     }
     uint8_t *text = PyMem_Malloc((size_t)number); /* the number without its thousands separators */
@@ -687,35 +720,31 @@ parse_with_unit(const uint8_t *token, Py_ssize_t length, PyObject **value, PyObj
     for (Py_ssize_t i = 0; i < number; i++) {
         if (token[i] != ',') text[kept++] = token[i];
     }
-    *value = parse_float(text, kept);
+    int parsed = parse_number(text, kept, value);
     PyMem_Free(text);
-    if (*value == NULL) return -1;
-    if (*value != Py_None && rest_length) {
-        *unit = PyUnicode_DecodeASCII((const char *)rest, rest_length, NULL);
-        if (*unit == NULL) {
-            Py_CLEAR(*value);
-            return -1;
-        }
-    }
-    return 0;
+    if (parsed == 1 && rest_length && (*unit = name_of(self, rest, rest_length)) == NULL) return -1;
+    return parsed;
 }
 
+/* One line's record: set (1 or 0, as parsed), unset (-1); the line's named values in order. */
 typedef struct {
-    PyObject *loss, *learning_rate, *grad_norm, *step_time, *throughput, *unit; /* NULL: not set */
-    PyObject *aux, *extra; /* dict name -> value, created on first use */
+    int loss, learning_rate, grad_norm, step_time, throughput;
+    double loss_value, learning_rate_value, grad_norm_value, step_time_value, throughput_value;
+    PyObject *unit; /* of the throughput, or NULL */
+    struct {
+        PyObject *name;
+        double value;
+        int aux;
+    } named[MAX_NAMED_PER_LINE];
+    int named_count;
 } Fields;
 
 static void
 clear_fields(Fields *fields)
 {
-    Py_CLEAR(fields->loss);
-    Py_CLEAR(fields->learning_rate);
-    Py_CLEAR(fields->grad_norm);
-    Py_CLEAR(fields->step_time);
-    Py_CLEAR(fields->throughput);
     Py_CLEAR(fields->unit);
-    Py_CLEAR(fields->aux);
-    Py_CLEAR(fields->extra);
+    for (int i = 0; i < fields->named_count; i++) Py_CLEAR(fields->named[i].name);
+    fields->named_count = 0;
 }
 
 static int
@@ -724,58 +753,56 @@ name_is(const uint8_t *name, Py_ssize_t length, const char *literal)
     return (Py_ssize_t)strlen(literal) == length && memcmp(name, literal, (size_t)length) == 0;
 }
 
-/* mindformers._apply_field */
+/* mindformers._apply_field: 0, 1 (too many named values: the Python way), -1 (error). */
 static int
-apply_field(Fields *fields, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw, Py_ssize_t raw_length)
+apply_field(StepColumns *self, Fields *fields, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw,
+            Py_ssize_t raw_length)
 {
-    PyObject *value;
+    double value;
+    int parsed;
     if (name_is(name, name_length, "loss")) {
-        if ((value = parse_float(raw, raw_length)) == NULL) return -1;
-        Py_XSETREF(fields->loss, value);
+        if ((fields->loss = parse_number(raw, raw_length, &fields->loss_value)) < 0) return -1;
     } else if (name_is(name, name_length, "lr")) {
-        if ((value = parse_float(raw, raw_length)) == NULL) return -1;
-        Py_XSETREF(fields->learning_rate, value);
+        if ((fields->learning_rate = parse_number(raw, raw_length, &fields->learning_rate_value)) < 0) return -1;
     } else if (name_is(name, name_length, "grad_norm")) {
         if (raw_length == 3 && memcmp(raw, "NaN", 3) == 0) return 0; /* not obtained this step */
-        if ((value = parse_float(raw, raw_length)) == NULL) return -1;
-        Py_XSETREF(fields->grad_norm, value);
+        if ((fields->grad_norm = parse_number(raw, raw_length, &fields->grad_norm_value)) < 0) return -1;
     } else if (name_is(name, name_length, "per_step_time")) {
-        if ((value = parse_duration(raw, raw_length)) == NULL) return -1;
-        Py_XSETREF(fields->step_time, value);
+        if ((fields->step_time = parse_duration(raw, raw_length, &fields->step_time_value)) < 0) return -1;
     } else if (name_is(name, name_length, "throughput")) {
         PyObject *unit;
-        if (parse_with_unit(raw, raw_length, &value, &unit) < 0) return -1;
-        if (value == Py_None) {
-            Py_DECREF(value);
-            return 0;
+        if ((parsed = parse_with_unit(self, raw, raw_length, &value, &unit)) < 0) return -1;
+        if (parsed == 1) {
+            fields->throughput = 1;
+            fields->throughput_value = value;
+            Py_XSETREF(fields->unit, unit);
         }
-        Py_XSETREF(fields->throughput, value);
-        Py_XSETREF(fields->unit, unit);
     } else {
-        if ((value = parse_float(raw, raw_length)) == NULL) return -1;
-        if (value == Py_None) {
-            Py_DECREF(value);
-            return 0;
+        if ((parsed = parse_number(raw, raw_length, &value)) <= 0) return parsed;
+        PyObject *key = name_of(self, name, name_length);
+        if (key == NULL) return -1;
+        for (int i = 0; i < fields->named_count; i++) {
+            if (fields->named[i].name == key) { /* again on the line: the dict keeps its place */
+                fields->named[i].value = value;
+                Py_DECREF(key);
+                return 0;
+            }
         }
-        int aux = name_length >= 5 && memcmp(name + name_length - 5, "_loss", 5) == 0;
-        PyObject **target = aux ? &fields->aux : &fields->extra;
-        PyObject *key = PyUnicode_DecodeASCII((const char *)name, name_length, NULL);
-        if (key == NULL || (*target == NULL && (*target = PyDict_New()) == NULL)) {
-            Py_XDECREF(key);
-            Py_DECREF(value);
-            return -1;
+        if (fields->named_count == MAX_NAMED_PER_LINE) {
+            Py_DECREF(key);
+            return 1;
         }
-        int failed = PyDict_SetItem(*target, key, value);
-        Py_DECREF(key);
-        Py_DECREF(value);
-        return failed;
+        fields->named[fields->named_count].name = key;
+        fields->named[fields->named_count].value = value;
+        fields->named[fields->named_count].aux = name_length >= 5 && memcmp(name + name_length - 5, "_loss", 5) == 0;
+        fields->named_count++;
     }
     return 0;
 }
 
-/* The fields of a record body (``_FIELD.findall``): 0, or -1 on error. */
+/* The fields of a record body (``_FIELD.findall``): 0, 1 (the Python way), or -1 on error. */
 static int
-parse_fields(Fields *fields, const uint8_t *at, const uint8_t *end)
+parse_fields(StepColumns *self, Fields *fields, const uint8_t *at, const uint8_t *end)
 {
     while (at < end) {
         if (!is_name_start(*at)) {
@@ -803,7 +830,8 @@ parse_fields(Fields *fields, const uint8_t *at, const uint8_t *end)
         }
         const uint8_t *stripped = value_end;
         while (stripped > value && is_space(stripped[-1])) stripped--;
-        if (apply_field(fields, at, name_end - at, value, stripped - value) < 0) return -1;
+        int applied = apply_field(self, fields, at, name_end - at, value, stripped - value);
+        if (applied) return applied;
         at = value_end;
     }
     return 0;
@@ -838,54 +866,72 @@ match_record(const uint8_t *brace, const uint8_t *end, long long *step, long lon
 }
 
 static int
-note_named(StepColumns *self, PyObject *values)
+note_named(StepColumns *self, PyObject *name, double value)
 {
-    if (values == NULL) return 0;
-    Py_ssize_t position = 0;
-    PyObject *name, *value;
-    while (PyDict_Next(values, &position, &name, &value)) {
-        PyObject *entry = PyDict_GetItemWithError(self->named, name);
-        if (entry == NULL) {
-            if (PyErr_Occurred()) return -1;
-            entry = Py_BuildValue("[Oi]", value, 1);
-            if (entry == NULL || PyDict_SetItem(self->named, name, entry) < 0) {
-                Py_XDECREF(entry);
-                return -1;
-            }
-            Py_DECREF(entry);
-            continue;
+    for (Py_ssize_t i = 0; i < self->named_count; i++) {
+        if (self->named[i].name == name
+            || (self->named[i].name != NULL && PyUnicode_Compare(self->named[i].name, name) == 0)) {
+            self->named[i].value = value;
+            self->named[i].rows++;
+            return 0;
         }
-        PyObject *count = PyLong_FromLong(PyLong_AsLong(PyList_GET_ITEM(entry, 1)) + 1);
-        if (count == NULL) return -1;
-        PyList_SetItem(entry, 1, count);
-        PyList_SetItem(entry, 0, Py_NewRef(value));
     }
+    if (self->named_count == self->named_capacity) {
+        Py_ssize_t capacity = self->named_capacity ? 2 * self->named_capacity : 8;
+        Named *grown = PyMem_Realloc(self->named, (size_t)capacity * sizeof(Named));
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->named = grown;
+        self->named_capacity = capacity;
+    }
+    self->named[self->named_count++] = (Named){Py_NewRef(name), value, 1};
     return 0;
 }
 
-/* One record into the columns, in the order the state applies a StepRecord's fields. */
 static int
-commit(StepColumns *self, long long step_number, long long total_number, Fields *fields)
+append_float(PyObject *list, double value)
+{
+    PyObject *number = PyFloat_FromDouble(value);
+    if (number == NULL) return -1;
+    int failed = PyList_Append(list, number);
+    Py_DECREF(number);
+    return failed;
+}
+
+/* One record into the columns: what applying its StepRecord would leave (StepColumns._append). */
+static int
+commit(StepColumns *self, long long step_number, long long total_steps, const Fields *fields)
 {
     PyObject *step = PyLong_FromLongLong(step_number);
     if (step == NULL) return -1;
-    PyObject *total = PyLong_FromLongLong(total_number);
-    int failed = total == NULL || PyList_Append(self->steps, step) < 0;
-    if (!failed) Py_XSETREF(self->total_steps, total);
-    if (!failed && fields->learning_rate && fields->learning_rate != Py_None)
-        Py_XSETREF(self->learning_rate, Py_NewRef(fields->learning_rate));
-    if (!failed && fields->step_time && fields->step_time != Py_None)
-        Py_XSETREF(self->step_time_seconds, Py_NewRef(fields->step_time));
-    if (!failed && fields->throughput) {
-        Py_XSETREF(self->throughput, Py_NewRef(fields->throughput));
+    int failed = PyList_Append(self->steps, step) < 0;
+    self->has_total_steps = 1;
+    self->total_steps = total_steps;
+    if (fields->learning_rate == 1) {
+        self->has_learning_rate = 1;
+        self->learning_rate = fields->learning_rate_value;
+    }
+    if (fields->step_time == 1) {
+        self->has_step_time = 1;
+        self->step_time_seconds = fields->step_time_value;
+    }
+    if (fields->throughput == 1) {
+        self->has_throughput = 1;
+        self->throughput = fields->throughput_value;
         if (fields->unit) Py_XSETREF(self->throughput_unit, Py_NewRef(fields->unit));
     }
-    failed = failed || note_named(self, fields->aux) < 0 || note_named(self, fields->extra) < 0;
-    if (!failed && fields->loss && fields->loss != Py_None) {
-        failed = PyList_Append(self->loss_steps, step) < 0 || PyList_Append(self->losses, fields->loss) < 0;
+    for (int aux = 1; aux >= 0; aux--) { /* the aux losses first, as the state applies them */
+        for (int i = 0; i < fields->named_count && !failed; i++) {
+            if (fields->named[i].aux == aux) failed = note_named(self, fields->named[i].name, fields->named[i].value) < 0;
+        }
     }
-    if (!failed && fields->grad_norm && fields->grad_norm != Py_None) {
-        failed = PyList_Append(self->grad_norm_steps, step) < 0 || PyList_Append(self->grad_norms, fields->grad_norm) < 0;
+    if (!failed && fields->loss == 1) {
+        failed = PyList_Append(self->loss_steps, step) < 0 || append_float(self->losses, fields->loss_value) < 0;
+    }
+    if (!failed && fields->grad_norm == 1) {
+        failed = PyList_Append(self->grad_norm_steps, step) < 0 || append_float(self->grad_norms, fields->grad_norm_value) < 0;
     }
     Py_DECREF(step);
     return failed ? -1 : 0;
@@ -923,6 +969,31 @@ PyDoc_STRVAR(StepColumns_add_doc,
 "none, or when the line parser has to read it (a rank prefix, a line that is not ASCII,\n"
 "a step that does not fit in 64 bits).");
 
+/* 1: the line's record was added; 0: declined; -1: error. */
+static int
+add_line(StepColumns *self, const uint8_t *line, const uint8_t *end)
+{
+    if (!is_ascii(line, end)) return 0; /* decoding and Unicode \s, \d: the Python parser's */
+    if (has_rank_prefix(line, end)) return 0;
+    const uint8_t *brace = line;
+    while ((brace = memchr(brace, '{', (size_t)(end - brace))) != NULL) {
+        long long step, total;
+        const uint8_t *body, *body_end;
+        int found = match_record(brace, end, &step, &total, &body, &body_end);
+        if (found < 0) return 0;
+        if (found == 0) {
+            brace++;
+            continue;
+        }
+        Fields fields = {.loss = -1, .learning_rate = -1, .grad_norm = -1, .step_time = -1, .throughput = -1};
+        int parsed = parse_fields(self, &fields, body, body_end);
+        int failed = parsed < 0 || (parsed == 0 && commit(self, step, total, &fields) < 0);
+        clear_fields(&fields);
+        return failed ? -1 : parsed == 0;
+    }
+    return 0;
+}
+
 static PyObject *
 StepColumns_add(StepColumns *self, PyObject *argument)
 {
@@ -931,26 +1002,44 @@ StepColumns_add(StepColumns *self, PyObject *argument)
         return NULL;
     }
     const uint8_t *line = (const uint8_t *)PyBytes_AS_STRING(argument);
-    const uint8_t *end = line + PyBytes_GET_SIZE(argument);
-    if (!is_ascii(line, end)) Py_RETURN_FALSE; /* decoding and Unicode \s, \d: the Python parser's */
-    if (has_rank_prefix(line, end)) Py_RETURN_FALSE;
-    const uint8_t *brace = line;
-    while ((brace = memchr(brace, '{', (size_t)(end - brace))) != NULL) {
-        long long step, total;
-        const uint8_t *body, *body_end;
-        int found = match_record(brace, end, &step, &total, &body, &body_end);
-        if (found < 0) Py_RETURN_FALSE;
-        if (found == 0) {
-            brace++;
-            continue;
-        }
-        Fields fields = {0};
-        int failed = parse_fields(&fields, body, body_end) < 0 || commit(self, step, total, &fields) < 0;
-        clear_fields(&fields);
-        if (failed) return NULL;
-        Py_RETURN_TRUE;
+    int added = add_line(self, line, line + PyBytes_GET_SIZE(argument));
+    if (added < 0) return NULL;
+    return PyBool_FromLong(added);
+}
+
+PyDoc_STRVAR(StepColumns_add_lines_doc,
+"add_lines(data, starts, index) -> int\n\n"
+"add() the lines of ``data`` starting at ``starts[index]``, ``starts[index + 1]``, ... up to\n"
+"the first one declined; how many were added.");
+
+static PyObject *
+StepColumns_add_lines(StepColumns *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 3 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "add_lines(data, starts: list, index)");
+        return NULL;
     }
-    Py_RETURN_FALSE;
+    Py_ssize_t index = PyLong_AsSsize_t(args[2]);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *data = view.buf, *data_end = data + view.len;
+    PyObject *starts = args[1];
+    Py_ssize_t taken = 0;
+    for (Py_ssize_t i = index < 0 ? 0 : index; i < PyList_GET_SIZE(starts); i++, taken++) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+        if (start == -1 && PyErr_Occurred()) goto error;
+        if (start < 0 || start > view.len) break;
+        const uint8_t *end = memchr(data + start, '\n', (size_t)(view.len - start));
+        int added = add_line(self, data + start, end ? end : data_end);
+        if (added < 0) goto error;
+        if (added == 0) break;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(taken);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
 }
 
 static void
@@ -961,12 +1050,10 @@ StepColumns_reset(StepColumns *self)
     Py_CLEAR(self->losses);
     Py_CLEAR(self->grad_norm_steps);
     Py_CLEAR(self->grad_norms);
-    Py_CLEAR(self->total_steps);
-    Py_CLEAR(self->learning_rate);
-    Py_CLEAR(self->step_time_seconds);
-    Py_CLEAR(self->throughput);
     Py_CLEAR(self->throughput_unit);
-    Py_CLEAR(self->named);
+    self->has_total_steps = self->has_learning_rate = self->has_step_time = self->has_throughput = 0;
+    for (Py_ssize_t i = 0; i < self->named_count; i++) Py_CLEAR(self->named[i].name);
+    self->named_count = 0;
 }
 
 static int
@@ -977,8 +1064,7 @@ StepColumns_start(StepColumns *self)
     self->losses = PyList_New(0);
     self->grad_norm_steps = PyList_New(0);
     self->grad_norms = PyList_New(0);
-    self->named = PyDict_New();
-    if (!self->steps || !self->loss_steps || !self->losses || !self->grad_norm_steps || !self->grad_norms || !self->named) {
+    if (!self->steps || !self->loss_steps || !self->losses || !self->grad_norm_steps || !self->grad_norms) {
         StepColumns_reset(self);
         return -1;
     }
@@ -986,9 +1072,9 @@ StepColumns_start(StepColumns *self)
 }
 
 static PyObject *
-or_none(PyObject *value)
+float_or_none(int present, double value)
 {
-    return value ? value : Py_None;
+    return present ? PyFloat_FromDouble(value) : Py_NewRef(Py_None);
 }
 
 PyDoc_STRVAR(StepColumns_take_doc,
@@ -998,29 +1084,31 @@ static PyObject *
 StepColumns_take(StepColumns *self, PyObject *unused)
 {
     PyObject *named = PyDict_New();
-    if (named == NULL) return NULL;
-    Py_ssize_t position = 0;
-    PyObject *name, *entry;
-    while (PyDict_Next(self->named, &position, &name, &entry)) {
-        PyObject *pair = PyList_AsTuple(entry);
-        if (pair == NULL || PyDict_SetItem(named, name, pair) < 0) {
-            Py_XDECREF(pair);
-            Py_DECREF(named);
-            return NULL;
-        }
-        Py_DECREF(pair);
+    PyObject *total = self->has_total_steps ? PyLong_FromLongLong(self->total_steps) : Py_NewRef(Py_None);
+    PyObject *learning_rate = float_or_none(self->has_learning_rate, self->learning_rate);
+    PyObject *step_time = float_or_none(self->has_step_time, self->step_time_seconds);
+    PyObject *throughput = float_or_none(self->has_throughput, self->throughput);
+    PyObject *batch = NULL;
+    if (!named || !total || !learning_rate || !step_time || !throughput) goto done;
+    for (Py_ssize_t i = 0; i < self->named_count; i++) {
+        PyObject *pair = Py_BuildValue("(dn)", self->named[i].value, self->named[i].rows);
+        int failed = pair == NULL || PyDict_SetItem(named, self->named[i].name, pair) < 0;
+        Py_XDECREF(pair);
+        if (failed) goto done;
     }
-    PyObject *batch = PyObject_CallFunction(
-        self->batch_type, "OOOOOOOOOOO", self->steps, or_none(self->total_steps), self->loss_steps, self->losses,
-        self->grad_norm_steps, self->grad_norms, or_none(self->learning_rate), or_none(self->step_time_seconds),
-        or_none(self->throughput), or_none(self->throughput_unit), named);
-    Py_DECREF(named);
-    if (batch == NULL) return NULL;
-    StepColumns_reset(self);
-    if (StepColumns_start(self) < 0) {
-        Py_DECREF(batch);
-        return NULL;
+    batch = PyObject_CallFunctionObjArgs(self->batch_type, self->steps, total, self->loss_steps, self->losses,
+                                         self->grad_norm_steps, self->grad_norms, learning_rate, step_time, throughput,
+                                         self->throughput_unit ? self->throughput_unit : Py_None, named, NULL);
+    if (batch != NULL) {
+        StepColumns_reset(self);
+        if (StepColumns_start(self) < 0) Py_CLEAR(batch);
     }
+done:
+    Py_XDECREF(named);
+    Py_XDECREF(total);
+    Py_XDECREF(learning_rate);
+    Py_XDECREF(step_time);
+    Py_XDECREF(throughput);
     return batch;
 }
 
@@ -1045,12 +1133,15 @@ static void
 StepColumns_dealloc(StepColumns *self)
 {
     StepColumns_reset(self);
+    PyMem_Free(self->named);
+    for (int i = 0; i < self->name_count; i++) Py_CLEAR(self->names[i]);
     Py_XDECREF(self->batch_type);
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
 static PyMethodDef StepColumns_methods[] = {
     {"add", (PyCFunction)StepColumns_add, METH_O, StepColumns_add_doc},
+    {"add_lines", (PyCFunction)(void (*)(void))StepColumns_add_lines, METH_FASTCALL, StepColumns_add_lines_doc},
     {"take", (PyCFunction)StepColumns_take, METH_NOARGS, StepColumns_take_doc},
     {NULL},
 };

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Iterable
 from typing import NamedTuple
 
 try:
@@ -82,29 +82,3 @@ def best_implementation() -> str:
 def scanner_for(anchors: frozenset[bytes], line_starts: tuple[bytes, ...] = ()) -> AnchorScanner:
     """One scanner per anchor set, shared by the parsers of every file (like re's cache)."""
     return AnchorScanner(anchors, line_starts)
-
-
-def lines_to_parse(data: bytes, starts: Iterable[int], in_block: Callable[[], bool]) -> Iterator[bytes]:
-    """The lines of ``data`` (newline-terminated) holding an anchor, in order, without newlines.
-
-    ``starts`` are anchor offsets, or line starts, ascending. While ``in_block()`` is true
-    (checked after every line handed out, once the consumer parsed it) every following line
-    is handed out too: a traceback's frames hold no anchor but belong to it.
-    """
-    position = 0  # start of the first line not handed out yet
-    for start in starts:
-        while in_block() and position <= start:
-            position = yield from _next_line(data, position)
-        if start < position:
-            continue  # on a line already handed out
-        # rfind is -1 when the anchor's line starts at ``position``.
-        position = max(position, data.rfind(b"\n", position, start) + 1)
-        position = yield from _next_line(data, position)
-    while in_block() and position < len(data):
-        position = yield from _next_line(data, position)
-
-
-def _next_line(data: bytes, position: int) -> Iterator[bytes]:
-    end = data.find(b"\n", position)
-    yield data[position:end]
-    return end + 1

@@ -12,6 +12,7 @@ that is not ASCII or whose step does not fit in 64 bits.
 
 from __future__ import annotations
 
+import itertools
 import re
 from typing import Protocol
 
@@ -29,6 +30,8 @@ _RANK_PREFIX = re.compile(rb"\[[A-Za-z_]+\d+\]: ?")
 
 class Columns(Protocol):
     def add(self, line: bytes) -> bool: ...
+
+    def add_lines(self, data: bytes, starts: list[int], index: int) -> int: ...
 
     def take(self) -> StepBatch: ...
 
@@ -53,6 +56,16 @@ class StepColumns:
             return False
         self._append(record)
         return True
+
+    def add_lines(self, data: bytes, starts: list[int], index: int) -> int:
+        """``add`` the lines starting at ``starts[index:]`` up to the first one declined; how many were added."""
+        taken = 0
+        for start in itertools.islice(starts, index, None):
+            end = data.find(b"\n", start)
+            if not self.add(data[start:end if end >= 0 else len(data)]):
+                break
+            taken += 1
+        return taken
 
     def take(self) -> StepBatch:
         batch = self._batch_type(self._steps, self._total_steps, self._loss_steps, self._losses,

@@ -17,10 +17,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.parse import events, mindformers
-from exporter.parse.block import AnchorScanner, lines_to_parse, scanner_for
+from exporter.parse.block import AnchorScanner, scanner_for
 from exporter.parse.blocks import Block
 from exporter.parse.formats import BUILTIN_FORMATS, Format
-from exporter.parse.records import ErrorEvent, Record, SchedulerEvent
+from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepRecord
 from exporter.parse.scheduler import SchedulerLog
 
 # torchrun --tee/--redirects prefixes: ``[default3]:`` (role name + LOCAL rank) and the
@@ -88,6 +88,7 @@ class LineParser:
         prefilter needs every line: those go line by line. torchrun's own prefixes are
         anchors; another role name shows on the block's first line of a tee'd file (nearly
         every line has one), and a parsed line's prefix is counted for its rank anyway.
+        Runs of step lines of a format with columns go to them, one StepBatch per run.
         """
         scanner = self._scanner
         if scanner is None:
@@ -98,22 +99,43 @@ class LineParser:
         records: list[Record] = []
         lines_by_rank: dict[int | None, int] = {}  # the parsed lines with a prefix
         recognized = 0
-        parse_line = self._parse_line
-        columns = self._columns
-        for line in lines_to_parse(data, starts, self._in_block):
-            # An open failure block sees every line first (a step line ends it).
-            if columns is not None and not self._blocks and columns.add(line):
-                recognized += 1
-                continue
-            if columns:
-                records.append(columns.take())  # records stay in the order of their lines
-            rank, found = parse_line(line, records)
-            columns = self._columns  # the line may have been the first of a detected format
+        size, count = len(data), len(starts)
+        index = 0  # the next anchored line not handed out yet
+        position = 0  # where the first line not handed out yet starts
+        while True:
+            if self._blocks:
+                # An open failure block takes every line, in order: a traceback's frames hold no anchor.
+                if position >= size:
+                    break
+                start = position
+            else:
+                while index < count and starts[index] < position:
+                    index += 1
+                if index == count:
+                    break
+                columns = self._columns
+                taken = columns.add_lines(data, starts, index) if columns is not None else 0
+                if taken:  # a run of step lines, without a Python operation per line
+                    index += taken
+                    recognized += taken
+                    position = data.find(b"\n", starts[index - 1]) + 1 or size
+                    if index == count:
+                        break
+                # The columns declined this line: the line parser reads it.
+                start = starts[index]
+            end = data.find(b"\n", start)
+            end = size if end < 0 else end
+            position = end + 1
+            before = len(records)
+            rank, found = self._parse_line(data[start:end], records)
+            if self._columns and any(type(record) is StepRecord for record in records[before:]):
+                # Steps stay in the order of their lines (other records do not touch what they set).
+                records.insert(before, self._columns.take())
             recognized += found
             if rank is not None:
                 lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-        if columns:
-            records.append(columns.take())
+        if self._columns:
+            records.append(self._columns.take())
         self._flush_blocks(records)
         unprefixed = lines - sum(lines_by_rank.values())
         if unprefixed:
@@ -162,9 +184,6 @@ class LineParser:
         for rank, block in list(self._blocks.items()):
             for event in block.flush():
                 self._emit(event, rank, records)
-
-    def _in_block(self) -> bool:
-        return bool(self._blocks)
 
     def _strip_prefixes(self, line: bytes, match: re.Match[bytes]) -> tuple[int, bytes]:
         global_rank = local_rank = None
