@@ -15,6 +15,11 @@ from collections.abc import Callable
 
 from exporter.parse.records import ErrorEvent
 
+try:
+    from ahocorasick_rs import BytesAhoCorasick
+except ImportError:  # pragma: no cover - a platform without the wheel
+    BytesAhoCorasick = None
+
 Detail = dict[str, str | float]
 
 TRACEBACK_START = b"Traceback (most recent call last):"
@@ -37,7 +42,9 @@ _MINDSPORE_ALLOC = re.compile(r"memory isn't enough and alloc failed.*?alloc siz
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_CODE = re.compile(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
 
-_CANN_CODE = re.compile(r"\b(E[IJ]\d{4})\b")
+# ``\b(E[IJ]\d{4})\b``, written to start with its literal: ``re`` then skips to each "E"
+# instead of trying every position (20 times faster on a line without a code).
+_CANN_CODE = re.compile(r"(E(?<!\wE)[IJ]\d{4})\b")
 _HCCL_TEXT = re.compile(r"HCCL function error|HCCL error in:|call hccl api failed|function error: Hccl\w*")
 _HCCL_RET = re.compile(r"error code is (\d+)")
 _ERR_CODE = re.compile(r"\b(ERR\d{5})\b")
@@ -190,10 +197,22 @@ FAILURE_LITERALS = tuple(sorted(
 FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in FAILURE_LITERALS))
 
 
+def _present_prefilters() -> Callable[[bytes], set[int] | None]:
+    """The indexes in _SIGNATURES of the prefilters a line holds, in one pass (overlaps included)."""
+    if BytesAhoCorasick is None:
+        return lambda line: None
+    automaton = BytesAhoCorasick([prefilter for prefilter, _ in _SIGNATURES])
+    return lambda line: {index for index, _, _ in automaton.find_matches_as_indexes(line, overlapping=True)}
+
+
+_present = _present_prefilters()
+
+
 def classify(line: bytes) -> ErrorEvent | None:
     """The first failure signature in a raw line (a launcher prefix already removed), or None."""
-    for prefilter, matcher in _SIGNATURES:
-        if prefilter in line:
+    present = _present(line)  # one pass instead of a substring test per signature
+    for index, (prefilter, matcher) in enumerate(_SIGNATURES):
+        if index in present if present is not None else prefilter in line:
             event = matcher(line.decode("utf-8", "replace"))
             if event is not None:
                 return event
