@@ -41,6 +41,7 @@ typedef struct {
     PyObject_HEAD
     PyObject *anchors;       /* tuple of bytes, kept alive: Anchor.bytes points into them */
     PyObject *line_starts;   /* tuple of bytes: reported when a line begins with one */
+    int simd;                /* use the AVX2 loop where the CPU has it (tests turn it off) */
     Anchor *table;
     Py_ssize_t count;
     Py_ssize_t *members[BUCKETS]; /* anchor indexes per bucket */
@@ -202,9 +203,11 @@ Scanner_dealloc(Scanner *self)
 static int
 Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"anchors", "line_starts", NULL};
+    static char *keywords[] = {"anchors", "line_starts", "simd", NULL};
     PyObject *anchors, *line_starts = NULL;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O", keywords, &anchors, &line_starts)) return -1;
+    int simd = 1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p", keywords, &anchors, &line_starts, &simd)) return -1;
+    self->simd = simd;
     PyObject *tuple = PySequence_Tuple(anchors);
     if (tuple == NULL) return -1;
     PyObject *starts = line_starts ? PySequence_Tuple(line_starts) : PyTuple_New(0);
@@ -371,8 +374,32 @@ nibble_match(__m256i low, __m256i high, __m256i bytes, __m256i nibble_mask)
                             _mm256_shuffle_epi8(high, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble_mask)));
 }
 
-/* 32 positions at a time; returns where the byte-wise scan has to take over. */
-__attribute__((target("avx2,popcnt"))) static Py_ssize_t
+__attribute__((target("avx2"))) static inline int
+verify_lanes(const Scanner *self, ScanState *state, Py_ssize_t position, __m256i buckets, __m256i zero)
+{
+    unsigned candidates = ~(unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(buckets, zero));
+    if (candidates == 0) return 0;
+    uint8_t lanes[32];
+    _mm256_storeu_si256((__m256i *)lanes, buckets);
+    while (candidates) {
+        int lane = __builtin_ctz(candidates);
+        candidates &= candidates - 1;
+        if (verify(self, state, position + lane, lanes[lane]) < 0) return -1;
+    }
+    return 0;
+}
+
+/* Newline bytes counted as per-byte counters (0 - compare mask), summed before they can wrap. */
+__attribute__((target("avx2"))) static inline Py_ssize_t
+sum_counters(__m256i counters)
+{
+    __m256i sums = _mm256_sad_epu8(counters, _mm256_setzero_si256());
+    return (Py_ssize_t)(_mm256_extract_epi64(sums, 0) + _mm256_extract_epi64(sums, 1) + _mm256_extract_epi64(sums, 2)
+                        + _mm256_extract_epi64(sums, 3));
+}
+
+/* 64 positions at a time; returns where the byte-wise scan has to take over. */
+__attribute__((target("avx2"))) static Py_ssize_t
 scan_avx2(const Scanner *self, ScanState *state)
 {
     const uint8_t *data = state->data;
@@ -387,27 +414,33 @@ scan_avx2(const Scanner *self, ScanState *state)
     const __m256i high1 = _mm256_loadu_si256((const __m256i *)self->high[1]);
     const __m256i low2 = _mm256_loadu_si256((const __m256i *)self->low[2]);
     const __m256i high2 = _mm256_loadu_si256((const __m256i *)self->high[2]);
+    __m256i counters = zero;
+    int rounds = 0;
     Py_ssize_t newlines = 0, position = 0;
-    for (; position + 32 + FINGERPRINT - 1 <= length; position += 32) {
-        __m256i first = _mm256_loadu_si256((const __m256i *)(data + position));
-        __m256i second = _mm256_loadu_si256((const __m256i *)(data + position + 1));
-        __m256i third = _mm256_loadu_si256((const __m256i *)(data + position + 2));
-        newlines += __builtin_popcount((unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(first, newline)));
-        __m256i buckets = _mm256_and_si256(_mm256_and_si256(nibble_match(low0, high0, first, nibble_mask),
-                                                            nibble_match(low1, high1, second, nibble_mask)),
-                                           nibble_match(low2, high2, third, nibble_mask));
-        unsigned candidates = ~(unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(buckets, zero));
-        if (candidates) {
-            uint8_t lanes[32];
-            _mm256_storeu_si256((__m256i *)lanes, buckets);
-            while (candidates) {
-                int lane = __builtin_ctz(candidates);
-                candidates &= candidates - 1;
-                if (verify(self, state, position + lane, lanes[lane]) < 0) return -1;
-            }
+    for (; position + 64 + FINGERPRINT - 1 <= length; position += 64) {
+        const uint8_t *at = data + position;
+        __m256i a0 = _mm256_loadu_si256((const __m256i *)at), b0 = _mm256_loadu_si256((const __m256i *)(at + 32));
+        __m256i a1 = _mm256_loadu_si256((const __m256i *)(at + 1)), b1 = _mm256_loadu_si256((const __m256i *)(at + 33));
+        __m256i a2 = _mm256_loadu_si256((const __m256i *)(at + 2)), b2 = _mm256_loadu_si256((const __m256i *)(at + 34));
+        counters = _mm256_sub_epi8(counters, _mm256_cmpeq_epi8(a0, newline));
+        counters = _mm256_sub_epi8(counters, _mm256_cmpeq_epi8(b0, newline));
+        if (++rounds == 127) { /* at most 2 a round per byte counter: 254 fits */
+            newlines += sum_counters(counters);
+            counters = zero;
+            rounds = 0;
+        }
+        __m256i a = _mm256_and_si256(_mm256_and_si256(nibble_match(low0, high0, a0, nibble_mask),
+                                                      nibble_match(low1, high1, a1, nibble_mask)),
+                                     nibble_match(low2, high2, a2, nibble_mask));
+        __m256i b = _mm256_and_si256(_mm256_and_si256(nibble_match(low0, high0, b0, nibble_mask),
+                                                      nibble_match(low1, high1, b1, nibble_mask)),
+                                     nibble_match(low2, high2, b2, nibble_mask));
+        if (_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b))) continue;
+        if (verify_lanes(self, state, position, a, zero) < 0 || verify_lanes(self, state, position + 32, b, zero) < 0) {
+            return -1;
         }
     }
-    state->newlines += newlines;
+    state->newlines += newlines + sum_counters(counters);
     return position;
 }
 
@@ -429,7 +462,7 @@ Scanner_scan(Scanner *self, PyObject *argument)
     if (state.starts == NULL || state.prefixed == NULL) goto done;
     Py_ssize_t from = 0;
 #ifdef HAVE_AVX2_SCAN
-    if (have_avx2 && (from = scan_avx2(self, &state)) < 0) goto done;
+    if (have_avx2 && self->simd && (from = scan_avx2(self, &state)) < 0) goto done;
 #endif
     if (scan_bytewise(self, &state, from) < 0) goto done;
     result = Py_BuildValue("nOO", state.newlines, state.starts, state.prefixed);
@@ -459,7 +492,7 @@ static PyGetSetDef Scanner_getset[] = {
 static PyTypeObject ScannerType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "exporter.parse._speedups.Scanner",
-    .tp_doc = PyDoc_STR("Scanner(anchors, line_starts=()): finds the lines of a block holding any anchor."),
+    .tp_doc = PyDoc_STR("Scanner(anchors, line_starts=(), *, simd=True): finds the lines of a block holding any anchor."),
     .tp_basicsize = sizeof(Scanner),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
@@ -1177,7 +1210,7 @@ PyInit__speedups(void)
 {
 #ifdef HAVE_AVX2_SCAN
     __builtin_cpu_init();
-    have_avx2 = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("popcnt");
+    have_avx2 = __builtin_cpu_supports("avx2");
 #endif
     if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&StepColumnsType) < 0) return NULL;
     PyObject *module = PyModule_Create(&speedups_module);
