@@ -14,6 +14,7 @@ both, and neither should know the other's internals.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import glob
 import json
 import logging
@@ -24,11 +25,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
 
-from pydantic import BaseModel, ConfigDict, ValidationError
-
 from exporter.follow.identity import FilePosition
 from exporter.state import TrainingState
-from exporter.state.snapshot import restore_state
+from exporter.state.snapshot import restore_state, validation_reason
 
 log = logging.getLogger(__name__)
 
@@ -43,15 +42,20 @@ class Checkpoint:
     state: dict[str, Any]
 
 
-class _CheckpointFile(BaseModel):
-    """The file's layout, validated when read back."""
+@functools.cache
+def _checkpoint_file() -> type:
+    """The file's layout, validated when read back (pydantic is imported for that only)."""
+    from pydantic import BaseModel, ConfigDict
 
-    model_config = ConfigDict(extra="ignore")
+    class CheckpointFile(BaseModel):
+        model_config = ConfigDict(extra="ignore")
 
-    version: int
-    written_at: float
-    positions: dict[str, FilePosition]
-    state: dict[str, Any]
+        version: int
+        written_at: float
+        positions: dict[str, FilePosition]
+        state: dict[str, Any]
+
+    return CheckpointFile
 
 
 class CheckpointSource(Protocol):
@@ -95,11 +99,11 @@ def resume(path: Path, state: TrainingState) -> dict[str, FilePosition]:
         log.warning("cannot read checkpoint %s (%s): starting fresh", path, error.strerror)
         return {}
     try:
-        saved = _CheckpointFile.model_validate_json(raw)
+        saved = _checkpoint_file().model_validate_json(raw)
         if saved.version != VERSION:
             raise ValueError(f"version {saved.version}, this exporter reads version {VERSION}")
         restore_state(state, saved.state)
-    except (ValidationError, ValueError) as error:
+    except ValueError as error:  # pydantic's ValidationError is a ValueError
         _set_aside(path, error)
         return {}
     log.info("resuming from checkpoint %s written at %s (%d files)", path,
@@ -180,7 +184,7 @@ class Checkpointer:
 
 
 def _set_aside(path: Path, error: Exception) -> None:
-    reason = str(error).splitlines()[0] if not isinstance(error, ValidationError) else _validation_reason(error)
+    reason = validation_reason(error) or str(error).splitlines()[0]
     aside = path.with_name(path.name + ".corrupt")
     try:
         os.replace(path, aside)
@@ -190,8 +194,3 @@ def _set_aside(path: Path, error: Exception) -> None:
     log.warning("checkpoint %s is unusable (%s), %s: starting fresh, every log is read from its start",
                 path, reason, kept)
 
-
-def _validation_reason(error: ValidationError) -> str:
-    first = error.errors()[0]
-    where = ".".join(str(part) for part in first["loc"])
-    return f"{where}: {first['msg']}" if where else first["msg"]

@@ -10,14 +10,22 @@ from __future__ import annotations
 
 import dataclasses
 import functools
+import sys
 import typing
 from typing import Any
 
-from pydantic import TypeAdapter, ValidationError
+from typing import TYPE_CHECKING
+
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
+
+# pydantic validates a dump read back, and is imported only then: following, parsing and the
+# one-shot commands never read a checkpoint and do not pay for its import (docs/benchmarks.md).
 
 # A gauge, recomputed by the follower: not restored.
 _NOT_RESTORED_STATS = frozenset({"files_followed"})
@@ -57,7 +65,7 @@ def restore_state(state: TrainingState, data: Any) -> None:
     try:
         stats = _stats_adapter().validate_python(data["stats"])
         series = {_key(entry["key"]): _load_rank(entry["values"], state.detectors) for entry in data["series"]}
-    except (KeyError, TypeError, ValidationError) as error:
+    except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
     with state.lock:
         state.series.clear()
@@ -97,12 +105,16 @@ def _key(raw: Any) -> SeriesKey:
 
 @functools.cache
 def _key_adapter() -> TypeAdapter:
+    from pydantic import TypeAdapter
+
     return TypeAdapter(tuple[str, str, str])
 
 
 @functools.cache
 def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
     """Per RankState field: its detector class (or None) and a validator for its dumped value."""
+    from pydantic import TypeAdapter
+
     adapters = {}
     for name, hint in typing.get_type_hints(RankState).items():
         detector = next((cls for cls in _DETECTORS if cls in typing.get_args(hint)), None)
@@ -113,14 +125,25 @@ def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
 
 @functools.cache
 def _stats_adapter() -> TypeAdapter:
+    from pydantic import TypeAdapter
+
     fields = {item.name: int for item in dataclasses.fields(ExporterStats) if item.name not in _NOT_RESTORED_STATS}
     return TypeAdapter(TypedDict("StatsSnapshot", fields, total=False))
 
 
 def _describe(error: Exception) -> str:
-    if isinstance(error, ValidationError):
-        first = error.errors()[0]
-        return f"{'.'.join(str(part) for part in first['loc']) or 'value'}: {first['msg']}"
     if isinstance(error, KeyError):
         return f"missing {error}"
-    return str(error)
+    return validation_reason(error) or str(error)
+
+
+def validation_reason(error: Exception) -> str | None:
+    """Where and why pydantic refused a value ("positions.a.offset: Input should be ..."); None for other errors."""
+    if "pydantic" not in sys.modules:
+        return None  # nothing was validated, so this is not a ValidationError
+    from pydantic import ValidationError
+
+    if not isinstance(error, ValidationError):
+        return None
+    first = error.errors()[0]
+    return f"{'.'.join(str(part) for part in first['loc']) or 'value'}: {first['msg']}"
