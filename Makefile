@@ -8,7 +8,8 @@ EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
 setup: $(VENV)/.installed
 
-$(VENV)/.installed: pyproject.toml
+# Reinstalling (pip install -e) also rebuilds the C speedups in place when their sources change.
+$(VENV)/.installed: pyproject.toml $(wildcard exporter/*/_speedups.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -28,4 +29,4 @@ kubernetes-rules: setup
 	$(BIN)/python scripts/sync_kubernetes_rules.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info
+	rm -rf $(VENV) build dist *.egg-info exporter/*/_speedups*.so

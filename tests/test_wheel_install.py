@@ -39,8 +39,11 @@ def installed(tmp_path_factory) -> Path:
     context = root / "context"
     context.mkdir()
     for source in build_stage_copies(REPO / "Dockerfile"):
-        copy = shutil.copytree if (REPO / source).is_dir() else shutil.copy2
-        copy(REPO / source, context / source)
+        if (REPO / source).is_dir():
+            # Not the checkout's own builds: the wheel must compile the speedups itself (.dockerignore too).
+            shutil.copytree(REPO / source, context / source, ignore=shutil.ignore_patterns("*.so", "__pycache__"))
+        else:
+            shutil.copy2(REPO / source, context / source)
     wheels = root / "wheels"
     pip(sys.executable, "wheel", "--wheel-dir", str(wheels), str(context))
     venv = root / "venv"
@@ -66,6 +69,14 @@ def test_installed_package_is_the_wheel_not_the_checkout(installed):
     location = subprocess.run([str(installed / "bin" / "python"), "-c", "import exporter; print(exporter.__file__)"],
                               capture_output=True, text=True, env={**os.environ, **ISOLATED}, cwd="/", timeout=60)
     assert Path(location.stdout.strip()).is_relative_to(installed), location.stdout + location.stderr
+
+
+def test_the_wheel_carries_the_native_speedups(installed):
+    probe = ("from exporter.parse import block, columns; from exporter.state import detectors; "
+             "print(block.best_implementation(), columns.NativeStepColumns is not None, detectors._speedups is not None)")
+    result = subprocess.run([str(installed / "bin" / "python"), "-c", probe], capture_output=True, text=True,
+                            env={**os.environ, **ISOLATED}, cwd="/", timeout=60)
+    assert result.stdout.split() == ["native", "True", "True"], result.stdout + result.stderr
 
 
 def test_console_script_serves_without_writing_next_to_itself(installed, tmp_path):
