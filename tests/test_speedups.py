@@ -103,6 +103,14 @@ def test_scanner_edges():
     assert AnchorScanner(anchors, implementation="native").scan(bytearray(b"1 abc\n2\n3 bcd\n")) == (3, [0, 8], [])
 
 
+def test_scanner_on_runs_of_anchored_lines():
+    lines = [line.encode() for line in worker_log_lines(3000, seed=12)]
+    steps = [line for line in lines if b"step:[" in line]
+    data = b"\n".join(lines[:500] + steps * 3 + lines[500:] + steps) + b"\n"  # consecutive, and far into the block
+    newlines, starts, _ = _scan_both(ALL_ANCHORS, data)
+    assert len(starts) > 3 * len(steps) and newlines == data.count(b"\n")
+
+
 def test_scanner_refuses_anchors_too_short_for_its_fingerprint():
     with pytest.raises(ValueError):
         AnchorScanner([b"ab"], implementation="native")
@@ -247,3 +255,40 @@ def test_check_series_falls_back_to_python_for_steps_beyond_64_bits():
     result = detectors.check_series(native_spikes, native_plateau, steps, values)
     assert result == detectors.python_check_series(python_spikes, python_plateau, steps, values) == (1, huge + 2, 1, huge + 1)
     assert _detector_state(native_spikes, native_plateau) == _detector_state(python_spikes, python_plateau)
+
+
+def test_add_lines_reads_a_run_of_step_lines_as_add_does():
+    lines = _columns_lines()
+    data = b"\n".join(lines) + b"\n"
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    runs = 0
+    for kind in (columns_module.NativeStepColumns, columns_module.StepColumns):
+        in_runs, one_by_one = kind(_as_tuple), kind(_as_tuple)
+        index = 0
+        while index < len(starts):
+            taken = in_runs.add_lines(data, starts, index)
+            expected = 0
+            while index + expected < len(lines) and one_by_one.add(lines[index + expected]):
+                expected += 1
+            assert taken == expected
+            assert _bits(in_runs.take()) == _bits(one_by_one.take())
+            runs += taken > 1
+            index += taken + 1  # past the declined line
+    assert runs > 100
+
+
+# --- failure signatures without Aho-Corasick ------------------------------------------------
+
+def test_classify_gives_the_same_events_without_the_multi_literal_pass(monkeypatch):
+    from exporter.parse import events
+
+    lines = [line for path in sorted((REPO / "tests" / "fixtures" / "formats").glob("*.log"))
+             for line in path.read_bytes().split(b"\n")]
+    lines += [b"out of memory isn't enough and alloc failed, alloc size: 12B", b"EI0001 HCCL NCCL error in: x, y"]
+    with_automaton = [events.classify(line) for line in lines]
+    monkeypatch.setattr(events, "_present", lambda line: None)
+    without = [events.classify(line) for line in lines]
+    assert with_automaton == without
+    assert sum(event is not None for event in without) > 20
