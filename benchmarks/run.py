@@ -154,6 +154,7 @@ def report(results: dict[str, object], judged: list[Target]) -> str:
                      f"{row['cpu_seconds']:.3f} | {rss} |")
     lines += [
         "",
+        _exporter_summary(results["catchup"]["exporter"], results["log"]["lines"]),
         _steady_summary(results["steady"]),
         _scale_summary(results["scale"]),
         _analyze_summary(results["analyze"]),
@@ -163,6 +164,15 @@ def report(results: dict[str, object], judged: list[Target]) -> str:
         *(target.row() for target in judged),
     ]
     return "\n".join(lines)
+
+
+def _exporter_summary(row: dict, lines: int) -> str:
+    seconds, speedups = row["seconds"], row["speedups"]
+    native = ("native speedups: scanner " + speedups["scanner"] + (" (AVX2)" if speedups["simd"] else "")
+              + f", step columns {'native' if speedups['step_columns'] else 'Python'}"
+              + f", detectors {'native' if speedups['detectors'] else 'Python'}")
+    return (f"exporter catch-up: imports {seconds['imports']:.3f} s, reading {seconds['reading']:.3f} s "
+            f"({lines / seconds['reading']:,.0f} lines/s once started); {native}")
 
 
 def _steady_summary(row: dict) -> str:

@@ -31,6 +31,7 @@ from exporter.follow.rotated import locate
 log = logging.getLogger(__name__)
 
 CHUNK_BYTES = 1 << 20
+READ_SLACK = 4096  # room in a read buffer for what is appended after the size was looked up
 # Rescans that must see the path missing, or naming a still-empty new file, before the old
 # file is given up: a rotation in progress (rename, then create, then the writer reopens)
 # must not be cut short.
@@ -241,19 +242,22 @@ class Tailer:
         stat = os.fstat(current.fd)
         if _was_truncated(current, stat.st_size):
             yield from self._recover_truncation()
-        yield from self._read_to_end(current, stat.st_mtime)
+        yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
 
-    def _read_to_end(self, opened: _OpenFile, mtime: float | None = None) -> Iterator[ReadBatch]:
+    def _read_to_end(self, opened: _OpenFile, mtime: float | None = None, size: int | None = None) -> Iterator[ReadBatch]:
         # Memory faulted in anew costs more than reading (docs/benchmarks.md): one buffer for
-        # the whole drain, and no batch kept here once handed out, so the consumer's release
+        # the whole drain, no larger than what there is to read (a follower mostly reads a
+        # few kilobytes), and no batch kept here once handed out, so the consumer's release
         # of the last block frees the memory the next one takes.
-        buffer = bytearray(CHUNK_BYTES)
+        if size is None:
+            size = os.fstat(opened.fd).st_size
+        buffer = bytearray(max(READ_SLACK, min(CHUNK_BYTES, size - opened.offset + READ_SLACK)))
         while count := os.preadv(opened.fd, [buffer], opened.offset):
             opened.offset += count
             if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
                 opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
             self._last_growth = self._clock()
-            yield self._cut(buffer if count == CHUNK_BYTES else buffer[:count], opened, mtime)
+            yield self._cut(buffer if count == len(buffer) else buffer[:count], opened, mtime)
 
     def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None) -> ReadBatch:
         batch = self._cutter.cut(chunk)
