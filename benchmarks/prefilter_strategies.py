@@ -1,10 +1,11 @@
-"""How to find the few lines worth parsing: six strategies over the same generated log.
+"""How to find the few lines worth parsing: eight strategies over the same generated log.
 
 Each strategy gets the same 1 MiB chunks of complete lines and must yield the number of
 lines and, for each line holding an anchor, one position in it. Measured with the
 anchors of the first core parser (MindFormers, key=value, 9 failure signatures) and with
 every anchor of today's LineParser (8 formats, all failure signatures, torchrun
-prefixes). The winner is what exporter/parse/block.py does.
+prefixes). The winner is what exporter/parse/block.py does (the native scan; Aho-Corasick
+and the regular expression are its fallbacks).
 
     python benchmarks/prefilter_strategies.py [--lines 2000000]
 """
@@ -23,6 +24,7 @@ from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from exporter.parse import _speedups  # noqa: E402
 from exporter.parse.formats import BUILTIN_FORMATS  # noqa: E402
 from exporter.parse.line_parser import anchors_for  # noqa: E402
 from generate import write_worker_log  # noqa: E402
@@ -84,6 +86,14 @@ def per_chunk_aho_corasick(matchkind: MatchKind) -> Strategy:
     return strategy
 
 
+def native_scan(simd: bool) -> Strategy:
+    def strategy(chunks: list[bytes], anchors: tuple[bytes, ...]) -> int:
+        scanner = _speedups.Scanner(anchors, simd=simd)  # counts the newlines in the same pass
+        return sum(len(scanner.scan(chunk)[1]) for chunk in chunks)
+
+    return strategy
+
+
 def count_only(chunks: list[bytes], anchors: tuple[bytes, ...]) -> int:
     """The floor: counting lines, which every chunk strategy does anyway."""
     return sum(chunk.count(b"\n") for chunk in chunks)
@@ -96,6 +106,8 @@ STRATEGIES: dict[str, Strategy] = {
     "per chunk: bytes.find loop per anchor": per_chunk_find,
     "per chunk: Aho-Corasick, standard match": per_chunk_aho_corasick(MatchKind.Standard),
     "per chunk: Aho-Corasick, leftmost-first (SIMD)": per_chunk_aho_corasick(MatchKind.LeftmostFirst),
+    "per chunk: native scan, byte-wise (parse/_speedups.c)": native_scan(simd=False),
+    "per chunk: native scan, AVX2 (parse/_speedups.c)": native_scan(simd=True),
     "floor: count newlines only": count_only,
 }
 
