@@ -21,7 +21,8 @@ run: setup
 system-deps:
 	./scripts/install-system-deps.sh
 
-test: setup system-deps
+# system-deps first: it brings the C compiler that setup builds the speedups with.
+test: system-deps setup
 	$(BIN)/python -m pytest -q
 
 # deploy/kubernetes/base/rules from deploy/prometheus/rules (kustomize cannot read them there).

@@ -1,8 +1,8 @@
 #!/bin/sh
-# Debian packages the test suite runs for real: the Prometheus server and promtool,
+# Debian packages the test suite runs for real: gcc for the C speedups, the Prometheus server and promtool,
 # mtail (benchmarks), Chromium (status page screenshots), logrotate (rotation soak test). Installs only what is missing.
 set -eu
-PACKAGES="prometheus mtail chromium logrotate"
+PACKAGES="gcc prometheus mtail chromium logrotate"
 missing=""
 for package in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"
