@@ -156,16 +156,8 @@ class TrainingState:
         if record.step is not None:
             rank.step = record.step
         step = rank.step  # Hugging Face Trainer prints no step: anomalies keep the last one known
-        if record.total_steps is not None:
-            rank.total_steps = record.total_steps
-        if record.learning_rate is not None:
-            rank.learning_rate = record.learning_rate
-        if record.step_time_seconds is not None:
-            rank.step_time_seconds = record.step_time_seconds
-        if record.throughput is not None:
-            rank.throughput = record.throughput
-            if record.throughput_unit:
-                rank.info["throughput_unit"] = record.throughput_unit
+        _set_printed(rank, record.total_steps, record.learning_rate, record.step_time_seconds, record.throughput,
+                     record.throughput_unit if record.throughput is not None else None)
         for name, value in record.aux_losses.items():
             self._set_named(rank, rank.aux_losses, name, value)
         for name, value in record.extra.items():
@@ -192,16 +184,8 @@ class TrainingState:
                 previous = step
         rank.last_step_timestamp = now
         rank.step = batch.steps[-1]
-        if batch.total_steps is not None:
-            rank.total_steps = batch.total_steps
-        if batch.learning_rate is not None:
-            rank.learning_rate = batch.learning_rate
-        if batch.step_time_seconds is not None:
-            rank.step_time_seconds = batch.step_time_seconds
-        if batch.throughput is not None:
-            rank.throughput = batch.throughput
-        if batch.throughput_unit:
-            rank.info["throughput_unit"] = batch.throughput_unit
+        _set_printed(rank, batch.total_steps, batch.learning_rate, batch.step_time_seconds, batch.throughput,
+                     batch.throughput_unit)
         for name, (value, rows) in batch.named.items():
             self._set_named(rank, rank.aux_losses if name.endswith("_loss") else rank.extra, name, value, rows)
         if batch.losses:
@@ -261,6 +245,21 @@ class TrainingState:
     def _has_room(self, rank: RankState) -> bool:
         used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events) + len(rank.node_timeouts)
         return used < self._limits.max_named_values_per_series
+
+
+def _set_printed(rank: RankState, total_steps: int | None, learning_rate: float | None,
+                 step_time_seconds: float | None, throughput: float | None, throughput_unit: str | None) -> None:
+    """The gauges a step line sets when it prints their value (None: not printed)."""
+    if total_steps is not None:
+        rank.total_steps = total_steps
+    if learning_rate is not None:
+        rank.learning_rate = learning_rate
+    if step_time_seconds is not None:
+        rank.step_time_seconds = step_time_seconds
+    if throughput is not None:
+        rank.throughput = throughput
+    if throughput_unit:
+        rank.info["throughput_unit"] = throughput_unit
 
 
 def _error_summary(detail: dict[str, str | float]) -> str:
