@@ -212,7 +212,8 @@ def classify(line: bytes) -> ErrorEvent | None:
     """The first failure signature in a raw line (a launcher prefix already removed), or None."""
     present = _present(line)  # one pass instead of a substring test per signature
     for index, (prefilter, matcher) in enumerate(_SIGNATURES):
-        if index in present if present is not None else prefilter in line:
+        held = prefilter in line if present is None else index in present
+        if held:
             event = matcher(line.decode("utf-8", "replace"))
             if event is not None:
                 return event

@@ -161,7 +161,7 @@ class PlateauTracker:
         return tracker
 
 
-SeriesCheck = tuple[int, "int | None", int, "int | None"]
+SeriesCheck = tuple[int, int | None, int, int | None]
 
 
 def check_series(spikes: SpikeDetector | None, plateau: PlateauTracker | None,
