@@ -20,7 +20,8 @@ from exporter.parse import block as block_module
 from exporter.parse import columns as columns_module
 from exporter.parse.block import AnchorScanner
 from exporter.parse.formats import BUILTIN_FORMATS
-from exporter.parse.line_parser import _PREFIX_ANCHORS, anchors_for
+from exporter.parse.line_parser import anchors_for
+from exporter.parse.prefixes import PREFIX_ANCHORS, RANK_PREFIX
 from exporter.state import detectors
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
 from tests.support.tools import require_native_speedups
@@ -53,7 +54,7 @@ def _bits(value):
 ALL_ANCHORS = sorted(anchors_for(BUILTIN_FORMATS))
 
 
-def _scan_both(anchors, data, line_starts=_PREFIX_ANCHORS):
+def _scan_both(anchors, data, line_starts=PREFIX_ANCHORS):
     """The native scan, checked against the Python one, with and without its SIMD loop."""
     native = AnchorScanner(anchors, line_starts, implementation="native").scan(data)
     python = AnchorScanner(anchors, line_starts, implementation="regex").scan(data)
@@ -157,7 +158,7 @@ def _as_tuple(*fields):
 
 def _declined_for_a_reason(line: bytes) -> bool:
     """A line the native columns may leave to the line parser although Python reads a record in it."""
-    return (not line.isascii() or columns_module._RANK_PREFIX.match(line) is not None
+    return (not line.isascii() or RANK_PREFIX.match(line) is not None
             or re.search(rb"\d{19}", line) is not None)
 
 

@@ -3,7 +3,7 @@
 During catch-up a worker log holds tens of thousands of step lines: a StepRecord each, then
 applying them one by one, costs more than reading the whole file. ``new_step_columns``
 gives the native accumulator (parse/_speedups.c) where the extension is built, else the
-Python one below, which defines what the native one does (tests/test_step_columns.py).
+Python one below, which defines what the native one does (tests/test_speedups.py).
 
 ``add`` declines a line (False) that holds no record, and a line that has to be read by
 the line parser instead: one with a torchrun rank prefix, and, for the native one, a line
@@ -13,20 +13,16 @@ that is not ASCII or whose step does not fit in 64 bits.
 from __future__ import annotations
 
 import itertools
-import re
 from typing import Protocol
 
 from exporter.parse import mindformers
+from exporter.parse.prefixes import RANK_PREFIX
 from exporter.parse.records import StepBatch, StepRecord
 
 try:
     from exporter.parse._speedups import StepColumns as NativeStepColumns
 except ImportError:  # pragma: no cover - built without a C compiler
     NativeStepColumns = None
-
-# A torchrun prefix (line_parser._PREFIX) at the start of the line: its rank is the line parser's business.
-_RANK_PREFIX = re.compile(rb"\[[A-Za-z_]+\d+\]: ?")
-
 
 class Columns(Protocol):
     def add(self, line: bytes) -> bool: ...
@@ -49,7 +45,7 @@ class StepColumns:
         return len(self._steps)
 
     def add(self, line: bytes) -> bool:
-        if _RANK_PREFIX.match(line):
+        if RANK_PREFIX.match(line):  # its rank is the line parser's business
             return False
         record = mindformers.parse_pynative(line.decode("utf-8", "replace"))
         if record is None:

@@ -20,15 +20,10 @@ from exporter.parse import events, mindformers
 from exporter.parse.block import AnchorScanner, scanner_for
 from exporter.parse.blocks import Block
 from exporter.parse.formats import BUILTIN_FORMATS, Format
+from exporter.parse.prefixes import PREFIX_ANCHORS, RANK_PREFIX
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepRecord
 from exporter.parse.scheduler import SchedulerLog
 
-# torchrun --tee/--redirects prefixes: ``[default3]:`` (role name + LOCAL rank) and the
-# ``[rank3]: `` of init_process_group's excepthook and c10 logs (GLOBAL rank). They stack.
-_PREFIX = re.compile(rb"\[([A-Za-z_]+)(\d+)\]: ?")
-# The prefixes torchrun prints unless given another --role: anchors, so that a block holding
-# one is parsed line by line (parse_block).
-_PREFIX_ANCHORS = (b"[default", b"[rank")
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 # Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
 _MAX_WATCHDOG_KEYS = 4096
@@ -152,7 +147,7 @@ class LineParser:
         rank = None
         body = line
         if line[:1] == b"[":
-            match = _PREFIX.match(line)
+            match = RANK_PREFIX.match(line)
             if match is not None:
                 rank, body = self._strip_prefixes(line, match)
         if self._blocks:
@@ -194,7 +189,7 @@ class LineParser:
             else:
                 local_rank = int(match.group(2))
             end = match.end()
-            match = _PREFIX.match(line, end)
+            match = RANK_PREFIX.match(line, end)
         rank = global_rank if global_rank is not None else local_rank + self._rank_offset
         return rank, line[end:]
 
@@ -277,14 +272,14 @@ def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
     prefilters = {fmt.prefilter for fmt in formats}
     if b"" in prefilters:
         return None  # scheduler.log's format, a user's pattern without "contains": any line may match
-    return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *_PREFIX_ANCHORS})
+    return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *PREFIX_ANCHORS})
 
 
 def _scanner(formats: Iterable[Format]) -> AnchorScanner | None:
     anchors = anchors_for(formats)
-    return scanner_for(anchors, _PREFIX_ANCHORS) if anchors else None
+    return scanner_for(anchors, PREFIX_ANCHORS) if anchors else None
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:
     """True when the block's first line, or a line beginning with a prefix anchor, starts with a prefix."""
-    return _PREFIX.match(data) is not None or any(_PREFIX.match(data, start) for start in prefixed)
+    return RANK_PREFIX.match(data) is not None or any(RANK_PREFIX.match(data, start) for start in prefixed)
