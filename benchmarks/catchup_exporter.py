@@ -21,9 +21,8 @@ from pathlib import Path  # noqa: E402
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter.follow import Follower  # noqa: E402
-from exporter.parse import block, columns  # noqa: E402
-from exporter.pipeline import Pipeline  # noqa: E402
-from exporter.state import TrainingState, detectors  # noqa: E402
+from exporter.pipeline import Pipeline, native_speedups  # noqa: E402
+from exporter.state import TrainingState  # noqa: E402
 
 IMPORTED = time.perf_counter()
 
@@ -36,13 +35,7 @@ def catch_up(directory: str) -> dict[str, object]:
     follower.run_once()
     read = time.perf_counter()
     return {**summary(state), "seconds": {"imports": IMPORTED - STARTED, "reading": read - reading},
-            "speedups": speedups()}
-
-
-def speedups() -> dict[str, object]:
-    """Which native parts ran: a run without them measures the Python fallbacks."""
-    return {"scanner": block.best_implementation(), "simd": bool(block._speedups and block._speedups.SIMD),
-            "step_columns": columns.NativeStepColumns is not None, "detectors": detectors._speedups is not None}
+            "speedups": native_speedups()}
 
 
 def summary(state: TrainingState) -> dict[str, object]:

@@ -167,10 +167,10 @@ def report(results: dict[str, object], judged: list[Target]) -> str:
 
 
 def _exporter_summary(row: dict, lines: int) -> str:
-    seconds, speedups = row["seconds"], row["speedups"]
-    native = ("native speedups: scanner " + speedups["scanner"] + (" (AVX2)" if speedups["simd"] else "")
-              + f", step columns {'native' if speedups['step_columns'] else 'Python'}"
-              + f", detectors {'native' if speedups['detectors'] else 'Python'}")
+    seconds = row["seconds"]
+    native = "; ".join(f"{part} {'native' if built else 'Python'}" for part, built in row["speedups"].items()
+                       if part != "AVX2")
+    native += ", with AVX2" if row["speedups"]["AVX2"] else ", byte-wise scan"
     return (f"exporter catch-up: imports {seconds['imports']:.3f} s, reading {seconds['reading']:.3f} s "
             f"({lines / seconds['reading']:,.0f} lines/s once started); {native}")
 

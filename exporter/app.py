@@ -15,12 +15,11 @@ from exporter.export.otlp import OtlpPush
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
 from exporter.follow.processes import ProcessWatcher
-from exporter.parse import block, columns
 from exporter.parse.formats import selection
-from exporter.pipeline import Pipeline
+from exporter.pipeline import Pipeline, native_speedups
 from exporter.settings import Settings
 from exporter.simulate.demo import DemoRun
-from exporter.state import TrainingState, detectors
+from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
 
@@ -120,15 +119,14 @@ def serve(settings: Settings) -> int:
 def _report_speedups() -> None:
     # Without the C speedups (installed where no compiler was) everything works, only
     # catch-up is several times slower: say so once rather than leave it to be guessed.
-    missing = [name for name, built in (("block scanner", block.best_implementation() == "native"),
-                                        ("step columns", columns.NativeStepColumns is not None),
-                                        ("detector loop", detectors._speedups is not None)) if not built]
+    built = native_speedups()
+    missing = [name for name, native in built.items() if not native and name != "AVX2"]
     if missing:
         log.warning("native speedups not built (%s): using the Python versions, catch-up is several times "
                     "slower; reinstall with a C compiler (gcc) present", ", ".join(missing))
     else:
         log.info("native speedups: block scan %s, step columns, detector loop",
-                 "with AVX2" if block._speedups.SIMD else "byte-wise")
+                 "with AVX2" if built["AVX2"] else "byte-wise")
 
 
 def _state_file(settings: Settings) -> Path | None:

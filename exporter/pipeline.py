@@ -18,8 +18,8 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
-from exporter.parse import Format, FormatSelection, LineParser, Record
-from exporter.state import SeriesKey, TrainingState
+from exporter.parse import Format, FormatSelection, LineParser, Record, block, columns
+from exporter.state import SeriesKey, TrainingState, detectors
 from exporter.state.snapshot import dump_state
 
 
@@ -131,3 +131,13 @@ class Pipeline:
         if fmt.framework:
             entry.info["framework"] = fmt.framework
         return True
+
+
+def native_speedups() -> dict[str, bool]:
+    """Which parts of the hot path run in C here (parse/_speedups.c, state/_speedups.c)."""
+    return {
+        "block scanner": block.best_implementation() == "native",
+        "AVX2": block._speedups is not None and bool(block._speedups.SIMD),
+        "step columns": columns.NativeStepColumns is not None,
+        "detector loop": detectors._speedups is not None,
+    }

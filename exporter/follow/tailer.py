@@ -244,7 +244,8 @@ class Tailer:
             yield from self._recover_truncation()
         yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
 
-    def _read_to_end(self, opened: _OpenFile, mtime: float | None = None, size: int | None = None) -> Iterator[ReadBatch]:
+    def _read_to_end(self, opened: _OpenFile, mtime: float | None = None,
+                     size: int | None = None) -> Iterator[ReadBatch]:
         # Memory faulted in anew costs more than reading (docs/benchmarks.md): one buffer for
         # the whole drain, no larger than what there is to read (a follower mostly reads a
         # few kilobytes), and no batch kept here once handed out, so the consumer's release

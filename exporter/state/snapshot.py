@@ -12,9 +12,7 @@ import dataclasses
 import functools
 import sys
 import typing
-from typing import Any
-
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
