@@ -1,7 +1,7 @@
 # syntax=docker/dockerfile:1
 # trainlog-exporter image: docker build -t trainlog-exporter:0.1.0 .
 #
-# Stage 1 builds the project's wheel (with its C speedups) and the wheels of its
+# Stage 1 builds the project's wheel (with its C kernels) and the wheels of its
 # dependencies; stage 2 installs them into a virtual environment with no network and no
 # compiler, so the final image carries neither build tools nor the source tree. tests/test_wheel_install.py runs the
 # same two steps (wheel, fresh venv, console script) because CI has no Docker engine.
@@ -9,7 +9,7 @@
 ARG PYTHON_IMAGE=python:3.11-slim-bookworm
 
 FROM ${PYTHON_IMAGE} AS build
-# A C compiler for the speedups (exporter/*/_speedups.c), in this stage only. Debian's
+# A C compiler for the native kernels (exporter/native/*.c), in this stage only. Debian's
 # stable releases ship one gcc version: pinning it would only break the build at updates.
 # hadolint ignore=DL3008
 RUN apt-get update \
@@ -18,10 +18,10 @@ RUN apt-get update \
 WORKDIR /src
 COPY pyproject.toml README.md ./
 COPY exporter ./exporter
-# The speedups are optional for pip (a machine without a compiler still installs the
+# The kernels are optional for pip (a machine without a compiler still installs the
 # package), not for the image: the build fails if the wheel lacks one.
 RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
- && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/trainlog_exporter-*.whl')[0]).namelist(); sys.exit(0 if sum('_speedups' in name for name in names) == 2 else 'native speedups missing from the wheel')"
+ && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/trainlog_exporter-*.whl')[0]).namelist(); sys.exit(0 if sum(name.startswith('exporter/native/_') and name.endswith('.so') for name in names) == 3 else 'native kernels missing from the wheel')"
 
 FROM ${PYTHON_IMAGE}
 # uid/gid 65532: the conventional "nonroot" id, so runAsNonRoot holds without a passwd entry.

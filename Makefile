@@ -4,12 +4,12 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
-.PHONY: setup run test system-deps clean kubernetes-rules
+.PHONY: setup run test sanitize system-deps clean kubernetes-rules
 
 setup: $(VENV)/.installed
 
-# Reinstalling (pip install -e) also rebuilds the C speedups in place when their sources change.
-$(VENV)/.installed: pyproject.toml $(wildcard exporter/*/_speedups.c)
+# Reinstalling (pip install -e) also rebuilds the native kernels in place when their sources change.
+$(VENV)/.installed: pyproject.toml $(wildcard exporter/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
@@ -21,13 +21,37 @@ run: setup
 system-deps:
 	./scripts/install-system-deps.sh
 
-# system-deps first: it brings the C compiler that setup builds the speedups with.
-test: system-deps setup
+# system-deps first: it brings the C compiler that setup builds the native kernels with.
+test: system-deps setup sanitize
 	$(BIN)/python -m pytest -q
+
+# The native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer into a copy of
+# the package, and the kernels' tests against their twins (tests/test_native.py) run on that
+# build: any report of either sanitizer aborts the run and fails it. PYTHONMALLOC=malloc:
+# Python's own allocator would hide the kernels' small blocks from ASan. The tests run from
+# inside the copy, so the copy is what they import (checked first); --capture=sys leaves the
+# sanitizers' reports on stderr.
+SANITIZED := build/sanitize
+SANITIZE_CFLAGS := -O1 -g -fsanitize=address,undefined -fno-sanitize-recover=all -fno-omit-frame-pointer -ffp-contract=off
+SANITIZE_ENV = LD_PRELOAD=$$(gcc -print-file-name=libasan.so) PYTHONMALLOC=malloc ASAN_OPTIONS=detect_leaks=0 \
+	UBSAN_OPTIONS=halt_on_error=1:print_stacktrace=1
+PY_CONFIG = $(BIN)/python -c 'import sys, sysconfig; print(sysconfig.get_config_var(sys.argv[1]) or sysconfig.get_paths()[sys.argv[1]])'
+sanitize: system-deps setup
+	rm -rf $(SANITIZED) && mkdir -p $(SANITIZED)/tests $(SANITIZED)/benchmarks
+	cp -r pyproject.toml exporter $(SANITIZED)/
+	cp tests/__init__.py tests/conftest.py tests/test_native.py $(SANITIZED)/tests/
+	cp benchmarks/generate.py $(SANITIZED)/benchmarks/
+	for kernel in scan step_fields detectors; do \
+	  gcc $(SANITIZE_CFLAGS) -shared -fPIC -I"$$($(PY_CONFIG) include)" exporter/native/$$kernel.c \
+	      -o $(SANITIZED)/exporter/native/_$$kernel$$($(PY_CONFIG) EXT_SUFFIX) || exit 1; \
+	done
+	cd $(SANITIZED) && $(SANITIZE_ENV) $(abspath $(BIN))/python -c \
+	  'import os, exporter.native as n; assert all(k.__file__.startswith(os.getcwd()) for k in (n._scan, n._step_fields, n._detectors))'
+	cd $(SANITIZED) && $(SANITIZE_ENV) $(abspath $(BIN))/python -m pytest -q -p no:cacheprovider --capture=sys tests/test_native.py
 
 # deploy/kubernetes/base/rules from deploy/prometheus/rules (kustomize cannot read them there).
 kubernetes-rules: setup
 	$(BIN)/python scripts/sync_kubernetes_rules.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info exporter/*/_speedups*.so
+	rm -rf $(VENV) build dist *.egg-info exporter/native/_*.so

@@ -20,8 +20,9 @@ from pathlib import Path  # noqa: E402
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
+from exporter import native  # noqa: E402
 from exporter.follow import Follower  # noqa: E402
-from exporter.pipeline import Pipeline, native_speedups  # noqa: E402
+from exporter.pipeline import Pipeline  # noqa: E402
 from exporter.state import TrainingState  # noqa: E402
 
 IMPORTED = time.perf_counter()
@@ -35,7 +36,7 @@ def catch_up(directory: str) -> dict[str, object]:
     follower.run_once()
     read = time.perf_counter()
     return {**summary(state), "seconds": {"imports": IMPORTED - STARTED, "reading": read - reading},
-            "speedups": native_speedups()}
+            "speedups": {**native.available(), "AVX2": native.scan_simd()}}
 
 
 def summary(state: TrainingState) -> dict[str, object]:

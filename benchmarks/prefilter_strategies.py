@@ -4,8 +4,8 @@ Each strategy gets the same 1 MiB chunks of complete lines and must yield the nu
 lines and, for each line holding an anchor, one position in it. Measured with the
 anchors of the first core parser (MindFormers, key=value, 9 failure signatures) and with
 every anchor of today's LineParser (8 formats, all failure signatures, torchrun
-prefixes). The winner is what exporter/parse/block.py does (the native scan; Aho-Corasick
-and the regular expression are its fallbacks).
+prefixes). The winner is what exporter/parse/scan.py does (the native scan kernel; Aho-Corasick
+and the regular expression are its twin's matchers).
 
     python benchmarks/prefilter_strategies.py [--lines 2000000]
 """
@@ -24,9 +24,9 @@ from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
-from exporter.parse import _speedups  # noqa: E402
+from exporter import native  # noqa: E402
 from exporter.parse.formats import BUILTIN_FORMATS  # noqa: E402
-from exporter.parse.line_parser import anchors_for  # noqa: E402
+from exporter.parse.scan import anchors_for  # noqa: E402
 from generate import write_worker_log  # noqa: E402
 
 FIRST_ANCHORS = (b"step:[", b"step=", b"PYNATIVE_MODE", b"Traceback (most recent call last)", b"out of memory",
@@ -88,7 +88,7 @@ def per_chunk_aho_corasick(matchkind: MatchKind) -> Strategy:
 
 def native_scan(simd: bool) -> Strategy:
     def strategy(chunks: list[bytes], anchors: tuple[bytes, ...]) -> int:
-        scanner = _speedups.Scanner(anchors, simd=simd)  # counts the newlines in the same pass
+        scanner = native.scanner(anchors, (), "native", simd=simd)  # counts the newlines in the same pass
         return sum(len(scanner.scan(chunk)[1]) for chunk in chunks)
 
     return strategy
@@ -106,8 +106,8 @@ STRATEGIES: dict[str, Strategy] = {
     "per chunk: bytes.find loop per anchor": per_chunk_find,
     "per chunk: Aho-Corasick, standard match": per_chunk_aho_corasick(MatchKind.Standard),
     "per chunk: Aho-Corasick, leftmost-first (SIMD)": per_chunk_aho_corasick(MatchKind.LeftmostFirst),
-    "per chunk: native scan, byte-wise (parse/_speedups.c)": native_scan(simd=False),
-    "per chunk: native scan, AVX2 (parse/_speedups.c)": native_scan(simd=True),
+    "per chunk: native scan, byte-wise (native/scan.c)": native_scan(simd=False),
+    "per chunk: native scan, AVX2 (native/scan.c)": native_scan(simd=True),
     "floor: count newlines only": count_only,
 }
 

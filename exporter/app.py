@@ -16,7 +16,8 @@ from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
 from exporter.follow.processes import ProcessWatcher
 from exporter.parse.formats import selection
-from exporter.pipeline import Pipeline, native_speedups
+from exporter import native
+from exporter.pipeline import Pipeline
 from exporter.settings import Settings
 from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
@@ -50,7 +51,6 @@ class Exporter:
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
-            resume=positions,
         )
         host, port = settings.listen_host_port
         self.http = ExporterHTTPServer(
@@ -119,14 +119,12 @@ def serve(settings: Settings) -> int:
 def _report_speedups() -> None:
     # Without the C speedups (installed where no compiler was) everything works, only
     # catch-up is several times slower: say so once rather than leave it to be guessed.
-    built = native_speedups()
-    missing = [name for name, native in built.items() if not native and name != "AVX2"]
+    missing = [kernel for kernel, built in native.available().items() if not built]
     if missing:
-        log.warning("native speedups not built (%s): using the Python versions, catch-up is several times "
+        log.warning("native kernels not built (%s): using their Python twins, catch-up is several times "
                     "slower; reinstall with a C compiler (gcc) present", ", ".join(missing))
     else:
-        log.info("native speedups: block scan %s, step columns, detector loop",
-                 "with AVX2" if built["AVX2"] else "byte-wise")
+        log.info("native kernels: scan %s, step fields, detectors", "with AVX2" if native.scan_simd() else "byte-wise")
 
 
 def _state_file(settings: Settings) -> Path | None:

@@ -4,9 +4,10 @@ One file usually holds one rank. A torchrun ``--tee`` file mixes ranks, line by 
 (``[default3]:``, ``[rank3]:``): its records go to the series of the rank they name, and
 its unprefixed lines (the launcher's) to the file's own series.
 
-The read position after each batch is recorded under the same lock as the state the batch
-changed, so a snapshot taken under that lock (a checkpoint) pairs every file's offset with
-exactly the lines already counted.
+Read positions are kept here, and only here: restored from a checkpoint, handed to the
+follower when it discovers a file, and recorded after each batch under the same lock as
+the state the batch changed, so a snapshot taken under that lock (a checkpoint) pairs
+every file's offset with exactly the lines already counted.
 """
 
 from __future__ import annotations
@@ -18,8 +19,9 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
-from exporter.parse import Format, FormatSelection, LineParser, Record, block, columns
-from exporter.state import SeriesKey, TrainingState, detectors
+from exporter.parse import Format, FormatSelection, LineParser, Record
+from exporter.parse.ranks import global_rank
+from exporter.state import SeriesKey, TrainingState
 from exporter.state.snapshot import dump_state
 
 
@@ -69,9 +71,12 @@ class Pipeline:
         with self._state.lock:
             return self._generation, Checkpoint(dict(self._positions), dump_state(self._state))
 
-    def file_discovered(self, file: FollowedFile, mtime: float | None) -> None:
+    def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
+        """Start a file's series; where to resume reading it (a restored position), None: at its start."""
         role = file.role
-        rank = str(int(role.rank) + self._rank_offset) if role.local_rank and role.rank else role.rank
+        rank = role.rank
+        if role.local_rank and rank:
+            rank = str(global_rank(int(rank), True, self._rank_offset))
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(file.relative_path, role.role),
                             rank_offset=self._rank_offset)
         entry = _File(parser, self._run_for_directory(file.directory),
@@ -81,6 +86,7 @@ class Pipeline:
         with self._state.lock:
             self._state.register(key, entry.info, mtime)
             self._generation += 1
+            return self._positions.get(file.path)
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
@@ -99,6 +105,8 @@ class Pipeline:
             stats.truncations_total += batch.truncated
             stats.bytes_lost_total += batch.bytes_lost
             stats.lines_unparsed_total += parsed.unparsed
+            for name, lines in parsed.lines_by_format.items():
+                stats.lines_parsed_total[name] = stats.lines_parsed_total.get(name, 0) + lines
             for rank, records in groups.items():
                 key = entry.keys.get(rank)
                 if key is None:
@@ -132,12 +140,3 @@ class Pipeline:
             entry.info["framework"] = fmt.framework
         return True
 
-
-def native_speedups() -> dict[str, bool]:
-    """Which parts of the hot path run in C here (parse/_speedups.c, state/_speedups.c)."""
-    return {
-        "block scanner": block.best_implementation() == "native",
-        "AVX2": block._speedups is not None and bool(block._speedups.SIMD),
-        "step columns": columns.NativeStepColumns is not None,
-        "detector loop": detectors._speedups is not None,
-    }

@@ -1,8 +1,8 @@
-"""Block parsing skips the lines without an anchor: it must give exactly what parsing every line gives."""
+"""Block parsing skips the lines without an anchor and reads runs of step lines with the kernel,
+in batches: it must give exactly what parsing every line alone, a batch per step line, gives."""
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import random
 import sys
@@ -10,21 +10,19 @@ from pathlib import Path
 
 import pytest
 
-from exporter.parse import LineParser, StepBatch, StepRecord
-from exporter.parse import block as block_module
-from exporter.parse import columns as columns_module
-from exporter.parse.block import AnchorScanner
-from exporter.parse.columns import StepColumns
-from exporter.parse.formats import BUILTIN_FORMATS, SCHEDULER_FORMAT, custom_format
-from exporter.parse.line_parser import anchors_for
+from exporter import native
+from exporter.native import step_fields as step_fields_twin
+from exporter.parse import BUILTIN_FORMATS, LineParser, StepBatch, line_parser, scan
+from exporter.parse.formats import FormatSelection, custom_format
+from exporter.parse.scan import anchors_for
 from exporter.state import TrainingState
 from exporter.state.snapshot import dump_state
 from tests.support.records import record_as_dict
-from tests.support.tools import require_native_speedups
+from tests.support.tools import require_native_kernels
 
 REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
-IMPLEMENTATIONS = ("native", "ahocorasick", "regex")
+SCHEDULER_FORMAT = FormatSelection().forced("scheduler.log", "scheduler")
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
 sys.path.insert(0, str(REPO / "benchmarks"))
 
@@ -55,14 +53,14 @@ def _logs() -> list[tuple[str, bytes, bool]]:
     return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples]
 
 
-def _comparable(batches) -> tuple[list, str]:
-    """What a file's batches hold: the records of other kinds, the line counts, and the state
-    all of them produce (step records and step batches are compared by what they do)."""
+def _comparable(blocks) -> tuple[list, str]:
+    """What a file's blocks hold: the records of other kinds, the line counts, and the state
+    all of them produce (step batches are compared by what they do)."""
     state = TrainingState()
     other = []
-    for batch in batches:
-        other.append(([record_as_dict(record) for record in batch.records
-                       if not isinstance(record, (StepRecord, StepBatch))], batch.lines_by_rank, batch.unparsed))
+    for batch in blocks:
+        other.append(([record_as_dict(record) for record in batch.records if not isinstance(record, StepBatch)],
+                      batch.lines_by_rank, batch.unparsed, batch.lines_by_format))
         groups = {rank: [] for rank in batch.lines_by_rank}
         for record in batch.records:
             groups.setdefault(record.rank, []).append(record)
@@ -80,40 +78,47 @@ def _line_boundaries(data: bytes, rng: random.Random, count: int) -> list[int]:
     return sorted(rng.sample(ends, min(count, len(ends))))
 
 
-def _parser(scheduler: bool) -> LineParser:
-    return LineParser(forced=SCHEDULER_FORMAT if scheduler else None)
+def _parser(scheduler: bool, **options) -> LineParser:
+    return LineParser(forced=SCHEDULER_FORMAT if scheduler else None, **options)
 
 
-@pytest.fixture(params=IMPLEMENTATIONS)
+def _every_line_alone(blocks: list[bytes], scheduler: bool) -> list:
+    """The reference: no scan (every line looked at), no kernel, a batch per step line."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "scanner_for", lambda formats: None)
+        parser = _parser(scheduler, rows_per_batch=1)
+        return [parser.parse_block(block) for block in blocks]
+
+
+@pytest.fixture(params=native.SCANNERS)
 def scanner_implementation(request, monkeypatch):
     """Every scanner this machine can run: each must give what parsing every line gives."""
-    if request.param == "native" and block_module._speedups is None:
-        require_native_speedups()
-    if request.param == "ahocorasick" and block_module.BytesAhoCorasick is None:
+    if request.param == "native" and not native.available()["scan"]:
+        require_native_kernels()
+    if request.param == "ahocorasick" and not native.scan.has_aho_corasick():
         pytest.skip("ahocorasick_rs is not installed")
-    monkeypatch.setattr(block_module, "best_implementation", lambda: request.param)
-    block_module.scanner_for.cache_clear()
+    monkeypatch.setattr(native, "best_scanner", lambda: request.param)
+    scan._scanner.cache_clear()
     yield request.param
-    block_module.scanner_for.cache_clear()
+    scan._scanner.cache_clear()
 
 
-@pytest.mark.parametrize("native_columns", [True, False], ids=["native-columns", "python-columns"])
+@pytest.mark.parametrize("step_kernel", ["native", "twin"])
 @pytest.mark.parametrize(("name", "data", "scheduler"), _logs(), ids=[name for name, _, _ in _logs()])
-def test_blocks_give_what_every_line_gives(name, data, scheduler, scanner_implementation, native_columns,
-                                           monkeypatch):
-    if not native_columns:
-        monkeypatch.setattr(columns_module, "NativeStepColumns", None)
-    elif columns_module.NativeStepColumns is None:
-        require_native_speedups()
+def test_blocks_give_what_every_line_gives(name, data, scheduler, scanner_implementation, step_kernel, monkeypatch):
+    if step_kernel == "twin":
+        monkeypatch.setattr(native, "step_reader", step_fields_twin.StepReader)
+    elif not native.available()["step_fields"]:
+        require_native_kernels()
     rng = random.Random(name)
     for cuts in ([], _line_boundaries(data, rng, 3), _line_boundaries(data, rng, 100)):
         blocks = _blocks(data, cuts)
-        line_by_line = _parser(scheduler)
-        parsed = [line_by_line.parse_batch(block.split(b"\n")[:-1]) for block in blocks]
+        parsed = _every_line_alone(blocks, scheduler)
         assert any(batch.records for batch in parsed), "no records: the comparison would prove nothing"
         expected = _comparable(parsed)
-        in_blocks = _parser(scheduler)
-        assert _comparable(in_blocks.parse_block(block) for block in blocks) == expected
+        for rows_per_batch in (None, 7):
+            in_blocks = _parser(scheduler, rows_per_batch=rows_per_batch)
+            assert _comparable(in_blocks.parse_block(block) for block in blocks) == expected
 
 
 def test_a_traceback_split_across_blocks_ends_in_the_next_one():
@@ -126,27 +131,29 @@ def test_a_traceback_split_across_blocks_ends_in_the_next_one():
     assert first.unparsed + second.unparsed == 2  # the two noise lines
 
 
-def test_lines_without_anchors_are_never_looked_at():
+def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     seen: list[bytes] = []
 
     class Recording(LineParser):
-        def _parse_line(self, line, out):
+        def _parse_line(self, line, parsed):
             seen.append(line)
-            return super()._parse_line(line, out)
+            return super()._parse_line(line, parsed)
 
-    class RecordingColumns(StepColumns):
-        def add(self, line):
-            seen.append(line)
-            return super().add(line)
+    class RecordingReader(step_fields_twin.StepReader):
+        def read(self, data, starts, index, limit):
+            taken = super().read(data, starts, index, limit)
+            # The lines it took, and the one it declined.
+            seen.extend(data[start:data.index(b"\n", start)] for start in starts[index:index + taken + 1])
+            return taken
 
-    formats = [dataclasses.replace(fmt, columns=RecordingColumns) if fmt.columns else fmt for fmt in BUILTIN_FORMATS]
+    monkeypatch.setattr(native, "step_reader", RecordingReader)
     data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nplain again\n{ step:[ 2/ 2], loss: 2.9 }\nHCCL noise\n"
-    batch = Recording(formats).parse_block(data)
-    # The first step line detects the format, the next goes to its columns, then the next
-    # anchored line to the columns (no record there) and to the line parser.
+    batch = Recording().parse_block(data)
+    # The first step line detects the format, the next goes to the kernel, then the next
+    # anchored line to the kernel (no record there) and to the line parser.
     assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }", b"HCCL noise", b"HCCL noise"]
-    assert (batch.lines_by_rank, batch.unparsed) == ({None: 5}, 3)
-    assert [type(record) for record in batch.records] == [StepRecord, StepBatch]
+    assert (batch.lines_by_rank, batch.unparsed, batch.lines_by_format) == ({None: 5}, 3, {"mindformers_pynative": 2})
+    assert [(type(record), record.steps) for record in batch.records] == [(StepBatch, [1, 2])]
 
 
 def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
@@ -158,7 +165,7 @@ def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
 
 def test_a_parsed_line_with_another_role_prefix_counts_for_its_rank():
     data = b"launcher line\n[trainer1]:{ step:[ 1/ 2], loss: 3.0 }\nnoise\n"
-    expected = LineParser().parse_batch(data.split(b"\n")[:-1])
+    (expected,) = _every_line_alone([data], scheduler=False)
     batch = LineParser().parse_block(data)
     assert batch.lines_by_rank == expected.lines_by_rank == {None: 2, 1: 1}
     assert [record.rank for record in batch.records] == [1]
@@ -167,11 +174,11 @@ def test_a_parsed_line_with_another_role_prefix_counts_for_its_rank():
 def test_a_format_without_a_literal_needs_every_line():
     loose = custom_format("loose", r"^it (?P<step>\d+) loss (?P<loss>[\d.]+)$")
     batch = LineParser([loose, *BUILTIN_FORMATS]).parse_block(b"noise\nit 7 loss 2.5\n")
-    assert [record.step for record in batch.records] == [7]
+    assert [record.steps for record in batch.records] == [[7]]
 
 
 def test_scanner_finds_each_line_holding_an_anchor_once(scanner_implementation):
-    scanner = AnchorScanner([b"step:[", b"HCCL"], line_starts=[b"[rank"])
+    scanner = native.scanner([b"step:[", b"HCCL"], [b"[rank"])
     data = b"a HCCL b step:[ c\nnothing\nHCCL\n[rank1]: HCCL\nx [rank2]: HCCL\nno newline at the end HCCL"
     newlines, starts, prefixed = scanner.scan(data)
     assert newlines == 5
@@ -179,15 +186,15 @@ def test_scanner_finds_each_line_holding_an_anchor_once(scanner_implementation):
     assert [data.count(b"\n", 0, start) for start in starts] == [0, 2, 3, 4, 5]
     assert all(start == 0 or data[start - 1:start] == b"\n" for start in starts)
     assert prefixed == [data.index(b"[rank1]")]
-    assert scanner.implementation == scanner_implementation
     assert lines[1] == b"nothing"
 
 
 def test_every_anchor_is_long_enough_for_the_simd_prefilter():
     assert min(len(anchor) for anchor in anchors_for(BUILTIN_FORMATS)) >= 3
+    assert all(anchors_for([fmt]) for fmt in BUILTIN_FORMATS)  # each file of a detected format is scanned
     assert anchors_for([SCHEDULER_FORMAT]) is None  # scheduler.log's format reads every line: line by line
 
 
 def test_scanner_rejects_empty_anchors():
     with pytest.raises(ValueError):
-        AnchorScanner([b"step", b""])
+        native.scanner([b"step", b""])

@@ -13,18 +13,19 @@ import pytest
 from exporter import checkpoint
 from exporter.cli import main
 from exporter.follow import Follower
-from exporter.parse.records import StepRecord
+from exporter.parse.records import StepLine
 from exporter.pipeline import Pipeline
 from exporter.settings import ConfigError, load_settings
 from exporter.state import TrainingState
 from exporter.state.snapshot import dump_state, restore_state
+from tests.support.records import in_batches
 
 KEY = ("run", "node", "0")
 
 
 def follow(log_dir: Path, state: TrainingState, positions=None) -> tuple[Pipeline, Follower]:
     pipeline = Pipeline(state, "node", lambda directory: "run", positions=positions)
-    return pipeline, Follower([str(log_dir)], pipeline, poll_interval=0.05, resume=positions)
+    return pipeline, Follower([str(log_dir)], pipeline, poll_interval=0.05)
 
 
 def write_steps(path: Path, first: int, last: int, loss=lambda step: 2.0 + (step % 3) * 0.01) -> None:
@@ -36,7 +37,7 @@ def write_steps(path: Path, first: int, last: int, loss=lambda step: 2.0 + (step
 def ingest_steps(state: TrainingState, steps) -> None:
     with state.lock:
         for step, loss in steps:
-            state.ingest(KEY, 1, [StepRecord(step=step, loss=loss, grad_norm=1.0)], None, 1000.0 + step)
+            state.ingest(KEY, 1, in_batches(StepLine(step, {"loss": loss, "grad_norm": 1.0})), None, 1000.0 + step)
 
 
 def test_saved_offsets_always_match_the_lines_counted(tmp_path):

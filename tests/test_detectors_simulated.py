@@ -8,7 +8,7 @@ from exporter.app import Exporter
 from exporter.cli import main
 from exporter.settings import load_settings
 from exporter.state import ANOMALY_KINDS, DetectorConfig, RankState
-from exporter.state.detectors import SpikeDetector
+from exporter.state.detectors import SpikeDetector, check_series
 from tests.support.net import eventually
 from tests.support.runs import read_once
 from tests.support.simulated import run_config, write_simulated
@@ -120,11 +120,15 @@ def test_straggler_step_time(tmp_path):
 
 def test_spike_detector_ignores_a_doubling_but_not_a_tenfold_jump():
     # The documented defaults: +50 % over the baseline and 6 mean deviations.
-    detector = SpikeDetector(DetectorConfig())
+    detector = SpikeDetector()
+
+    def spikes(value: float) -> int:
+        return check_series(DetectorConfig(), detector, None, [None], [value])[2]
+
     for step in range(40):
-        assert not detector.observe(2.0 + 0.02 * (-1) ** step)
-    assert not detector.observe(2.9)
-    assert detector.observe(25.0)
+        assert not spikes(2.0 + 0.02 * (-1) ** step)
+    assert not spikes(2.9)
+    assert spikes(25.0)
 
 
 def test_thresholds_come_from_settings(monkeypatch):

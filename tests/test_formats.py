@@ -6,14 +6,20 @@ from pathlib import Path
 
 import pytest
 
-from exporter.parse import BUILTIN_FORMATS, ErrorEvent, LineParser, StepRecord
+from exporter.parse import BUILTIN_FORMATS, ErrorEvent, LineParser, StepBatch
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES, FormatSelection, custom_format, path_matches, selection
+from tests.support.records import parse_lines, record_as_dict
 
 DEEPSPEED_LR = b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, lr=[0.00024], mom=[0.9]"
 MEGATRON = (b" iteration      200/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
             b" learning rate: 2.997600E-04 | global batch size:   512 | lm loss: 2.201000E+00 | loss scale: 1.0 |"
             b" number of skipped iterations:   0 | number of nan iterations:   0 |")
+
+
+def steps(records) -> list[tuple[int | None, int | None]]:
+    """(rank, step) of every step line in the records' StepBatches."""
+    return [(batch.rank, step) for batch in records if isinstance(batch, StepBatch) for step in batch.steps]
 
 
 def kinds(records) -> list[str]:
@@ -32,13 +38,12 @@ def kinds(records) -> list[str]:
     ],
 )
 def test_rank_prefixes_name_the_global_rank(line, rank_offset, rank, step):
-    (record,) = LineParser(rank_offset=rank_offset).parse(line)
-    assert (record.rank, record.step) == (rank, step)
+    assert steps(parse_lines(LineParser(rank_offset=rank_offset), [line]).records) == [(rank, step)]
 
 
 @pytest.mark.parametrize("line", [b"[1]:", b"[Rank 0] step=5 loss=1.0", b"[2024-03-07 15:27:15,063] step=5 loss=1.0"])
 def test_brackets_that_are_not_launcher_prefixes_keep_the_file_rank(line):
-    parsed = LineParser().parse_batch([line])
+    parsed = parse_lines(LineParser(), [line])
     assert list(parsed.lines_by_rank) == [None]
     assert all(record.rank is None for record in parsed.records)
 
@@ -46,21 +51,21 @@ def test_brackets_that_are_not_launcher_prefixes_keep_the_file_rank(line):
 def test_detection_locks_on_the_first_step_line_and_then_runs_only_that_format():
     parser = LineParser()
     assert parser.format is None
-    parsed = parser.parse_batch([b"noise", b"step=1 loss=2.5", MEGATRON, b"step=2 loss=2.4"])
+    parsed = parse_lines(parser, [b"noise", b"step=1 loss=2.5", MEGATRON, b"step=2 loss=2.4"])
     assert parser.format.name == "keyvalue"
-    assert [record.step for record in parsed.records] == [1, 2]
+    assert steps(parsed.records) == [(None, 1), (None, 2)]
     assert parsed.unparsed == 2  # the noise and the Megatron line, which is not this file's format
 
 
 def test_a_deepspeed_file_switches_to_megatron_when_megatron_lines_appear():
     # Megatron-DeepSpeed: the engine's lines carry no loss, Megatron's iteration lines do.
     parser = LineParser()
-    first = parser.parse_batch([DEEPSPEED_LR]).records
+    first = parse_lines(parser, [DEEPSPEED_LR]).records
     assert parser.format.name == "deepspeed"
-    assert first[0].learning_rate == 0.00024
-    later = parser.parse_batch([MEGATRON, DEEPSPEED_LR]).records
+    assert first[0].latest["learning_rate"] == 0.00024
+    later = parse_lines(parser, [MEGATRON, DEEPSPEED_LR]).records
     assert parser.format.name == "megatron"
-    assert [(record.step, record.loss) for record in later] == [(200, 2.201)]
+    assert [(batch.steps, batch.latest["loss"]) for batch in later] == [([200], 2.201)]
 
 
 def test_overrides_force_a_format_by_path_and_scheduler_logs_get_theirs():
@@ -74,8 +79,8 @@ def test_overrides_force_a_format_by_path_and_scheduler_logs_get_theirs():
 
 def test_a_forced_format_ignores_other_formats():
     forced = FormatSelection(overrides=(("*", "megatron"),)).forced("x.log", "worker")
-    parsed = LineParser(forced=forced).parse_batch([b"step=1 loss=2.5", MEGATRON])
-    assert [record.step for record in parsed.records] == [200]
+    parsed = parse_lines(LineParser(forced=forced), [b"step=1 loss=2.5", MEGATRON])
+    assert steps(parsed.records) == [(None, 200)]
 
 
 def test_custom_format_maps_named_groups_and_is_detected_before_builtin_formats():
@@ -83,19 +88,20 @@ def test_custom_format_maps_named_groups_and_is_detected_before_builtin_formats(
                                         r"loss=(?P<loss>\S+) t=(?P<step_time_ms>\d+) z_loss=(?P<z_loss>\S+) tok=(?P<tok>\S+)",
                                 "loss=")])
     parser = LineParser(chosen.candidates())
-    (record,) = parser.parse_batch([b"it 7/100 step=9 loss=2.5 t=850 z_loss=0.1 tok=12.5k"]).records
+    (batch,) = parse_lines(parser, [b"it 7/100 step=9 loss=2.5 t=850 z_loss=0.1 tok=12.5k"]).records
     assert parser.format.name == "mine"
-    assert (record.step, record.total_steps, record.loss, record.step_time_seconds) == (7, 100, 2.5, 0.85)
-    assert record.aux_losses == {"z_loss": 0.1}
-    assert record.extra == {"extra_step": 9.0}  # 'tok' held no number: no value
+    record = record_as_dict(batch)
+    assert (record["step"], record["total_steps"], record["loss"], record["step_time_seconds"]) == (7, 100, 2.5, 0.85)
+    assert record["aux"] == {"z_loss": 0.1}
+    assert record["extra"] == {"extra_step": 9.0}  # 'tok' held no number: no value
 
 
 def test_custom_format_prefilter_skips_lines_without_its_literal():
     fmt = custom_format("mine", r"(?P<step>\d+) (?P<loss>\S+)", contains="LOSS")
     assert fmt.prefilter == b"LOSS"
     parser = LineParser([fmt])
-    assert parser.parse_batch([b"12 3.5"]).records == []
-    assert len(parser.parse_batch([b"LOSS 12 3.5"]).records) == 1
+    assert parse_lines(parser, [b"12 3.5"]).records == []
+    assert len(parse_lines(parser, [b"LOSS 12 3.5"]).records) == 1
 
 
 @pytest.mark.parametrize(("pattern", "message"), [("(?P<loss", "not a valid regular expression"),
@@ -113,7 +119,7 @@ JUNK = [b"", b"\xff\xfe\x00 junk \x80", b"{", b"{'loss': }", b'{"loss": [1, 2]}'
 @pytest.mark.parametrize("fmt", BUILTIN_FORMATS, ids=lambda fmt: fmt.name)
 def test_junk_never_raises_in_any_format(fmt):
     parser = LineParser(forced=fmt)
-    parser.parse_batch(JUNK)
+    parse_lines(parser, JUNK)
     for line in JUNK:
         fmt.parse(line.decode("utf-8", "replace"))
 
@@ -124,28 +130,28 @@ CHAINED = [b"Traceback (most recent call last):", b'  File "a.py", line 1, in f'
 
 
 def test_a_chained_traceback_is_one_failure_named_by_its_last_exception():
-    records = LineParser().parse_batch(CHAINED).records
+    records = parse_lines(LineParser(), CHAINED).records
     assert [(record.kind, record.detail) for record in records] == [("traceback", {"exception": "RuntimeError"})]
 
 
 def test_a_chain_keeps_the_specific_kind_of_its_first_exception():
     lines = [*CHAINED[:2], b"torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB.", *CHAINED[3:]]
-    assert kinds(LineParser().parse_batch(lines).records) == ["oom", "traceback"]
+    assert kinds(parse_lines(LineParser(), lines).records) == ["oom", "traceback"]
 
 
 def test_a_batch_boundary_inside_a_block_emits_once_and_continuations_add_nothing():
     parser = LineParser()
-    first = parser.parse_batch([b"Traceback (most recent call last):", b'  File "a.py", line 1',
+    first = parse_lines(parser, [b"Traceback (most recent call last):", b'  File "a.py", line 1',
                                 b"RuntimeError: NCCL error in: x.cpp:1, unhandled system error, NCCL version 2.14.3"])
     assert kinds(first.records) == ["nccl", "traceback"]
-    later = parser.parse_batch([b"ncclSystemError: System call failed.", b"", b"step=1 loss=2.0"])
-    assert kinds(later.records) == ["StepRecord"]
+    later = parse_lines(parser, [b"ncclSystemError: System call failed.", b"", b"step=1 loss=2.0"])
+    assert kinds(later.records) == ["StepBatch"]
 
 
 def test_an_empty_exception_message_is_classified_by_the_lines_below_it():
     lines = [b"Traceback (most recent call last):", b'  File "m.py", line 1', b"RuntimeError: ", b"-" * 20,
              b"EI0002: [PID: 1] The wait execution of the Notify register times out.", b""]
-    records = LineParser().parse_batch(lines).records
+    records = parse_lines(LineParser(), lines).records
     assert [(record.kind, record.detail.get("code")) for record in records] == [("hccl", "EI0002"), ("traceback", None)]
 
 
@@ -153,10 +159,10 @@ def test_tracebacks_of_different_ranks_do_not_end_each_other():
     lines = [b"[rank1]: Traceback (most recent call last):", b"[rank2]: Traceback (most recent call last):",
              b'[rank1]:   File "a.py", line 1', b'[rank2]:   File "b.py", line 1',
              b"[rank2]: KeyError: 'x'", b"[default1]:step=5 loss=1.0", b"[rank1]: ValueError: bad"]
-    records = LineParser().parse_batch(lines).records
+    records = parse_lines(LineParser(), lines).records
     failures = sorted((record.rank, record.detail["exception"]) for record in records if isinstance(record, ErrorEvent))
     assert failures == [(1, "ValueError"), (2, "KeyError")]
-    assert [(record.rank, record.step) for record in records if isinstance(record, StepRecord)] == [(1, 5)]
+    assert steps(records) == [(1, 5)]
 
 
 def test_watchdog_timeouts_count_once_per_rank_and_sequence_number():
@@ -168,7 +174,7 @@ def test_watchdog_timeouts_count_once_per_rank_and_sequence_number():
              b"terminate called after throwing an instance of 'c10::DistBackendError'",
              b"  what():  [PG ID 0 Rank 0] Process group watchdog thread terminated with exception: [Rank 0] " + work,
              b"[rank1]:[E810 15:46:05.9 ProcessGroupNCCL.cpp:632] [Rank 1] " + work]
-    records = LineParser().parse_batch(lines).records
+    records = parse_lines(LineParser(), lines).records
     assert [(record.rank, record.detail["op"], record.detail["timeout_seconds"]) for record in records] == [
         (0, "ALLGATHER", 1800.0), (1, "ALLGATHER", 1800.0)]
 
@@ -178,13 +184,13 @@ def test_an_elastic_summary_cut_by_a_batch_counts_once():
     head = [b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ", b"=" * 40, b"train.py FAILED",
             b"Root Cause (first observed failure):", b"[0]:", b"  rank      : 3 (local_rank: 3)",
             b"  exitcode  : -9 (pid: 77)"]
-    (event,) = parser.parse_batch(head).records
+    (event,) = parse_lines(parser, head).records
     assert (event.kind, event.detail["root_cause_rank"], event.detail["signal"]) == ("elastic", 3, "SIGKILL")
-    assert parser.parse_batch([b"  traceback : Signal 9 (SIGKILL) received by PID 77", b"=" * 40]).records == []
+    assert parse_lines(parser, [b"  traceback : Signal 9 (SIGKILL) received by PID 77", b"=" * 40]).records == []
 
 
 def test_lines_inside_failures_are_recognized_and_noise_is_counted_unparsed():
-    parsed = LineParser().parse_batch([b"hello", b"Traceback (most recent call last):", b'  File "a.py", line 1',
+    parsed = parse_lines(LineParser(), [b"hello", b"Traceback (most recent call last):", b'  File "a.py", line 1',
                                        b"ValueError: x", b"", b"world"])
     assert parsed.unparsed == 2
 
@@ -193,7 +199,7 @@ def test_a_node_timing_out_again_after_registering_again_counts_again():
     scheduler = FormatSelection().forced("scheduler.log", "scheduler")
     lines = [b"The node: 3 is timed out.", b"The node: 3 is timed out.",
              b"The new node: 3(role: MS_WORKER), rank id: 3 is registered successfully.", b"The node: 3 is timed out."]
-    records = LineParser(forced=scheduler).parse_batch(lines).records
+    records = parse_lines(LineParser(forced=scheduler), lines).records
     assert [(record.kind, record.node_rank) for record in records] == [
         ("node_timeout", None), ("worker_registered", 3), ("node_timeout", 3)]
 

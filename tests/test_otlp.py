@@ -34,8 +34,9 @@ OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_END
                   "POD_NAMESPACE", "NODE_NAME", "TRAINLOG_OTLP_ENDPOINT")
 ALL_SPECS = (*metrics_table.RANK_GAUGES, *metrics_table.NAMED_GAUGES, metrics_table.RANK_INFO,
              *metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_GAUGES,
-             *metrics_table.STATS_COUNTERS, metrics_table.PROCESS_UP)
-COUNTER_SPECS = (*metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_COUNTERS)
+             *metrics_table.STATS_COUNTERS, *metrics_table.STATS_LABELLED_COUNTERS, metrics_table.PROCESS_UP)
+COUNTER_SPECS = (*metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_COUNTERS,
+                 *metrics_table.STATS_LABELLED_COUNTERS)
 
 
 @pytest.fixture(autouse=True)

@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.records import comparable, fixture_parser, fixture_lines, parse_fixture
+from tests.support.records import comparable, fixture_lines, fixture_parser, parse_fixture, parse_lines
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted(FIXTURES.glob("*/*.expected.json"))
@@ -46,7 +46,7 @@ def test_fixture_parses_to_expected_records(expected_file: Path) -> None:
 def test_auto_detection_picks_the_fixture_format(expected_file: Path) -> None:
     log_file = expected_file.with_name(expected_file.name.replace(".expected.json", ".log"))
     parser = fixture_parser(log_file)
-    parser.parse_batch(fixture_lines(log_file))
+    parse_lines(parser, fixture_lines(log_file))
     assert (parser.format.name if parser.format else None) == DETECTED_FORMAT[case_id(expected_file)]
 
 

@@ -1,11 +1,13 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
-from exporter.parse import LineParser
+from exporter.parse import LineParser, signatures
 from exporter.parse.numbers import parse_duration_seconds, parse_float, parse_number_with_unit
+from tests.support.records import parse_lines
 
 
 @pytest.mark.parametrize(
@@ -31,7 +33,7 @@ def test_numbers_with_separators_units_and_non_finite_values():
      b"Traceback (most recent call last):"],
 )
 def test_junk_never_raises(line):
-    LineParser().parse(line)
+    parse_lines(LineParser(), [line])
 
 
 def test_a_traceback_is_one_event_when_its_batch_ends():
@@ -44,7 +46,18 @@ def test_a_traceback_is_one_event_when_its_batch_ends():
         b"    ^^^^^^",
         b"ValueError: bad batch",
     ]
-    events = LineParser().parse_batch(lines).records
+    events = parse_lines(LineParser(), lines).records
     assert len(events) == 1
     assert events[0].kind == "traceback"
     assert events[0].detail == {"exception": "ValueError"}
+
+
+def test_classify_gives_the_same_events_without_the_multi_literal_pass(monkeypatch):
+    lines = [line for path in sorted((Path(__file__).parent / "fixtures" / "formats").glob("*.log"))
+             for line in path.read_bytes().split(b"\n")]
+    lines += [b"out of memory isn't enough and alloc failed, alloc size: 12B", b"EI0001 HCCL NCCL error in: x, y"]
+    with_automaton = [signatures.classify(line) for line in lines]
+    monkeypatch.setattr(signatures, "_present", lambda line: None)
+    without = [signatures.classify(line) for line in lines]
+    assert with_automaton == without
+    assert sum(event is not None for event in without) > 20

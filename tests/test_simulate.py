@@ -14,8 +14,17 @@ from datetime import datetime
 import pytest
 
 from exporter.cli import main
-from exporter.parse import ErrorEvent, StepRecord
-from exporter.simulate import SCHEDULER_LOG, Incident, SpecError, parse_incident, plan_run, simulate, worker_log, write_run
+from exporter.parse import ErrorEvent, StepBatch
+from exporter.simulate import (
+    SCHEDULER_LOG,
+    Incident,
+    SpecError,
+    parse_incident,
+    plan_run,
+    simulate,
+    worker_log,
+    write_run,
+)
 from exporter.simulate.texts import step_line
 from tests.support.exporter_process import REPO
 from tests.support.net import eventually
@@ -25,8 +34,19 @@ REFERENCE_RECORD = ("_print_log: { step:[  100/ 1000], loss:   2.345678, per_ste
                     "grad_norm:   1.234000, throughput:  12.34T }")
 
 
-def steps_of(records) -> list[StepRecord]:
-    return [record for record in records if isinstance(record, StepRecord)]
+class StepRow:
+    """What one step line printed (a StepBatch of one line, as records_by_file makes them)."""
+
+    def __init__(self, batch: StepBatch) -> None:
+        (self.step,) = batch.steps
+        self.loss = batch.latest.get("loss")
+        self.grad_norm = batch.latest.get("grad_norm")
+        self.learning_rate = batch.latest.get("learning_rate")
+        self.step_time_seconds = batch.latest.get("step_time_seconds")
+
+
+def steps_of(records) -> list[StepRow]:
+    return [StepRow(record) for record in records if isinstance(record, StepBatch)]
 
 
 def error_kinds(records) -> set[str]:

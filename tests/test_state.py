@@ -2,15 +2,23 @@ from __future__ import annotations
 
 import math
 
-from exporter.parse import ErrorEvent, SchedulerEvent, StepRecord
+from exporter.parse import ErrorEvent, SchedulerEvent
+from exporter.parse.records import StepLine
 from exporter.state import ANOMALY_KINDS, ERROR_KINDS, Limits, TrainingState
+from tests.support.records import in_batches
 
 KEY = ("run", "node-0", "3")
 
 
-def ingest(state: TrainingState, *records, key=KEY) -> None:
+def ingest(state: TrainingState, *lines, key=KEY) -> None:
+    """Step lines (in StepBatches, as parse/ hands them on) and other records, as one batch of lines."""
     with state.lock:
-        state.ingest(key, len(records), list(records), log_timestamp=None, now=1.0)
+        state.ingest(key, len(lines), in_batches(*lines), log_timestamp=None, now=1.0)
+
+
+def step(number, unprinted_nonfinite_losses=0, named=None, **values) -> StepLine:
+    return StepLine(number, {name: value for name, value in values.items() if value is not None}, named=named or {},
+                    unprinted_nonfinite_losses=unprinted_nonfinite_losses)
 
 
 def test_counters_exist_at_zero_once_a_file_is_registered():
@@ -26,7 +34,7 @@ def test_counters_exist_at_zero_once_a_file_is_registered():
 
 def test_nonfinite_loss_and_grad_norm_are_anomalies_at_their_step():
     state = TrainingState()
-    ingest(state, StepRecord(step=10, loss=2.0, grad_norm=1.0), StepRecord(step=11, loss=math.nan, grad_norm=math.inf))
+    ingest(state, step(10, loss=2.0, grad_norm=1.0), step(11, loss=math.nan, grad_norm=math.inf))
     rank = state.series[KEY]
     assert rank.anomalies["loss_nonfinite"] == 1
     assert rank.anomalies["grad_norm_nonfinite"] == 1
@@ -36,7 +44,7 @@ def test_nonfinite_loss_and_grad_norm_are_anomalies_at_their_step():
 
 def test_missing_grad_norm_is_no_anomaly_and_keeps_the_last_value():
     state = TrainingState()
-    ingest(state, StepRecord(step=1, loss=2.0, grad_norm=1.5), StepRecord(step=2, loss=1.9, grad_norm=None))
+    ingest(state, step(1, loss=2.0, grad_norm=1.5), step(2, loss=1.9, grad_norm=None))
     rank = state.series[KEY]
     assert rank.grad_norm == 1.5
     assert rank.anomalies["grad_norm_nonfinite"] == 0
@@ -45,10 +53,10 @@ def test_missing_grad_norm_is_no_anomaly_and_keeps_the_last_value():
 
 def test_one_step_spike_counts_once_and_noise_never():
     state = TrainingState()
-    steps = [StepRecord(step=i, loss=2.3 + (0.05 if i % 2 else -0.05)) for i in range(1, 60)]
+    steps = [step(i, loss=2.3 + (0.05 if i % 2 else -0.05)) for i in range(1, 60)]
     ingest(state, *steps)
     assert state.series[KEY].anomalies["loss_spike"] == 0
-    ingest(state, StepRecord(step=60, loss=25.0), StepRecord(step=61, loss=2.3))
+    ingest(state, step(60, loss=25.0), step(61, loss=2.3))
     rank = state.series[KEY]
     assert rank.anomalies["loss_spike"] == 1
     assert rank.last_anomaly_step["loss_spike"] == 60
@@ -66,7 +74,7 @@ def test_unknown_error_kinds_count_as_other():
 def test_cardinality_guard_drops_and_counts_new_series():
     state = TrainingState(limits=Limits(max_series=2, max_named_values_per_series=1))
     for rank in ("0", "1", "2"):
-        ingest(state, StepRecord(step=1, loss=1.0, aux_losses={"a_loss": 1.0, "b_loss": 2.0}), key=("r", "n", rank))
+        ingest(state, step(1, loss=1.0, named={"a_loss": 1.0, "b_loss": 2.0}), key=("r", "n", rank))
     assert len(state.series) == 2
     assert state.series[("r", "n", "0")].aux_losses == {"a_loss": 1.0}
     assert state.stats.series_dropped_total == 1 + 2  # one series, one extra aux loss on each kept series
@@ -75,15 +83,15 @@ def test_cardinality_guard_drops_and_counts_new_series():
 def test_a_second_record_for_the_current_step_completes_it():
     # DeepSpeed prints the lr and the throughput of a step on two lines.
     state = TrainingState()
-    ingest(state, StepRecord(step=200, learning_rate=2.4e-4), StepRecord(step=200, throughput=59.7),
-           StepRecord(step=201, learning_rate=2.3e-4))
+    ingest(state, step(200, learning_rate=2.4e-4), step(200, throughput=59.7),
+           step(201, learning_rate=2.3e-4))
     rank = state.series[KEY]
     assert (rank.steps_total, rank.step, rank.learning_rate, rank.throughput) == (2, 201, 2.3e-4, 59.7)
 
 
 def test_records_without_a_step_count_and_keep_the_last_known_step():
     state = TrainingState()
-    ingest(state, StepRecord(step=None, loss=2.0), StepRecord(step=40, loss=1.9), StepRecord(step=None, loss=math.nan))
+    ingest(state, step(None, loss=2.0), step(40, loss=1.9), step(None, loss=math.nan))
     rank = state.series[KEY]
     assert (rank.steps_total, rank.step) == (3, 40)
     assert rank.last_anomaly_step == {"loss_nonfinite": 40}
@@ -91,8 +99,8 @@ def test_records_without_a_step_count_and_keep_the_last_known_step():
 
 def test_nan_iterations_of_an_interval_are_nonfinite_losses_counted_once():
     state = TrainingState()
-    ingest(state, StepRecord(step=200, loss=2.2, nonfinite_loss_steps=2), StepRecord(step=300, loss=math.nan,
-                                                                                     nonfinite_loss_steps=1))
+    ingest(state, step(200, loss=2.2, unprinted_nonfinite_losses=2), step(300, loss=math.nan,
+                                                                                     unprinted_nonfinite_losses=1))
     rank = state.series[KEY]
     assert rank.anomalies["loss_nonfinite"] == 3
     assert rank.last_anomaly_step["loss_nonfinite"] == 300

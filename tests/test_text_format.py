@@ -10,9 +10,10 @@ from prometheus_client import CollectorRegistry, generate_latest
 from exporter.export.collector import TrainingCollector
 from exporter.export.text_format import render
 from exporter.follow import Follower
-from exporter.parse.records import ErrorEvent, RunInfo, StepRecord
+from exporter.parse.records import ErrorEvent, RunInfo, StepLine
 from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
+from tests.support.records import in_batches
 
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "deepseek-moe-8rank" / "msrun_log"
 
@@ -39,13 +40,15 @@ def test_awkward_values_and_labels_render_like_prometheus_client():
             state.register(key, {"file": 'worker "x".log', "role": "worker"}, 1.7e9)
         state.ingest(odd, 10, [
             RunInfo({"framework": "mindformers", "odd-key": "v\\1", "rank": "ignored: a label already"}),
-            StepRecord(step=12_345_678, total_steps=10**9, loss=math.nan, learning_rate=1e-07, grad_norm=math.inf,
-                       step_time_seconds=0.85, throughput=1234567.891, aux_losses={"mtp_1_loss": -math.inf},
-                       extra={"loss_scale": 65536.0}),
+            *in_batches(StepLine(12_345_678, {"total_steps": 10**9, "loss": math.nan, "learning_rate": 1e-07,
+                                              "grad_norm": math.inf, "step_time_seconds": 0.85,
+                                              "throughput": 1234567.891},
+                                 named={"mtp_1_loss": -math.inf, "loss_scale": 65536.0})),
             ErrorEvent("nccl", {"message": "NCCL error"}),
         ], log_timestamp=1.7e9 + 0.5, now=1.7e9 + 1)
         state.ingest(plain, 3, [], log_timestamp=None, now=1.7e9)
         state.stats.lines_unparsed_total = 7 + 3
+        state.stats.lines_parsed_total.update({"mindformers_pynative": 5, 'odd "format"\\': 2})
         state.stats.bytes_read_total = 10**12
     assert render(state) == _reference(state)
 

@@ -22,6 +22,7 @@ from exporter.export.metrics_table import (
     RANK_LABELS,
     STATS_COUNTERS,
     STATS_GAUGES,
+    STATS_LABELLED_COUNTERS,
 )
 from exporter.state import TrainingState
 
@@ -74,6 +75,11 @@ class TrainingCollector(Collector):
             yield GaugeMetricFamily(spec.name, spec.help, value=getattr(stats, spec.attribute))
         for spec in STATS_COUNTERS:
             yield CounterMetricFamily(spec.name, spec.help, value=getattr(stats, spec.attribute))
+        for spec in STATS_LABELLED_COUNTERS:
+            family = CounterMetricFamily(spec.name, spec.help, labels=[spec.label])
+            for value_name, count in sorted(getattr(stats, spec.attribute).items()):
+                family.add_metric([value_name], count)
+            yield family
         if self._state.process_up:  # only with --process-pattern
             process_up = GaugeMetricFamily(PROCESS_UP.name, PROCESS_UP.help, labels=["run", "node"])
             for (run, node), up in sorted(getattr(self._state, PROCESS_UP.attribute).items()):

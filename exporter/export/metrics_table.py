@@ -93,5 +93,11 @@ STATS_COUNTERS = (
     MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).", "otlp_export_failures_total", "{export}"),
 )
 
+# Exporter counters by a label, one sample per value of it seen.
+STATS_LABELLED_COUNTERS = (
+    MetricSpec("trainlog_lines_parsed", "Lines a log format's parser read a record from, by format.", "lines_parsed_total",
+               "{line}", "format"),
+)
+
 # Per (run, node), only with --process-pattern: not a rank's series (TrainingState.process_up).
 PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up")

@@ -34,6 +34,7 @@ from exporter.export.metrics_table import (
     RANK_LABELS,
     STATS_COUNTERS,
     STATS_GAUGES,
+    STATS_LABELLED_COUNTERS,
     MetricSpec,
 )
 from exporter.settings import Settings
@@ -88,6 +89,8 @@ def register_instruments(meter: Meter, state: TrainingState) -> None:
         _gauge(meter, spec, _stats_callback(state, spec.attribute))
     for spec in STATS_COUNTERS:
         _counter(meter, spec, _stats_callback(state, spec.attribute))
+    for spec in STATS_LABELLED_COUNTERS:
+        _counter(meter, spec, _labelled_stats_callback(state, spec.attribute, spec.label))
     _gauge(meter, PROCESS_UP, _process_up_callback(state))
 
 
@@ -112,6 +115,13 @@ def _stats_callback(state: TrainingState, attribute: str):
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
         with state.lock:
             return [Observation(getattr(state.stats, attribute))]
+    return observe
+
+
+def _labelled_stats_callback(state: TrainingState, attribute: str, label: str):
+    def observe(_options: CallbackOptions) -> Iterable[Observation]:
+        with state.lock:
+            return [Observation(count, {label: name}) for name, count in getattr(state.stats, attribute).items()]
     return observe
 
 

@@ -65,6 +65,10 @@ def _write(write: Callable[[str], None], state: TrainingState) -> None:
     for spec in table.STATS_COUNTERS:
         write(_header(f"{spec.name}_total", spec.help, "counter"))
         write(f"{spec.name}_total {_number(getattr(stats, spec.attribute))}\n")
+    for spec in table.STATS_LABELLED_COUNTERS:
+        write(_header(f"{spec.name}_total", spec.help, "counter"))
+        for value_name, count in sorted(getattr(stats, spec.attribute).items()):
+            write(f'{spec.name}_total{{{spec.label}="{_escape(value_name)}"}} {_number(count)}\n')
     process_up = getattr(state, table.PROCESS_UP.attribute)
     if process_up:  # only with --process-pattern
         write(_header(table.PROCESS_UP.name, table.PROCESS_UP.help, "gauge"))

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -58,7 +58,8 @@ class FollowedFile:
 class Sink(Protocol):
     """Where followed files and their lines go (the parse and state side)."""
 
-    def file_discovered(self, file: FollowedFile, mtime: float | None) -> None: ...
+    def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
+        """Where to resume reading the file (the sink keeps read positions); None: at its start."""
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None: ...
 
@@ -92,7 +93,6 @@ class Follower:
         rescan_interval: float = 2.0,
         idle_flush_seconds: float | None = None,
         include: tuple[str, ...] = DEFAULT_INCLUDE,
-        resume: Mapping[str, FilePosition] | None = None,
     ) -> None:
         self._directories = [os.path.abspath(d) for d in directories]
         self._sink = sink
@@ -100,7 +100,6 @@ class Follower:
         self._idle_flush_seconds = idle_flush_seconds
         self._rescan_interval = poll_interval or rescan_interval
         self._include = include
-        self._resume = dict(resume or {})  # saved positions not claimed by a discovered file yet
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
         self._watched: set[str] = set()
@@ -265,13 +264,13 @@ class Follower:
             mtime = os.stat(path).st_mtime
         except OSError:
             mtime = None
+        resume = self._sink.file_discovered(followed, mtime)
         self._files[path] = followed
-        self._tailers[path] = Tailer(path, self._max_line_bytes, resume=self._resume.pop(path, None),
+        self._tailers[path] = Tailer(path, self._max_line_bytes, resume=resume,
                                      idle_flush_seconds=self._idle_flush_seconds)
         if self._appends is not None:
             self._appends.watch(os.path.dirname(path))
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
-        self._sink.file_discovered(followed, mtime)
 
     def _read(self, path: str, rescan: bool = False) -> None:
         tailer = self._tailers[path]

@@ -1,8 +1,11 @@
-"""Lines to records: format parsers and failure matchers, pure and I/O free."""
+"""A file's bytes to records: format parsers and failure matchers, pure and I/O free.
+
+``LineParser.parse_block`` is the one entry point; steps leave as StepBatch, whatever the format.
+"""
 
 from exporter.parse.formats import BUILTIN_FORMATS, Format, FormatSelection
-from exporter.parse.line_parser import LineParser, ParsedBatch
-from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch, StepRecord
+from exporter.parse.line_parser import LineParser, ParsedBlock
+from exporter.parse.records import ErrorEvent, Named, Record, RunInfo, SchedulerEvent, Series, StepBatch
 
-__all__ = ["BUILTIN_FORMATS", "Format", "FormatSelection", "LineParser", "ParsedBatch", "Record", "StepRecord",
-           "StepBatch", "ErrorEvent", "SchedulerEvent", "RunInfo"]
+__all__ = ["BUILTIN_FORMATS", "ErrorEvent", "Format", "FormatSelection", "LineParser", "Named", "ParsedBlock",
+           "Record", "RunInfo", "SchedulerEvent", "Series", "StepBatch"]

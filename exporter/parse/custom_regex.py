@@ -10,9 +10,10 @@ from __future__ import annotations
 import re
 from collections.abc import Callable
 
-from exporter.parse.fields import add_named
+from exporter.parse.fields import add_named, set_value
 from exporter.parse.numbers import finite_int, parse_float
-from exporter.parse.records import StepRecord
+from exporter.parse.records import StepLine
+
 
 def compile_pattern(pattern: str) -> re.Pattern[str]:
     """The compiled pattern; ValueError with a message for the user when it cannot serve as a format."""
@@ -25,10 +26,10 @@ def compile_pattern(pattern: str) -> re.Pattern[str]:
     return compiled
 
 
-def make_parser(pattern: re.Pattern[str]) -> Callable[[str], StepRecord | None]:
+def make_parser(pattern: re.Pattern[str]) -> Callable[[str], StepLine | None]:
     """A ``parse(text)`` function for one user-defined format."""
 
-    def parse(text: str) -> StepRecord | None:
+    def parse(text: str) -> StepLine | None:
         match = pattern.search(text)
         if match is None:
             return None
@@ -40,16 +41,18 @@ def make_parser(pattern: re.Pattern[str]) -> Callable[[str], StepRecord | None]:
     return parse
 
 
-def _record(values: dict[str, float | None]) -> StepRecord:
-    step, total = values.pop("step", None), values.pop("total_steps", None)
-    record = StepRecord(step=finite_int(step), total_steps=finite_int(total), loss=values.pop("loss", None))
+def _record(values: dict[str, float | None]) -> StepLine:
+    line = StepLine(finite_int(values.pop("step", None)))
+    set_value(line, "total_steps", finite_int(values.pop("total_steps", None)))
+    set_value(line, "loss", values.pop("loss", None))
     lr, learning_rate = values.pop("lr", None), values.pop("learning_rate", None)
-    record.learning_rate = lr if lr is not None else learning_rate
-    record.grad_norm = values.pop("grad_norm", None)
+    set_value(line, "learning_rate", lr if lr is not None else learning_rate)
+    set_value(line, "grad_norm", values.pop("grad_norm", None))
     seconds, milliseconds = values.pop("step_time_seconds", None), values.pop("step_time_ms", None)
-    record.step_time_seconds = seconds if seconds is not None else (None if milliseconds is None else milliseconds / 1000)
-    record.throughput = values.pop("throughput", None)
+    set_value(line, "step_time_seconds",
+              seconds if seconds is not None else (None if milliseconds is None else milliseconds / 1000))
+    set_value(line, "throughput", values.pop("throughput", None))
     for name, value in values.items():
-        add_named(record, name, value)
-    return record
+        add_named(line, name, value)
+    return line
 

@@ -1,10 +1,10 @@
-"""Field naming shared by the format parsers: where a printed value lands in a StepRecord."""
+"""Field naming shared by the format parsers: where a printed value lands."""
 
 from __future__ import annotations
 
 import re
 
-from exporter.parse.records import StepRecord
+from exporter.parse.records import StepLine
 
 _PARENTHESES = re.compile(r"\s*\([^)]*\)")
 _NOT_NAME = re.compile(r"[^0-9a-z]+")
@@ -15,11 +15,20 @@ def metric_name(key: str) -> str:
     return _NOT_NAME.sub("_", _PARENTHESES.sub("", key).lower()).strip("_")
 
 
-def add_named(record: StepRecord, name: str, value: float | None) -> None:
-    """A named extra value: ``*_loss`` is an auxiliary loss, anything else a plain gauge."""
+def is_aux_loss(name: str) -> bool:
+    """A named value called ``*_loss`` is an auxiliary loss (MoE load balancing, MTP, z-loss), else a plain gauge."""
+    return name.endswith("_loss")
+
+
+def set_value(line: StepLine, name: str, value: float | None) -> None:
+    """The gauge ``name`` as the line printed it; None (not a number) unsets what the line had."""
     if value is None:
-        return
-    if name.endswith("_loss"):
-        record.aux_losses[name] = value
+        line.values.pop(name, None)
     else:
-        record.extra[name] = value
+        line.values[name] = value
+
+
+def add_named(line: StepLine, name: str, value: float | None) -> None:
+    """A named value of the line; None (not a number) adds nothing."""
+    if value is not None:
+        line.named[name] = value

@@ -1,12 +1,13 @@
-"""Per-file dispatch from raw lines to records.
+"""Per-file dispatch from a file's bytes to records: ``LineParser.parse_block``.
 
 A file's format is detected from its first step line (or forced by the configuration);
-from then on only that format's parser runs, behind a byte test, so the framework noise
-that makes up most of a worker log costs a few substring searches per line, and nothing at
-all through ``parse_block``, which looks only at lines holding one of those byte literals
-(parse/block.py). Failure signatures run on every line that holds one of theirs. The only
-state kept between lines is what spans lines: open tracebacks (one per rank stream of a
-tee'd file), the exception a C++ ``terminate`` announced, NCCL watchdog timeouts already
+from then on only that format's parser runs, behind a byte test, and only on the lines
+holding one of the format's or the failure signatures' byte literals (parse/scan.py): the
+framework noise that makes up most of a worker log costs nothing. A format with a field
+table has its runs of step lines read by the step-field kernel. Step lines leave as
+StepBatch (step_batch.py), one per rank and block unless a line ends one. The only state
+kept between lines is what spans lines: open tracebacks (one per rank stream of a tee'd
+file), the exception a C++ ``terminate`` announced, NCCL watchdog timeouts already
 counted, and the scheduler's node table.
 """
 
@@ -14,15 +15,17 @@ from __future__ import annotations
 
 import re
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
-from exporter.parse import events, mindformers
-from exporter.parse.block import AnchorScanner, scanner_for
-from exporter.parse.blocks import Block
-from exporter.parse.formats import BUILTIN_FORMATS, Format
-from exporter.parse.prefixes import PREFIX_ANCHORS, RANK_PREFIX
-from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepRecord
-from exporter.parse.scheduler import SchedulerLog
+from exporter import native
+from exporter.parse import signatures
+from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
+from exporter.parse.formats.msrun_scheduler import SchedulerLog
+from exporter.parse.ranks import RANK_PREFIX, strip_rank_prefixes
+from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
+from exporter.parse.scan import scanner_for
+from exporter.parse.step_batch import StepBatchBuilder
+from exporter.parse.tracebacks import Block
 
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 # Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
@@ -30,69 +33,89 @@ _MAX_WATCHDOG_KEYS = 4096
 
 
 @dataclass(slots=True)
-class ParsedBatch:
-    """What a batch of one file's lines held."""
+class ParsedBlock:
+    """What a block of one file's lines held."""
 
-    records: list[Record]
-    lines_by_rank: dict[int | None, int]  # None: lines without a rank prefix
-    unparsed: int  # lines that matched no format, no signature and no open block
+    records: list[Record] = field(default_factory=list)
+    lines_by_rank: dict[int | None, int] = field(default_factory=dict)  # None: lines without a rank prefix
+    unparsed: int = 0  # lines that matched no format, no signature and no open failure block
+    lines_by_format: dict[str, int] = field(default_factory=dict)  # lines a format's parser read a record from
 
 
 class LineParser:
-    """Turns one file's lines into records."""
+    """Turns one file's bytes into records."""
 
     def __init__(self, candidates: Iterable[Format] = BUILTIN_FORMATS, *, forced: Format | None = None,
-                 rank_offset: int = 0) -> None:
+                 rank_offset: int = 0, rows_per_batch: int | None = None) -> None:
+        """``rows_per_batch``: at most that many step lines per StepBatch (1: a batch per line, as tests read them)."""
         self._candidates = tuple(candidates)
-        self._format = forced  # final: no more detection
+        self._format: Format | None = None  # final: no more detection
         self._provisional: Format | None = None  # detected, but its lines carry no loss
         self._rank_offset = rank_offset
+        self._rows_per_batch = rows_per_batch
         self._blocks: dict[int | None, Block] = {}
         self._thrown: dict[int | None, str] = {}
         self._watchdog_seen: set[tuple[object, object]] = set()
         self._scheduler_log = SchedulerLog()
-        self._scanner = _scanner((forced,) if forced else self._candidates)
-        self._columns = forced.columns() if forced is not None and forced.columns else None
+        self._steps: dict[int | None, StepBatchBuilder] = {}
+        self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
+        self._scanner = scanner_for(self._candidates)
+        if forced is not None:
+            self._settle(forced)
 
     @property
     def format(self) -> Format | None:
         """The file's format, once known."""
         return self._format or self._provisional
 
-    def parse_batch(self, lines: Iterable[bytes]) -> ParsedBatch:
-        """Records of a batch of lines (without newlines), ending with failures the batch completed."""
-        records: list[Record] = []
-        lines_by_rank: dict[int | None, int] = {}
-        unparsed = 0
-        parse_line = self._parse_line
-        for line in lines:
-            rank, recognized = parse_line(line, records)
-            lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-            if not recognized:
-                unparsed += 1
-        self._flush_blocks(records)
-        return ParsedBatch(records, lines_by_rank, unparsed)
+    def parse_block(self, data: bytes) -> ParsedBlock:
+        """The records of a block of newline-terminated lines, looking only at the lines that matter.
 
-    def parse_block(self, data: bytes) -> ParsedBatch:
-        """``parse_batch`` of a block of newline-terminated lines, looking only at the lines that matter.
-
-        A line holding none of the anchors (every prefilter below) gives no record and
-        changes no state: it is counted as unparsed without being looked at. Inside an
-        open failure block every line is parsed. A block with torchrun rank prefixes needs
-        each line's prefix for the per-rank line counts, and a format without a literal
-        prefilter needs every line: those go line by line. torchrun's own prefixes are
-        anchors; another role name shows on the block's first line of a tee'd file (nearly
-        every line has one), and a parsed line's prefix is counted for its rank anyway.
-        Runs of step lines of a format with columns go to them, one StepBatch per run.
+        A line holding none of the anchors gives no record and changes no state: it is
+        counted as unparsed without being looked at. Inside an open failure block every
+        line is parsed. A block with torchrun rank prefixes needs each line's prefix for the
+        per-rank line counts, and a format without a literal prefilter needs every line:
+        those go line by line. torchrun's own prefixes are anchors; another role name shows
+        on the block's first line of a tee'd file (nearly every line has one), the step
+        kernel declines a line that has one, and a parsed line's prefix is counted for its
+        rank anyway. The block's end ends its step batches and its open failure blocks: a
+        crash is often the last thing a rank writes, and nothing may come to close it.
         """
+        parsed = ParsedBlock()
         scanner = self._scanner
         if scanner is None:
-            return self.parse_batch(data.split(b"\n")[:-1])
-        lines, starts, prefixed = scanner.scan(data)
-        if _has_rank_prefix(data, prefixed):
-            return self.parse_batch(data.split(b"\n")[:-1])
-        records: list[Record] = []
-        lines_by_rank: dict[int | None, int] = {}  # the parsed lines with a prefix
+            self._parse_lines(data, parsed)
+        else:
+            lines, starts, prefixed = scanner.scan(data)
+            if _has_rank_prefix(data, prefixed):
+                self._parse_lines(data, parsed)
+            else:
+                parsed.unparsed = lines - self._parse_anchored(data, starts, parsed)
+                unprefixed = lines - sum(parsed.lines_by_rank.values())
+                if unprefixed:
+                    parsed.lines_by_rank[None] = unprefixed
+        for builder in self._steps.values():
+            self._end_batch(builder, parsed)
+        for rank, block in list(self._blocks.items()):
+            for event in block.flush():
+                self._emit(event, rank, parsed)
+        return parsed
+
+    def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
+        """Every line, one at a time."""
+        lines_by_rank = parsed.lines_by_rank
+        for line in data.split(b"\n")[:-1]:
+            rank, recognized = self._parse_line(line, parsed)
+            lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+            if not recognized:
+                parsed.unparsed += 1
+
+    def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
+        """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
+
+        Returns how many lines were recognized; counts only the prefixed lines in
+        ``parsed.lines_by_rank`` (parse_block adds the others).
+        """
         recognized = 0
         size, count = len(data), len(starts)
         index = 0  # the next anchored line not handed out yet
@@ -108,102 +131,98 @@ class LineParser:
                     index += 1
                 if index == count:
                     break
-                columns = self._columns
-                taken = columns.add_lines(data, starts, index) if columns is not None else 0
+                taken = self._read_step_run(data, starts, index, parsed)
                 if taken:  # a run of step lines, without a Python operation per line
                     index += taken
                     recognized += taken
                     position = data.find(b"\n", starts[index - 1]) + 1 or size
                     if index == count:
                         break
-                # The columns declined this line: the line parser reads it.
+                # The kernel declined this line: the line parser reads it.
                 start = starts[index]
             end = data.find(b"\n", start)
             end = size if end < 0 else end
             position = end + 1
-            before = len(records)
-            rank, found = self._parse_line(data[start:end], records)
-            if self._columns and any(type(record) is StepRecord for record in records[before:]):
-                # Steps stay in the order of their lines (other records do not touch what they set).
-                records.insert(before, self._columns.take())
+            rank, found = self._parse_line(data[start:end], parsed)
             recognized += found
             if rank is not None:
-                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-        if self._columns:
-            records.append(self._columns.take())
-        self._flush_blocks(records)
-        unprefixed = lines - sum(lines_by_rank.values())
-        if unprefixed:
-            lines_by_rank[None] = unprefixed
-        return ParsedBatch(records, lines_by_rank, lines - recognized)
+                parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
+        return recognized
 
-    def parse(self, line: bytes) -> list[Record]:
-        """Records of one line; a traceback's events come when a later line or parse_batch ends it."""
-        records: list[Record] = []
-        self._parse_line(line, records)
-        return records
+    def _read_step_run(self, data: bytes, starts: list[int], index: int, parsed: ParsedBlock) -> int:
+        """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
+        builder = self._steps.get(None)
+        if builder is None or self._format is None:
+            return 0
+        limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
+        taken = builder.read_run(data, starts, index, limit)
+        if taken:
+            name = self._format.name
+            parsed.lines_by_format[name] = parsed.lines_by_format.get(name, 0) + taken
+            if self._rows_per_batch and len(builder) >= self._rows_per_batch:
+                self._end_batch(builder, parsed)
+        return taken
 
-    def _parse_line(self, line: bytes, out: list[Record]) -> tuple[int | None, bool]:
-        rank = None
-        body = line
-        if line[:1] == b"[":
-            match = RANK_PREFIX.match(line)
-            if match is not None:
-                rank, body = self._strip_prefixes(line, match)
+    def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+        rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] == b"[" else (None, line)
         if self._blocks:
             block = self._blocks.get(rank)
-            if block is not None and self._feed_block(block, rank, body, out):
+            if block is not None and self._feed_block(block, rank, body, parsed):
                 return rank, True
         fmt = self._format
         if fmt is not None:
             if fmt.prefilter in body:
                 record = fmt.parse(body.decode("utf-8", "replace"))
                 if record is not None:
-                    self._emit(record, rank, out)
+                    self._take(fmt, record, rank, parsed)
                     return rank, True
-        else:
-            record = self._detect(body)
-            if record is not None:
-                self._emit(record, rank, out)
+        elif self._detect(body, rank, parsed):
+            return rank, True
+        for banner in (fmt.banner,) if fmt is not None else self._banners:
+            if banner is not None and banner.prefilter in body and self._banner(banner, body, rank, parsed):
                 return rank, True
-        if (fmt is None or fmt.framework == "mindformers") and mindformers.BANNER_PREFILTER in body:
-            info = mindformers.parse_banner(body.decode("utf-8", "replace"))
-            if info is not None:
-                self._emit(info, rank, out)
-                return rank, True
-        return rank, self._failure(body, rank, out)
+        return rank, self._failure(body, rank, parsed)
 
-    def _flush_blocks(self, records: list[Record]) -> None:
-        # The end of what was written so far ends a failure block: a crash is often the
-        # last thing a rank writes, and nothing may come to close it.
-        for rank, block in list(self._blocks.items()):
-            for event in block.flush():
-                self._emit(event, rank, records)
+    def _take(self, fmt: Format, record: StepLine | SchedulerEvent, rank: int | None, parsed: ParsedBlock) -> None:
+        """A record a format's parser read from a line."""
+        parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
+        if not isinstance(record, StepLine):
+            self._emit(record, rank, parsed)
+            return
+        builder = self._builder(rank)
+        if builder.add_line(record) or (self._rows_per_batch and len(builder) >= self._rows_per_batch):
+            self._end_batch(builder, parsed)
 
-    def _strip_prefixes(self, line: bytes, match: re.Match[bytes]) -> tuple[int, bytes]:
-        global_rank = local_rank = None
-        end = 0
-        while match is not None:
-            if match.group(1) == b"rank":
-                global_rank = int(match.group(2))
-            else:
-                local_rank = int(match.group(2))
-            end = match.end()
-            match = RANK_PREFIX.match(line, end)
-        rank = global_rank if global_rank is not None else local_rank + self._rank_offset
-        return rank, line[end:]
+    def _builder(self, rank: int | None) -> StepBatchBuilder:
+        builder = self._steps.get(rank)
+        if builder is None:
+            builder = self._steps[rank] = StepBatchBuilder(rank)
+        return builder
 
-    def _feed_block(self, block: Block, rank: int | None, body: bytes, out: list[Record]) -> bool:
+    @staticmethod
+    def _end_batch(builder: StepBatchBuilder, parsed: ParsedBlock) -> None:
+        batch = builder.take()
+        if batch is not None:
+            parsed.records.append(batch)
+
+    def _banner(self, banner: Banner, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
+        info = banner.parse(body.decode("utf-8", "replace"))
+        if info is None:
+            return False
+        self._emit(info, rank, parsed)
+        return True
+
+    def _feed_block(self, block: Block, rank: int | None, body: bytes, parsed: ParsedBlock) -> bool:
         fmt = self._format
         starts_record = fmt is not None and bool(fmt.prefilter) and fmt.prefilter in body
         found, consumed = block.feed(body, starts_record)
         if block.finished:
             del self._blocks[rank]
         for event in found:
-            self._emit(event, rank, out)
+            self._emit(event, rank, parsed)
         return consumed
 
-    def _detect(self, body: bytes) -> Record | None:
+    def _detect(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
         text = None
         for fmt in self._candidates:
             if fmt.prefilter in body:
@@ -215,41 +234,43 @@ class LineParser:
                         self._provisional = fmt
                     else:
                         self._settle(fmt)
-                    return record
-        return None
+                    self._take(fmt, record, rank, parsed)
+                    return True
+        return False
 
     def _settle(self, fmt: Format) -> None:
-        """The file's format is known: from now on only its anchors matter, its columns gather steps."""
+        """The file's format is known: from now on only its anchors matter, its field table reads runs of steps."""
         self._format = fmt
-        self._scanner = _scanner((fmt,))
-        self._columns = fmt.columns() if fmt.columns else None
+        self._scanner = scanner_for((fmt,))
+        if fmt.step_table is not None:
+            self._builder(None).read_by(native.step_reader(fmt.step_table.kernel_table), fmt.step_table.gauges)
 
-    def _failure(self, body: bytes, rank: int | None, out: list[Record]) -> bool:
+    def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
-        if events.FAILURE_GATE.search(body) is None:
+        if signatures.FAILURE_GATE.search(body) is None:
             return False
-        if body.startswith(events.TRACEBACK_START):
+        if body.startswith(signatures.TRACEBACK_START):
             self._blocks[rank] = Block()
             return True
-        event = events.classify(body)
+        event = signatures.classify(body)
         if event is not None:
-            exception = self._thrown.pop(rank, None) if events.WHAT in body else None
-            exception = exception or events.standalone_exception_type(body.decode("utf-8", "replace"))
+            exception = self._thrown.pop(rank, None) if signatures.WHAT in body else None
+            exception = exception or signatures.standalone_exception_type(body.decode("utf-8", "replace"))
             if exception:
                 event.detail = {"exception": exception, **event.detail}
-            self._emit(event, rank, out)
+            self._emit(event, rank, parsed)
             return True
-        if events.CHILD_FAILED in body:
+        if signatures.CHILD_FAILED in body:
             self._blocks[rank] = Block(elastic=True)
             return True
-        if events.TERMINATE in body:
+        if signatures.TERMINATE in body:
             thrown = _THROWN.search(body)
             if thrown is not None:
                 self._thrown[rank] = thrown.group(1).decode("utf-8", "replace")
                 return True
         return False
 
-    def _emit(self, record: Record, rank: int | None, out: list[Record]) -> None:
+    def _emit(self, record: Record, rank: int | None, parsed: ParsedBlock) -> None:
         if rank is not None:
             record.rank = rank
         if type(record) is ErrorEvent and record.kind == "nccl_timeout":
@@ -261,23 +282,11 @@ class LineParser:
                 self._watchdog_seen.clear()
             self._watchdog_seen.add(key)
         elif type(record) is SchedulerEvent:
-            record = self._scheduler_log.observe(record)
-            if record is None:
+            observed = self._scheduler_log.observe(record)
+            if observed is None:
                 return
-        out.append(record)
-
-
-def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
-    """Every literal _parse_line tests before acting on a line; None when a format has none."""
-    prefilters = {fmt.prefilter for fmt in formats}
-    if b"" in prefilters:
-        return None  # scheduler.log's format, a user's pattern without "contains": any line may match
-    return frozenset({*prefilters, mindformers.BANNER_PREFILTER, *events.FAILURE_LITERALS, *PREFIX_ANCHORS})
-
-
-def _scanner(formats: Iterable[Format]) -> AnchorScanner | None:
-    anchors = anchors_for(formats)
-    return scanner_for(anchors, PREFIX_ANCHORS) if anchors else None
+            record = observed
+        parsed.records.append(record)
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:

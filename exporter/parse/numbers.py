@@ -1,44 +1,16 @@
-"""Number and unit parsing shared by the format parsers."""
+"""Number and unit parsing shared by the format parsers.
+
+Floats, durations and numbers with a unit read as the step-field kernel reads them: the
+definitions are the kernel's conversion kinds (exporter/native/numbers.py).
+"""
 
 from __future__ import annotations
 
 import math
-import re
 
-_DURATION = re.compile(r"^([-+0-9.eE]+|nan|inf)\s*(ms|s|us|sec|seconds)?$", re.IGNORECASE)
-# Divide rather than multiply: 850 / 1000 prints as 0.85, 850 * 1e-3 does not.
-_UNITS_PER_SECOND = {"ms": 1e3, "us": 1e6, "s": 1.0, "sec": 1.0, "seconds": 1.0}
-_WITH_UNIT = re.compile(r"^([-+0-9.eE,]+|nan|inf)\s*([A-Za-z/%]*)$", re.IGNORECASE)
+from exporter.native.numbers import parse_duration_seconds, parse_float, parse_number_with_unit
 
-
-def parse_float(text: str) -> float | None:
-    """A float as frameworks print it ('1,234.5', 'nan', '-inf'); None if it is not a number."""
-    try:
-        return float(text.replace(",", ""))
-    except ValueError:
-        return None
-
-
-def parse_duration_seconds(text: str, default_unit: str = "s") -> float | None:
-    """'850ms' -> 0.85, '1.2s' -> 1.2, '850' with default_unit 'ms' -> 0.85."""
-    match = _DURATION.match(text.strip())
-    if match is None:
-        return None
-    value = parse_float(match.group(1))
-    if value is None:
-        return None
-    return value / _UNITS_PER_SECOND[(match.group(2) or default_unit).lower()]
-
-
-def parse_number_with_unit(text: str) -> tuple[float, str] | None:
-    """'12.34T' -> (12.34, 'T'); '1,234' -> (1234.0, '')."""
-    match = _WITH_UNIT.match(text.strip())
-    if match is None:
-        return None
-    value = parse_float(match.group(1))
-    if value is None:
-        return None
-    return value, match.group(2)
+__all__ = ["finite_int", "parse_duration_seconds", "parse_float", "parse_number_with_unit"]
 
 
 def finite_int(value: float | None) -> int | None:

@@ -1,59 +1,69 @@
-"""What parsers produce: plain value objects, no behaviour.
+"""What parse/ hands on: plain value objects, no behaviour.
 
 ``rank`` on a record is the global rank named by the line's own prefix (``[rank3]:``, or
 ``[default3]:`` plus the node's rank offset) in a file that mixes ranks; None means "the
 file's rank". Format parsers never set it: the per-file LineParser does.
+
+Steps leave parse/ as StepBatch only, whatever the format: a format parser reads one line
+into a StepLine, the batch builder (step_batch.py) gathers consecutive ones of a rank.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
 @dataclass(slots=True)
-class StepRecord:
-    """One training step line. Absent fields stay None; non-finite values stay float('nan'/'inf')."""
+class StepLine:
+    """What one step line printed, as a format parser reads it (internal to parse/)."""
 
-    # None when the format prints no step (Hugging Face Trainer's log dicts).
-    step: int | None
-    total_steps: int | None = None
-    loss: float | None = None
-    learning_rate: float | None = None
-    grad_norm: float | None = None
-    step_time_seconds: float | None = None
-    throughput: float | None = None
-    throughput_unit: str | None = None
-    aux_losses: dict[str, float] = field(default_factory=dict)
-    # Numeric extras a framework prints (loss_scale, skipped iterations, mfu, ...).
-    extra: dict[str, float] = field(default_factory=dict)
+    step: int | None  # None when the format prints no step (Hugging Face Trainer's log dicts)
+    # The gauges it printed, by the name of the value they set: loss, grad_norm, learning_rate,
+    # step_time_seconds, throughput, total_steps, ... Non-finite values stay float('nan'/'inf').
+    values: dict[str, float] = field(default_factory=dict)
+    units: dict[str, str] = field(default_factory=dict)  # of a value printed with its unit: throughput -> "T"
+    # Other numeric fields (aux losses, loss_scale, mfu, ...), in the order printed.
+    named: dict[str, float] = field(default_factory=dict)
     # Steps of the logging interval whose loss was non-finite although the line shows none
     # (Megatron-LM's "number of nan iterations": it drops a NaN loss from the line).
-    nonfinite_loss_steps: int = 0
-    rank: int | None = None
+    unprinted_nonfinite_losses: int = 0
+
+
+class Series(NamedTuple):
+    """Every value of a field a batch printed, with the step of its line (for the detectors)."""
+
+    steps: list[int | None]  # None: the rank's step before the batch (no line of the batch printed one yet)
+    values: list[float]
+
+
+class Named(NamedTuple):
+    """A named value of a batch: the latest printed, on how many lines, and whether it is an aux loss."""
+
+    value: float
+    lines: int
+    aux_loss: bool
 
 
 @dataclass(slots=True)
 class StepBatch:
-    """Consecutive step lines of one rank, in columns: what the state needs of them, in order.
+    """Consecutive step lines of one rank: what the state needs of them, a column at a time.
 
-    Applying a batch does what applying its lines' StepRecords one by one does
-    (tests/test_step_columns.py), without an object per line (parse/columns.py). Every
-    row has a step; the other fields are the latest value any row printed.
+    Applying a batch does what applying its lines one by one would: the fields of
+    different columns never interact, and within a column the order is kept.
     """
 
-    steps: list[int]
-    total_steps: int | None
-    loss_steps: list[int]  # the step of each loss, for the detectors
-    losses: list[float]
-    grad_norm_steps: list[int]
-    grad_norms: list[float]
-    learning_rate: float | None
-    step_time_seconds: float | None
-    throughput: float | None
-    throughput_unit: str | None  # of the last row whose throughput had a unit
-    # aux losses (``*_loss``) and other named values: name -> (latest value, rows holding it),
-    # in the order a row-by-row application first meets them.
-    named: dict[str, tuple[float, int]]
+    steps: list[int | None]  # each line's step; None: the line printed none
+    latest: dict[str, float]  # every gauge a line printed -> its latest value
+    series: dict[str, Series]  # loss, grad_norm: every value, for the detectors
+    units: dict[str, str]  # gauge -> unit of the latest line that printed one
+    # Named values in the order a line-by-line application first meets them (aux losses
+    # of a line before its other values), with the lines holding each: every one of them
+    # is a value dropped when a cardinality limit is reached.
+    named: dict[str, Named]
+    # Non-finite losses of the last line's logging interval the line does not show; a batch
+    # ends at such a line, so they count at its step, after the losses before them.
+    unprinted_nonfinite_losses: int = 0
     rank: int | None = None
 
 
@@ -86,4 +96,4 @@ class RunInfo:
     rank: int | None = None
 
 
-Record = StepRecord | StepBatch | ErrorEvent | SchedulerEvent | RunInfo
+Record = StepBatch | ErrorEvent | SchedulerEvent | RunInfo

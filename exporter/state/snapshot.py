@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
-from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector
+from exporter.state.detectors import PlateauTracker, SpikeDetector
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
 if TYPE_CHECKING:
@@ -50,7 +50,7 @@ _DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _
 def dump_state(state: TrainingState) -> dict[str, Any]:
     """The state as plain data (lists, dicts, numbers, strings). Call with the lock held."""
     stats = {
-        item.name: getattr(state.stats, item.name)
+        item.name: _plain(getattr(state.stats, item.name))
         for item in dataclasses.fields(ExporterStats)
         if item.name not in _NOT_RESTORED_STATS
     }
@@ -62,7 +62,7 @@ def restore_state(state: TrainingState, data: Any) -> None:
     """Replace the state's series and counters with a dump; ValueError if it is not valid."""
     try:
         stats = _stats_adapter().validate_python(data["stats"])
-        series = {_key(entry["key"]): _load_rank(entry["values"], state.detectors) for entry in data["series"]}
+        series = {_key(entry["key"]): _load_rank(entry["values"]) for entry in data["series"]}
     except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
     with state.lock:
@@ -76,22 +76,23 @@ def _dump_rank(rank: RankState) -> dict[str, Any]:
     values = {}
     for item in dataclasses.fields(RankState):
         value = getattr(rank, item.name)
-        if isinstance(value, tuple(_DETECTORS)):
-            value = value.snapshot()
-        elif isinstance(value, dict):
-            value = dict(value)
-        values[item.name] = value
+        values[item.name] = value.snapshot() if isinstance(value, tuple(_DETECTORS)) else _plain(value)
     return values
 
 
-def _load_rank(values: dict[str, Any], detectors: DetectorConfig) -> RankState:
+def _plain(value: Any) -> Any:
+    """A copy of a dict, so that the dump does not change with the state; other values as they are."""
+    return dict(value) if isinstance(value, dict) else value
+
+
+def _load_rank(values: dict[str, Any]) -> RankState:
     rank = RankState()
     for name, (detector, adapter) in _rank_adapters().items():
         if name not in values:
             continue  # a field added since the checkpoint was written keeps its default
         value = adapter.validate_python(values[name])
         if detector is not None and value is not None:
-            value = detector.restored(detectors, value)
+            value = detector.restored(value)
         setattr(rank, name, value)
     return rank
 
@@ -125,7 +126,8 @@ def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
 def _stats_adapter() -> TypeAdapter:
     from pydantic import TypeAdapter
 
-    fields = {item.name: int for item in dataclasses.fields(ExporterStats) if item.name not in _NOT_RESTORED_STATS}
+    hints = typing.get_type_hints(ExporterStats)
+    fields = {name: hint for name, hint in hints.items() if name not in _NOT_RESTORED_STATS}
     return TypeAdapter(TypedDict("StatsSnapshot", fields, total=False))
 
 

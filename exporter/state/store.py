@@ -7,10 +7,11 @@ one lock; writers take it once per batch of lines, not per line.
 from __future__ import annotations
 
 import math
+import operator
 import threading
 from dataclasses import dataclass, field
 
-from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch, StepRecord
+from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
 
 ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
@@ -79,6 +80,7 @@ class ExporterStats:
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
     otlp_export_failures_total: int = 0
+    lines_parsed_total: dict[str, int] = field(default_factory=dict)  # by the format that read a record from them
 
 
 class TrainingState:
@@ -127,8 +129,6 @@ class TrainingState:
         for record in records:
             if isinstance(record, StepBatch):
                 self._apply_steps(rank, record, now)
-            elif isinstance(record, StepRecord):
-                self._apply_step(rank, record, now)
             elif isinstance(record, ErrorEvent):
                 self._apply_error(rank, record, now)
             elif isinstance(record, SchedulerEvent):
@@ -147,69 +147,47 @@ class TrainingState:
             rank = self.series[key] = RankState()
         return rank
 
-    def _apply_step(self, rank: RankState, record: StepRecord, now: float) -> None:
-        # DeepSpeed prints the lr and the throughput of one step on two lines: a record for
-        # the step the rank is at completes that step instead of counting another one.
-        if record.step is None or record.step != rank.step:
-            rank.steps_total += 1
-        rank.last_step_timestamp = now
-        if record.step is not None:
-            rank.step = record.step
-        step = rank.step  # Hugging Face Trainer prints no step: anomalies keep the last one known
-        _set_printed(rank, record.total_steps, record.learning_rate, record.step_time_seconds, record.throughput,
-                     record.throughput_unit if record.throughput is not None else None)
-        for name, value in record.aux_losses.items():
-            self._set_named(rank, rank.aux_losses, name, value)
-        for name, value in record.extra.items():
-            self._set_named(rank, rank.extra, name, value)
-        if record.loss is not None:
-            rank.loss = record.loss
-            self._check_losses(rank, [step], [record.loss], counted_elsewhere=record.nonfinite_loss_steps > 0)
-        if record.nonfinite_loss_steps:
-            # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
-            self._anomaly(rank, "loss_nonfinite", step, record.nonfinite_loss_steps)
-        if record.grad_norm is not None:
-            rank.grad_norm = record.grad_norm
-            self._check_grad_norms(rank, [step], [record.grad_norm])
-
     def _apply_steps(self, rank: RankState, batch: StepBatch, now: float) -> None:
-        # What _apply_step does for each row, a column at a time: the fields of different
-        # columns never interact, and within a column the order is kept.
+        # What applying each line in turn would do, a column at a time: the fields of
+        # different columns never interact, and within a column the order is kept.
         if not batch.steps:
             return
-        previous = rank.step
-        for step in batch.steps:
-            if step != previous:
-                rank.steps_total += 1
-                previous = step
+        step_before = rank.step
+        rank.steps_total += _steps_counted(step_before, batch.steps)
+        rank.step = _last_known(step_before, batch.steps)  # Hugging Face Trainer prints no step
         rank.last_step_timestamp = now
-        rank.step = batch.steps[-1]
-        _set_printed(rank, batch.total_steps, batch.learning_rate, batch.step_time_seconds, batch.throughput,
-                     batch.throughput_unit)
-        for name, (value, rows) in batch.named.items():
-            self._set_named(rank, rank.aux_losses if name.endswith("_loss") else rank.extra, name, value, rows)
-        if batch.losses:
-            rank.loss = batch.losses[-1]
-            self._check_losses(rank, batch.loss_steps, batch.losses)
-        if batch.grad_norms:
-            rank.grad_norm = batch.grad_norms[-1]
-            self._check_grad_norms(rank, batch.grad_norm_steps, batch.grad_norms)
+        for name, value in batch.latest.items():
+            setattr(rank, name, value)
+        for name, unit in batch.units.items():
+            rank.info[f"{name}_unit"] = unit
+        for name, (value, lines, aux_loss) in batch.named.items():
+            self._set_named(rank, rank.aux_losses if aux_loss else rank.extra, name, value, lines)
+        losses = batch.series.get("loss")
+        if losses:
+            self._check_losses(rank, _at_known_steps(losses.steps, step_before), losses.values)
+        if batch.unprinted_nonfinite_losses:
+            # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
+            self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
+        grad_norms = batch.series.get("grad_norm")
+        if grad_norms:
+            self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
 
-    def _check_losses(self, rank: RankState, steps: list[int | None], losses: list[float],
-                      counted_elsewhere: bool = False) -> None:
+    def _check_losses(self, rank: RankState, steps: list[int | None], losses: list[float]) -> None:
         if rank.loss_spikes is None and any(map(math.isfinite, losses)):
-            rank.loss_spikes = SpikeDetector(self._detectors)
-            rank.plateau = PlateauTracker(self._detectors)
-        nonfinite, nonfinite_step, spikes, spike_step = check_series(rank.loss_spikes, rank.plateau, steps, losses)
-        if nonfinite and not counted_elsewhere:
+            rank.loss_spikes = SpikeDetector()
+            rank.plateau = PlateauTracker()
+        nonfinite, nonfinite_step, spikes, spike_step = check_series(self._detectors, rank.loss_spikes, rank.plateau,
+                                                                     steps, losses)
+        if nonfinite:
             self._anomaly(rank, "loss_nonfinite", nonfinite_step, nonfinite)
         if spikes:
             self._anomaly(rank, "loss_spike", spike_step, spikes)
 
     def _check_grad_norms(self, rank: RankState, steps: list[int | None], grad_norms: list[float]) -> None:
         if rank.grad_norm_spikes is None and any(map(math.isfinite, grad_norms)):
-            rank.grad_norm_spikes = SpikeDetector(self._detectors)
-        nonfinite, nonfinite_step, spikes, spike_step = check_series(rank.grad_norm_spikes, None, steps, grad_norms)
+            rank.grad_norm_spikes = SpikeDetector()
+        nonfinite, nonfinite_step, spikes, spike_step = check_series(self._detectors, rank.grad_norm_spikes, None,
+                                                                     steps, grad_norms)
         if nonfinite:
             self._anomaly(rank, "grad_norm_nonfinite", nonfinite_step, nonfinite)
         if spikes:
@@ -247,19 +225,28 @@ class TrainingState:
         return used < self._limits.max_named_values_per_series
 
 
-def _set_printed(rank: RankState, total_steps: int | None, learning_rate: float | None,
-                 step_time_seconds: float | None, throughput: float | None, throughput_unit: str | None) -> None:
-    """The gauges a step line sets when it prints their value (None: not printed)."""
-    if total_steps is not None:
-        rank.total_steps = total_steps
-    if learning_rate is not None:
-        rank.learning_rate = learning_rate
-    if step_time_seconds is not None:
-        rank.step_time_seconds = step_time_seconds
-    if throughput is not None:
-        rank.throughput = throughput
-    if throughput_unit:
-        rank.info["throughput_unit"] = throughput_unit
+def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:
+    """How many steps the lines printed: DeepSpeed prints the lr and the throughput of one step on
+    two lines, so a line for the step the rank is at completes it; a line printing none is a step."""
+    if None not in steps:  # the usual case, at C speed: each change of step is one
+        return sum(map(operator.ne, steps, [step_before, *steps[:-1]]))
+    counted, known = 0, step_before
+    for step in steps:
+        counted += step is None or step != known
+        if step is not None:
+            known = step
+    return counted
+
+
+def _last_known(step_before: int | None, steps: list[int | None]) -> int | None:
+    return next((step for step in reversed(steps) if step is not None), step_before)
+
+
+def _at_known_steps(steps: list[int | None], step_before: int | None) -> list[int | None]:
+    """A series' steps, a line of the batch before any printed step being at the rank's step before it."""
+    if steps and steps[0] is None:
+        return [step_before if step is None else step for step in steps]
+    return steps
 
 
 def _error_summary(detail: dict[str, str | float]) -> str:

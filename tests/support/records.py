@@ -5,15 +5,19 @@ in order (a traceback's events are emitted when its block ends, after lines of o
 ranks); every key an expected record names is compared, keys it leaves out are not (the
 core fixtures name ``throughput_unit``, the format fixtures ``rank``); inside ``detail``
 the keys in REQUIRED_DETAIL must agree both ways, any other key only where both have it.
+A fixture is parsed with a StepBatch per step line, so that each line's values show.
 """
 
 from __future__ import annotations
 
 import math
+from collections.abc import Iterable
 from pathlib import Path
 
-from exporter.parse import ErrorEvent, LineParser, RunInfo, SchedulerEvent, StepRecord
+from exporter.parse import ErrorEvent, LineParser, ParsedBlock, Record, RunInfo, SchedulerEvent, StepBatch
 from exporter.parse.formats import FormatSelection
+from exporter.parse.records import StepLine
+from exporter.parse.step_batch import StepBatchBuilder
 
 REQUIRED_DETAIL = {"exception", "code", "op", "seq_num", "timeout_seconds", "root_cause_rank", "exitcode"}
 
@@ -26,21 +30,23 @@ def plain_number(value: float | None) -> float | str | None:
 
 
 def record_as_dict(record) -> dict:
-    if isinstance(record, StepRecord):
+    if isinstance(record, StepBatch):
+        (step,) = record.steps  # a batch of one line: what that line printed
+        values = record.latest
         return {
             "type": "step",
             "rank": record.rank,
-            "step": record.step,
-            "total_steps": record.total_steps,
-            "loss": plain_number(record.loss),
-            "lr": plain_number(record.learning_rate),
-            "grad_norm": plain_number(record.grad_norm),
-            "step_time_seconds": plain_number(record.step_time_seconds),
-            "throughput": plain_number(record.throughput),
-            "throughput_unit": record.throughput_unit,
-            "aux": {name: plain_number(value) for name, value in record.aux_losses.items()},
-            "extra": {name: plain_number(value) for name, value in record.extra.items()},
-            "nonfinite_loss_steps": record.nonfinite_loss_steps,
+            "step": step,
+            "total_steps": values.get("total_steps"),
+            "loss": plain_number(values.get("loss")),
+            "lr": plain_number(values.get("learning_rate")),
+            "grad_norm": plain_number(values.get("grad_norm")),
+            "step_time_seconds": plain_number(values.get("step_time_seconds")),
+            "throughput": plain_number(values.get("throughput")),
+            "throughput_unit": record.units.get("throughput"),
+            "aux": {name: plain_number(value) for name, (value, _, aux) in record.named.items() if aux},
+            "extra": {name: plain_number(value) for name, (value, _, aux) in record.named.items() if not aux},
+            "nonfinite_loss_steps": record.unprinted_nonfinite_losses,
         }
     if isinstance(record, ErrorEvent):
         return {"type": "error", "kind": record.kind, "rank": record.rank, "detail": dict(record.detail)}
@@ -53,10 +59,30 @@ def record_as_dict(record) -> dict:
 
 
 def fixture_parser(path: Path) -> LineParser:
-    """The parser the exporter would give the fixture: scheduler logs get the scheduler's format."""
+    """The parser the exporter gives the fixture (scheduler logs get their format), with a batch per step line."""
     role = "scheduler" if path.stem.endswith("scheduler") else "worker"
     selection = FormatSelection()
-    return LineParser(selection.candidates(), forced=selection.forced(path.name, role))
+    return LineParser(selection.candidates(), forced=selection.forced(path.name, role), rows_per_batch=1)
+
+
+def parse_lines(parser: LineParser, lines: Iterable[bytes]) -> ParsedBlock:
+    """``parse_block`` of lines given without their newlines."""
+    return parser.parse_block(b"".join(line + b"\n" for line in lines))
+
+
+def in_batches(*items: StepLine | Record) -> list[Record]:
+    """Records as a LineParser hands them on: each run of step lines (one rank's) gathered into StepBatches."""
+    records: list[Record] = []
+    builder = StepBatchBuilder(None)
+    for item in items:
+        if isinstance(item, StepLine):
+            if builder.add_line(item):
+                records.append(builder.take())
+            continue
+        batch = builder.take()
+        records.extend([batch, item] if batch else [item])
+    batch = builder.take()
+    return records + [batch] if batch else records
 
 
 def fixture_lines(path: Path) -> list[bytes]:
@@ -72,7 +98,7 @@ def fixture_lines(path: Path) -> list[bytes]:
 def parse_fixture(path: Path, parser: LineParser | None = None) -> list[dict]:
     """Every record of a fixture log, read as one batch."""
     parser = parser or fixture_parser(path)
-    return [record_as_dict(record) for record in parser.parse_batch(fixture_lines(path)).records]
+    return [record_as_dict(record) for record in parse_lines(parser, fixture_lines(path)).records]
 
 
 def by_rank(records: list[dict]) -> list[dict]:

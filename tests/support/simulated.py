@@ -8,6 +8,7 @@ from pathlib import Path
 
 from exporter.parse import LineParser, Record
 from exporter.simulate import RunConfig, parse_incident, simulate, write_run
+from tests.support.records import parse_lines
 
 
 def run_config(*specs: str, ranks: int = 8, steps: int = 1000, **options) -> RunConfig:
@@ -26,11 +27,11 @@ def lines_by_file(config: RunConfig) -> dict[str, list[str]]:
 
 
 def records_by_file(config: RunConfig) -> dict[str, list[Record]]:
-    """What the exporter's real line parser makes of each file."""
+    """What the exporter's real line parser makes of each file, a StepBatch per step line."""
     records = {}
     for name, lines in lines_by_file(config).items():
-        # One batch per file: a failure that ends the file is emitted when its batch ends.
-        records[name] = LineParser().parse_batch(line.encode() for line in lines).records
+        # One block per file: a failure that ends the file is emitted when its block ends.
+        records[name] = parse_lines(LineParser(rows_per_batch=1), (line.encode() for line in lines)).records
     return records
 
 

@@ -20,10 +20,10 @@ def require_tool(name: str, install_hint: str, search_path: str | None = None) -
     pytest.skip(message)
 
 
-def require_native_speedups() -> None:
-    """The C extensions (exporter/*/_speedups.c). Built by every install with a C compiler:
+def require_native_kernels() -> None:
+    """The C kernels (exporter/native/*.c). Built by every install with a C compiler:
     a local run without them skips, CI fails."""
-    message = "the native speedups are not built (pip install -e . with a C compiler)"
+    message = "the native kernels are not built (pip install -e . with a C compiler)"
     if os.environ.get("CI"):
         pytest.fail(f"{message}; .ci/run must build them")
     pytest.skip(message)

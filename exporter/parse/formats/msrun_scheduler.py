@@ -11,11 +11,8 @@ from __future__ import annotations
 
 import re
 
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.records import SchedulerEvent
-
-# Scheduler logs are short: every line is looked at (the checks below are plain substring tests).
-PREFILTER = b""
-FRAMEWORK = "mindspore"
 
 _REGISTERED = re.compile(
     r"The new node: (?P<id>\S+?)\(role: (?P<role>\w+)\)(?:, rank id: (?P<rank>\d+))?(?:, device id: \d+)?"
@@ -83,3 +80,8 @@ class SchedulerLog:
         if event.node_rank is None:
             event.node_rank = self._ranks.get(node)
         return event
+
+
+# Chosen for scheduler.log by its role, never detected. Scheduler logs are short: every line
+# is looked at (no prefilter; the checks above are plain substring tests).
+FORMAT = register(Format("msrun_scheduler", "mindspore", b"", parse, role="scheduler"))

@@ -12,35 +12,35 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse.fields import add_named, metric_name
+from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b"{'loss'"
-FRAMEWORK = "transformers"
+from exporter.parse.records import StepLine
 
 _DICT = re.compile(r"\{'loss':[^{}]*\}")
 _PAIR = re.compile(r"'(?P<key>[^']+)':\s*'?(?P<value>[^,'}]*)'?")
 _PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 
 
-def parse(text: str) -> StepRecord | None:
+_GAUGES = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}
+
+
+def parse(text: str) -> StepLine | None:
     """One training log dict; None when the line holds none."""
     match = _DICT.search(text)
     if match is None:
         return None
-    record = StepRecord(step=None)
+    line = StepLine(None)
     progress = _PROGRESS.search(text, 0, match.start())
     if progress is not None:
-        record.step, record.total_steps = int(progress.group(1)), int(progress.group(2))
+        line.step, line.values["total_steps"] = int(progress.group(1)), int(progress.group(2))
     for key, raw in _PAIR.findall(match.group(0)):
         value = parse_float(raw.strip())
-        if key == "loss":
-            record.loss = value
-        elif key == "learning_rate":
-            record.learning_rate = value
-        elif key == "grad_norm":
-            record.grad_norm = value
+        if key in _GAUGES:
+            set_value(line, _GAUGES[key], value)
         else:
-            add_named(record, metric_name(key), value)
-    return record
+            add_named(line, metric_name(key), value)
+    return line
+
+
+FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40))

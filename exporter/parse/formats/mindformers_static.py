@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse.fields import add_named, metric_name
+from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.formats.mindformers import BANNER, FRAMEWORK
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b"Epoch:["
-FRAMEWORK = "mindformers"
+from exporter.parse.records import StepLine
 
 _RECORD = re.compile(r"\{\s*Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\],(?P<body>[^{}]*)")
 # ``key: value`` or ``global_norm [..]`` (no colon in some versions); values hold no comma.
@@ -25,42 +24,46 @@ _LOSS_PAIR = re.compile(r"^\[\s*([^/\]]+?)\s*/\s*([^\]]+?)\s*\]$")  # non-sink m
 _BOOLEANS = {"True": 1.0, "False": 0.0}
 
 
-def parse(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """One MFLossMonitor record; None when the line holds none."""
     match = _RECORD.search(text)
     if match is None:
         return None
     epoch, epochs, epoch_step, steps_per_epoch = (int(group) for group in match.groups()[:4])
-    record = StepRecord(step=(epoch - 1) * steps_per_epoch + epoch_step, total_steps=epochs * steps_per_epoch)
-    record.extra.update(epoch=epoch, total_epochs=epochs, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
+    line = StepLine((epoch - 1) * steps_per_epoch + epoch_step, {"total_steps": epochs * steps_per_epoch})
+    line.named.update(epoch=epoch, total_epochs=epochs, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
     for field in _FIELD.finditer(match.group("body")):
-        _apply_field(record, field.group("key"), field.group("value"))
-    return record
+        _apply_field(line, field.group("key"), field.group("value"))
+    return line
 
 
-def _apply_field(record: StepRecord, key: str, raw: str) -> None:
+def _apply_field(line: StepLine, key: str, raw: str) -> None:
     if key == "loss":
         pair = _LOSS_PAIR.match(raw)
         if pair is not None:
-            record.loss = _number(pair.group(1))
-            add_named(record, "loss_epoch_mean", _number(pair.group(2)))
+            set_value(line, "loss", _number(pair.group(1)))
+            add_named(line, "loss_epoch_mean", _number(pair.group(2)))
         else:
-            record.loss = _number(raw)
+            set_value(line, "loss", _number(raw))
     elif key == "per_step_time":
         value = _number(raw.removesuffix("ms"))
-        record.step_time_seconds = None if value is None else value / 1000
+        set_value(line, "step_time_seconds", None if value is None else value / 1000)
     elif key == "lr":
-        record.learning_rate = _number(raw)
+        set_value(line, "learning_rate", _number(raw))
     elif key == "global_norm":
-        record.grad_norm = _number(raw)
+        set_value(line, "grad_norm", _number(raw))
     elif key == "train_throughput_per_npu":
-        record.throughput, record.throughput_unit = _number(raw.removesuffix("T")), "T"
+        set_value(line, "throughput", _number(raw.removesuffix("T")))
+        line.units["throughput"] = "T"
     elif key == "overflow cond":
-        add_named(record, "overflow", _BOOLEANS.get(raw.strip("[] ")))
+        add_named(line, "overflow", _BOOLEANS.get(raw.strip("[] ")))
     else:
-        add_named(record, metric_name(key), _number(raw))
+        add_named(line, metric_name(key), _number(raw))
 
 
 def _number(raw: str) -> float | None:
     """'1e-05', '[10.579812]', '[inf]'; 'unavailable' and arrays of several values are None."""
     return parse_float(raw.strip().strip("[]").strip())
+
+
+FORMAT = register(Format("mindformers_static", FRAMEWORK, b"Epoch:[", parse, detection_order=10, banner=BANNER))

@@ -14,46 +14,49 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse.fields import add_named, metric_name
+from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
-from exporter.parse.records import StepRecord
+from exporter.parse.records import StepLine
 
-PREFILTER = b"iteration"
-FRAMEWORK = "megatron"
 THROUGHPUT_UNIT = "TFLOP/s/GPU"
 
 _ANCHOR = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|")
 
 
-def parse(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """One iteration line; None when the line holds none."""
     match = _ANCHOR.search(text)
     if match is None:
         return None
-    record = StepRecord(step=int(match.group(1)), total_steps=int(match.group(2)))
+    line = StepLine(int(match.group(1)), {"total_steps": int(match.group(2))})
     for field in text[match.end():].split("|"):
         key, colon, raw = field.partition(":")
         if colon:
-            _apply_field(record, key.strip(), parse_float(raw.strip()))
-    return record
+            _apply_field(line, key.strip(), parse_float(raw.strip()))
+    return line
 
 
-def _apply_field(record: StepRecord, key: str, value: float | None) -> None:
+def _apply_field(line: StepLine, key: str, value: float | None) -> None:
     if value is None:
         return
     name = metric_name(key.removeprefix("number of "))
     if name in ("lm_loss", "loss"):
-        record.loss = value
+        set_value(line, "loss", value)
     elif name == "elapsed_time_per_iteration":
-        record.step_time_seconds = value / 1000 if "(ms)" in key else value
+        set_value(line, "step_time_seconds", value / 1000 if "(ms)" in key else value)
     elif name == "learning_rate":
-        record.learning_rate = value
+        set_value(line, "learning_rate", value)
     elif name == "grad_norm":
-        record.grad_norm = value
+        set_value(line, "grad_norm", value)
     elif name in ("throughput_per_gpu", "tflops"):  # TFLOPs: Megatron-DeepSpeed's spelling
-        record.throughput, record.throughput_unit = value, THROUGHPUT_UNIT
+        set_value(line, "throughput", value)
+        line.units["throughput"] = THROUGHPUT_UNIT
     else:
         if name == "nan_iterations":
-            record.nonfinite_loss_steps = int(value)
+            line.unprinted_nonfinite_losses = int(value)
         # "mtp_1 loss" -> mtp_1_loss: loss terms are auxiliary losses.
-        add_named(record, name, value)
+        add_named(line, name, value)
+
+
+FORMAT = register(Format("megatron", "megatron", b"iteration", parse, detection_order=30))

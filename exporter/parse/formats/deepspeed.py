@@ -12,11 +12,10 @@ from __future__ import annotations
 
 import re
 
+from exporter.parse.fields import set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b"step="
-FRAMEWORK = "deepspeed"
+from exporter.parse.records import StepLine
 
 _PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\],]*)")
 _TIMER = re.compile(
@@ -24,20 +23,24 @@ _TIMER = re.compile(
     r"(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?")
 
 
-def parse(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """An lr report or a throughput line; None when the line holds neither."""
     match = _PROGRESS.search(text)
     if match is not None:
-        record = StepRecord(step=int(match.group(1)), learning_rate=parse_float(match.group(3)))
-        record.extra["skipped_steps"] = int(match.group(2))
-        return record
+        line = StepLine(int(match.group(1)), named={"skipped_steps": int(match.group(2))})
+        set_value(line, "learning_rate", parse_float(match.group(3)))
+        return line
     match = _TIMER.search(text)
     if match is None:
         return None
     epoch, micro_step, step, running_avg, current, allocated, max_allocated = match.groups()
-    record = StepRecord(step=int(step), throughput=parse_float(current), throughput_unit="samples/s")
-    extra = {"epoch": parse_float(epoch), "micro_step": parse_float(micro_step),
+    line = StepLine(int(step), units={"throughput": "samples/s"})
+    set_value(line, "throughput", parse_float(current))
+    named = {"epoch": parse_float(epoch), "micro_step": parse_float(micro_step),
              "running_avg_samples_per_sec": parse_float(running_avg),
              "mem_allocated_gb": parse_float(allocated or ""), "max_mem_allocated_gb": parse_float(max_allocated or "")}
-    record.extra.update({name: value for name, value in extra.items() if value is not None})
-    return record
+    line.named.update({name: value for name, value in named.items() if value is not None})
+    return line
+
+
+FORMAT = register(Format("deepspeed", "deepspeed", b"step=", parse, detection_order=60, provisional=True))

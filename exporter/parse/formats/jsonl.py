@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import json
 
-from exporter.parse.fields import add_named, metric_name
+from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b'loss"'
-FRAMEWORK = ""  # no framework: a convention many training loops follow
+from exporter.parse.records import StepLine
 
 _STEP_KEYS = ("step", "iteration", "global_step")
 _TOTAL_KEYS = ("total_steps", "total_iterations", "max_steps")
@@ -25,7 +23,7 @@ _TIME_KEYS = ("step_time", "iteration_time")  # seconds
 _THROUGHPUT_UNITS = {"throughput": None, "tokens_per_sec": "tokens/s", "tps": "tokens/s"}
 
 
-def parse(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """One metrics dict; None when the line holds none or it has no loss."""
     start = text.find("{")
     if start < 0:
@@ -42,16 +40,22 @@ def parse(text: str) -> StepRecord | None:
         return None
     step = _first(values, _STEP_KEYS)
     total = _first(values, _TOTAL_KEYS)
-    record = StepRecord(step=finite_int(step), total_steps=finite_int(total), loss=values.pop(loss_key))
-    record.learning_rate = _first(values, _LR_KEYS)
-    record.grad_norm = _first(values, _GRAD_NORM_KEYS)
-    record.step_time_seconds = _first(values, _TIME_KEYS)
+    line = StepLine(finite_int(step))
+    set_value(line, "total_steps", finite_int(total))
+    set_value(line, "loss", values.pop(loss_key))
+    set_value(line, "learning_rate", _first(values, _LR_KEYS))
+    set_value(line, "grad_norm", _first(values, _GRAD_NORM_KEYS))
+    set_value(line, "step_time_seconds", _first(values, _TIME_KEYS))
     for key, unit in _THROUGHPUT_UNITS.items():
         if values.get(key) is not None:
-            record.throughput, record.throughput_unit = values.pop(key), unit
+            set_value(line, "throughput", values.pop(key))
+            if unit:
+                line.units["throughput"] = unit
+            else:
+                line.units.pop("throughput", None)
     for name, value in values.items():
-        add_named(record, name, value)
-    return record
+        add_named(line, name, value)
+    return line
 
 
 def _first(values: dict[str, float | None], keys: tuple[str, ...]) -> float | None:
@@ -71,3 +75,7 @@ def _number(value: object) -> float | None:
         return float(value)
     return parse_float(value) if isinstance(value, str) else None
 
+
+
+# A convention many training loops follow, no framework's.
+FORMAT = register(Format("jsonl", "", b'loss"', parse, detection_order=70))

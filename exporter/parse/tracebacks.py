@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse import events
+from exporter.parse import signatures
 from exporter.parse.records import ErrorEvent
 
 # Lines that start a new log record end the continuation of an exception: timestamped
@@ -50,11 +50,11 @@ class Block:
         self._lines = 0
         self._exception: str | None = None
         self._kind: str | None = None  # the specific kind, once known
-        self._detail: events.Detail = {}
+        self._detail: signatures.Detail = {}
         self._emitted = False
         self._chained_kind: str | None = None
-        self._chained_detail: events.Detail = {}
-        self._elastic: events.Detail = {"exception": "ChildFailedError", "other_failures": 0}
+        self._chained_detail: signatures.Detail = {}
+        self._elastic: signatures.Detail = {"exception": "ChildFailedError", "other_failures": 0}
         self._section = ""
         self._separators = 0
 
@@ -105,7 +105,7 @@ class Block:
     def _feed_frames(self, text: str, body: bytes) -> tuple[list[ErrorEvent], bool]:
         if not text.strip() or text[0].isspace():
             return [], True  # a frame, a source line, a caret line
-        exception = events.exception_type(text)
+        exception = signatures.exception_type(text)
         if exception is None:
             return [], False  # another record of the same stream, interleaved
         if exception.endswith("ChildFailedError"):
@@ -114,7 +114,7 @@ class Block:
             return [], True
         self._state = _AFTER
         self._exception = exception
-        specific = events.classify(body)
+        specific = signatures.classify(body)
         if specific is None and self._chained_kind is not None:
             self._kind, self._detail = self._chained_kind, dict(self._chained_detail)
         elif specific is not None:
@@ -125,11 +125,11 @@ class Block:
         if self._emitted:
             return
         if self._kind is None:
-            specific = events.classify(body)
+            specific = signatures.classify(body)
             if specific is not None:
                 self._kind, self._detail = specific.kind, specific.detail
                 return
-        for name, value in events.continuation_detail(text).items():
+        for name, value in signatures.continuation_detail(text).items():
             self._detail.setdefault(name, value)
 
     def _events(self) -> list[ErrorEvent]:
@@ -184,6 +184,6 @@ class Block:
                 detail["exitcode"] = int(code)
                 if pid:
                     detail["pid"] = int(pid)
-                signal_name = signal_name or events.signal_name(int(code))
+                signal_name = signal_name or signatures.signal_name(int(code))
                 if signal_name:
                     detail["signal"] = signal_name

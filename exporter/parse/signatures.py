@@ -1,7 +1,7 @@
 """Failure signatures: one matcher per error kind, cheap byte prefilters first.
 
 ``classify`` looks at one line on its own. Tracebacks and torchrun's ChildFailedError
-summary span several lines: exporter/parse/blocks.py assembles those and uses the helpers
+summary span several lines: exporter/parse/tracebacks.py assembles those and uses the helpers
 here for their exception and continuation lines. The rules are those of
 docs/formats-research.md section 0 (one event per traceback, ``NCCL error in:`` rather than
 a bare "NCCL error", ...).
@@ -177,7 +177,7 @@ _SIGNATURES: tuple[tuple[bytes, Callable[[str], ErrorEvent | None]], ...] = (
     (b"NCCL error in:", _nccl),
     (b"nccl", _nccl_code),
     # A CANN code is E[IJ] and four digits. Three bytes rather than "EI"/"EJ": those appear in
-    # ordinary words, and a two-byte anchor slows the block scanner five times (parse/block.py).
+    # ordinary words, and a two-byte anchor slows the block scanner five times (parse/scan.py).
     *((f"E{series}{digit}".encode(), _hccl) for series in "IJ" for digit in "0123456789"),
     (b"HCCL", _hccl),
     (b"hccl api failed", _hccl),

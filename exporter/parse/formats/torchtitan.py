@@ -9,12 +9,10 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse.fields import add_named, metric_name
+from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b"loss:"
-FRAMEWORK = "torchtitan"
+from exporter.parse.records import StepLine
 
 _ANSI = re.compile(r"\x1b\[[0-9;]*m")
 _ANCHOR = re.compile(r"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*(\S+)")
@@ -22,27 +20,32 @@ _FIELD = re.compile(r"(\w+):\s*(\S+)")
 _MEMORY = re.compile(r"([\d.]+)GiB\(([\d.]+)%\)")
 
 
-def parse(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """One training metrics line; None when the line holds none."""
     text = _ANSI.sub("", text)
     match = _ANCHOR.search(text)
     if match is None:
         return None
-    record = StepRecord(step=int(match.group(1)), loss=parse_float(match.group(2)))
+    line = StepLine(int(match.group(1)))
+    set_value(line, "loss", parse_float(match.group(2)))
     for key, raw in _FIELD.findall(text, match.end()):
         if key == "grad_norm":
-            record.grad_norm = parse_float(raw)
+            set_value(line, "grad_norm", parse_float(raw))
         elif key in ("tps", "wps"):
-            record.throughput, record.throughput_unit = parse_float(raw), "tokens/s"
+            set_value(line, "throughput", parse_float(raw))
+            line.units["throughput"] = "tokens/s"
         elif key == "elapsed_time_per_step":
-            record.step_time_seconds = parse_duration_seconds(raw)
+            set_value(line, "step_time_seconds", parse_duration_seconds(raw))
         elif key == "memory":
             memory = _MEMORY.match(raw)
             if memory is not None:
-                record.extra["memory_gib"] = float(memory.group(1))
-                record.extra["memory_percent"] = float(memory.group(2))
+                line.named["memory_gib"] = float(memory.group(1))
+                line.named["memory_percent"] = float(memory.group(2))
         elif key == "mfu":
-            add_named(record, "mfu_percent", parse_float(raw.removesuffix("%")))
+            add_named(line, "mfu_percent", parse_float(raw.removesuffix("%")))
         else:
-            add_named(record, metric_name(key), parse_float(raw))
-    return record
+            add_named(line, metric_name(key), parse_float(raw))
+    return line
+
+
+FORMAT = register(Format("torchtitan", "torchtitan", b"loss:", parse, detection_order=50))

@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import re
 
-from exporter.parse.fields import add_named
+from exporter.parse.fields import add_named, set_value
+from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
-from exporter.parse.records import StepRecord
-
-PREFILTER = b"step="
-FRAMEWORK = ""  # no framework: a convention many training loops follow
+from exporter.parse.records import StepLine
 
 # A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
 _PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
@@ -21,7 +19,7 @@ _THROUGHPUT_KEYS = ("throughput",)
 _STEP_OF_TOTAL = re.compile(r"^(\d+)(?:/(\d+))?$")
 
 
-def parse_keyvalue(text: str) -> StepRecord | None:
+def parse(text: str) -> StepLine | None:
     """Parse a key=value step line: needs an integer step (``step=N`` or ``step=N/TOTAL``) and a loss."""
     fields = dict(_PAIR.findall(text))
     step = next((fields[key] for key in _STEP_KEYS if key in fields), None)
@@ -29,19 +27,23 @@ def parse_keyvalue(text: str) -> StepRecord | None:
     if step_of_total is None or "loss" not in fields:
         return None
     total = step_of_total.group(2)
-    record = StepRecord(step=int(step_of_total.group(1)), total_steps=int(total) if total else None,
-                        loss=parse_float(fields.pop("loss")))
+    line = StepLine(int(step_of_total.group(1)), {"total_steps": int(total)} if total else {})
+    set_value(line, "loss", parse_float(fields.pop("loss")))
     for key in _STEP_KEYS:
         fields.pop(key, None)
     for name, raw in fields.items():
         if name in _LR_KEYS:
-            record.learning_rate = parse_float(raw)
+            set_value(line, "learning_rate", parse_float(raw))
         elif name in _GRAD_NORM_KEYS:
-            record.grad_norm = parse_float(raw)
+            set_value(line, "grad_norm", parse_float(raw))
         elif name in _TIME_KEYS:
-            record.step_time_seconds = parse_duration_seconds(raw)
+            set_value(line, "step_time_seconds", parse_duration_seconds(raw))
         elif name in _THROUGHPUT_KEYS:
-            record.throughput = parse_float(raw)
+            set_value(line, "throughput", parse_float(raw))
         else:
-            add_named(record, name, parse_float(raw))
-    return record
+            add_named(line, name, parse_float(raw))
+    return line
+
+
+# A convention many training loops follow, no framework's: the most generic anchor, tried last.
+FORMAT = register(Format("keyvalue", "", b"step=", parse, detection_order=80))

@@ -1,0 +1,115 @@
+"""The one door to compiled code: kernels over bytes, offsets, field tables and numbers.
+
+Nothing here imports the rest of the package, reads a Python object's attributes or names
+a framework: a grammar comes in as a field table of plain tuples, built in parse/. Each
+kernel is C (``scan.c``, ``step_fields.c``, ``detectors.c``, built by ``pip install`` where a
+C compiler is) beside a pure-Python twin that defines it (``scan.py``, ``step_fields.py``,
+``detectors.py``; tests/test_native.py checks each pair bit for bit). The functions below
+run the C kernel where it was built and the twin elsewhere; ``available()`` says which.
+
+- ``scanner(anchors, line_starts=(), implementation=None).scan(data)``
+  -> ``(newlines, starts, prefixed)``: a block's newline count, the start offsets of its
+  lines holding any anchor, and those of them that begin with one of ``line_starts``.
+- ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
+  of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
+  ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
+  and the result: step_fields.py).
+- ``read_record(table, text)`` -> ``Record | None``: one line's record, from any text (the
+  twin only: the per-line parser's way for the lines the run declines).
+- ``check_series(config, spikes, plateau, steps, values)``
+  -> ``(nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)``: the
+  per-step detectors over one series, their state as tuples in and out (detectors.py).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from typing import Any, Protocol
+
+from exporter.native import detectors as _detectors_twin
+from exporter.native import scan as _scan_twin
+from exporter.native import step_fields as _step_fields_twin
+
+# Built by pip install where a C compiler is; where not, the twins run.
+try:
+    from exporter.native import _scan
+except ImportError:  # pragma: no cover
+    _scan = None  # type: ignore[assignment]
+try:
+    from exporter.native import _step_fields
+except ImportError:  # pragma: no cover
+    _step_fields = None  # type: ignore[assignment]
+try:
+    from exporter.native import _detectors
+except ImportError:  # pragma: no cover
+    _detectors = None  # type: ignore[assignment]
+
+# Scanner implementations, fastest first: the C kernel, then its twin with Aho-Corasick
+# (ahocorasick_rs, a wheel) or with a regular expression.
+SCANNERS = ("native", "ahocorasick", "regex")
+
+
+class Scanner(Protocol):
+    def scan(self, data: bytes) -> tuple[int, list[int], list[int]]: ...
+
+
+def available() -> dict[str, bool]:
+    """Which kernels run compiled here (False: their twin runs, same results, slower)."""
+    return {"scan": _scan is not None, "step_fields": _step_fields is not None, "detectors": _detectors is not None}
+
+
+def scan_simd() -> bool:
+    """True when the scan kernel runs its AVX2 loop on this CPU."""
+    return _scan is not None and bool(_scan.SIMD)
+
+
+def best_scanner() -> str:
+    """The fastest scanner implementation this installation has."""
+    if _scan is not None:
+        return "native"
+    return "ahocorasick" if _scan_twin.has_aho_corasick() else "regex"
+
+
+def scanner(anchors: Iterable[bytes], line_starts: Iterable[bytes] = (), implementation: str | None = None, *,
+            simd: bool = True) -> Scanner:
+    """A scanner for ``anchors`` (bytes, three at least each for the C kernel)."""
+    anchors, line_starts = tuple(sorted(set(anchors))), tuple(line_starts)
+    if not anchors or not all(anchors):
+        raise ValueError("anchors must be non-empty byte strings")
+    implementation = implementation or best_scanner()
+    if implementation == "native":
+        if _scan is None:
+            raise RuntimeError("the scan kernel is not built here")
+        return _scan.Scanner(anchors, line_starts, simd=simd)
+    return _scan_twin.Scanner(anchors, line_starts, matcher=implementation)
+
+
+class StepReader(Protocol):
+    def read(self, data: bytes, starts: list[int], index: int, limit: int) -> int: ...
+
+    def take(self) -> _step_fields_twin.Run: ...
+
+    def __len__(self) -> int: ...
+
+
+def step_reader(table: tuple) -> StepReader:
+    """A reader of runs of step lines by the field table ``table`` (exporter/native/step_fields.py)."""
+    if _step_fields is not None:
+        return _step_fields.StepReader(table)
+    return _step_fields_twin.StepReader(table)
+
+
+Kind = _step_fields_twin.Kind
+Record = _step_fields_twin.Record
+read_record = _step_fields_twin.read_record
+
+
+def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],
+                 values: Sequence[float]) -> _detectors_twin.SeriesCheck:
+    """The detectors over one series (exporter/native/detectors.py)."""
+    if _detectors is not None:
+        try:
+            return _detectors.check_series(config, spikes, plateau, steps, values)
+        except OverflowError:  # a number beyond the C kernel's 64 bits: the twin's integers are unbounded
+            pass
+    return _detectors_twin.check_series(config, spikes, plateau, steps, values)

@@ -1,0 +1,312 @@
+/* Kernel: the per-step detectors over one series of values.
+ *
+ * Its pure-Python twin, exporter/native/detectors.py, defines the detectors and the tuples
+ * their state travels in; this runs the same arithmetic in the same order on C doubles (built
+ * with -ffp-contract=off: no fused multiply-add where Python rounds twice), and
+ * tests/test_native.py checks both bit for bit. State comes in as tuples and goes out as new
+ * tuples: nothing is changed in place, no attribute is read. A number beyond +-2**61 (a step,
+ * a count, a window) raises OverflowError, and the caller runs the twin instead.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <math.h>
+#include <stdint.h>
+
+#define LIMIT (1LL << 61) /* step - window and counts + 1 stay far from overflow */
+
+typedef struct {
+    double relative_jump, deviations, alpha, min_relative_improvement, noise_deviations, plateau_alpha;
+    long long warmup, max_excursion, window;
+} Config;
+
+typedef struct {
+    double mean, deviation;
+    long long seen, excursion;
+} Spikes;
+
+typedef struct {
+    int has_smoothed, has_best;
+    double smoothed, change, previous;
+    long long best_step;
+    long long *history_steps;
+    double *history_smoothed;
+    Py_ssize_t head, tail; /* the window is [head, tail) */
+} Plateau;
+
+static int
+as_double(PyObject *object, double *value)
+{
+    *value = PyFloat_AsDouble(object);
+    return *value == -1.0 && PyErr_Occurred() ? -1 : 0;
+}
+
+static int
+as_long(PyObject *object, long long *value)
+{
+    *value = PyLong_AsLongLong(object);
+    if (*value == -1 && PyErr_Occurred()) return -1;
+    if (*value > LIMIT || *value < -LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "beyond the native detectors' range");
+        return -1;
+    }
+    return 0;
+}
+
+static PyObject *
+tuple_of(PyObject *object, Py_ssize_t size, const char *what)
+{
+    if (!PyTuple_Check(object) || PyTuple_GET_SIZE(object) != size) {
+        PyErr_Format(PyExc_TypeError, "%s must be a tuple of %zd", what, size);
+        return NULL;
+    }
+    return object;
+}
+
+static int
+read_config(PyObject *object, Config *c)
+{
+    PyObject *t = tuple_of(object, 9, "config");
+    return t == NULL || as_double(PyTuple_GET_ITEM(t, 0), &c->relative_jump) < 0
+           || as_double(PyTuple_GET_ITEM(t, 1), &c->deviations) < 0 || as_long(PyTuple_GET_ITEM(t, 2), &c->warmup) < 0
+           || as_double(PyTuple_GET_ITEM(t, 3), &c->alpha) < 0 || as_long(PyTuple_GET_ITEM(t, 4), &c->max_excursion) < 0
+           || as_double(PyTuple_GET_ITEM(t, 5), &c->min_relative_improvement) < 0
+           || as_double(PyTuple_GET_ITEM(t, 6), &c->noise_deviations) < 0 || as_long(PyTuple_GET_ITEM(t, 7), &c->window) < 0
+           || as_double(PyTuple_GET_ITEM(t, 8), &c->plateau_alpha) < 0
+           ? -1 : 0;
+}
+
+static int
+read_spikes(PyObject *object, Spikes *s)
+{
+    PyObject *t = tuple_of(object, 4, "spike state");
+    return t == NULL || as_double(PyTuple_GET_ITEM(t, 0), &s->mean) < 0 || as_double(PyTuple_GET_ITEM(t, 1), &s->deviation) < 0
+           || as_long(PyTuple_GET_ITEM(t, 2), &s->seen) < 0 || as_long(PyTuple_GET_ITEM(t, 3), &s->excursion) < 0
+           ? -1 : 0;
+}
+
+/* The plateau state, with room for ``room`` more history entries. */
+static int
+read_plateau(PyObject *object, Plateau *p, Py_ssize_t room)
+{
+    PyObject *t = tuple_of(object, 6, "plateau state");
+    if (t == NULL) return -1;
+    PyObject *smoothed = PyTuple_GET_ITEM(t, 0), *best = PyTuple_GET_ITEM(t, 5);
+    p->has_smoothed = smoothed != Py_None;
+    p->has_best = best != Py_None;
+    if ((p->has_smoothed && as_double(smoothed, &p->smoothed) < 0) || as_double(PyTuple_GET_ITEM(t, 1), &p->change) < 0
+        || as_double(PyTuple_GET_ITEM(t, 2), &p->previous) < 0 || (p->has_best && as_long(best, &p->best_step) < 0)) {
+        return -1;
+    }
+    PyObject *steps = PySequence_Fast(PyTuple_GET_ITEM(t, 3), "history steps must be a sequence");
+    PyObject *values = steps ? PySequence_Fast(PyTuple_GET_ITEM(t, 4), "history values must be a sequence") : NULL;
+    int failed = values == NULL;
+    Py_ssize_t count = failed ? 0 : PySequence_Fast_GET_SIZE(steps);
+    if (!failed && PySequence_Fast_GET_SIZE(values) != count) {
+        PyErr_SetString(PyExc_ValueError, "history steps and values differ in length");
+        failed = 1;
+    }
+    if (!failed) {
+        p->history_steps = PyMem_Calloc((size_t)(count + room + 1), sizeof(long long));
+        p->history_smoothed = PyMem_Calloc((size_t)(count + room + 1), sizeof(double));
+        if (p->history_steps == NULL || p->history_smoothed == NULL) {
+            PyErr_NoMemory();
+            failed = 1;
+        }
+    }
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        failed = as_long(PySequence_Fast_GET_ITEM(steps, i), &p->history_steps[i]) < 0
+                 || as_double(PySequence_Fast_GET_ITEM(values, i), &p->history_smoothed[i]) < 0;
+    }
+    p->head = 0;
+    p->tail = count;
+    Py_XDECREF(steps);
+    Py_XDECREF(values);
+    return failed ? -1 : 0;
+}
+
+/* _Spikes.observe */
+static int
+observe_spike(Spikes *s, const Config *c, double value)
+{
+    if (s->seen == 0) {
+        s->mean = value;
+        s->seen = 1;
+        return 0;
+    }
+    double jump = value - s->mean;
+    if (s->seen >= c->warmup && jump > c->relative_jump * fabs(s->mean) && jump > c->deviations * s->deviation) {
+        s->excursion += 1;
+        if (s->excursion < c->max_excursion) return s->excursion == 1;
+        s->mean = value;
+        s->excursion = 0;
+        return 0;
+    }
+    s->excursion = 0;
+    s->deviation += c->alpha * (fabs(jump) - s->deviation);
+    s->mean += c->alpha * jump;
+    s->seen += 1;
+    return 0;
+}
+
+/* _Plateau.observe; ``has_step`` false: the rank's step is unknown. */
+static void
+observe_plateau(Plateau *p, const Config *c, int has_step, long long step, double loss)
+{
+    double alpha = c->plateau_alpha;
+    if (!p->has_smoothed) {
+        p->smoothed = loss;
+        p->has_smoothed = 1;
+    } else {
+        p->change += alpha * (fabs(loss - p->previous) - p->change);
+        p->smoothed += alpha * (loss - p->smoothed);
+    }
+    p->previous = loss;
+    if (!has_step) return;
+    p->history_steps[p->tail] = step;
+    p->history_smoothed[p->tail] = p->smoothed;
+    p->tail++;
+    while (p->tail - p->head > 1 && p->history_steps[p->head + 1] <= step - c->window) p->head++;
+    long long reference_step = p->history_steps[p->head];
+    double reference = p->history_smoothed[p->head];
+    if (reference_step > step - c->window) {
+        p->best_step = step;
+        p->has_best = 1;
+        return;
+    }
+    double noise = p->change * sqrt(M_PI) / 2 * sqrt(2 * alpha / (2 - alpha));
+    double relative = c->min_relative_improvement * fabs(reference), deviations = c->noise_deviations * noise;
+    double needed = deviations > relative ? deviations : relative; /* Python's max() */
+    if (reference - p->smoothed > needed) {
+        p->best_step = step;
+        p->has_best = 1;
+    }
+}
+
+static PyObject *
+spikes_state(const Spikes *s)
+{
+    return Py_BuildValue("(ddLL)", s->mean, s->deviation, s->seen, s->excursion);
+}
+
+static PyObject *
+plateau_state(const Plateau *p)
+{
+    PyObject *steps = PyList_New(p->tail - p->head), *values = PyList_New(p->tail - p->head);
+    if (steps == NULL || values == NULL) goto fail;
+    for (Py_ssize_t i = p->head; i < p->tail; i++) {
+        PyObject *step = PyLong_FromLongLong(p->history_steps[i]);
+        PyObject *value = PyFloat_FromDouble(p->history_smoothed[i]);
+        if (step) PyList_SET_ITEM(steps, i - p->head, step);
+        if (value) PyList_SET_ITEM(values, i - p->head, value);
+        if (step == NULL || value == NULL) goto fail;
+    }
+    PyObject *smoothed = p->has_smoothed ? PyFloat_FromDouble(p->smoothed) : Py_NewRef(Py_None);
+    PyObject *best = p->has_best ? PyLong_FromLongLong(p->best_step) : Py_NewRef(Py_None);
+    if (smoothed == NULL || best == NULL) {
+        Py_XDECREF(smoothed);
+        Py_XDECREF(best);
+        goto fail;
+    }
+    return Py_BuildValue("(NddNNN)", smoothed, p->change, p->previous, steps, values, best);
+fail:
+    Py_XDECREF(steps);
+    Py_XDECREF(values);
+    return NULL;
+}
+
+PyDoc_STRVAR(check_series_doc,
+"check_series(config, spikes, plateau, steps, values)\n"
+"    -> (nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)\n\n"
+"The detectors over one series: see exporter/native/detectors.py.");
+
+static PyObject *
+check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 5) {
+        PyErr_SetString(PyExc_TypeError, "check_series takes 5 arguments");
+        return NULL;
+    }
+    PyObject *steps = PySequence_Fast(args[3], "steps must be a sequence");
+    PyObject *values = steps ? PySequence_Fast(args[4], "values must be a sequence") : NULL;
+    PyObject *result = NULL;
+    long long *step_numbers = NULL;
+    double *numbers = NULL;
+    Config config;
+    Spikes spikes = {0};
+    Plateau plateau = {0};
+    int has_spikes = args[1] != Py_None, has_plateau = args[2] != Py_None;
+    if (values == NULL || read_config(args[0], &config) < 0) goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(values);
+    if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
+    step_numbers = PyMem_Calloc((size_t)count + 1, sizeof(long long));
+    numbers = PyMem_Calloc((size_t)count + 1, sizeof(double));
+    if (step_numbers == NULL || numbers == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
+        if ((step != Py_None && as_long(step, &step_numbers[i]) < 0)
+            || as_double(PySequence_Fast_GET_ITEM(values, i), &numbers[i]) < 0) {
+            goto done;
+        }
+    }
+    if ((has_spikes && read_spikes(args[1], &spikes) < 0) || (has_plateau && read_plateau(args[2], &plateau, count) < 0)) {
+        goto done;
+    }
+    Py_ssize_t nonfinite = 0, spiked = 0, last_nonfinite = -1, last_spike = -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int has_step = PySequence_Fast_GET_ITEM(steps, i) != Py_None;
+        if (!isfinite(numbers[i])) {
+            nonfinite++;
+            if (has_step) last_nonfinite = i;
+            continue;
+        }
+        if (!has_spikes) {
+            PyErr_SetString(PyExc_ValueError, "a finite value needs a spike detector");
+            goto done;
+        }
+        if (observe_spike(&spikes, &config, numbers[i])) {
+            spiked++;
+            if (has_step) last_spike = i;
+        }
+        if (has_plateau && spikes.excursion == 0) observe_plateau(&plateau, &config, has_step, step_numbers[i], numbers[i]);
+    }
+    PyObject *spike_result = has_spikes ? spikes_state(&spikes) : Py_NewRef(Py_None);
+    PyObject *plateau_result = has_plateau ? plateau_state(&plateau) : Py_NewRef(Py_None);
+    if (spike_result != NULL && plateau_result != NULL) {
+        result = Py_BuildValue("(nOnOOO)", nonfinite,
+                               last_nonfinite < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_nonfinite), spiked,
+                               last_spike < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_spike), spike_result,
+                               plateau_result);
+    }
+    Py_XDECREF(spike_result);
+    Py_XDECREF(plateau_result);
+done:
+    PyMem_Free(step_numbers);
+    PyMem_Free(numbers);
+    PyMem_Free(plateau.history_steps);
+    PyMem_Free(plateau.history_smoothed);
+    Py_XDECREF(steps);
+    Py_XDECREF(values);
+    return result;
+}
+
+static PyMethodDef methods[] = {
+    {"check_series", (PyCFunction)(void (*)(void))check_series, METH_FASTCALL, check_series_doc},
+    {NULL},
+};
+
+static struct PyModuleDef detectors_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "exporter.native._detectors",
+    .m_doc = "Kernel: the per-step detectors over one series (twin: exporter/native/detectors.py).",
+    .m_size = -1,
+    .m_methods = methods,
+};
+
+PyMODINIT_FUNC
+PyInit__detectors(void)
+{
+    return PyModule_Create(&detectors_module);
+}

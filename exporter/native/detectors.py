@@ -1,0 +1,147 @@
+"""Kernel: the per-step detectors over one series of values. This twin defines detectors.c.
+
+Prometheus scrapes every 15-60 s while a step takes about a second: a one-step spike or a
+NaN between two scrapes never reaches PromQL, so every value a step line prints goes
+through here. The detectors' state travels as plain tuples, in and out (state/detectors.py
+keeps them between calls and in checkpoints):
+
+    check_series(config, spikes, plateau, steps, values)
+        -> (nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)
+
+- ``config``: ``(spike_min_relative_jump, spike_deviations, spike_warmup_steps,
+  spike_baseline_alpha, spike_max_excursion_steps, plateau_min_relative_improvement,
+  plateau_noise_deviations, plateau_window_steps, plateau_alpha)``;
+- ``spikes``: ``(mean, deviation, seen, excursion)`` of the spike detector, or None;
+- ``plateau``: ``(smoothed or None, change, previous, history_steps, history_smoothed,
+  best_step or None)`` of the plateau tracker, or None;
+- ``steps``, ``values``: the series, in order (a step of None: the rank's step is unknown).
+
+Each value in order: a non-finite one is only counted; a finite one goes to the spike
+detector (required once a value is finite), then, unless it is part of a spike, to the
+plateau tracker. A step of None is never the one reported. Returned: the counts, the step
+of the last of each, and the detectors' new state (None where none was given).
+"""
+
+from __future__ import annotations
+
+import math
+from collections import deque
+from collections.abc import Sequence
+
+SpikeState = tuple[float, float, int, int]
+PlateauState = tuple[float | None, float, float, list[int], list[float], int | None]
+SeriesCheck = tuple[int, int | None, int, int | None, SpikeState | None, PlateauState | None]
+
+
+def check_series(config: tuple, spikes: SpikeState | None, plateau: PlateauState | None,
+                 steps: Sequence[int | None], values: Sequence[float]) -> SeriesCheck:
+    """Feed one series' values in order; see the module's docstring."""
+    (relative_jump, deviations, warmup, alpha, max_excursion,
+     min_improvement, noise_deviations, window, plateau_alpha) = config
+    spike = _Spikes(*spikes) if spikes is not None else None
+    tracker = _Plateau(*plateau) if plateau is not None else None
+    nonfinite = spiked = 0
+    last_nonfinite = last_spike = None
+    for step, value in zip(steps, values, strict=False):  # the shorter of the two, as the C kernel
+        if not math.isfinite(value):
+            nonfinite += 1
+            last_nonfinite = step if step is not None else last_nonfinite
+            continue
+        if spike is None:
+            raise ValueError("a finite value needs a spike detector")
+        if spike.observe(value, relative_jump, deviations, warmup, alpha, max_excursion):
+            spiked += 1
+            last_spike = step if step is not None else last_spike
+        if tracker is not None and spike.excursion == 0:  # a spike says nothing about progress
+            tracker.observe(step, value, plateau_alpha, window, min_improvement, noise_deviations)
+    return (nonfinite, last_nonfinite, spiked, last_spike,
+            spike.state() if spike is not None else None, tracker.state() if tracker is not None else None)
+
+
+class _Spikes:
+    """One-step jumps above an exponentially smoothed baseline; one count per excursion.
+
+    A value is a spike when it exceeds the smoothed baseline by both a relative margin and
+    a number of smoothed absolute deviations (2.3 -> 25 is one, +-5 % noise is not), once
+    the baseline has settled (the warm-up).
+    """
+
+    __slots__ = ("mean", "deviation", "seen", "excursion")
+
+    def __init__(self, mean: float, deviation: float, seen: int, excursion: int) -> None:
+        self.mean, self.deviation, self.seen, self.excursion = float(mean), float(deviation), int(seen), int(excursion)
+
+    def observe(self, value: float, relative_jump: float, deviations: float, warmup: int, alpha: float,
+                max_excursion: int) -> bool:
+        """Feed a finite value; True when it starts a new spike."""
+        if self.seen == 0:
+            self.mean, self.seen = value, 1
+            return False
+        jump = value - self.mean
+        if self.seen >= warmup and jump > relative_jump * abs(self.mean) and jump > deviations * self.deviation:
+            self.excursion += 1
+            if self.excursion < max_excursion:
+                # Keep the spike out of the baseline, or one spike would hide the next.
+                return self.excursion == 1
+            # A level held this long is the new normal, not a spike.
+            self.mean, self.excursion = value, 0
+            return False
+        self.excursion = 0
+        self.deviation += alpha * (abs(jump) - self.deviation)
+        self.mean += alpha * jump
+        self.seen += 1
+        return False
+
+    def state(self) -> SpikeState:
+        return self.mean, self.deviation, self.seen, self.excursion
+
+
+class _Plateau:
+    """The last step at which the smoothed loss was clearly lower than a window of steps before.
+
+    Comparing two smoothed values a window apart, rather than the current value with the
+    best one so far, keeps noise from moving the step once the loss is flat: the best
+    so far sits at an arbitrary distance from the flat level, which noise then crosses.
+    """
+
+    __slots__ = ("smoothed", "change", "previous", "history", "best_step")
+
+    def __init__(self, smoothed: float | None, change: float, previous: float, history_steps: Sequence[int],
+                 history_smoothed: Sequence[float], best_step: int | None) -> None:
+        self.smoothed = None if smoothed is None else float(smoothed)
+        self.change = float(change)  # smoothed |loss - previous loss|: the noise level
+        self.previous = float(previous)
+        # (step, smoothed) over the last window
+        self.history = deque((int(step), float(value)) for step, value in zip(history_steps, history_smoothed,
+                                                                              strict=True))
+        self.best_step = None if best_step is None else int(best_step)
+
+    def observe(self, step: int | None, loss: float, alpha: float, window: int, min_improvement: float,
+                noise_deviations: float) -> None:
+        """Feed a finite loss; ``step`` is None while the rank's step is unknown (no best step then)."""
+        if self.smoothed is None:
+            self.smoothed = loss
+        else:
+            self.change += alpha * (abs(loss - self.previous) - self.change)
+            self.smoothed += alpha * (loss - self.smoothed)
+        self.previous = loss
+        if step is None:
+            return
+        history = self.history
+        history.append((step, self.smoothed))
+        while len(history) > 1 and history[1][0] <= step - window:
+            history.popleft()
+        reference_step, reference = history[0]
+        if reference_step > step - window:
+            self.best_step = step  # less than a window seen: the run is just starting
+            return
+        # White noise of deviation s gives E|x_t - x_t-1| = 2s/sqrt(pi); two smoothed values
+        # a window apart then differ with deviation s * sqrt(2 alpha / (2 - alpha)).
+        noise = self.change * math.sqrt(math.pi) / 2 * math.sqrt(2 * alpha / (2 - alpha))
+        needed = max(min_improvement * abs(reference), noise_deviations * noise)
+        if reference - self.smoothed > needed:
+            self.best_step = step
+
+    def state(self) -> PlateauState:
+        return (self.smoothed, self.change, self.previous, [step for step, _ in self.history],
+                [value for _, value in self.history], self.best_step)

@@ -1,0 +1,920 @@
+/* Kernel: runs of step lines read by a field table.
+ *
+ * Its pure-Python twin, exporter/native/step_fields.py, states the grammar and the table's
+ * format and defines what read_step_lines returns; tests/test_native.py checks both bit for
+ * bit on real and fuzzed lines. The table comes as plain tuples of bytes and numbers: the
+ * grammar is the format module's, no field or framework is named here, and no attribute of a
+ * Python object is read.
+ *
+ * Numbers: a plain decimal is read exactly (simple_decimal); other numbers by
+ * PyOS_string_to_double, the function behind float(), and a token it does not take whole by
+ * float() itself: the values are float()'s. A line is read into C arrays (texts point into
+ * the data); Python objects are made once, for the run's result.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stdint.h>
+#include <string.h>
+
+/* Kinds: native/step_fields.py's Kind. */
+enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
+
+#define MAX_DIGITS 18 /* an int64 for sure; a longer step or total is declined */
+#define MAX_NUMBER_TEXT 64
+
+typedef struct {
+    const uint8_t *at;
+    Py_ssize_t length;
+} Text;
+
+typedef struct {
+    Text name, absent;
+    int kind, series;
+    double bare_per_second; /* DURATION: a number without its unit is in units of 1/this second */
+} FieldSpec;
+
+typedef struct {
+    uint8_t opener, closer, pair_separator, name_separator;
+    Text step_name, tag_open, tag_close;
+    FieldSpec *fields;
+    Py_ssize_t count;
+} Table;
+
+/* ------------------------------------------------------------------------------------------ */
+/* Bytes                                                                                      */
+
+static int
+is_space(uint8_t byte)
+{
+    /* str.isspace() for ASCII: what the twin's \s and str.strip() see. */
+    return byte == ' ' || (byte >= '\t' && byte <= '\r') || (byte >= 0x1c && byte <= 0x1f);
+}
+
+static int
+is_name_start(uint8_t byte)
+{
+    return (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || byte == '_';
+}
+
+static int
+is_name(uint8_t byte)
+{
+    return is_name_start(byte) || (byte >= '0' && byte <= '9');
+}
+
+static const uint8_t *
+skip_spaces(const uint8_t *at, const uint8_t *end)
+{
+    while (at < end && is_space(*at)) at++;
+    return at;
+}
+
+static int
+same_text(const uint8_t *at, Py_ssize_t length, Text text)
+{
+    return length == text.length && (length == 0 || memcmp(at, text.at, (size_t)length) == 0);
+}
+
+static int
+expect(const uint8_t **at, const uint8_t *end, Text text)
+{
+    if (end - *at < text.length || !same_text(*at, text.length, text)) return 0;
+    *at += text.length;
+    return 1;
+}
+
+static int
+expect_byte(const uint8_t **at, const uint8_t *end, uint8_t byte)
+{
+    if (*at == end || **at != byte) return 0;
+    (*at)++;
+    return 1;
+}
+
+static int
+is_ascii(const uint8_t *at, const uint8_t *end)
+{
+    uint64_t high = 0;
+    for (; end - at >= 8; at += 8) {
+        uint64_t word;
+        memcpy(&word, at, 8);
+        high |= word;
+    }
+    for (; at < end; at++) high |= *at;
+    return (high & UINT64_C(0x8080808080808080)) == 0;
+}
+
+/* The line begins with the tag of another stream: ``open`` name bytes ``close``. */
+static int
+is_tagged(const Table *table, const uint8_t *at, const uint8_t *end)
+{
+    if (!expect(&at, end, table->tag_open)) return 0;
+    const uint8_t *name = at;
+    while (at < end && is_name(*at)) at++;
+    return at > name && expect(&at, end, table->tag_close);
+}
+
+/* Digits at *at as an int64: 0 when there are none; *too_long when more than MAX_DIGITS. */
+static int
+read_digits(const uint8_t **at, const uint8_t *end, long long *value, int *too_long)
+{
+    const uint8_t *start = *at;
+    long long number = 0;
+    for (; *at < end && **at >= '0' && **at <= '9'; (*at)++) {
+        if (*at - start < MAX_DIGITS) number = number * 10 + (**at - '0');
+    }
+    if (*at - start > MAX_DIGITS) *too_long = 1;
+    *value = number;
+    return *at > start;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* Numbers: native/numbers.py                                                                 */
+
+/* A plain decimal ``[-+]digits[.digits][e[-+]digits]`` with at most 15 significant digits and a
+ * power of ten up to 22: one exact integer, one exact power, one correctly rounded operation
+ * (Clinger's fast path), so the same double float() gives. 0 when the token is not that. */
+static int
+simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
+{
+    static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    if (end - at > MAX_NUMBER_TEXT) return 0;
+    int negative = 0;
+    if (at < end && (*at == '-' || *at == '+')) negative = *at++ == '-';
+    uint64_t mantissa = 0;
+    int digits = 0, significant = 0, scale = 0;
+    for (; at < end && *at >= '0' && *at <= '9'; at++, digits++) {
+        if (mantissa || *at != '0') significant++;
+        mantissa = mantissa * 10 + (uint64_t)(*at - '0');
+        if (significant > 15) return 0;
+    }
+    if (at < end && *at == '.') {
+        for (at++; at < end && *at >= '0' && *at <= '9'; at++, digits++, scale--) {
+            if (mantissa || *at != '0') significant++;
+            mantissa = mantissa * 10 + (uint64_t)(*at - '0');
+            if (significant > 15) return 0;
+        }
+    }
+    if (digits == 0) return 0;
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        at++;
+        int exponent_negative = 0, exponent = 0, exponent_digits = 0;
+        if (at < end && (*at == '-' || *at == '+')) exponent_negative = *at++ == '-';
+        for (; at < end && *at >= '0' && *at <= '9'; at++, exponent_digits++) {
+            if (exponent > 1000) return 0;
+            exponent = exponent * 10 + (*at - '0');
+        }
+        if (exponent_digits == 0) return 0;
+        scale += exponent_negative ? -exponent : exponent;
+    }
+    if (at != end || scale < -22 || scale > 22) return 0;
+    double result = scale < 0 ? (double)mantissa / powers[-scale] : (double)mantissa * powers[scale];
+    *value = negative ? -result : result;
+    return 1;
+}
+
+/* float(token): 1 and *value, 0 (not a number), -1 (error). */
+static int
+parse_number(const uint8_t *token, Py_ssize_t length, double *value)
+{
+    if (length == 0) return 0;
+    if (simple_decimal(token, token + length, value)) return 1;
+    if (length < MAX_NUMBER_TEXT) {
+        char text[MAX_NUMBER_TEXT];
+        memcpy(text, token, (size_t)length);
+        text[length] = '\0';
+        char *end = NULL;
+        double number = PyOS_string_to_double(text, &end, NULL);
+        if (end == text + length && !(number == -1.0 && PyErr_Occurred())) {
+            *value = number;
+            return 1;
+        }
+        PyErr_Clear();
+    }
+    PyObject *string = PyUnicode_DecodeASCII((const char *)token, length, NULL);
+    if (string == NULL) return -1;
+    PyObject *number = PyFloat_FromString(string); /* underscores, and whatever else float() takes */
+    Py_DECREF(string);
+    if (number == NULL) {
+        if (!PyErr_ExceptionMatches(PyExc_ValueError)) return -1;
+        PyErr_Clear();
+        return 0;
+    }
+    *value = PyFloat_AS_DOUBLE(number);
+    Py_DECREF(number);
+    return 1;
+}
+
+/* parse_float: float() of the token without its thousands separators. */
+static int
+parse_float(const uint8_t *token, Py_ssize_t length, double *value)
+{
+    if (length == 0 || memchr(token, ',', (size_t)length) == NULL) return parse_number(token, length, value);
+    uint8_t *text = PyMem_Malloc((size_t)length);
+    if (text == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    Py_ssize_t kept = 0;
+    for (Py_ssize_t i = 0; i < length; i++) {
+        if (token[i] != ',') text[kept++] = token[i];
+    }
+    int parsed = parse_number(text, kept, value);
+    PyMem_Free(text);
+    return parsed;
+}
+
+static Py_ssize_t
+span_of(const uint8_t *token, Py_ssize_t length, const char *accepted)
+{
+    Py_ssize_t span = 0;
+    while (span < length && token[span] && strchr(accepted, token[span])) span++;
+    return span;
+}
+
+static int
+starts_with_nocase(const uint8_t *token, Py_ssize_t length, const char *prefix)
+{
+    Py_ssize_t size = (Py_ssize_t)strlen(prefix);
+    if (length < size) return 0;
+    for (Py_ssize_t i = 0; i < size; i++) {
+        uint8_t byte = token[i];
+        if (byte >= 'A' && byte <= 'Z') byte += 'a' - 'A';
+        if (byte != (uint8_t)prefix[i]) return 0;
+    }
+    return 1;
+}
+
+/* The number part of ``([-+0-9.eE...]+|nan|inf)``: its length, 0 when none. */
+static Py_ssize_t
+number_part(const uint8_t *token, Py_ssize_t length, const char *accepted)
+{
+    Py_ssize_t span = span_of(token, length, accepted);
+    if (span) return span;
+    return starts_with_nocase(token, length, "nan") || starts_with_nocase(token, length, "inf") ? 3 : 0;
+}
+
+static const struct {
+    const char *name;
+    double per_second;
+} DURATION_UNITS[] = {{"ms", 1e3}, {"us", 1e6}, {"s", 1.0}, {"sec", 1.0}, {"seconds", 1.0}};
+
+/* Units of a second in the duration unit ``unit`` (any case); 0 when it is not one. */
+static double
+duration_unit(const uint8_t *unit, Py_ssize_t length)
+{
+    for (size_t i = 0; i < sizeof(DURATION_UNITS) / sizeof(DURATION_UNITS[0]); i++) {
+        if ((Py_ssize_t)strlen(DURATION_UNITS[i].name) == length && starts_with_nocase(unit, length, DURATION_UNITS[i].name)) {
+            return DURATION_UNITS[i].per_second;
+        }
+    }
+    return 0;
+}
+
+/* parse_duration_seconds(token, default_unit): as parse_number. */
+static int
+parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, double *seconds)
+{
+    Py_ssize_t number = number_part(token, length, "-+0123456789.eE");
+    if (number == 0) return 0;
+    const uint8_t *unit = skip_spaces(token + number, token + length);
+    Py_ssize_t unit_length = token + length - unit;
+    double per_second = unit_length ? duration_unit(unit, unit_length) : bare_per_second;
+    if (per_second == 0) return 0;
+    int parsed = parse_float(token, number, seconds);
+    if (parsed == 1) *seconds /= per_second;
+    return parsed;
+}
+
+/* parse_number_with_unit(token): 1 with *value and *unit (length 0: none), 0 (None), -1 (error). */
+static int
+parse_with_unit(const uint8_t *token, Py_ssize_t length, double *value, Text *unit)
+{
+    Py_ssize_t number = number_part(token, length, "-+0123456789.eE,");
+    const uint8_t *rest = skip_spaces(token + number, token + length);
+    Py_ssize_t rest_length = token + length - rest;
+    if (number == 0 || span_of(rest, rest_length, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz/%") != rest_length) {
+        return 0;
+    }
+    *unit = (Text){rest, rest_length};
+    return parse_float(token, number, value);
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The field table                                                                            */
+
+static int
+text_of(PyObject *object, Text *text)
+{
+    if (!PyBytes_Check(object)) {
+        PyErr_SetString(PyExc_TypeError, "a field table holds bytes");
+        return -1;
+    }
+    *text = (Text){(const uint8_t *)PyBytes_AS_STRING(object), PyBytes_GET_SIZE(object)};
+    return 0;
+}
+
+static int
+byte_of(PyObject *object, uint8_t *byte)
+{
+    Text text;
+    if (text_of(object, &text) < 0) return -1;
+    if (text.length != 1 || text.at[0] >= 0x80 || is_space(text.at[0]) || is_name(text.at[0])) {
+        PyErr_SetString(PyExc_ValueError, "a field table's punctuation is one ASCII byte each, neither a space nor a name byte");
+        return -1;
+    }
+    *byte = text.at[0];
+    return 0;
+}
+
+static int
+int_of(PyObject *object, int *value)
+{
+    long number = PyLong_AsLong(object);
+    if (number == -1 && PyErr_Occurred()) return -1;
+    if (number < INT32_MIN || number > INT32_MAX) {
+        PyErr_SetString(PyExc_ValueError, "a field table's numbers are small");
+        return -1;
+    }
+    *value = (int)number;
+    return 0;
+}
+
+static PyObject *
+tuple_of(PyObject *object, Py_ssize_t size)
+{
+    if (!PyTuple_Check(object) || (size >= 0 && PyTuple_GET_SIZE(object) != size)) {
+        PyErr_Format(PyExc_TypeError, "a field table is made of tuples (%zd items)", size);
+        return NULL;
+    }
+    return object;
+}
+
+static int
+field_of(PyObject *object, FieldSpec *field)
+{
+    PyObject *entry = tuple_of(object, 5);
+    if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &field->name) < 0
+        || int_of(PyTuple_GET_ITEM(entry, 1), &field->kind) < 0 || int_of(PyTuple_GET_ITEM(entry, 2), &field->series) < 0
+        || text_of(PyTuple_GET_ITEM(entry, 3), &field->absent) < 0) {
+        return -1;
+    }
+    if (field->kind < KIND_FLOAT || field->kind > KIND_NUMBER_WITH_UNIT) {
+        PyErr_Format(PyExc_ValueError, "unknown field kind %d", field->kind);
+        return -1;
+    }
+    Text unit;
+    if (text_of(PyTuple_GET_ITEM(entry, 4), &unit) < 0) return -1;
+    field->bare_per_second = unit.length ? duration_unit(unit.at, unit.length) : 1.0;
+    if (field->kind == KIND_DURATION && field->bare_per_second == 0) {
+        PyErr_SetString(PyExc_ValueError, "unknown duration unit");
+        return -1;
+    }
+    return 0;
+}
+
+/* The table tuple into ``table`` (its texts point into the tuple's bytes); -1 on error. */
+static int
+read_table(PyObject *object, Table *table)
+{
+    PyObject *tuple = tuple_of(object, 7);
+    if (tuple == NULL || byte_of(PyTuple_GET_ITEM(tuple, 0), &table->opener) < 0
+        || byte_of(PyTuple_GET_ITEM(tuple, 1), &table->closer) < 0
+        || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
+        || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
+        || text_of(PyTuple_GET_ITEM(tuple, 4), &table->step_name) < 0) {
+        return -1;
+    }
+    PyObject *tag = tuple_of(PyTuple_GET_ITEM(tuple, 5), 2);
+    PyObject *fields = tag ? tuple_of(PyTuple_GET_ITEM(tuple, 6), -1) : NULL;
+    if (fields == NULL || text_of(PyTuple_GET_ITEM(tag, 0), &table->tag_open) < 0
+        || text_of(PyTuple_GET_ITEM(tag, 1), &table->tag_close) < 0) {
+        return -1;
+    }
+    table->count = PyTuple_GET_SIZE(fields);
+    table->fields = PyMem_Calloc((size_t)table->count + 1, sizeof(FieldSpec));
+    if (table->fields == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->count; i++) {
+        if (field_of(PyTuple_GET_ITEM(fields, i), &table->fields[i]) < 0) return -1;
+        for (Py_ssize_t before = 0; before < i; before++) {
+            if (same_text(table->fields[i].name.at, table->fields[i].name.length, table->fields[before].name)) {
+                PyErr_SetString(PyExc_ValueError, "a field table names each field once");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+static Py_ssize_t
+field_named(const Table *table, const uint8_t *name, Py_ssize_t length)
+{
+    for (Py_ssize_t i = 0; i < table->count; i++) {
+        if (same_text(name, length, table->fields[i].name)) return i;
+    }
+    return -1;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* A run of lines                                                                             */
+
+typedef struct {
+    int has;
+    double value;
+    Text unit; /* length 0: none */
+} Slot;        /* a table field, for one line */
+
+/* Bytes copied out of the data: a run outlives the block it was read from. */
+typedef struct {
+    uint8_t *at;
+    Py_ssize_t length, capacity;
+} OwnedText;
+
+typedef struct {
+    int has;
+    double value;
+    OwnedText unit; /* of the latest line whose value had one */
+    Py_ssize_t *rows; /* series: the line of each value */
+    double *values;
+    Py_ssize_t count, capacity;
+} Column;
+
+typedef struct {
+    OwnedText name;
+    double value;
+    Py_ssize_t lines, first_line, position, last_line;
+} Named;
+
+typedef struct {
+    const Table *table;
+    long long *steps;
+    Py_ssize_t count, capacity;
+    long long total;
+    Column *columns;
+    Slot *slots; /* the line being read */
+    Named *named;
+    Py_ssize_t named_count, named_capacity;
+    Py_ssize_t line_named; /* distinct named values of the line being read */
+} Run;
+
+static int
+own_text(OwnedText *owned, Text text)
+{
+    if (text.length > owned->capacity) {
+        uint8_t *grown = PyMem_Realloc(owned->at, (size_t)text.length);
+        if (grown == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        owned->at = grown;
+        owned->capacity = text.length;
+    }
+    memcpy(owned->at, text.at, (size_t)text.length);
+    owned->length = text.length;
+    return 0;
+}
+
+static Text
+text_of_owned(const OwnedText *owned)
+{
+    return (Text){owned->at, owned->length};
+}
+
+/* Room for one more item in an array of ``size``-byte items; -1 (MemoryError) when none. */
+static int
+grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
+{
+    if (count < *capacity) return 0;
+    Py_ssize_t wanted = *capacity ? 2 * *capacity : 16;
+    void *grown = PyMem_Realloc(*array, (size_t)wanted * size);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    *array = grown;
+    *capacity = wanted;
+    return 0;
+}
+
+static int
+note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value)
+{
+    Py_ssize_t line = run->count;
+    for (Py_ssize_t i = 0; i < run->named_count; i++) {
+        Named *named = &run->named[i];
+        if (!same_text(name, length, text_of_owned(&named->name))) continue;
+        named->value = value;
+        if (named->last_line != line) {
+            named->last_line = line;
+            named->lines++;
+            run->line_named++;
+        }
+        return 0;
+    }
+    if (grow((void **)&run->named, &run->named_capacity, run->named_count, sizeof(Named)) < 0) return -1;
+    Named *added = &run->named[run->named_count];
+    *added = (Named){{NULL, 0, 0}, value, 1, line, run->line_named, line};
+    if (own_text(&added->name, (Text){name, length}) < 0) return -1;
+    run->named_count++;
+    run->line_named++;
+    return 0;
+}
+
+/* One pair of the record: 0, or -1 on error. */
+static int
+apply_pair(Run *run, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw, Py_ssize_t raw_length)
+{
+    double value = 0;
+    int parsed;
+    Py_ssize_t index = field_named(run->table, name, name_length);
+    if (index < 0) {
+        parsed = parse_float(raw, raw_length, &value);
+        return parsed <= 0 ? parsed : note_named(run, name, name_length, value);
+    }
+    const FieldSpec *field = &run->table->fields[index];
+    Slot *slot = &run->slots[index];
+    if (field->absent.length && same_text(raw, raw_length, field->absent)) return 0; /* not obtained */
+    if (field->kind == KIND_NUMBER_WITH_UNIT) {
+        Text unit;
+        parsed = parse_with_unit(raw, raw_length, &value, &unit);
+        if (parsed == 1) *slot = (Slot){1, value, unit};
+        return parsed < 0 ? -1 : 0;
+    }
+    parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, field->bare_per_second, &value)
+                                          : parse_float(raw, raw_length, &value);
+    if (parsed < 0) return -1;
+    *slot = (Slot){parsed, value, {NULL, 0}};
+    return 0;
+}
+
+/* The pairs of a record body: 0, or -1 on error. */
+static int
+read_pairs(Run *run, const uint8_t *at, const uint8_t *end)
+{
+    const Table *table = run->table;
+    while (at < end) {
+        if (!is_name_start(*at)) {
+            at++;
+            continue;
+        }
+        const uint8_t *name_end = at;
+        while (name_end < end && is_name(*name_end)) name_end++;
+        const uint8_t *separator = skip_spaces(name_end, end);
+        if (separator == end || *separator != table->name_separator) {
+            at++;
+            continue;
+        }
+        const uint8_t *value = skip_spaces(separator + 1, end);
+        const uint8_t *value_end = value;
+        if (value == end || *value == table->pair_separator) {
+            if (value == separator + 1) { /* a value needs a byte: no pair here */
+                at++;
+                continue;
+            }
+            /* The spaces after the separator give one back: the value is blank. */
+        } else {
+            value_end = memchr(value, table->pair_separator, (size_t)(end - value));
+            if (value_end == NULL) value_end = end;
+        }
+        const uint8_t *stripped = value_end;
+        while (stripped > value && is_space(stripped[-1])) stripped--;
+        if (apply_pair(run, at, name_end - at, value, stripped - value) < 0) return -1;
+        at = value_end;
+    }
+    return 0;
+}
+
+/* The record at the opener ``at``: 1 (found), 0 (none here), 2 (found, a number too long). */
+static int
+match_record(const Table *table, const uint8_t *at, const uint8_t *end, long long *step, long long *total,
+             const uint8_t **body, const uint8_t **body_end)
+{
+    int too_long = 0;
+    at = skip_spaces(at + 1, end);
+    if (!expect(&at, end, table->step_name) || !expect_byte(&at, end, table->name_separator)) return 0;
+    at = skip_spaces(at, end);
+    if (!expect_byte(&at, end, '[')) return 0;
+    at = skip_spaces(at, end);
+    if (!read_digits(&at, end, step, &too_long)) return 0;
+    at = skip_spaces(at, end);
+    if (!expect_byte(&at, end, '/')) return 0;
+    at = skip_spaces(at, end);
+    if (!read_digits(&at, end, total, &too_long)) return 0;
+    at = skip_spaces(at, end);
+    if (!expect_byte(&at, end, ']')) return 0;
+    at = skip_spaces(at, end);
+    if (!expect_byte(&at, end, table->pair_separator)) return 0;
+    *body = at;
+    while (at < end && *at != table->opener && *at != table->closer) at++;
+    if (at == end || *at != table->closer) return 0;
+    *body_end = at;
+    return too_long ? 2 : 1;
+}
+
+/* The line's record into the run: what it set, its step, the latest of every field. */
+static int
+commit(Run *run, long long step, long long total)
+{
+    if (grow((void **)&run->steps, &run->capacity, run->count, sizeof(long long)) < 0) return -1;
+    Py_ssize_t line = run->count;
+    run->steps[run->count++] = step;
+    run->total = total;
+    for (Py_ssize_t i = 0; i < run->table->count; i++) {
+        const Slot *slot = &run->slots[i];
+        Column *column = &run->columns[i];
+        if (!slot->has) continue;
+        column->has = 1;
+        column->value = slot->value;
+        if (slot->unit.length && own_text(&column->unit, slot->unit) < 0) return -1;
+        if (!run->table->fields[i].series) continue;
+        Py_ssize_t capacity = column->capacity;
+        if (grow((void **)&column->rows, &capacity, column->count, sizeof(Py_ssize_t)) < 0
+            || grow((void **)&column->values, &column->capacity, column->count, sizeof(double)) < 0) {
+            return -1;
+        }
+        column->rows[column->count] = line;
+        column->values[column->count++] = slot->value;
+    }
+    return 0;
+}
+
+/* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error. */
+static int
+read_line(Run *run, const uint8_t *line, const uint8_t *end)
+{
+    const Table *table = run->table;
+    if (!is_ascii(line, end) || is_tagged(table, line, end)) return 0;
+    const uint8_t *opener = line;
+    while ((opener = memchr(opener, table->opener, (size_t)(end - opener))) != NULL) {
+        long long step, total;
+        const uint8_t *body, *body_end;
+        int found = match_record(table, opener, end, &step, &total, &body, &body_end);
+        if (found == 0) {
+            opener++;
+            continue;
+        }
+        if (found == 2) return 0;
+        memset(run->slots, 0, (size_t)table->count * sizeof(Slot));
+        run->line_named = 0;
+        if (read_pairs(run, body, body_end) < 0 || commit(run, step, total) < 0) return -1;
+        return 1;
+    }
+    return 0;
+}
+
+/* ------------------------------------------------------------------------------------------ */
+/* The reader: runs read one after the other, taken as one                                    */
+
+typedef struct {
+    PyObject_HEAD
+    PyObject *table_object; /* the table tuple: its bytes back the texts of ``table`` */
+    Table table;
+    Run run;
+} StepReader;
+
+static PyObject *
+text_or_none(Text text)
+{
+    return text.length ? PyUnicode_DecodeASCII((const char *)text.at, text.length, NULL) : Py_NewRef(Py_None);
+}
+
+static PyObject *
+column_result(const Column *column, int series, PyObject *steps)
+{
+    PyObject *latest = column->has ? PyFloat_FromDouble(column->value) : Py_NewRef(Py_None);
+    PyObject *unit = text_or_none(text_of_owned(&column->unit));
+    PyObject *series_steps = series ? PyList_New(column->count) : Py_NewRef(Py_None);
+    PyObject *series_values = series ? PyList_New(column->count) : Py_NewRef(Py_None);
+    PyObject *result = NULL;
+    if (latest && unit && series_steps && series_values) {
+        for (Py_ssize_t i = 0; series && i < column->count; i++) {
+            PyObject *value = PyFloat_FromDouble(column->values[i]);
+            if (value == NULL) goto done;
+            PyList_SET_ITEM(series_values, i, value);
+            PyList_SET_ITEM(series_steps, i, Py_NewRef(PyList_GET_ITEM(steps, column->rows[i])));
+        }
+        result = PyTuple_Pack(4, latest, unit, series_steps, series_values);
+    }
+done:
+    Py_XDECREF(latest);
+    Py_XDECREF(unit);
+    Py_XDECREF(series_steps);
+    Py_XDECREF(series_values);
+    return result;
+}
+
+static PyObject *
+run_result(const Run *run)
+{
+    PyObject *steps = PyList_New(run->count);
+    PyObject *total = run->count ? PyLong_FromLongLong(run->total) : Py_NewRef(Py_None);
+    PyObject *fields = PyTuple_New(run->table->count);
+    PyObject *named = PyList_New(run->named_count);
+    PyObject *result = NULL;
+    if (!steps || !total || !fields || !named) goto done;
+    for (Py_ssize_t i = 0; i < run->count; i++) {
+        PyObject *step = PyLong_FromLongLong(run->steps[i]);
+        if (step == NULL) goto done;
+        PyList_SET_ITEM(steps, i, step);
+    }
+    for (Py_ssize_t i = 0; i < run->table->count; i++) {
+        PyObject *column = column_result(&run->columns[i], run->table->fields[i].series, steps);
+        if (column == NULL) goto done;
+        PyTuple_SET_ITEM(fields, i, column);
+    }
+    for (Py_ssize_t i = 0; i < run->named_count; i++) {
+        const Named *value = &run->named[i];
+        PyObject *name = PyUnicode_DecodeASCII((const char *)value->name.at, value->name.length, NULL);
+        PyObject *entry = name ? Py_BuildValue("(Ndnnn)", name, value->value, value->lines, value->first_line,
+                                               value->position) : NULL;
+        if (entry == NULL) goto done;
+        PyList_SET_ITEM(named, i, entry);
+    }
+    result = PyTuple_Pack(4, steps, total, fields, named);
+done:
+    Py_XDECREF(steps);
+    Py_XDECREF(total);
+    Py_XDECREF(fields);
+    Py_XDECREF(named);
+    return result;
+}
+
+/* Forget what was read, keep the memory. */
+static void
+clear_run(Run *run)
+{
+    run->count = 0;
+    for (Py_ssize_t i = 0; run->columns && i < run->table->count; i++) {
+        Column *column = &run->columns[i];
+        column->has = 0;
+        column->unit.length = 0;
+        column->count = 0;
+    }
+    for (Py_ssize_t i = 0; i < run->named_count; i++) PyMem_Free(run->named[i].name.at);
+    run->named_count = 0;
+}
+
+static void
+free_run(Run *run)
+{
+    clear_run(run);
+    for (Py_ssize_t i = 0; run->columns && i < run->table->count; i++) {
+        PyMem_Free(run->columns[i].unit.at);
+        PyMem_Free(run->columns[i].rows);
+        PyMem_Free(run->columns[i].values);
+    }
+    PyMem_Free(run->columns);
+    PyMem_Free(run->slots);
+    PyMem_Free(run->steps);
+    PyMem_Free(run->named);
+    *run = (Run){0};
+}
+
+static int
+StepReader_init(StepReader *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"table", NULL};
+    PyObject *table;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", keywords, &table)) return -1;
+    free_run(&self->run);
+    PyMem_Free(self->table.fields);
+    self->table = (Table){0};
+    Py_XSETREF(self->table_object, Py_NewRef(table));
+    if (read_table(table, &self->table) < 0) return -1;
+    self->run.table = &self->table;
+    self->run.columns = PyMem_Calloc((size_t)self->table.count + 1, sizeof(Column));
+    self->run.slots = PyMem_Calloc((size_t)self->table.count + 1, sizeof(Slot));
+    if (self->run.columns == NULL || self->run.slots == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    return 0;
+}
+
+static void
+StepReader_dealloc(StepReader *self)
+{
+    free_run(&self->run);
+    PyMem_Free(self->table.fields);
+    Py_XDECREF(self->table_object);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static int
+ready(StepReader *self)
+{
+    if (self->run.columns != NULL) return 0;
+    PyErr_SetString(PyExc_ValueError, "StepReader was not given a table");
+    return -1;
+}
+
+PyDoc_STRVAR(StepReader_read_doc,
+"read(data, starts, index, limit) -> int\n\n"
+"Read the run of step lines of ``data`` starting at ``starts[index]``, ``starts[index + 1]``, ...\n"
+"(at most ``limit``); how many lines were read. See exporter/native/step_fields.py.");
+
+static PyObject *
+StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (ready(self) < 0) return NULL;
+    if (nargs != 4 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "read(data, starts: list, index, limit)");
+        return NULL;
+    }
+    Py_ssize_t index = PyLong_AsSsize_t(args[2]);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    Py_ssize_t limit = PyLong_AsSsize_t(args[3]);
+    if (limit == -1 && PyErr_Occurred()) return NULL;
+    if (index < 0 || limit < 0) {
+        PyErr_SetString(PyExc_ValueError, "index and limit must not be negative");
+        return NULL;
+    }
+    Py_buffer view;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    const uint8_t *data = view.buf, *data_end = data + view.len;
+    PyObject *starts = args[1];
+    Py_ssize_t taken = 0;
+    for (Py_ssize_t i = index; i < PyList_GET_SIZE(starts) && taken < limit; i++, taken++) {
+        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+        if (start == -1 && PyErr_Occurred()) goto error;
+        if (start < 0 || start > view.len) break;
+        const uint8_t *end = memchr(data + start, '\n', (size_t)(view.len - start));
+        int read = read_line(&self->run, data + start, end ? end : data_end);
+        if (read < 0) goto error;
+        if (read == 0) break;
+    }
+    PyBuffer_Release(&view);
+    return PyLong_FromSsize_t(taken);
+error:
+    PyBuffer_Release(&view);
+    return NULL;
+}
+
+PyDoc_STRVAR(StepReader_take_doc,
+"take() -> (steps, total, fields, named)\n\n"
+"What the reads since the last take found, as one run; the reader starts over.");
+
+static PyObject *
+StepReader_take(StepReader *self, PyObject *unused)
+{
+    if (ready(self) < 0) return NULL;
+    PyObject *result = run_result(&self->run);
+    if (result != NULL) clear_run(&self->run);
+    return result;
+}
+
+static Py_ssize_t
+StepReader_length(StepReader *self)
+{
+    return self->run.count;
+}
+
+static PyMethodDef StepReader_methods[] = {
+    {"read", (PyCFunction)(void (*)(void))StepReader_read, METH_FASTCALL, StepReader_read_doc},
+    {"take", (PyCFunction)StepReader_take, METH_NOARGS, StepReader_take_doc},
+    {NULL},
+};
+
+static PySequenceMethods StepReader_as_sequence = {
+    .sq_length = (lenfunc)StepReader_length,
+};
+
+static PyTypeObject StepReaderType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exporter.native._step_fields.StepReader",
+    .tp_doc = PyDoc_STR("StepReader(table): runs of step lines read by a field table, taken as one."),
+    .tp_basicsize = sizeof(StepReader),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)StepReader_init,
+    .tp_dealloc = (destructor)StepReader_dealloc,
+    .tp_methods = StepReader_methods,
+    .tp_as_sequence = &StepReader_as_sequence,
+};
+
+static struct PyModuleDef step_fields_module = {
+    PyModuleDef_HEAD_INIT,
+    .m_name = "exporter.native._step_fields",
+    .m_doc = "Kernel: runs of step lines read by a field table (twin: exporter/native/step_fields.py).",
+    .m_size = -1,
+};
+
+PyMODINIT_FUNC
+PyInit__step_fields(void)
+{
+    if (PyType_Ready(&StepReaderType) < 0) return NULL;
+    PyObject *module = PyModule_Create(&step_fields_module);
+    if (module == NULL) return NULL;
+    if (PyModule_AddObjectRef(module, "StepReader", (PyObject *)&StepReaderType) < 0
+        || PyModule_AddIntConstant(module, "KIND_FLOAT", KIND_FLOAT) < 0
+        || PyModule_AddIntConstant(module, "KIND_DURATION", KIND_DURATION) < 0
+        || PyModule_AddIntConstant(module, "KIND_NUMBER_WITH_UNIT", KIND_NUMBER_WITH_UNIT) < 0) {
+        Py_DECREF(module);
+        return NULL;
+    }
+    return module;
+}

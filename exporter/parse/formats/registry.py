@@ -1,0 +1,58 @@
+"""What a log format declares about itself, and the registry each format module adds itself to.
+
+Like node_exporter's collectors: every module of exporter/parse/formats/ ends with
+``FORMAT = register(Format(...))``, and the package imports every module it holds, so a
+new format is one new module, with no list to extend elsewhere.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+
+from exporter.parse.records import RunInfo, SchedulerEvent, StepLine
+from exporter.parse.step_table import StepTable
+
+
+@dataclass(frozen=True, slots=True)
+class Banner:
+    """Lines that state facts about the run once (framework, mode): a byte test, then the parser."""
+
+    prefilter: bytes
+    parse: Callable[[str], RunInfo | None]
+
+
+@dataclass(frozen=True, slots=True)
+class Format:
+    """One log format: a cheap byte test, then the parser proper."""
+
+    name: str
+    framework: str  # for training_info; "" when the format is not one framework's
+    prefilter: bytes  # every line the parser accepts contains these bytes
+    parse: Callable[[str], StepLine | SchedulerEvent | None]
+    # Auto-detection tries formats from the lowest order up: the most specific anchor first,
+    # so that a line of one format is never taken for another (``{ Epoch:[..], step:[..]``
+    # before ``{ step:[..]``, DeepSpeed's ``step=N, skipped=`` before plain ``step= loss=``).
+    # None: never detected, only chosen (by ``role`` or the configuration).
+    detection_order: int | None = None
+    role: str | None = None  # files of this role (classify: "scheduler") get this format
+    # The format's lines carry no loss (DeepSpeed's engine): keep looking for one that does.
+    provisional: bool = False
+    # The step record as data: its runs of step lines are read by the step-field kernel.
+    step_table: StepTable | None = None
+    banner: Banner | None = None  # facts about the run the format's logs print
+
+
+_REGISTERED: dict[str, Format] = {}
+
+
+def register(fmt: Format) -> Format:
+    """Add a built-in format (a module of exporter/parse/formats/ does, once)."""
+    if _REGISTERED.setdefault(fmt.name, fmt) is not fmt:
+        raise ValueError(f"two formats are called {fmt.name!r}")
+    return fmt
+
+
+def registered() -> tuple[Format, ...]:
+    """Every format registered so far, in no particular order."""
+    return tuple(_REGISTERED.values())

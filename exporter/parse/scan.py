@@ -1,0 +1,46 @@
+"""Finding the few lines of a block worth parsing, without looking at the others.
+
+A worker log is mostly framework noise. Every format and failure matcher tests a byte
+literal before anything else (its prefilter): a line holding none of them gives no
+record. One pass over a whole block (the scan kernel, native.scanner) counts its lines and
+finds the lines where any of these anchors occurs, and only those lines are cut out and
+parsed: a noise line costs no Python operation at all, however many formats and
+signatures there are (docs/benchmarks.md).
+
+Contract for parser authors: every literal the line parser tests before acting on a line
+(a format's prefilter and banner, the failure literals, torchrun's prefixes) is an anchor,
+and a line holding none of them must give no record and change no state, unless a failure
+block is open. An anchor has three bytes at least (the native scanner's fingerprint).
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from exporter import native
+from exporter.parse import signatures
+from exporter.parse.formats import Format
+from exporter.parse.ranks import PREFIX_ANCHORS
+
+
+def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
+    """Every literal the line parser tests before acting on a line; None when a format has none."""
+    formats = tuple(formats)
+    prefilters = {fmt.prefilter for fmt in formats}
+    if b"" in prefilters:
+        return None  # scheduler.log's format, a user's pattern without "contains": any line may match
+    banners = {fmt.banner.prefilter for fmt in formats if fmt.banner is not None}
+    return frozenset({*prefilters, *banners, *signatures.FAILURE_LITERALS, *PREFIX_ANCHORS})
+
+
+def scanner_for(formats: Iterable[Format]) -> native.Scanner | None:
+    """The scanner for the anchors of ``formats``; None when their files must go line by line."""
+    anchors = anchors_for(formats)
+    return _scanner(anchors) if anchors else None
+
+
+@functools.lru_cache(maxsize=32)
+def _scanner(anchors: frozenset[bytes]) -> native.Scanner:
+    # One per anchor set, shared by the parsers of every file (like re's cache).
+    return native.scanner(anchors, PREFIX_ANCHORS)

@@ -1,0 +1,132 @@
+"""The batch builder: a rank's consecutive step lines gathered into one StepBatch.
+
+Lines come one at a time from the format parsers (StepLine), or a run at a time through
+the step-field kernel (native.step_reader: columns, no Python object per line); either way
+the batch is what applying its lines one by one does, a column at a time
+(tests/test_block_parse.py compares the state both give). Here, and only here, a named
+value becomes an aux loss or a plain gauge (fields.is_aux_loss).
+"""
+
+from __future__ import annotations
+
+import math
+
+from exporter import native
+from exporter.native.step_fields import Run
+from exporter.parse.fields import is_aux_loss
+from exporter.parse.records import Named, Series, StepBatch, StepLine
+
+# The gauges whose every value the state's detectors need; of the others the latest is enough.
+SERIES_FIELDS = ("loss", "grad_norm")
+
+
+class StepBatchBuilder:
+    """One rank's step lines since the last ``take``."""
+
+    _steps: list[int | None]
+    _known_step: int | None  # the batch's last printed step: a line printing none is at it
+    _latest: dict[str, float]
+    _series: dict[str, Series]
+    _units: dict[str, str]
+    _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
+    _unprinted_nonfinite_losses: int
+
+    def __init__(self, rank: int | None) -> None:
+        self.rank = rank
+        self._reader: native.StepReader | None = None
+        self._gauges: tuple[str, ...] = ()
+        self._clear()
+
+    def __len__(self) -> int:
+        return len(self._steps) + (len(self._reader) if self._reader is not None else 0)
+
+    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...]) -> None:
+        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``."""
+        self._merge_reader()
+        self._reader, self._gauges = reader, gauges
+
+    def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> int:
+        """Read the run of step lines at ``starts[index]`` (at most ``limit``); how many lines it took."""
+        return self._reader.read(data, starts, index, limit) if self._reader is not None else 0
+
+    def add_line(self, line: StepLine) -> bool:
+        """Add one line's values; True when the batch must end after it (see unprinted_nonfinite_losses)."""
+        self._merge_reader()
+        self._steps.append(line.step)
+        if line.step is not None:
+            self._known_step = line.step
+        for name, value in line.values.items():
+            self._latest[name] = value
+            unit = line.units.get(name)
+            if unit:
+                self._units[name] = unit
+            if name in SERIES_FIELDS and not (name == "loss" and line.unprinted_nonfinite_losses
+                                              and not math.isfinite(value)):
+                # A non-finite loss the line's interval count already holds would count twice.
+                series = self._series_of(name)
+                series.steps.append(self._known_step)
+                series.values.append(value)
+        # A line-by-line application sets a line's aux losses before its other named values.
+        for name in sorted(line.named, key=lambda name: not is_aux_loss(name)):
+            self._note_named(name, line.named[name], 1)
+        if not line.unprinted_nonfinite_losses:
+            return False
+        self._unprinted_nonfinite_losses = line.unprinted_nonfinite_losses
+        return True
+
+    def take(self) -> StepBatch | None:
+        """The batch of the lines added since the last take (None: none were); the builder starts over."""
+        self._merge_reader()
+        if not self._steps:
+            return None
+        named = {name: Named(value, lines, is_aux_loss(name)) for name, (value, lines) in self._named.items()}
+        batch = StepBatch(self._steps, self._latest, self._series, self._units, named,
+                          self._unprinted_nonfinite_losses, self.rank)
+        self._clear()
+        return batch
+
+    def _merge_reader(self) -> None:
+        """The lines the reader read since the last merge, after those added before them."""
+        if self._reader is not None and len(self._reader):
+            self._merge_run(self._reader.take())
+
+    def _merge_run(self, run: Run) -> None:
+        steps, total, fields, named = run
+        self._steps += steps
+        self._known_step = steps[-1]
+        if total is not None:
+            self._latest["total_steps"] = total
+        for gauge, (value, unit, series_steps, series_values) in zip(self._gauges, fields, strict=True):
+            if value is not None:
+                self._latest[gauge] = value
+            if unit:
+                self._units[gauge] = unit
+            if series_steps and series_values:
+                series = self._series_of(gauge)
+                series.steps.extend(series_steps)
+                series.values.extend(series_values)
+        new = []
+        for name, value, lines, first, position in named:
+            seen = self._named.get(name)
+            if seen is None:
+                new.append((first, not is_aux_loss(name), position, name, value, lines))
+            else:
+                self._named[name] = (value, seen[1] + lines)
+        # Lines in order, each line's aux losses first, then as printed: a line-by-line order.
+        for _, _, _, name, value, lines in sorted(new):
+            self._named[name] = (value, lines)
+
+    def _series_of(self, gauge: str) -> Series:
+        series = self._series.get(gauge)
+        if series is None:
+            series = self._series[gauge] = Series([], [])
+        return series
+
+    def _note_named(self, name: str, value: float, lines: int) -> None:
+        seen = self._named.get(name)
+        self._named[name] = (value, lines + (seen[1] if seen else 0))
+
+    def _clear(self) -> None:
+        self._steps, self._known_step = [], None
+        self._latest, self._series, self._units, self._named = {}, {}, {}, {}
+        self._unprinted_nonfinite_losses = 0

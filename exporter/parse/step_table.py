@@ -1,0 +1,73 @@
+"""A step record's grammar as data: what a format module declares for the step-field kernel.
+
+A format whose step lines are ``{ name: value, ... }`` records declares a StepTable; the
+LineParser then reads its runs of step lines with the kernel (native.read_step_lines) and
+any other line of it with the same grammar in Python (``read_line``). A field is added
+here, in the format module's table: nothing compiled names one.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from functools import cached_property
+
+from exporter import native
+from exporter.native import Kind
+from exporter.parse.ranks import LINE_TAG
+from exporter.parse.records import StepLine
+from exporter.parse.step_batch import SERIES_FIELDS
+
+__all__ = ["Kind", "StepField", "StepTable"]
+
+
+@dataclass(frozen=True)
+class StepField:
+    """A field of the record: its printed name, how its value converts, which gauge it sets."""
+
+    name: str
+    kind: Kind
+    sets: str  # the gauge (a RankState value): loss, grad_norm, learning_rate, step_time_seconds, ...
+    absent: str = ""  # a printed value meaning "not obtained this step": the gauge keeps its value
+    default_unit: str = ""  # Kind.DURATION: the unit of a bare number ("" for seconds)
+
+
+@dataclass(frozen=True)
+class StepTable:
+    """``{ step:[ x/ total], name: value, ... }``: punctuation, the step's name, the known fields.
+
+    Known fields set their gauge; every other name with a float value is a named value
+    (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
+    gauge (loss, grad_norm: the detectors need each) and the latest of the others.
+    """
+
+    fields: tuple[StepField, ...]
+    opener: str = "{"
+    closer: str = "}"
+    pair_separator: str = ","
+    name_separator: str = ":"
+    step: str = "step"
+    gauges: tuple[str, ...] = field(init=False)  # what each field sets, in the table's order
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "gauges", tuple(item.sets for item in self.fields))
+
+    @cached_property
+    def kernel_table(self) -> tuple:
+        """The table as the kernel takes it: plain tuples of bytes and numbers (native/step_fields.py)."""
+        return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
+                self.step.encode(), LINE_TAG,
+                tuple((item.name.encode(), int(item.kind), int(item.sets in SERIES_FIELDS), item.absent.encode(),
+                       item.default_unit.encode()) for item in self.fields))
+
+    def read_line(self, text: str) -> StepLine | None:
+        """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""
+        record = native.read_record(self.kernel_table, text)
+        if record is None:
+            return None
+        line = StepLine(record.step, {"total_steps": record.total}, named=record.named)
+        for gauge, (value, unit) in zip(self.gauges, record.values, strict=True):
+            if value is not None:
+                line.values[gauge] = value
+                if unit:
+                    line.units[gauge] = unit
+        return line

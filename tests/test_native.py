@@ -1,0 +1,312 @@
+"""The compiled kernels (exporter/native/*.c) give exactly what their Python twins define.
+
+Each kernel is fed the same inputs as its twin: real logs, and fuzzed ones full of the
+tokens and bytes that parsers get wrong (non-finite numbers, units, underscores, binary
+junk, huge numbers, blocks cut anywhere), with the MindFormers field table and with a
+table of other punctuation. Floats are compared bit for bit. ``make sanitize`` runs this
+file against a build with AddressSanitizer and UndefinedBehaviorSanitizer.
+"""
+
+from __future__ import annotations
+
+import math
+import random
+import re
+import struct
+import sys
+from pathlib import Path
+
+import pytest
+
+from exporter import native
+from exporter.native import _detectors, _scan, _step_fields  # the compiled kernels themselves
+from exporter.native import detectors as detectors_twin
+from exporter.native import step_fields as step_fields_twin
+from exporter.native.step_fields import Kind
+from exporter.parse.formats import BUILTIN_FORMATS, mindformers
+from exporter.parse.ranks import PREFIX_ANCHORS
+from exporter.parse.scan import anchors_for
+from exporter.state.detectors import DetectorConfig, kernel_config
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO / "benchmarks"))
+
+from generate import worker_log_lines  # noqa: E402
+
+
+def _bits(value):
+    """A value with its floats as their bits: NaN equals NaN, 0.0 differs from -0.0."""
+    if isinstance(value, float):
+        return ("float", struct.pack("<d", value))
+    if isinstance(value, (list, tuple)):
+        return type(value).__name__, [_bits(item) for item in value]
+    if isinstance(value, dict):
+        return "dict", [(key, _bits(item)) for key, item in value.items()]
+    return value
+
+
+def test_every_kernel_is_built_here():
+    # A test run without them would compare the twins with themselves: CI builds them.
+    assert native.available() == {"scan": True, "step_fields": True, "detectors": True}
+
+
+# --- kernel 1: the anchor scanner -----------------------------------------------------------
+
+ALL_ANCHORS = sorted(anchors_for(BUILTIN_FORMATS))
+
+
+def _scan_both(anchors, data, line_starts=PREFIX_ANCHORS):
+    """The native scan, checked against the twin, with and without its SIMD loop."""
+    compiled = _scan.Scanner(tuple(sorted(set(anchors))), tuple(line_starts)).scan(data)
+    bytewise = _scan.Scanner(tuple(sorted(set(anchors))), tuple(line_starts), simd=False).scan(data)
+    twin = native.scanner(anchors, line_starts, "regex").scan(data)
+    assert compiled == twin == bytewise, (anchors[:5], data[:200])
+    return compiled
+
+
+def test_scanner_on_a_generated_worker_log_cut_anywhere():
+    data = "\n".join(worker_log_lines(30_000, seed=11)).encode() + b"\n"
+    rng = random.Random(1)
+    found = 0
+    for _ in range(40):
+        start = rng.randrange(len(data))
+        block = data[start:start + rng.choice([1, 31, 32, 33, 64, 1000, 70_000])]
+        found += len(_scan_both(ALL_ANCHORS, block)[1])
+    assert found > 0
+
+
+def test_scanner_on_fuzzed_blocks():
+    rng = random.Random(2)
+    alphabet = b"abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789[]{}:,.'\"=\n\x00\xff\xe2\x80"
+    for round_number in range(300):
+        anchor_count = rng.choice([1, 2, 5, 8, 9, 47, 80])
+        anchors = sorted({bytes(rng.choice(alphabet.replace(b"\n", b"")) for _ in range(rng.randint(3, 9)))
+                          for _ in range(anchor_count)} | set(rng.sample(ALL_ANCHORS, min(anchor_count, 10))))
+        pieces = []
+        for _ in range(rng.randint(0, 40)):
+            kind = rng.random()
+            if kind < 0.3:
+                pieces.append(rng.choice(anchors))
+            elif kind < 0.4:
+                pieces.append(rng.choice(anchors)[: rng.randint(1, 3)])  # a fingerprint without its anchor
+            else:
+                pieces.append(bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 80))))
+        data = b"".join(pieces)
+        if round_number % 2:
+            data += b"\n"
+        _scan_both(anchors, data, line_starts=(b"[rank", rng.choice(anchors)))
+
+
+def test_scanner_edges():
+    anchors = [b"abc", b"step:[", b"bcd"]
+    for data in (b"", b"abc", b"ab", b"\nabc\n", b"x" * 31 + b"abc", b"x" * 32 + b"abc", b"x" * 61 + b"abcd\n",
+                 b"abcabcabc\nbcd", b"\n" * 100, b"step:" + b"[" * 40, b"\x00abc\x00\n\xffbcd"):
+        _scan_both(anchors, data)
+    assert native.scanner(anchors, (), "native").scan(bytearray(b"1 abc\n2\n3 bcd\n")) == (3, [0, 8], [])
+
+
+def test_scanner_on_runs_of_anchored_lines():
+    lines = [line.encode() for line in worker_log_lines(3000, seed=12)]
+    steps = [line for line in lines if b"step:[" in line]
+    data = b"\n".join(lines[:500] + steps * 3 + lines[500:] + steps) + b"\n"  # consecutive, and far into the block
+    newlines, starts, _ = _scan_both(ALL_ANCHORS, data)
+    assert len(starts) > 3 * len(steps) and newlines == data.count(b"\n")
+
+
+def test_scanner_refuses_anchors_too_short_for_its_fingerprint():
+    with pytest.raises(ValueError):
+        native.scanner([b"ab"], (), "native")
+    with pytest.raises(ValueError):
+        native.scanner([b""], (), "regex")
+
+
+# --- kernel 2: step lines read by a field table ---------------------------------------------
+
+MINDFORMERS = mindformers.PYNATIVE_RECORD.kernel_table
+# The same kernel with other punctuation: nothing of MindFormers' grammar is in the C.
+OTHER = (b"(", b")", b";", b"=", b"it", (b"<", b">|"),
+         ((b"loss", Kind.FLOAT, 1, b"", b""), (b"rate", Kind.FLOAT, 0, b"-", b""),
+          (b"t", Kind.DURATION, 0, b"", b"us"), (b"tok", Kind.NUMBER_WITH_UNIT, 1, b"", b""),
+          (b"gn", Kind.FLOAT, 1, b"NaN", b"")))
+
+TOKENS = ["1.0", "2.345678", "10.483969", "nan", "NaN", "inf", "-inf", "+inf", "Infinity", "infinity", "1e5",
+          "1E-5", "4.000000e-05", "1_000", "1__0", "5.", ".5", "+.5", ".", "-", "e5", "1e", "1e999", "-0.0",
+          "0x10", "12345678901234567890.5", "0." + "1" * 70, "", " ", "  7  ", "850ms", "851 ms", "1.2s", "5sec",
+          "5 seconds", "3us", "2MS", "nanms", "inf s", "12.34T", "12.20T", "1.5 samples/s", "99%", "nanT", "infT",
+          "5eT", "1,234", "7 x", "3.0\t", "\x1f4.5", "1\x002"]
+NAMES = ["loss", "lr", "grad_norm", "per_step_time", "throughput", "load_balancing_loss", "mtp_1_loss",
+         "loss_scale", "_x", "a1", "1bad", "mtp_loss", "loss", "rate", "t", "tok", "gn", "step"]
+
+
+def _fuzzed_record_line(rng: random.Random, punctuation: tuple[str, ...]) -> str:
+    opener, closer, pair, name, step_name = punctuation
+    space = lambda: rng.choice(["", " ", "  ", "\t"])  # noqa: E731
+    fields = [f"{rng.choice(NAMES)}{space()}{name}{space()}{rng.choice(TOKENS)}" for _ in range(rng.randint(0, 9))]
+    if rng.random() < 0.1:
+        fields.append(f"{rng.choice(NAMES)}{name}")
+    body = pair.join(fields)
+    step = rng.choice(["1", "42", "  100", "007", "99999999999999999", "999999999999999999", "1234567890123456789",
+                       "123456789012345678901", "x"])
+    total = rng.choice(["1000", "60001", "", "0001234567890123456789"])
+    record = (f"{opener}{space()}{step_name}{name}{space()}[{space()}{step}{space()}/{space()}{total}{space()}]"
+              f"{space()}{pair}{body}{space()}{closer}")
+    prefix = rng.choice(["", "[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: ",
+                         f"{opener} not a record {closer} ", "[default3]:", "[rank1]: ", "<rank1>|", "[trainer]:",
+                         f"{opener} {step_name}{name}[ 1/ 2] ", "é "])
+    suffix = rng.choice(["", " trailing", f" {opener} {step_name}{name}[ 2/ 3]{pair} loss{name} 9.0 {closer}", closer,
+                         f" {opener}"])
+    return prefix + record + suffix
+
+
+def _record_lines(table: tuple, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    punctuation = tuple(part.decode() for part in table[:5])
+    generated = worker_log_lines(20_000, seed=4) if table is MINDFORMERS else ()
+    lines = [line.encode() for line in generated if "step:[" in line]
+    lines += [_fuzzed_record_line(rng, punctuation).encode("utf-8") for _ in range(6000)]
+    lines += [b"{ step:[ 1/ 2], loss: 2.0, \xff }", b"{ step:[ 1/ 2], loss: 2.0 }\x80", b"no record", b"{}",
+              b"{ step:[1/2],}", b"(it=[1/2]; loss=1)"]
+    rng.shuffle(lines)
+    return lines
+
+
+@pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
+def test_step_lines_read_in_runs_match_the_twin(table):
+    lines = _record_lines(table, seed=3)
+    data = b"\n".join(lines) + b"\n"
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    rng = random.Random(5)
+    compiled, twin = _step_fields.StepReader(table), step_fields_twin.StepReader(table)
+    index = runs = rows = takes = 0
+    while index < len(starts):
+        limit = rng.choice([0, 1, 2, 7, 100, 10_000])
+        taken = compiled.read(data, starts, index, limit)
+        assert taken == twin.read(data, starts, index, limit), lines[index:index + taken + 1]
+        assert len(compiled) == len(twin)
+        if rng.random() < 0.2:  # a few runs taken as one, as a block's are
+            assert _bits(compiled.take()) == _bits(twin.take()), lines[index - 20:index + taken + 1]
+            takes += 1
+        runs += taken > 1
+        rows += taken
+        index += taken or 1
+    assert _bits(compiled.take()) == _bits(twin.take())
+    assert runs > 100 and rows > 1000 and takes > 50
+
+
+@pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
+def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
+    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any."""
+    tag_open, tag_close = (re.escape(part) for part in table[5])
+    tagged = re.compile(tag_open + rb"\w+" + tag_close)
+    reader = native.step_reader(table)
+    declined = 0
+    for line in _record_lines(table, seed=6):
+        taken = reader.read(line + b"\n", [0], 0, 1)
+        record = native.read_record(table, line.decode("utf-8", "replace"))
+        if taken:
+            assert record is not None
+        elif record is not None:
+            assert not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line), line
+            declined += 1
+    assert declined > 100
+
+
+def test_the_mindformers_reference_line():
+    line = (b"[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: { step:[    1/60001], "
+            b"loss:  10.483969, per_step_time:    851ms, lr: 4.000000e-05, grad_norm: NaN, throughput:  12.10T, "
+            b"load_balancing_loss: 0.001300, mtp_1_loss:  10.983969 }")
+    reader = native.step_reader(MINDFORMERS)
+    assert reader.read(line, [0], 0, 5) == 1 and len(reader) == 1
+    steps, total, fields, named = reader.take()
+    by_name = dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))
+    assert (steps, total, len(reader)) == ([1], 60001, 0)
+    assert by_name["loss"] == (10.483969, None, [1], [10.483969])
+    assert by_name["grad_norm"] == (None, None, [], [])  # NaN: not obtained this step
+    assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
+    assert named == [("load_balancing_loss", 0.0013, 1, 0, 0), ("mtp_1_loss", 10.983969, 1, 0, 1)]
+    assert reader.take() == ([], None, ((None, None, [], []), (None, None, [], []), *[(None, None, None, None)] * 3), [])
+
+
+def test_named_values_count_lines_and_remember_where_they_first_appeared():
+    data = b"{ step:[1/9], a: 1, b: 2, a: 3 }\n{ step:[2/9], c: 4, b: 5 }\n{ step:[3/9], zz: junk }\n"
+    for reader in (_step_fields.StepReader(MINDFORMERS), step_fields_twin.StepReader(MINDFORMERS)):
+        assert reader.read(data, [0, 33], 0, 9) == 2 and reader.read(data, [0, 33, 60], 2, 9) == 1
+        assert reader.take()[3] == [("a", 3.0, 1, 0, 0), ("b", 5.0, 2, 0, 1), ("c", 4.0, 1, 1, 0)]
+
+
+@pytest.mark.parametrize("table", [
+    (b"{{", b"}", b",", b":", b"step", (b"[", b"]:"), ()),
+    (b"{", b"}", b"a", b":", b"step", (b"[", b"]:"), ()),
+    (b"{", b"}", b",", b" ", b"step", (b"[", b"]:"), ()),
+    (b"{", b"}", b",", b":", b"step", (b"[", b"]:"), ((b"x", 9, 0, b"", b""),)),
+    (b"{", b"}", b",", b":", b"step", (b"[", b"]:"), ((b"x", Kind.DURATION, 0, b"", b"hours"),)),
+    (b"{", b"}", b",", b":", b"step", (b"[", b"]:"), ((b"x", 1, 0, b"", b""), (b"x", 1, 1, b"", b""))),
+])
+def test_both_refuse_a_table_they_cannot_read_alike(table):
+    for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+        with pytest.raises(ValueError):
+            reader(table)
+
+
+def test_the_kinds_are_numbered_alike():
+    compiled = {name.removeprefix("KIND_"): getattr(_step_fields, name) for name in dir(_step_fields)
+                if name.startswith("KIND_")}
+    assert {kind.name: int(kind) for kind in Kind} == compiled
+
+
+# --- kernel 3: the detectors ----------------------------------------------------------------
+
+def _series(rng: random.Random, length: int) -> tuple[list, list]:
+    steps, values, level = [], [], 2.5
+    for index in range(length):
+        steps.append(None if rng.random() < 0.05 else index * rng.choice([1, 1, 1, 3]))
+        roll = rng.random()
+        if roll < 0.03:
+            values.append(rng.choice([math.nan, math.inf, -math.inf]))
+        elif roll < 0.08:
+            values.append(level * rng.uniform(3, 30))  # a spike
+        else:
+            level = max(0.1, level * rng.uniform(0.995, 1.001))
+            values.append(level + rng.gauss(0, 0.02))
+    return steps, values
+
+
+FRESH_SPIKES = (0.0, 0.0, 0, 0)
+FRESH_PLATEAU = (None, 0.0, 0.0, [], [], None)
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_check_series_native_matches_the_twin_bit_for_bit(seed):
+    rng = random.Random(seed)
+    config = kernel_config(DetectorConfig(spike_warmup_steps=rng.choice([0, 5, 20]),
+                                          plateau_window_steps=rng.choice([1, 10, 100]),
+                                          spike_max_excursion_steps=rng.choice([1, 3, 10])))
+    with_plateau = seed % 3 != 0
+    spikes, plateau = FRESH_SPIKES, FRESH_PLATEAU if with_plateau else None
+    for _ in range(6):
+        steps, values = _series(rng, rng.choice([1, 7, 200]))
+        compiled = _detectors.check_series(config, spikes, plateau, steps, values)
+        twin = detectors_twin.check_series(config, spikes, plateau, steps, values)
+        assert _bits(compiled) == _bits(twin)
+        *_, spikes, plateau = compiled
+
+
+def test_check_series_counts_non_finite_values_without_detectors():
+    config = kernel_config(DetectorConfig())
+    for check in (_detectors.check_series, detectors_twin.check_series):
+        assert check(config, None, None, [4, None, 6], [math.nan, math.inf, -math.inf]) == (3, 6, 0, None, None, None)
+        with pytest.raises(ValueError):
+            check(config, None, None, [1], [1.0])
+
+
+def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
+    config = kernel_config(DetectorConfig(spike_warmup_steps=0))
+    huge = 10**30
+    steps, values = [huge, huge + 1, huge + 2], [2.0, 50.0, math.nan]
+    with pytest.raises(OverflowError):
+        _detectors.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    result = native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    assert result == detectors_twin.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    assert result[:4] == (1, huge + 2, 1, huge + 1)
