@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
+import dataclasses
+import importlib
+import pkgutil
+import typing
 from pathlib import Path
 
 import pytest
 
+from exporter import native
 from exporter.parse import BUILTIN_FORMATS, ErrorEvent, LineParser, StepBatch
+from exporter.parse import formats as formats_package
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES, FormatSelection, custom_format, path_matches, selection
+from exporter.parse.formats.registry import register, registered
+from exporter.state import RankState
 from tests.support.records import parse_lines, record_as_dict
 
 DEEPSPEED_LR = b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, lr=[0.00024], mom=[0.9]"
@@ -207,3 +215,24 @@ def test_a_node_timing_out_again_after_registering_again_counts_again():
 def test_every_format_is_documented_for_users():
     documentation = (Path(__file__).parents[1] / "docs" / "formats.md").read_text()
     assert [name for name in BUILTIN_NAMES if f"`{name}`" not in documentation] == []
+
+
+def test_every_format_module_registers_itself_once():
+    modules = [importlib.import_module(f"exporter.parse.formats.{module.name}")
+               for module in pkgutil.iter_modules(formats_package.__path__) if module.name != "registry"]
+    declared = [module.FORMAT for module in modules]
+    assert sorted(fmt.name for fmt in declared) == sorted(BUILTIN_NAMES) == sorted(fmt.name for fmt in registered())
+    assert [fmt.name for fmt in BUILTIN_FORMATS] == [
+        fmt.name for fmt in sorted((fmt for fmt in declared if fmt.detection_order is not None),
+                                   key=lambda fmt: fmt.detection_order)]
+    with pytest.raises(ValueError, match="two formats"):
+        register(dataclasses.replace(declared[0]))
+
+
+def test_field_tables_set_gauges_the_state_has_and_the_kernel_reads_them():
+    gauges = {name for name, hint in typing.get_type_hints(RankState).items() if hint in (float | None, int | None)}
+    tables = [fmt.step_table for fmt in registered() if fmt.step_table is not None]
+    assert tables
+    for table in tables:
+        assert set(table.gauges) <= gauges
+        native.step_reader(table.kernel_table)  # a table the kernel could not read raises ValueError

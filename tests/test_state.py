@@ -1,10 +1,15 @@
 from __future__ import annotations
 
+import json
 import math
+import random
+
+import pytest
 
 from exporter.parse import ErrorEvent, SchedulerEvent
 from exporter.parse.records import StepLine
 from exporter.state import ANOMALY_KINDS, ERROR_KINDS, Limits, TrainingState
+from exporter.state.snapshot import dump_state
 from tests.support.records import in_batches
 
 KEY = ("run", "node-0", "3")
@@ -122,3 +127,40 @@ def test_error_summaries_name_what_identifies_the_failure():
     details = state.series[KEY].last_error_detail
     assert details["nccl_timeout"] == "op ALLREDUCE"
     assert details["elastic"] == "ChildFailedError (root_cause_rank 5, exitcode -6, signal SIGABRT)"
+
+
+def test_a_line_without_a_step_at_the_start_of_a_batch_is_at_the_rank_step_before_it():
+    state = TrainingState()
+    ingest(state, step(40, loss=1.9))
+    ingest(state, step(None, loss=math.nan), step(None, loss=2.0))
+    rank = state.series[KEY]
+    assert (rank.steps_total, rank.step, rank.last_anomaly_step) == (3, 40, {"loss_nonfinite": 40})
+
+
+def _random_line(rng: random.Random) -> StepLine:
+    values = {name: rng.choice([1.5, 2.5, math.nan, math.inf, 30.0]) for name in ("loss", "grad_norm", "learning_rate",
+                                                                                    "throughput", "total_steps")
+              if rng.random() < 0.6}
+    line = StepLine(rng.choice([None, 1, 2, 2, 3, 7, 7, 8]), values,
+                    units={"throughput": rng.choice(["T", "samples/s"])} if rng.random() < 0.5 else {},
+                    named={name: rng.random() for name in rng.sample(["a_loss", "b", "c_loss", "d", "e", "f_loss"],
+                                                                    rng.randint(0, 3))},
+                    unprinted_nonfinite_losses=rng.choice([0, 0, 0, 0, 2]))
+    return line
+
+
+@pytest.mark.parametrize("seed", range(20))
+def test_a_batch_of_lines_does_what_a_batch_per_line_does(seed):
+    # The one apply path's promise, on every field at once, named values under a tight
+    # cardinality limit (which ones are kept depends on their order) included.
+    rng = random.Random(seed)
+    lines = [_random_line(rng) for _ in range(rng.randint(1, 60))]
+    states = [TrainingState(limits=Limits(max_named_values_per_series=4)) for _ in range(2)]
+    with states[0].lock:
+        states[0].ingest(KEY, len(lines), in_batches(*lines), None, 1.0)
+    with states[1].lock:
+        for line in lines:
+            states[1].ingest(KEY, 1, in_batches(line), None, 1.0)
+    dumps = [json.dumps(dump_state(state), sort_keys=True) for state in states]
+    assert dumps[0] == dumps[1]
+    assert [list(state.series[KEY].extra) for state in states] == [list(states[1].series[KEY].extra)] * 2

@@ -57,7 +57,7 @@ class LineParser:
         self._thrown: dict[int | None, str] = {}
         self._watchdog_seen: set[tuple[object, object]] = set()
         self._scheduler_log = SchedulerLog()
-        self._steps: dict[int | None, StepBatchBuilder] = {}
+        self._batches: dict[int | None, StepBatchBuilder] = {}
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
         self._scanner = scanner_for(self._candidates)
         if forced is not None:
@@ -94,7 +94,7 @@ class LineParser:
                 unprefixed = lines - sum(parsed.lines_by_rank.values())
                 if unprefixed:
                     parsed.lines_by_rank[None] = unprefixed
-        for builder in self._steps.values():
+        for builder in self._batches.values():
             self._end_batch(builder, parsed)
         for rank, block in list(self._blocks.items()):
             for event in block.flush():
@@ -151,7 +151,7 @@ class LineParser:
 
     def _read_step_run(self, data: bytes, starts: list[int], index: int, parsed: ParsedBlock) -> int:
         """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
-        builder = self._steps.get(None)
+        builder = self._batches.get(None)
         if builder is None or self._format is None:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
@@ -194,9 +194,9 @@ class LineParser:
             self._end_batch(builder, parsed)
 
     def _builder(self, rank: int | None) -> StepBatchBuilder:
-        builder = self._steps.get(rank)
+        builder = self._batches.get(rank)
         if builder is None:
-            builder = self._steps[rank] = StepBatchBuilder(rank)
+            builder = self._batches[rank] = StepBatchBuilder(rank)
         return builder
 
     @staticmethod
