@@ -49,7 +49,8 @@ class RankState:
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
-    last_error_detail: dict[str, str] = field(default_factory=dict)
+    # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said anything.
+    last_error_facts: dict[str, dict[str, str | float]] = field(default_factory=dict)
     scheduler_events: dict[str, int] = field(default_factory=dict)
     node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
@@ -225,9 +226,8 @@ class TrainingState:
         kind = event.kind if event.kind in rank.errors else "other"
         rank.errors[kind] += 1
         rank.last_error_timestamp[kind] = now
-        summary = _error_summary(event.detail)
-        if summary:
-            rank.last_error_detail[kind] = summary
+        if event.detail:
+            rank.last_error_facts[kind] = dict(event.detail)
 
     def _count(self, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
@@ -260,14 +260,3 @@ def _set_printed(rank: RankState, total_steps: int | None, learning_rate: float 
         rank.throughput = throughput
     if throughput_unit:
         rank.info["throughput_unit"] = throughput_unit
-
-
-def _error_summary(detail: dict[str, str | float]) -> str:
-    """One short phrase for the status page: the exception type and what identifies the failure."""
-    head = detail.get("exception") or detail.get("message") or ""
-    facts = [f"{name} {detail[name]}" for name in _SUMMARY_FACTS if name in detail]
-    return f"{head} ({', '.join(facts)})" if head and facts else str(head) or ", ".join(facts)
-
-
-# Detail keys worth a place in the summary, in this order.
-_SUMMARY_FACTS = ("op", "code", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal")
