@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import resource
 import signal
@@ -10,11 +12,12 @@ from pathlib import Path
 
 from exporter import checkpoint
 from exporter.export import text_format
+from exporter.export.families import ScrapeTime
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
+from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
-from exporter.follow.processes import ProcessWatcher
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline, native_speedups
 from exporter.settings import Settings
@@ -52,34 +55,28 @@ class Exporter:
             idle_flush_seconds=settings.idle_flush_seconds,
             resume=positions,
         )
+        scrape_time = ScrapeTime()
+        if settings.process_pattern:
+            runs = [(settings.run_for_directory(directory), settings.node) for directory in directories]
+            liveness = ProcessLiveness(settings.process_pattern, runs, max_age=settings.process_check_interval)
+            scrape_time = ScrapeTime(process_up=liveness.process_up)
+        self.otlp = OtlpPush(self.state, settings, scrape_time) if settings.otlp_metrics_url else None
+        if self.otlp is not None:
+            scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         host, port = settings.listen_host_port
         self.http = ExporterHTTPServer(
             host,
             port,
-            lambda: text_format.render(self.state),
+            functools.partial(text_format.render, self.state, scrape_time),
             is_ready=lambda: self.follower.ready,
             status_page=lambda: render_status_page(self.state, self.follower.ready),
         )
-        self.otlp = OtlpPush(self.state, settings) if settings.otlp_metrics_url else None
-        self.processes = None
-        if settings.process_pattern:
-            self.processes = ProcessWatcher(settings.process_pattern, self._process_checked,
-                                            settings.process_check_interval)
-
-    def _process_checked(self, up: bool) -> None:
-        # One trainer per pod: its liveness holds for every run this exporter follows.
-        runs = {self.settings.run_for_directory(str(directory)) for directory in self.settings.log_dir}
-        with self.state.lock:
-            for run in runs:
-                self.state.process_up[(run, self.settings.node)] = up
 
     def start(self) -> None:
         self.http.start()
         self.follower.start()
         if self.otlp is not None:
             self.otlp.start()
-        if self.processes is not None:
-            self.processes.start()
         if self.demo is not None:
             self.demo.start()
             log.info("demo: writing a simulated run to %s", self.demo.log_dir)
@@ -92,8 +89,6 @@ class Exporter:
     def stop(self) -> None:
         if self.demo is not None:
             self.demo.stop()
-        if self.processes is not None:
-            self.processes.stop()
         self.follower.stop()
         if self.checkpointer is not None:
             self.checkpointer.stop()  # after the follower: the last checkpoint has every line read

@@ -129,7 +129,8 @@ class Settings(BaseSettings):
 
     demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
-    process_check_interval: float = Field(5.0, gt=0, description="Seconds between --process-pattern checks.")
+    process_check_interval: float = Field(
+        5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")
     # Detector thresholds (docs/detectors.md); the defaults live in DetectorConfig.
     spike_min_relative_jump: float = Field(_DETECTOR_DEFAULTS.spike_min_relative_jump, gt=0)
     spike_deviations: float = Field(_DETECTOR_DEFAULTS.spike_deviations, ge=0)

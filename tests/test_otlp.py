@@ -32,10 +32,8 @@ OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_END
                   "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                   "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "POD_NAME",
                   "POD_NAMESPACE", "NODE_NAME", "TRAINLOG_OTLP_ENDPOINT")
-ALL_SPECS = (*metrics_table.RANK_GAUGES, *metrics_table.NAMED_GAUGES, metrics_table.RANK_INFO,
-             *metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_GAUGES,
-             *metrics_table.STATS_COUNTERS, metrics_table.PROCESS_UP)
-COUNTER_SPECS = (*metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_COUNTERS)
+ALL_SPECS = metrics_table.METRICS
+COUNTER_SPECS = tuple(spec for spec in ALL_SPECS if spec.type == metrics_table.COUNTER)
 
 
 @pytest.fixture(autouse=True)

@@ -79,7 +79,6 @@ class ExporterStats:
     lines_unparsed_total: int = 0
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
-    otlp_export_failures_total: int = 0
 
 
 class TrainingState:
@@ -88,8 +87,6 @@ class TrainingState:
     def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
         self.lock = threading.Lock()
         self.series: dict[SeriesKey, RankState] = {}
-        # (run, node) -> whether a process matching --process-pattern was alive at the last check.
-        self.process_up: dict[tuple[str, str], bool] = {}
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
