@@ -7,6 +7,7 @@ import functools
 import logging
 import resource
 import signal
+import socket
 import threading
 from pathlib import Path
 
@@ -14,7 +15,7 @@ from exporter import checkpoint
 from exporter.export import text_format
 from exporter.export.families import ScrapeTime
 from exporter.export.http import ExporterHTTPServer
-from exporter.export.otlp import OtlpPush
+from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
@@ -60,7 +61,8 @@ class Exporter:
             runs = [(settings.run_for_directory(directory), settings.node) for directory in directories]
             liveness = ProcessLiveness(settings.process_pattern, runs, max_age=settings.process_check_interval)
             scrape_time = ScrapeTime(process_up=liveness.process_up)
-        self.otlp = OtlpPush(self.state, settings, scrape_time) if settings.otlp_metrics_url else None
+        otlp = otlp_config(settings, socket.gethostname())
+        self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
             scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         host, port = settings.listen_host_port
@@ -122,6 +124,20 @@ def _report_speedups() -> None:
     else:
         log.info("native speedups: block scan %s, step columns, detector loop",
                  "with AVX2" if built["AVX2"] else "byte-wise")
+
+
+def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:
+    """The OTLP push's configuration from the settings, or None when no endpoint is set."""
+    endpoint = metrics_url(settings.otlp_endpoint, settings.otel_exporter_otlp_metrics_endpoint,
+                           settings.otel_exporter_otlp_endpoint)
+    if endpoint is None:
+        return None
+    attributes = resource_attributes(host_name, service_name=settings.otel_service_name, pod_name=settings.pod_name,
+                                     pod_namespace=settings.pod_namespace, node_name=settings.node_name,
+                                     overrides=settings.otel_resource_attributes)
+    # The OTEL_* variables are in milliseconds, as the specification says.
+    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers, timeout_seconds=settings.otel_exporter_otlp_timeout / 1000,
+                      interval_seconds=settings.otel_metric_export_interval / 1000, resource_attributes=attributes)
 
 
 def _state_file(settings: Settings) -> Path | None:

@@ -36,7 +36,6 @@ from exporter.state.detectors import DetectorConfig
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
 _DETECTOR_DEFAULTS = DetectorConfig()
-OTLP_METRICS_PATH = "v1/metrics"
 _OTEL_FIELDS = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
     "otel_exporter_otlp_timeout", "otel_metric_export_interval", "otel_service_name", "otel_resource_attributes",
@@ -117,8 +116,8 @@ class Settings(BaseSettings):
         description="Milliseconds one export may take before it counts as failed.")
     otel_metric_export_interval: float = Field(
         60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"), description="Milliseconds between pushes.")
-    otel_service_name: str = Field(
-        "trainlog-exporter", min_length=1, validation_alias=AliasChoices("OTEL_SERVICE_NAME"), description="service.name.")
+    otel_service_name: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_SERVICE_NAME"), description="service.name (default trainlog-exporter).")
     otel_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias=AliasChoices("OTEL_RESOURCE_ATTRIBUTES"),
         description="key=value,... resource attributes.")
@@ -208,22 +207,6 @@ class Settings(BaseSettings):
     def _parse_key_values(cls, value: Any) -> Any:
         return _key_value_list(value) if isinstance(value, str) else value
 
-    @property
-    def otlp_metrics_url(self) -> str | None:
-        """Where to POST metrics, or None when OTLP is off.
-
-        --otlp-endpoint (a base URL, or a full URL when it has a path) wins; then the
-        signal-specific OTEL variable, used as is; then the generic one, plus /v1/metrics.
-        """
-        if self.otlp_endpoint:
-            has_path = urlsplit(self.otlp_endpoint).path.strip("/")
-            return self.otlp_endpoint if has_path else _join_url(self.otlp_endpoint, OTLP_METRICS_PATH)
-        if self.otel_exporter_otlp_metrics_endpoint:
-            return self.otel_exporter_otlp_metrics_endpoint
-        if self.otel_exporter_otlp_endpoint:
-            return _join_url(self.otel_exporter_otlp_endpoint, OTLP_METRICS_PATH)
-        return None
-
     @field_validator("process_pattern")
     @classmethod
     def _check_process_pattern(cls, value: str | None) -> str | None:
@@ -285,10 +268,6 @@ class Settings(BaseSettings):
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         config_file = init_settings.init_kwargs.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
         return init_settings, env_settings, _YamlFileSource(settings_cls, config_file)
-
-
-def _join_url(base: str, path: str) -> str:
-    return f"{base.rstrip('/')}/{path}"
 
 
 def _key_value_list(text: str) -> dict[str, str]:

@@ -15,13 +15,14 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import Exporter
+from exporter.app import Exporter, otlp_config
 from exporter.cli import main
 from exporter.export import metrics_table
-from exporter.export.otlp import ExportHealth, resource_attributes
+from exporter.export.otlp import ExportHealth, OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.settings import ConfigError, load_settings
 from tests.support.net import eventually
 from tests.support.otlp import HangingReceiver, OtlpReceiver, refused_url
+from tests.support.runs import copy_example, read_once
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
@@ -271,13 +272,19 @@ def test_docs_map_every_metric():
 
 
 def test_endpoint_precedence_command_line_then_signal_variable_then_base(monkeypatch):
-    assert load_settings().otlp_metrics_url is None
+    def url() -> str | None:
+        config = otlp_config(load_settings(), host_name="box")
+        return config and config.endpoint
+
+    assert url() is None
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318/")
-    assert load_settings().otlp_metrics_url == "http://base:4318/v1/metrics"
+    assert url() == "http://base:4318/v1/metrics"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://metrics:4318/custom")
-    assert load_settings().otlp_metrics_url == "http://metrics:4318/custom"
-    assert load_settings(otlp_endpoint="http://cli:4318").otlp_metrics_url == "http://cli:4318/v1/metrics"
-    assert load_settings(otlp_endpoint="https://cli/otlp/v1/metrics").otlp_metrics_url == "https://cli/otlp/v1/metrics"
+    assert url() == "http://metrics:4318/custom"
+    monkeypatch.setenv("TRAINLOG_OTLP_ENDPOINT", "http://cli:4318")
+    assert url() == "http://cli:4318/v1/metrics"
+    assert metrics_url("https://cli/otlp/v1/metrics", "http://metrics:4318/custom", None) == "https://cli/otlp/v1/metrics"
+    assert metrics_url(None, None, None) is None
 
 
 def test_otel_variables_are_read_and_checked_by_settings(monkeypatch):
@@ -287,7 +294,7 @@ def test_otel_variables_are_read_and_checked_by_settings(monkeypatch):
     settings = load_settings()
     assert settings.otel_exporter_otlp_headers == {"api-key": "a,b", "x-tenant": "ml"}
     assert settings.otel_metric_export_interval == 15000
-    assert settings.otlp_metrics_url is None
+    assert otlp_config(settings, host_name="box") is None
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "0")
     with pytest.raises(ConfigError, match="OTEL_METRIC_EXPORT_INTERVAL"):
         load_settings()
@@ -299,12 +306,46 @@ def test_bad_otlp_endpoint_exits_2_naming_the_option(tmp_path, capsys):
 
 
 def test_resource_attributes_follow_the_specification_precedence(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
     monkeypatch.setenv("POD_NAME", "trainer-0")
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,host.name=override")
-    attributes = resource_attributes(load_settings(), host_name="box")
+    attributes = otlp_config(load_settings(), host_name="box").resource_attributes
     assert attributes["service.name"] == "from-attributes"
     assert attributes["host.name"] == "override"
     assert attributes["k8s.pod.name"] == attributes["service.instance.id"] == "trainer-0"
     assert "k8s.namespace.name" not in attributes
     monkeypatch.setenv("OTEL_SERVICE_NAME", "trainlog-gpu")
-    assert resource_attributes(load_settings(), host_name="box")["service.name"] == "trainlog-gpu"
+    assert otlp_config(load_settings(), host_name="box").resource_attributes["service.name"] == "trainlog-gpu"
+    assert resource_attributes("box")["service.name"] == "trainlog-exporter"
+
+
+def test_settings_turn_milliseconds_into_the_push_config(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "2500")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "15000")
+    config = otlp_config(load_settings(otlp_endpoint="http://collector:4318",
+                                       otel_exporter_otlp_headers="authorization=Bearer%20t"), host_name="box")
+    assert (config.timeout_seconds, config.interval_seconds) == (2.5, 15.0)
+    assert config.headers == {"authorization": "Bearer t"}
+
+
+def test_the_push_needs_its_config_only(tmp_path):
+    # A state and an OtlpConfig, no Settings: the push module does not even import them.
+    program = "import sys, exporter.export.otlp; print('exporter.settings' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO)
+    assert imported.stdout.strip() == "False"
+    state = read_once(copy_example(tmp_path))
+    with OtlpReceiver() as receiver:
+        config = OtlpConfig(receiver.base_url + "/v1/metrics", headers={"x-tenant": "ml"}, timeout_seconds=2,
+                            interval_seconds=0.1, resource_attributes={"service.name": "config-only", "team": "ml"})
+        push = OtlpPush(state, config)
+        push.start()
+        try:
+            headers, request = eventually(lambda: next(iter(receiver.received()), None), 10, what="a push")
+        finally:
+            push.stop()
+    assert headers["x-tenant"] == "ml"
+    resource = {item.key: item.value.string_value for item in request.resource_metrics[0].resource.attributes}
+    assert resource == {"service.name": "config-only", "team": "ml"}
+    assert point_value(request, "training.step", run="deepseek-moe-8rank", rank="7") == 200
+    assert point_value(request, "trainlog.otlp_export_failures") == 0
+    assert push.failed_exports() == 0

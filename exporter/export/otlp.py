@@ -7,16 +7,20 @@ flight, so a collector that is down, slow or refusing cannot hold up following, 
 /metrics. The push counts its own failed exports (``trainlog_otlp_export_failures_total``
 on /metrics, read from here at scrape time) and logs them on state changes, and at most
 once a minute while the failure lasts.
+
+It takes an ``OtlpConfig``, not the exporter's settings: the endpoint policy
+(``metrics_url``) and the resource attributes (``resource_attributes``) are decided here,
+from the values settings.py read.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import logging
-import socket
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
@@ -32,12 +36,13 @@ from opentelemetry.sdk.resources import Resource
 from exporter import __version__
 from exporter.export.families import STATE_ONLY, ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER, METRICS, MetricSpec
-from exporter.settings import Settings
 from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION_SCOPE = "trainlog-exporter"
+DEFAULT_SERVICE_NAME = "trainlog-exporter"
+METRICS_PATH = "v1/metrics"
 _REPEAT_FAILURE_LOG_SECONDS = 60.0
 # Where the OTLP/HTTP exporter logs every failed attempt; we fold those into our own,
 # rarer messages.
@@ -47,24 +52,54 @@ _MAX_REASON_CHARS = 400
 Attributes = dict[str, str]
 
 
-def resource_attributes(settings: Settings, host_name: str) -> Attributes:
-    """Semantic-convention resource attributes; OTEL_RESOURCE_ATTRIBUTES overrides the
-    detected ones and an explicit OTEL_SERVICE_NAME overrides both (as the spec says)."""
+@dataclass(frozen=True, slots=True)
+class OtlpConfig:
+    """Everything the push needs: where, with which headers, how often, as which resource."""
+
+    endpoint: str  # the full URL of the metrics endpoint (metrics_url)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 10.0  # one export, retries included, before it counts as failed
+    interval_seconds: float = 60.0
+    resource_attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+def metrics_url(endpoint: str | None, metrics_endpoint: str | None, base_endpoint: str | None) -> str | None:
+    """Where to POST metrics, or None when OTLP is off.
+
+    ``endpoint`` (--otlp-endpoint: a base URL, or a full URL when it has a path) wins; then
+    ``metrics_endpoint`` (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT), used as is; then
+    ``base_endpoint`` (OTEL_EXPORTER_OTLP_ENDPOINT) plus /v1/metrics, as the specification says.
+    """
+    if endpoint:
+        return endpoint if urlsplit(endpoint).path.strip("/") else _join_url(endpoint, METRICS_PATH)
+    if metrics_endpoint:
+        return metrics_endpoint
+    if base_endpoint:
+        return _join_url(base_endpoint, METRICS_PATH)
+    return None
+
+
+def _join_url(base: str, path: str) -> str:
+    return f"{base.rstrip('/')}/{path}"
+
+
+def resource_attributes(host_name: str, *, service_name: str | None = None, pod_name: str | None = None,
+                        pod_namespace: str | None = None, node_name: str | None = None,
+                        overrides: Mapping[str, str] | None = None) -> Attributes:
+    """Semantic-convention resource attributes; ``overrides`` (OTEL_RESOURCE_ATTRIBUTES)
+    replace the detected ones and an explicit ``service_name`` (OTEL_SERVICE_NAME) replaces
+    both, as the specification says. The Kubernetes names come from the downward API."""
     attributes = {
-        "service.name": settings.otel_service_name,
+        "service.name": DEFAULT_SERVICE_NAME,
         "service.version": __version__,
-        "service.instance.id": settings.pod_name or host_name,
+        "service.instance.id": pod_name or host_name,
         "host.name": host_name,
     }
-    kubernetes = {
-        "k8s.pod.name": settings.pod_name,
-        "k8s.namespace.name": settings.pod_namespace,
-        "k8s.node.name": settings.node_name,
-    }
+    kubernetes = {"k8s.pod.name": pod_name, "k8s.namespace.name": pod_namespace, "k8s.node.name": node_name}
     attributes.update({key: value for key, value in kubernetes.items() if value})
-    attributes.update(settings.otel_resource_attributes)
-    if "otel_service_name" in settings.model_fields_set:
-        attributes["service.name"] = settings.otel_service_name
+    attributes.update(overrides or {})
+    if service_name:
+        attributes["service.name"] = service_name
     return attributes
 
 
@@ -178,21 +213,18 @@ class _CountingExporter(MetricExporter):
 
 
 class OtlpPush:
-    """A private MeterProvider that pushes the walk's families to one OTLP/HTTP endpoint
-    (``settings.otlp_metrics_url``, which must be set).
+    """A private MeterProvider that pushes the walk's families to one OTLP/HTTP endpoint.
 
     ``scrape_time`` reads what lives outside the state (process liveness); the push adds its
     own failed-export count to it.
     """
 
-    def __init__(self, state: TrainingState, settings: Settings, scrape_time: ScrapeTime = STATE_ONLY,
-                 host_name: str | None = None) -> None:
-        self.endpoint = settings.otlp_metrics_url
+    def __init__(self, state: TrainingState, config: OtlpConfig, scrape_time: ScrapeTime = STATE_ONLY) -> None:
+        self.endpoint = config.endpoint
         self._state = state
-        self._settings = settings
+        self._config = config
         self._scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.failed_exports)
         self._failed_exports = 0  # written by the SDK's export thread only
-        self._resource = Resource(resource_attributes(settings, host_name or socket.gethostname()))
         self._sdk_log = _SdkLogCapture()
         self._provider: MeterProvider | None = None
 
@@ -204,22 +236,21 @@ class OtlpPush:
         self._failed_exports += 1
 
     def start(self) -> None:
-        settings = self._settings
-        timeout_millis = settings.otel_exporter_otlp_timeout
-        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=settings.otel_exporter_otlp_headers,
-                                      timeout=timeout_millis / 1000)
+        config = self._config
+        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=dict(config.headers), timeout=config.timeout_seconds)
         exporter = _CountingExporter(delegate, self._count_failure, ExportHealth(self.endpoint), self._sdk_log)
         logging.getLogger(_SDK_EXPORT_LOGGER).addFilter(self._sdk_log)
         # The reader starts its export thread on construction.
-        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.otel_metric_export_interval,
-                                               export_timeout_millis=timeout_millis)
-        self._provider = MeterProvider(metric_readers=[reader], resource=self._resource, shutdown_on_exit=False)
+        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.interval_seconds * 1000,
+                                               export_timeout_millis=config.timeout_seconds * 1000)
+        self._provider = MeterProvider(metric_readers=[reader], resource=Resource(dict(config.resource_attributes)),
+                                       shutdown_on_exit=False)
         register_instruments(self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__), self._state, self._scrape_time)
-        log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, settings.otel_metric_export_interval / 1000)
+        log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, config.interval_seconds)
 
     def stop(self) -> None:
         """One last push, bounded by the export timeout, then release the connection."""
         if self._provider is not None:
-            self._provider.shutdown(timeout_millis=self._settings.otel_exporter_otlp_timeout)
+            self._provider.shutdown(timeout_millis=self._config.timeout_seconds * 1000)
             self._provider = None
         logging.getLogger(_SDK_EXPORT_LOGGER).removeFilter(self._sdk_log)
