@@ -18,7 +18,7 @@ from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
-from exporter.follow import Follower
+from exporter.follow import Follower, run_label
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline, native_speedups
 from exporter.settings import Settings
@@ -38,11 +38,12 @@ class Exporter:
         self.settings = settings
         self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
+        run_of = functools.partial(run_label, run=settings.run)
         formats = selection(((override.path_pattern, override.format) for override in settings.formats),
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
         state_file = checkpoint.usable_state_file(_state_file(settings))
         positions = checkpoint.resume(state_file, self.state) if state_file else {}
-        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, formats=formats,
+        pipeline = Pipeline(self.state, settings.node, run_of, formats=formats,
                             rank_offset=settings.rank_offset, positions=positions)
         self.checkpointer = (
             checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
@@ -58,7 +59,7 @@ class Exporter:
         )
         scrape_time = ScrapeTime()
         if settings.process_pattern:
-            runs = [(settings.run_for_directory(directory), settings.node) for directory in directories]
+            runs = [(run_of(directory), settings.node) for directory in directories]
             liveness = ProcessLiveness(settings.process_pattern, runs, max_age=settings.process_check_interval)
             scrape_time = ScrapeTime(process_up=liveness.process_up)
         otlp = otlp_config(settings, socket.gethostname())
@@ -141,7 +142,10 @@ def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:
 
 
 def _state_file(settings: Settings) -> Path | None:
-    path = settings.checkpoint_file()
+    """--state-file, else the checkpoint module's default in the state home."""
+    if settings.state_file is not None:
+        return settings.state_file
+    path = checkpoint.default_state_file(settings.log_dir, settings.state_home)
     if path is None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")

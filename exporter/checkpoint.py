@@ -16,11 +16,13 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import hashlib
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Protocol
@@ -65,6 +67,26 @@ class CheckpointSource(Protocol):
     def generation(self) -> int: ...
 
     def checkpoint(self) -> tuple[int, Checkpoint]: ...
+
+
+def default_state_file(log_dirs: Sequence[Path], state_home: Path) -> Path | None:
+    """Where checkpoints go without --state-file: a file named after the log directories in
+    ``state_home``/trainlog-exporter (``state_home``: $XDG_STATE_HOME, else ~/.local/state).
+
+    One file per set of log directories, so two exporters on one host never share one.
+    None when that file would fall inside a log directory.
+    """
+    directories = "\n".join(sorted(str(directory.resolve()) for directory in log_dirs))
+    digest = hashlib.sha256(directories.encode()).hexdigest()[:12]
+    path = state_home / "trainlog-exporter" / f"state-{digest}.json"
+    return None if containing_log_dir(path, log_dirs) else path
+
+
+def containing_log_dir(path: Path, log_dirs: Sequence[Path]) -> Path | None:
+    """The log directory ``path`` lies in, if any: a log directory belongs to the trainer, is
+    often shared by every node's exporter, and gets cleaned up: no place for a checkpoint."""
+    resolved = path.resolve()
+    return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
 
 
 def usable_state_file(path: Path | None) -> Path | None:

@@ -6,7 +6,6 @@ The only module that reads the environment.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import re
 import socket
@@ -36,10 +35,11 @@ from exporter.state.detectors import DetectorConfig
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
 _DETECTOR_DEFAULTS = DetectorConfig()
-_OTEL_FIELDS = (
+# Variables of other standards (OpenTelemetry, the Kubernetes downward API, XDG), read under their own names.
+_STANDARD_VARIABLES = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
     "otel_exporter_otlp_timeout", "otel_metric_export_interval", "otel_service_name", "otel_resource_attributes",
-    "pod_name", "pod_namespace", "node_name",
+    "pod_name", "pod_namespace", "node_name", "xdg_state_home",
 )
 _LISTEN_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})$")
 
@@ -125,6 +125,8 @@ class Settings(BaseSettings):
     pod_name: str | None = Field(None, validation_alias=AliasChoices("POD_NAME"), description="k8s.pod.name.")
     pod_namespace: str | None = Field(None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
     node_name: str | None = Field(None, validation_alias=AliasChoices("NODE_NAME"), description="k8s.node.name.")
+    # The XDG base directory of state files, for the default --state-file.
+    xdg_state_home: Path | None = Field(None, validation_alias=AliasChoices("XDG_STATE_HOME"), description="State home.")
 
     demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
@@ -184,10 +186,10 @@ class Settings(BaseSettings):
             raise ValueError(f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
         return value
 
-    @field_validator(*_OTEL_FIELDS, mode="before")
+    @field_validator(*_STANDARD_VARIABLES, mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
-        # The OpenTelemetry specification treats an empty variable like an unset one.
+        # The OpenTelemetry and XDG specifications treat an empty variable like an unset one.
         if isinstance(value, str) and not value.strip():
             raise PydanticUseDefault()
         return value
@@ -232,37 +234,25 @@ class Settings(BaseSettings):
     @field_validator("state_file")
     @classmethod
     def _check_state_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        # A log directory belongs to the trainer, is often shared by every node's exporter,
-        # and gets cleaned up or rotated: no place for this exporter's checkpoint.
-        directory = _containing_log_dir(value, info.data.get("log_dir", [])) if value else None
+        if value is None:
+            return None
+        # Imported here: the checkpoint module brings the follower (and watchdog) along.
+        from exporter.checkpoint import containing_log_dir
+
+        directory = containing_log_dir(value, info.data.get("log_dir", []))
         if directory is not None:
             raise ValueError(f"{value} is inside the log directory {directory}: put the state file elsewhere")
         return value
 
-    def checkpoint_file(self) -> Path | None:
-        """--state-file, else a file named after the log directories in the state directory.
-
-        One file per set of log directories, so two exporters on one host never share one.
-        None when that default would fall inside a log directory.
-        """
-        if self.state_file is not None:
-            return self.state_file
-        directories = "\n".join(sorted(str(directory.resolve()) for directory in self.log_dir))
-        digest = hashlib.sha256(directories.encode()).hexdigest()[:12]
-        state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-        default = state_home / "trainlog-exporter" / f"state-{digest}.json"
-        return None if _containing_log_dir(default, self.log_dir) else default
+    @property
+    def state_home(self) -> Path:
+        """$XDG_STATE_HOME, else ~/.local/state (the XDG base directory specification)."""
+        return self.xdg_state_home or Path.home() / ".local" / "state"
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
         match = _LISTEN_ADDRESS.match(self.web_listen_address)
         return match.group("host").strip("[]"), int(match.group("port"))
-
-    def run_for_directory(self, directory: str) -> str:
-        """The run label of a log directory: --run, else the directory's parent name."""
-        if self.run:
-            return self.run
-        return Path(directory).resolve().parent.name or "default"
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
@@ -279,11 +269,6 @@ def _key_value_list(text: str) -> dict[str, str]:
             raise ValueError(f"expected comma-separated key=value pairs, got {item!r}")
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs
-
-def _containing_log_dir(path: Path, log_dirs: list[Path]) -> Path | None:
-    resolved = path.resolve()
-    return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
-
 
 class _YamlFileSource(PydanticBaseSettingsSource):
     """The --config file; keys may be spelled as on the command line (web.listen-address)."""

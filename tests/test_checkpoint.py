@@ -223,10 +223,20 @@ def test_state_file_inside_a_log_directory_is_refused(tmp_path, capsys):
     assert "inside the log directory" in capsys.readouterr().err
 
 
-def test_default_state_file_lives_in_the_state_directory_one_per_set_of_log_dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
-    first = load_settings(log_dir=[str(tmp_path / "a")]).checkpoint_file()
-    second = load_settings(log_dir=[str(tmp_path / "b")]).checkpoint_file()
-    assert first.parent == tmp_path / "state-home" / "trainlog-exporter"
+def test_default_state_file_lives_in_the_state_directory_one_per_set_of_log_dirs(tmp_path):
+    home = tmp_path / "state-home"
+    first = checkpoint.default_state_file([tmp_path / "a"], home)
+    second = checkpoint.default_state_file([tmp_path / "b"], home)
+    assert first.parent == home / "trainlog-exporter"
     assert first != second
-    assert load_settings(log_dir=[str(tmp_path)]).checkpoint_file() is None  # would be inside the log dir
+    assert checkpoint.default_state_file([tmp_path / "b", tmp_path / "a"], home) == checkpoint.default_state_file(
+        [tmp_path / "a", tmp_path / "b"], home)
+    assert checkpoint.default_state_file([tmp_path], home) is None  # would be inside the log dir
+
+
+def test_the_state_home_comes_from_xdg_state_home_else_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    assert load_settings().state_home == tmp_path / "state-home"
+    monkeypatch.setenv("XDG_STATE_HOME", "")  # empty means unset (specification)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_settings().state_home == tmp_path / "home" / ".local" / "state"

@@ -6,6 +6,7 @@ import pytest
 
 from exporter.cli import main
 from exporter.settings import ConfigError, load_settings
+from exporter.follow import run_label
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +52,9 @@ def test_log_dirs_from_environment_list(monkeypatch):
 
 
 def test_run_defaults_to_the_log_directory_parent_name():
-    settings = load_settings(log_dir=["output/msrun_log"])
-    assert settings.run_for_directory("/jobs/llama-70b/output/msrun_log") == "output"
-    assert load_settings(run="pretrain").run_for_directory("/x/y") == "pretrain"
+    assert run_label("/jobs/llama-70b/output/msrun_log") == "output"
+    assert run_label("/jobs/llama-70b/output/msrun_log", run=load_settings(run="pretrain").run) == "pretrain"
+    assert run_label("/") == "default"
 
 
 @pytest.mark.parametrize(
