@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 
 from exporter import __version__
-from exporter.settings import ConfigError, load_settings
+from exporter.settings import DETECTOR_OPTIONS, ConfigError, Settings, load_settings
 from exporter.simulate.command import add_simulate_options, run_simulate
-from exporter.state import DetectorConfig
 
 SUBCOMMANDS = ("serve", "simulate")
 
@@ -66,9 +64,15 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--demo", action="store_true",
                         help="also follow a live simulated run written to a temporary directory", **option)
     detectors = parser.add_argument_group("detector thresholds (see docs/detectors.md)")
-    for threshold in dataclasses.fields(DetectorConfig):
-        detectors.add_argument("--" + threshold.name.replace("_", "-"), dest=threshold.name, type=type(threshold.default),
-                               metavar="N", help=f"default {threshold.default}", **option)
+    for name in DETECTOR_OPTIONS:
+        threshold = Settings.model_fields[name]
+        detectors.add_argument("--" + name.replace("_", "-"), dest=name, type=type(threshold.default), metavar="N",
+                               help=_escape_percent(f"{threshold.description} (default {threshold.default})"), **option)
+
+
+def _escape_percent(text: str) -> str:
+    # argparse expands %(default)s and the like in help texts.
+    return text.replace("%", "%%")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

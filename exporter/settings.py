@@ -6,11 +6,13 @@ The only module that reads the environment.
 from __future__ import annotations
 
 import dataclasses
+import inspect
 import os
 import re
 import socket
+import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import yaml
@@ -21,6 +23,7 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
@@ -34,7 +37,6 @@ from exporter.state.detectors import DetectorConfig
 
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
-_DETECTOR_DEFAULTS = DetectorConfig()
 # Variables of other standards (OpenTelemetry, the Kubernetes downward API, XDG), read under their own names.
 _STANDARD_VARIABLES = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
@@ -73,7 +75,67 @@ class FormatOverride(BaseModel):
     format: str = Field(description="A built-in format name or a custom_formats name.")
 
 
-class Settings(BaseSettings):
+DETECTOR_OPTIONS = tuple(threshold.name for threshold in dataclasses.fields(DetectorConfig))
+
+
+def _detector_options() -> type[BaseSettings]:
+    """A settings base with one option per DetectorConfig field: its name, type, default and
+    comment, so a threshold added there is an option (flag, TRAINLOG_* variable, config key)."""
+    comments = _field_comments(DetectorConfig)
+    hints = typing.get_type_hints(DetectorConfig)
+    defaults = DetectorConfig()
+    fields: dict[str, Any] = {}
+    for name in DETECTOR_OPTIONS:
+        bounds = _threshold_bounds(name, hints[name])
+        fields[name] = (hints[name], Field(getattr(defaults, name), description=comments.get(name, ""),
+                                           ge=bounds.ge, gt=bounds.gt, le=bounds.le))
+    return create_model("DetectorOptions", __base__=BaseSettings, __module__=__name__, **fields)
+
+
+class _Bounds(NamedTuple):
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+
+def _threshold_bounds(name: str, kind: type) -> _Bounds:
+    # Counts of steps need at least one; smoothing factors lie in (0, 1]; margins and
+    # deviations are non-negative (0: that condition alone never holds a spike back).
+    if kind is int:
+        return _Bounds(ge=1)
+    if name.endswith("_alpha"):
+        return _Bounds(gt=0, le=1)
+    return _Bounds(ge=0)
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class source: the block of ``#`` lines above it, shared by
+    the fields that follow the block. Empty when the source is not at hand."""
+    try:
+        lines, _ = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return {}
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    in_block = False
+    for line in map(str.strip, lines):
+        if line.startswith("#"):
+            block = block if in_block else []
+            block.append(line.lstrip("#").strip())
+            in_block = True
+        elif match := re.match(r"(\w+)\s*:", line):
+            comments[match.group(1)] = " ".join(block)
+            in_block = False
+    return comments
+
+
+if TYPE_CHECKING:
+    DetectorOptions = BaseSettings
+else:
+    DetectorOptions = _detector_options()
+
+
+class Settings(DetectorOptions):
     """Every option of ``trainlog-exporter serve``."""
 
     # populate_by_name: the OTEL_* fields below are read from the environment under their
@@ -132,16 +194,7 @@ class Settings(BaseSettings):
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
     process_check_interval: float = Field(
         5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")
-    # Detector thresholds (docs/detectors.md); the defaults live in DetectorConfig.
-    spike_min_relative_jump: float = Field(_DETECTOR_DEFAULTS.spike_min_relative_jump, gt=0)
-    spike_deviations: float = Field(_DETECTOR_DEFAULTS.spike_deviations, ge=0)
-    spike_warmup_steps: int = Field(_DETECTOR_DEFAULTS.spike_warmup_steps, ge=1)
-    spike_baseline_alpha: float = Field(_DETECTOR_DEFAULTS.spike_baseline_alpha, gt=0, le=1)
-    spike_max_excursion_steps: int = Field(_DETECTOR_DEFAULTS.spike_max_excursion_steps, ge=1)
-    plateau_min_relative_improvement: float = Field(_DETECTOR_DEFAULTS.plateau_min_relative_improvement, ge=0)
-    plateau_noise_deviations: float = Field(_DETECTOR_DEFAULTS.plateau_noise_deviations, ge=0)
-    plateau_window_steps: int = Field(_DETECTOR_DEFAULTS.plateau_window_steps, ge=1)
-    plateau_alpha: float = Field(_DETECTOR_DEFAULTS.plateau_alpha, gt=0, le=1)
+    # The detector thresholds (docs/detectors.md) come from DetectorConfig, through DetectorOptions.
 
     @field_validator("log_dir", mode="before")
     @classmethod

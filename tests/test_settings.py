@@ -1,12 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
 
 from exporter.cli import main
-from exporter.settings import ConfigError, load_settings
 from exporter.follow import run_label
+from exporter.settings import ConfigError, load_settings
+from exporter.state import DetectorConfig
 
 
 @pytest.fixture(autouse=True)
@@ -151,3 +153,29 @@ def test_bad_format_config_exits_2_naming_the_field(tmp_path, capsys, content, f
     assert f"'{field}" in error
     assert reason in error
     assert error.count("\n") == 1
+
+
+@pytest.mark.parametrize("threshold", dataclasses.fields(DetectorConfig), ids=lambda threshold: threshold.name)
+def test_every_detector_threshold_is_an_option_of_each_kind(threshold, tmp_path, monkeypatch, capsys):
+    default = getattr(DetectorConfig(), threshold.name)
+    assert getattr(load_settings().detector_config, threshold.name) == default
+    value = default + 1 if isinstance(default, int) else default / 2  # in bounds: counts >= 1, factors in (0, 1]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"{threshold.name.replace('_', '-')}: {value}\n")
+    assert getattr(load_settings(config=str(config)).detector_config, threshold.name) == value
+    monkeypatch.setenv(f"TRAINLOG_{threshold.name.upper()}", str(value))
+    assert getattr(load_settings().detector_config, threshold.name) == value
+    flag = "--" + threshold.name.replace("_", "-")
+    assert main(["--log-dir", str(tmp_path), flag, "-1"]) == 2  # below every bound
+    error = capsys.readouterr().err
+    assert f"'{threshold.name}'" in error and flag in error and f"TRAINLOG_{threshold.name.upper()}" in error
+    assert error.count("\n") == 1
+
+
+def test_detector_flags_carry_the_comment_and_default_of_their_threshold(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--spike-warmup-steps N Steps observed before a spike can be declared: the baseline must settle first. " \
+           "(default 20)" in help_text
+    assert "+-5 % noise is not. (default 0.5)" in help_text
