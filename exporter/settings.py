@@ -27,9 +27,8 @@ from pydantic import (
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUseDefault
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, YamlConfigSettingsSource
 
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES
@@ -305,12 +304,17 @@ class Settings(DetectorOptions):
     @property
     def listen_host_port(self) -> tuple[str, int]:
         match = _LISTEN_ADDRESS.match(self.web_listen_address)
+        if match is None:  # refused by _check_listen_address
+            raise ValueError(f"not HOST:PORT: {self.web_listen_address!r}")
         return match.group("host").strip("[]"), int(match.group("port"))
 
     @classmethod
     def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
         config_file = init_settings.init_kwargs.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
-        return init_settings, env_settings, _YamlFileSource(settings_cls, config_file)
+        if not config_file:
+            return init_settings, env_settings
+        _check_readable(Path(config_file))
+        return init_settings, env_settings, _YamlFile(settings_cls, yaml_file=config_file)
 
 
 def _key_value_list(text: str) -> dict[str, str]:
@@ -323,32 +327,27 @@ def _key_value_list(text: str) -> dict[str, str]:
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs
 
-class _YamlFileSource(PydanticBaseSettingsSource):
-    """The --config file; keys may be spelled as on the command line (web.listen-address)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], path: str | os.PathLike | None) -> None:
-        super().__init__(settings_cls)
-        self._values = _read_yaml(Path(path)) if path else {}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _check_readable(path: Path) -> None:
+    # pydantic-settings skips a config file that is not there; a --config that names none is a mistake.
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        path.open("rb").close()
     except OSError as error:
         raise ConfigError(f"config file {path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path}: not valid YAML: {error}") from error
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of option names to values")
-    return {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
+
+
+class _YamlFile(YamlConfigSettingsSource):
+    """The --config file; keys may be spelled as on the command line (web.listen-address, log-dir)."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            loaded: Any = super()._read_file(file_path)
+        except OSError as error:
+            raise ConfigError(f"config file {file_path}: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {file_path}: not valid YAML: {error}") from error
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file_path}: expected a mapping of option names to values")
+        return {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
 
 
 def load_settings(**command_line: Any) -> Settings:
@@ -373,7 +372,8 @@ def _spellings(field: str) -> str:
     if name in _CONFIG_FILE_ONLY:
         return f"config key {name} or {ENV_PREFIX}{name.upper()}"
     for field_name, info in Settings.model_fields.items():
-        aliases = info.validation_alias.choices if info.validation_alias else ()
+        choices = info.validation_alias.choices if isinstance(info.validation_alias, AliasChoices) else []
+        aliases = [alias for alias in choices if isinstance(alias, str)]
         if name in aliases or (aliases and name == field_name):  # standard variables such as OTEL_*
             return " or ".join(aliases)
     flag = "--web.listen-address" if name == "web_listen_address" else "--" + name.replace("_", "-")

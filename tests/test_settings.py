@@ -89,6 +89,15 @@ def test_bad_config_files_exit_2(tmp_path, content, message, capsys):
     assert message in capsys.readouterr().err
 
 
+def test_an_empty_config_file_is_all_defaults_and_a_directory_is_no_config_file(tmp_path, capsys):
+    config = tmp_path / "empty.yaml"
+    config.write_text("# nothing set yet\n")
+    assert load_settings(config=str(config)).web_listen_address == ":10042"
+    assert main(["--log-dir", "/tmp", "--config", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"config file {tmp_path}: Is a directory" in error and error.count("\n") == 1
+
+
 def test_missing_config_file_and_missing_log_dir(tmp_path, capsys):
     assert main(["--log-dir", "/tmp", "--config", str(tmp_path / "absent.yaml")]) == 2
     assert "absent.yaml" in capsys.readouterr().err
