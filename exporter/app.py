@@ -13,7 +13,7 @@ from pathlib import Path
 
 from exporter import checkpoint
 from exporter.export import text_format
-from exporter.export.families import ScrapeTime
+from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
@@ -57,11 +57,7 @@ class Exporter:
             idle_flush_seconds=settings.idle_flush_seconds,
             resume=positions,
         )
-        scrape_time = ScrapeTime()
-        if settings.process_pattern:
-            runs = [(run_of(directory), settings.node) for directory in directories]
-            liveness = ProcessLiveness(settings.process_pattern, runs, max_age=settings.process_check_interval)
-            scrape_time = ScrapeTime(process_up=liveness.process_up)
+        scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
@@ -125,6 +121,16 @@ def _report_speedups() -> None:
     else:
         log.info("native speedups: block scan %s, step columns, detector loop",
                  "with AVX2" if built["AVX2"] else "byte-wise")
+
+
+def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
+    """What /metrics and the push read outside the state: with --process-pattern, process
+    liveness, for every (run, node) followed (one trainer per pod)."""
+    if not settings.process_pattern:
+        return STATE_ONLY
+    liveness = ProcessLiveness(settings.process_pattern, [(run, settings.node) for run in runs],
+                               max_age=settings.process_check_interval)
+    return ScrapeTime(process_up=liveness.process_up)
 
 
 def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:

@@ -7,9 +7,9 @@ The families read from the state are read under one hold of its lock: one consis
 snapshot. The ones read at scrape time outside the state (``ScrapeTime``) are read after
 the lock is released: scanning /proc must never hold up the follower.
 
-Each writer says how it holds a series' labels (``SeriesLabels``): the walk builds that
-once per series and walk, so the text writer escapes a rank's labels once per scrape, not
-once per sample (docs/benchmarks.md, "Scale").
+Each writer says how it holds a series' labels (``SeriesLabels``): the walk asks for them
+once per series and walk, not once per sample, so the text writer can keep a rank's
+labels escaped (docs/benchmarks.md, "Scale").
 """
 
 from __future__ import annotations
@@ -125,5 +125,9 @@ def _exporter_family(spec: MetricSpec, labels: Labels, stats: ExporterStats) -> 
 
 def _with_facts(series_labels: SeriesLabels[Labels], key: SeriesKey, info: Mapping[str, str]) -> Labels:
     """A rank's labels and its info facts; a fact named like a rank label cannot override it."""
-    facts = [(name, value) for name, value in info.items() if name not in RANK_LABELS]
-    return series_labels((*RANK_LABELS, *(name for name, _ in facts)), (*key, *(value for _, value in facts)))
+    names, values = list(RANK_LABELS), list(key)
+    for name, value in info.items():
+        if name not in RANK_LABELS:
+            names.append(name)
+            values.append(value)
+    return series_labels(tuple(names), tuple(values))

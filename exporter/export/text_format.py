@@ -2,8 +2,9 @@
 
 prometheus-client's ``generate_latest`` walks one Sample object per value and escapes
 every label of every sample: about 5 µs a sample, over 150 ms for the 30,000 samples of
-1,024 ranks (docs/benchmarks.md). Here a series key's label text is escaped once per
-scrape and each sample is one f-string. The output is what ``generate_latest`` prints for
+1,024 ranks (docs/benchmarks.md). Here a series' label text is escaped once, and kept
+while the series is scraped; each counter value is formatted once per scrape; each
+sample is one f-string. The output is what ``generate_latest`` prints for
 the TrainingCollector's families (tests/test_text_format.py compares the two): both write
 ``families.walk``. The collector stays: the reference these bytes are tested against, and
 the way to put the metrics in another registry.
@@ -19,7 +20,7 @@ from prometheus_client.utils import floatToGoString
 
 from exporter.export.families import STATE_ONLY, Family, ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER
-from exporter.state import TrainingState
+from exporter.state import Limits, TrainingState
 
 CONTENT_TYPE = "text/plain; version=0.0.4; charset=utf-8"
 _INVALID_LABEL_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]|^[0-9]")
@@ -29,7 +30,7 @@ def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY) -> bytes:
     """The whole exposition, from one consistent snapshot of the state."""
     out: list[str] = []
     counts = _Counts()
-    for family in walk(state, _SeriesLabels, scrape_time):
+    for family in walk(state, _series_labels, scrape_time):
         _write_family(out.append, family, counts)
     return "".join(out).encode()
 
@@ -50,7 +51,7 @@ def _write_family(write: Callable[[str], None], family: Family[_SeriesLabels], c
         write(f"{name}{{{text}}} {number(value)}\n" if text else f"{name} {number(value)}\n")
 
 
-class _Counts(dict):
+class _Counts(dict[float, str]):
     """Counter values as text, each formatted once per scrape: most counters are 0. (Not
     gauges: a gauge's -0.0 would find the text of 0.)"""
 
@@ -78,6 +79,12 @@ def _escape(value: str) -> str:
 @functools.lru_cache(maxsize=256)  # a few names, each seen once per series and scrape
 def _label_name(name: str) -> str:
     return _INVALID_LABEL_NAME_CHARACTER.sub("_", name)
+
+
+@functools.lru_cache(maxsize=4 * Limits().max_series)  # a rank's labels, its info labels, room for the others
+def _series_labels(names: tuple[str, ...], values: tuple[str, ...]) -> _SeriesLabels:
+    """A series' labels, escaped once for as long as the series is scraped, not once per scrape."""
+    return _SeriesLabels(names, values)
 
 
 class _SeriesLabels:
