@@ -13,7 +13,7 @@ import pytest
 from exporter import checkpoint
 from exporter.cli import main
 from exporter.follow import Follower
-from exporter.parse.records import StepRecord
+from exporter.parse.records import ErrorEvent, StepRecord
 from exporter.pipeline import Pipeline
 from exporter.settings import ConfigError, load_settings
 from exporter.state import TrainingState
@@ -79,7 +79,9 @@ def test_saved_offsets_always_match_the_lines_counted(tmp_path):
 def test_state_round_trips_through_a_checkpoint_file(tmp_path):
     state = TrainingState()
     ingest_steps(state, [(step, 2.0 + step * 0.001) for step in range(1, 40)] + [(40, float("nan"))])
+    facts = {"exception": "ChildFailedError", "exitcode": -6, "elapsed_seconds": 600.5}
     with state.lock:
+        state.ingest(KEY, 1, [ErrorEvent("elastic", facts)], None, 1050.0)
         state.stats.bytes_read_total = 12345
         state.stats.files_followed = 7
     path = tmp_path / "state.json"
@@ -88,6 +90,7 @@ def test_state_round_trips_through_a_checkpoint_file(tmp_path):
     assert checkpoint.resume(path, restored) == {}
     assert json.dumps(dump_state(restored)) == json.dumps(dump_state(state))
     assert restored.series[KEY].anomalies["loss_nonfinite"] == 1
+    assert repr(restored.series[KEY].last_error_facts["elastic"]) == repr(facts)  # -6 stays an int
     assert restored.stats.files_followed == 0  # a gauge the follower recomputes
 
 

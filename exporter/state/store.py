@@ -49,8 +49,9 @@ class RankState:
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
-    # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said anything.
-    last_error_facts: dict[str, dict[str, str | float]] = field(default_factory=dict)
+    # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said
+    # anything. int spelled out: a checkpoint read back must give exitcode -6, not -6.0.
+    last_error_facts: dict[str, dict[str, str | int | float]] = field(default_factory=dict)
     scheduler_events: dict[str, int] = field(default_factory=dict)
     node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
