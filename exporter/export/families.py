@@ -88,9 +88,9 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
                     for spec in specs if spec.source in (RANKS, EXPORTER)]
     for spec in specs:
         if spec.source == OTLP_ADAPTER:
-            families.append(Family(spec, [(series_labels((), ()), "", scrape_time.otlp_export_failures())]))
+            families.append(Family(spec, [(series_labels((), ()), "", getattr(scrape_time, spec.attribute)())]))
         elif spec.source == PROCESSES:
-            up = scrape_time.process_up()
+            up = getattr(scrape_time, spec.attribute)()
             if up is not None:
                 families.append(Family(spec, [(series_labels(PROCESS_LABELS, key), "", int(alive))
                                               for key, alive in sorted(up.items())]))

@@ -35,7 +35,7 @@ class MetricSpec:
 
     name: str
     help: str
-    attribute: str  # RankState or ExporterStats attribute holding the value (or a dict of them)
+    attribute: str  # the RankState, ExporterStats or ScrapeTime (a reader) attribute holding the value, or a dict of them
     unit: str = ""  # UCUM, as OpenTelemetry wants it: "s", "By", "{step}"
     label: str | None = None  # for dict-valued attributes: the label naming the key
     type: str = GAUGE
@@ -114,7 +114,7 @@ STATS_COUNTERS = _group(
 
 # Read at scrape time, outside the state: the OTLP adapter's own count (0 without OTLP)...
 OTLP_EXPORT_FAILURES = MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).",
-                                  "export_failures", "{export}", type=COUNTER, source=OTLP_ADAPTER)
+                                  "otlp_export_failures", "{export}", type=COUNTER, source=OTLP_ADAPTER)
 # ... and, only with --process-pattern, per (run, node): not a rank's series.
 PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up",
                         source=PROCESSES)
