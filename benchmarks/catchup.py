@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from generate import LogShape
-from measure import Measured, run_measured
+from benchmarks.generate import LogShape
+from benchmarks.measure import Measured, run_measured
 
 BENCHMARKS = Path(__file__).resolve().parent
 MTAIL_PROGRAMS = BENCHMARKS / "mtail"
@@ -38,7 +38,7 @@ def contenders(log: Path) -> list[Contender]:
     """The exporter and its three yardsticks; mtail only when installed."""
     found = [
         Contender("exporter", "trainlog-exporter: every field, events, state",
-                  [sys.executable, str(BENCHMARKS / "catchup_exporter.py"), str(log.parent)]),
+                  [sys.executable, "-m", "benchmarks.catchup_exporter", str(log.parent)]),
         Contender("grep_awk", "grep -oE | awk: step and loss only", ["sh", "-c", GREP_AWK.format(log=log)]),
         Contender("wc", "wc -l: the read limit", ["wc", "-l", str(log)]),
     ]

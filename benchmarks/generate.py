@@ -5,7 +5,7 @@ logs, MindFormers INFO lines, dumps of sharding strategies hundreds of bytes lon
 warnings. Step lines (MindFormers PyNative ``LossCallback``) are a few percent of the
 lines; tracebacks, HCCL warnings and an out-of-memory line show up now and then.
 
-    python benchmarks/generate.py --lines 2000000 --out /tmp/worker_0.log
+    python -m benchmarks.generate --lines 2000000 --out /tmp/worker_0.log
 """
 
 from __future__ import annotations

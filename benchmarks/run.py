@@ -1,7 +1,7 @@
 """Run every benchmark of trainlog-exporter in one go and judge the targets.
 
-    python benchmarks/run.py           # full run (a few minutes), exits 1 when a target is missed
-    python benchmarks/run.py --smoke   # a few seconds: proves the script works, judges nothing
+    python -m benchmarks.run           # full run (a few minutes), exits 1 when a target is missed
+    python -m benchmarks.run --smoke   # a few seconds: proves the script works, judges nothing
 
 Targets are ratios measured in the same run on the same files (absolute numbers are
 context only: shared machines are noisy). Prints a table, writes results/latest.json
@@ -22,11 +22,10 @@ import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-import catchup
-import scale
-import steady
-from generate import write_worker_log
-from measure import REPO, exporter_environment, run_measured
+from benchmarks import catchup, scale, steady
+from benchmarks.generate import write_worker_log
+from benchmarks.measure import run_measured
+from tests.support.exporter_process import REPO, exporter_command, exporter_environment
 
 RESULTS = Path(__file__).resolve().parent / "results"
 
@@ -89,14 +88,14 @@ def targets(results: dict[str, dict]) -> list[Target]:
 
 def analyze_available() -> bool:
     """True once ``trainlog-exporter analyze`` exists (its own issue): detected, never assumed."""
-    help_text = subprocess.run([sys.executable, "-m", "exporter", "--help"], capture_output=True, text=True,
+    help_text = subprocess.run(exporter_command("--help"), capture_output=True, text=True,
                                env=exporter_environment(), cwd=REPO, check=False).stdout
     return re.search(r"\banalyze\b", help_text) is not None
 
 
 def measure_analyze(log: Path, lines: int) -> dict[str, object]:
     # TODO(analyze): once the command exists, check its report (last step, anomaly step) too.
-    result = run_measured([sys.executable, "-m", "exporter", "analyze", str(log), "--format", "json"])
+    result = run_measured(exporter_command("analyze", str(log), "--format", "json"))
     return {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
             "max_rss_mb": None if result.max_rss_kb is None else result.max_rss_kb / 1024,
             "lines_per_second": lines / result.wall_seconds}

@@ -24,7 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.killable_exporter import KillableExporter
+from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
 
 LINES_PER_FILE = 2500
@@ -75,11 +75,10 @@ def test_rotations_and_kill_restarts_lose_nothing_and_count_nothing_twice(tmp_pa
                                      f"    create\n    sharedscripts\n    postrotate\n"
                                      f"        kill -HUP {writers[0].pid} || true\n    endscript\n")
     copy_config = logrotate_config(tmp_path / "copytruncate.conf", copy_dir, "    copytruncate\n")
-    exporter = KillableExporter(
-        ["--log-dir", str(rename_dir), "--log-dir", str(copy_dir), "--node", "n",
-         "--state-file", str(tmp_path / "state" / "state.json"), "--checkpoint-interval", "0.2"],
-        tmp_path / "exporter.out",
-        env={"TRAINLOG_RESCAN_INTERVAL": "0.5"},
+    exporter = ExporterProcess(
+        "--log-dir", str(rename_dir), "--log-dir", str(copy_dir), "--node", "n",
+        "--state-file", str(tmp_path / "state" / "state.json"), "--checkpoint-interval", "0.2",
+        env={"TRAINLOG_RESCAN_INTERVAL": "0.5"}, wait_for="/-/ready",
     )
     rotations = 0
     try:

@@ -105,7 +105,7 @@ class FireDrills:
             log_dir.mkdir(parents=True)
         arguments = [argument for log_dir in log_dirs for argument in ("--log-dir", str(log_dir))]
         self.exporter = ExporterProcess(*arguments, "--node", "drill-node", "--rescan-interval", "0.5",
-                                        "--state-file", str(workdir / "exporter-state.json"), *exporter_options)
+                                        "--state-file", str(workdir / "exporter-state.json"), *exporter_options).start()
         self.prometheus: PrometheusServer | None = None
         self.poller: AlertPoller | None = None
         try:
