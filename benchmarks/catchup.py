@@ -66,7 +66,7 @@ def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, obje
             previous = best.get(contender.name)
             if previous is None or result.wall_seconds < previous.wall_seconds:
                 best[contender.name] = result
-    rows = {
+    rows: dict[str, dict[str, object]] = {
         name: {
             "what": what[name],
             "wall_seconds": result.wall_seconds,
@@ -97,7 +97,8 @@ def _check_mtail(output: str, shape: LogShape) -> None:
     _expect("mtail steps", _prometheus_value(output, "training_steps_total"), shape.steps)
     _expect("mtail last step", _prometheus_value(output, "training_step"), shape.steps)
     # mtail prints a labelled counter only once it was incremented.
-    _expect("mtail tracebacks", _prometheus_value(output, "training_errors_total", 'kind="traceback"') or 0, shape.tracebacks)
+    tracebacks = _prometheus_value(output, "training_errors_total", 'kind="traceback"') or 0
+    _expect("mtail tracebacks", tracebacks, shape.tracebacks)
     _expect("mtail OOMs", _prometheus_value(output, "training_errors_total", 'kind="oom"') or 0, shape.ooms)
 
 

@@ -47,7 +47,8 @@ def summary(state: TrainingState) -> dict[str, object]:
             "aux_losses": dict(values.aux_losses),
             "errors": {kind: count for kind, count in values.errors.items() if count},
         }
-    return {"ranks": ranks, "lines_unparsed": state.stats.lines_unparsed_total, "bytes_read": state.stats.bytes_read_total}
+    return {"ranks": ranks, "lines_unparsed": state.stats.lines_unparsed_total,
+            "bytes_read": state.stats.bytes_read_total}
 
 
 if __name__ == "__main__":

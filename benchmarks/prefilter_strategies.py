@@ -29,7 +29,7 @@ from exporter.parse.line_parser import anchors_for
 FIRST_ANCHORS = (b"step:[", b"step=", b"PYNATIVE_MODE", b"Traceback (most recent call last)", b"out of memory",
                  b"Out of Memory", b"Watchdog caught collective operation timeout", b"NCCL error", b"HCCL",
                  b"CUDA error", b"Segmentation fault", b"Fatal Python error", b"ChildFailedError")
-ANCHORS = tuple(sorted(anchors_for(BUILTIN_FORMATS)))
+ANCHORS = tuple(sorted(anchors_for(BUILTIN_FORMATS) or ()))  # never None: every built-in format has literals
 
 Strategy = Callable[[list[bytes], tuple[bytes, ...]], int]
 

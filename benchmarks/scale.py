@@ -57,5 +57,6 @@ def measure(directory: Path, files: int) -> dict[str, object]:
 
 def _all_ranks_stepped(exporter: ExporterProcess, files: int) -> str | None:
     body = exporter.metrics()
-    stepped = sum(1 for line in body.splitlines() if line.startswith("training_step{") and line.endswith(f" {STEPS_PER_FILE}.0"))
+    last_step = f" {STEPS_PER_FILE}.0"
+    stepped = sum(1 for line in body.splitlines() if line.startswith("training_step{") and line.endswith(last_step))
     return body if stepped == files else None

@@ -9,6 +9,7 @@ import signal
 import subprocess
 
 import pytest
+
 from tests.support.exporter_process import ExporterProcess, exporter_command
 from tests.support.net import eventually
 
@@ -155,7 +156,8 @@ def no_inotify_prefix() -> list[str]:
 def test_falls_back_to_polling_when_inotify_cannot_be_set_up(tmp_path, log_dir):
     log = log_dir / "worker_0.log"
     write_steps(log, 1, 5)
-    exporter = serve(tmp_path, log_dir, program=[*no_inotify_prefix(), *exporter_command()], env={"TRAINLOG_RESCAN_INTERVAL": "0.2"}).start()
+    exporter = serve(tmp_path, log_dir, program=[*no_inotify_prefix(), *exporter_command()],
+                     env={"TRAINLOG_RESCAN_INTERVAL": "0.2"}).start()
     try:
         wait_for_lines(exporter, 5)
         assert "falling back to polling" in exporter.output()

@@ -24,6 +24,7 @@ import time
 from pathlib import Path
 
 import pytest
+
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
 

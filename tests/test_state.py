@@ -110,7 +110,8 @@ def test_scheduler_node_timeouts_are_counted_by_node_id():
 def test_error_summaries_name_what_identifies_the_failure():
     state = TrainingState()
     ingest(state, ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
-           ErrorEvent("elastic", {"exception": "ChildFailedError", "root_cause_rank": 5, "exitcode": -6, "signal": "SIGABRT"}))
+           ErrorEvent("elastic", {"exception": "ChildFailedError", "root_cause_rank": 5, "exitcode": -6,
+                                  "signal": "SIGABRT"}))
     details = state.series[KEY].last_error_detail
     assert details["nccl_timeout"] == "op ALLREDUCE"
     assert details["elastic"] == "ChildFailedError (root_cause_rank 5, exitcode -6, signal SIGABRT)"

@@ -44,7 +44,8 @@ def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 
             last_error = error
         time.sleep(interval)
     what = what() if callable(what) else what
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    last = f" (last error: {last_error})" if last_error else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
 
 
 def scrape(base_url: str) -> Samples:
