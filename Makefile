@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
-.PHONY: setup run test system-deps clean kubernetes-rules
+.PHONY: setup run lint test system-deps clean kubernetes-rules
 
 setup: $(VENV)/.installed
 
@@ -21,8 +21,13 @@ run: setup
 system-deps:
 	./scripts/install-system-deps.sh
 
-# system-deps first: it brings the C compiler that setup builds the speedups with.
-test: system-deps setup
+# ruff and mypy, as configured in pyproject.toml.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# system-deps first: it brings the C compiler that setup builds the speedups with; lint before the tests.
+test: system-deps setup lint
 	$(BIN)/python -m pytest -q
 
 # deploy/kubernetes/base/rules from deploy/prometheus/rules (kustomize cannot read them there).

@@ -5,11 +5,11 @@ from __future__ import annotations
 import dataclasses
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.generate import worker_log_lines
 from exporter.parse import LineParser, StepBatch, StepRecord
 from exporter.parse import block as block_module
 from exporter.parse import columns as columns_module
@@ -26,9 +26,6 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 IMPLEMENTATIONS = ("native", "ahocorasick", "regex")
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from generate import worker_log_lines  # noqa: E402
 
 TRICKY = b"""\
 Traceback (most recent call last):

@@ -30,7 +30,8 @@ OOM_LINE = "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"
 STEP_4 = ("[INFO] 2026-06-09 10:20:43 [loss_callback.py:231] _print_log: { step:[    4/ 1000], loss:   9.860285, "
           "per_step_time:    859ms, lr: 7.999684e-06, grad_norm:   3.566652, throughput:  12.21T }\n")
 OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-                  "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+                  "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT",
+                  "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                   "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "POD_NAME",
                   "POD_NAMESPACE", "NODE_NAME", "TRAINLOG_OTLP_ENDPOINT")
 ALL_SPECS = metrics_table.METRICS
@@ -193,7 +194,8 @@ def test_metrics_keep_serving_while_collector_is_down_or_hangs(tmp_path, caplog,
             with open(log_dir / "worker_0.log", "a") as log:
                 log.write(STEP_4)
             eventually(lambda: scrape(exporter).get(("training_step", rank0)) == 4, 10, what="step 4 followed")
-            eventually(lambda: scrape(exporter)[failures_key] >= failures, 10, what=f"{failures} failed exports counted")
+            eventually(lambda: scrape(exporter)[failures_key] >= failures, 10,
+                       what=f"{failures} failed exports counted")
             records = [r for r in caplog.records if r.name.startswith(("exporter.export.otlp", "opentelemetry"))]
         finally:
             stop_within(exporter, 10)

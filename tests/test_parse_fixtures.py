@@ -7,7 +7,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.support.records import comparable, fixture_parser, fixture_lines, parse_fixture
+from tests.support.records import comparable, fixture_lines, fixture_parser, parse_fixture
 
 FIXTURES = Path(__file__).parent / "fixtures"
 CASES = sorted(FIXTURES.glob("*/*.expected.json"))

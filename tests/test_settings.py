@@ -80,7 +80,8 @@ def test_bad_values_exit_2_naming_the_field(argv, env, field, monkeypatch, capsy
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("run: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "expected a mapping"), ("colour: blue\n", "unknown option 'colour'")],
+    [("run: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "expected a mapping"),
+     ("colour: blue\n", "unknown option 'colour'")],
 )
 def test_bad_config_files_exit_2(tmp_path, content, message, capsys):
     config = tmp_path / "bad.yaml"

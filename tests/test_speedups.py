@@ -11,11 +11,11 @@ import math
 import random
 import re
 import struct
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.generate import worker_log_lines
 from exporter.parse import block as block_module
 from exporter.parse import columns as columns_module
 from exporter.parse.block import AnchorScanner
@@ -27,9 +27,6 @@ from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetect
 from tests.support.tools import require_native_speedups
 
 REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from generate import worker_log_lines  # noqa: E402
 
 
 @pytest.fixture(autouse=True)

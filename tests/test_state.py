@@ -111,4 +111,5 @@ def test_the_latest_failure_of_each_kind_keeps_what_it_said():
     state = TrainingState()
     ingest(state, ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}), ErrorEvent("oom", {"device": "npu"}),
            ErrorEvent("nccl_timeout", {"op": "BROADCAST", "seq_num": 9}), ErrorEvent("oom"))
-    assert state.series[KEY].last_error_facts == {"nccl_timeout": {"op": "BROADCAST", "seq_num": 9}, "oom": {"device": "npu"}}
+    assert state.series[KEY].last_error_facts == {"nccl_timeout": {"op": "BROADCAST", "seq_num": 9},
+                                                  "oom": {"device": "npu"}}
