@@ -25,11 +25,14 @@ import time
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter.follow.identity import FilePosition
 from exporter.state import TrainingState
 from exporter.state.snapshot import restore_state, validation_reason
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 log = logging.getLogger(__name__)
 
@@ -44,20 +47,22 @@ class Checkpoint:
     state: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckpointFile:
+    """The file's layout, validated when read back (keys it does not name are ignored)."""
+
+    version: int
+    written_at: float
+    positions: dict[str, FilePosition]
+    state: dict[str, Any]
+
+
 @functools.cache
-def _checkpoint_file() -> type:
-    """The file's layout, validated when read back (pydantic is imported for that only)."""
-    from pydantic import BaseModel, ConfigDict
+def _checkpoint_file() -> TypeAdapter[_CheckpointFile]:
+    """The validator of checkpoint files (pydantic is imported for that only)."""
+    from pydantic import TypeAdapter
 
-    class CheckpointFile(BaseModel):
-        model_config = ConfigDict(extra="ignore")
-
-        version: int
-        written_at: float
-        positions: dict[str, FilePosition]
-        state: dict[str, Any]
-
-    return CheckpointFile
+    return TypeAdapter(_CheckpointFile)
 
 
 class CheckpointSource(Protocol):
@@ -121,7 +126,7 @@ def resume(path: Path, state: TrainingState) -> dict[str, FilePosition]:
         log.warning("cannot read checkpoint %s (%s): starting fresh", path, error.strerror)
         return {}
     try:
-        saved = _checkpoint_file().model_validate_json(raw)
+        saved = _checkpoint_file().validate_json(raw)
         if saved.version != VERSION:
             raise ValueError(f"version {saved.version}, this exporter reads version {VERSION}")
         restore_state(state, saved.state)
