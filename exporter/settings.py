@@ -139,9 +139,12 @@ class Settings(DetectorOptions):
 
     # populate_by_name: the OTEL_* fields below are read from the environment under their
     # standard names (validation aliases) and from the command line and YAML by field name.
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True
+    )
 
-    log_dir: Annotated[list[Path], NoDecode] = Field(default_factory=list, description="Directories holding the logs.")
+    log_dir: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Directories holding the logs.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
     node: str | None = Field(None, description="Value of the node label; default: NODE_NAME, then the host name.")
@@ -155,39 +158,48 @@ class Settings(DetectorOptions):
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
-    rank_offset: int = Field(0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
-                                                 "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")
+    rank_offset: int = Field(
+        0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
+                             "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")
     # custom_formats before formats: validating a format name needs the custom names.
     custom_formats: list[CustomFormat] = Field(default_factory=list, description="User-defined line formats.")
-    formats: list[FormatOverride] = Field(default_factory=list, description="Per-path format overrides, first match wins.")
+    formats: list[FormatOverride] = Field(
+        default_factory=list, description="Per-path format overrides, first match wins.")
 
     # OpenTelemetry push (docs/opentelemetry.md). --otlp-endpoint wins over the standard
     # OTEL_* variables, which the SDK would otherwise read behind our back.
     otlp_endpoint: str | None = Field(
         None, description="OTLP/HTTP collector base URL; /v1/metrics is appended unless a path is given.")
     otel_exporter_otlp_metrics_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), description="Full OTLP metrics URL.")
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        description="Full OTLP metrics URL.")
     otel_exporter_otlp_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"), description="OTLP base URL (+ /v1/metrics).")
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP base URL (+ /v1/metrics).")
     otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        default_factory=dict,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
         description="key=value,key2=value2 headers sent with each export (e.g. authorization).")
     otel_exporter_otlp_timeout: float = Field(
         10000, gt=0, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
         description="Milliseconds one export may take before it counts as failed.")
     otel_metric_export_interval: float = Field(
-        60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"), description="Milliseconds between pushes.")
+        60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"),
+        description="Milliseconds between pushes.")
     otel_service_name: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_SERVICE_NAME"), description="service.name (default trainlog-exporter).")
+        None, validation_alias=AliasChoices("OTEL_SERVICE_NAME"),
+        description="service.name (default trainlog-exporter).")
     otel_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias=AliasChoices("OTEL_RESOURCE_ATTRIBUTES"),
         description="key=value,... resource attributes.")
     # Kubernetes downward API (fieldRef metadata.name, metadata.namespace, spec.nodeName).
     pod_name: str | None = Field(None, validation_alias=AliasChoices("POD_NAME"), description="k8s.pod.name.")
-    pod_namespace: str | None = Field(None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
+    pod_namespace: str | None = Field(
+        None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
     node_name: str | None = Field(None, validation_alias=AliasChoices("NODE_NAME"), description="k8s.node.name.")
     # The XDG base directory of state files, for the default --state-file.
-    xdg_state_home: Path | None = Field(None, validation_alias=AliasChoices("XDG_STATE_HOME"), description="State home.")
+    xdg_state_home: Path | None = Field(
+        None, validation_alias=AliasChoices("XDG_STATE_HOME"), description="State home.")
 
     demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
@@ -218,7 +230,8 @@ class Settings(DetectorOptions):
         names = [custom.name for custom in value]
         clashes = sorted({name for name in names if names.count(name) > 1 or name in BUILTIN_NAMES})
         if clashes:
-            raise ValueError(f"custom format names must be unique and differ from the built-in ones: {', '.join(clashes)}")
+            raise ValueError(
+                f"custom format names must be unique and differ from the built-in ones: {', '.join(clashes)}")
         return value
 
     @field_validator("formats")
@@ -235,7 +248,8 @@ class Settings(DetectorOptions):
     def _check_listen_address(cls, value: str) -> str:
         match = _LISTEN_ADDRESS.match(value)
         if match is None or not 0 <= int(match.group("port")) <= 65535:
-            raise ValueError(f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
+            raise ValueError(
+                f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
         return value
 
     @field_validator(*_STANDARD_VARIABLES, mode="before")
@@ -309,7 +323,9 @@ class Settings(DetectorOptions):
         return match.group("host").strip("[]"), int(match.group("port"))
 
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         config_file = init_settings.init_kwargs.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
         if not config_file:
             return init_settings, env_settings

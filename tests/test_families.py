@@ -11,13 +11,13 @@ from exporter.export.families import ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER, EXPORTER, METRICS, OTLP_EXPORT_FAILURES, PROCESS_UP, MetricSpec
 from exporter.export.text_format import render
 from exporter.parse import StepRecord
-from exporter.state import TrainingState
+from exporter.state import ExporterStats, TrainingState
 
 KEY = ("run", "node-0", "3")
 
 
 def values(names: tuple[str, ...], label_values: tuple[str, ...]) -> dict[str, str]:
-    return dict(zip(names, label_values))
+    return dict(zip(names, label_values, strict=True))
 
 
 def reference(state: TrainingState, scrape_time: ScrapeTime) -> bytes:
@@ -46,7 +46,8 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
     text = render(state, fixed)
     assert text == reference(state, fixed)
     assert b'trainlog_otlp_export_failures_total 3.0\n' in text
-    assert b'training_process_up{node="node-0",run="other"} 0.0\ntraining_process_up{node="node-0",run="run"} 1.0\n' in text
+    assert (b'training_process_up{node="node-0",run="other"} 0.0\n'
+            b'training_process_up{node="node-0",run="run"} 1.0\n') in text
 
 
 def test_without_readers_the_failures_are_0_and_there_is_no_process_family():
@@ -56,7 +57,7 @@ def test_without_readers_the_failures_are_0_and_there_is_no_process_family():
 
 
 @dataclass
-class StatsWithFormats:
+class StatsWithFormats(ExporterStats):
     """An ExporterStats with a counter per format: a dict-valued attribute and a label."""
 
     lines_parsed_by_format: dict[str, int] = field(default_factory=lambda: {"mindformers": 10, "megatron": 2})
@@ -66,6 +67,6 @@ def test_a_labelled_exporter_counter_is_one_spec_for_every_writer():
     spec = MetricSpec("trainlog_lines_parsed", "Lines parsed, by format.", "lines_parsed_by_format", "{line}", "format",
                       type=COUNTER, source=EXPORTER)
     state = TrainingState()
-    state.stats = StatsWithFormats()  # type: ignore[assignment]
+    state.stats = StatsWithFormats()
     (family,) = walk(state, values, specs=[spec])
     assert family.samples == [({}, "mindformers", 10), ({}, "megatron", 2)]  # in creation order

@@ -276,7 +276,7 @@ def test_docs_map_every_metric():
 def test_endpoint_precedence_command_line_then_signal_variable_then_base(monkeypatch):
     def url() -> str | None:
         config = otlp_config(load_settings(), host_name="box")
-        return config and config.endpoint
+        return None if config is None else config.endpoint
 
     assert url() is None
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318/")

@@ -23,11 +23,12 @@ def test_a_rank_row_words_the_latest_failure_of_each_kind():
     state = TrainingState()
     with state.lock:
         state.register(KEY, {"file": "worker_3.log", "role": "worker"}, 1000.0)
-        state.ingest(KEY, 4, [StepRecord(step=12, total_steps=100, loss=2.5),
-                              ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
-                              ErrorEvent("oom", {"device": "npu"}),
-                              ErrorEvent("elastic", {"exception": "ChildFailedError", "exitcode": 1, "signal": "SIGKILL"})],
-                     log_timestamp=1000.0, now=1000.0)
+        state.ingest(KEY, 4, [
+            StepRecord(step=12, total_steps=100, loss=2.5),
+            ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
+            ErrorEvent("oom", {"device": "npu"}),
+            ErrorEvent("elastic", {"exception": "ChildFailedError", "exitcode": 1, "signal": "SIGKILL"}),
+        ], log_timestamp=1000.0, now=1000.0)
     page = render_status_page(state, ready=True, now=1010.0)
     (row,) = re.findall(r'<tr class="bad">(.*?)</tr>', page)
     cells = re.findall(r"<td>(.*?)</td>", row)

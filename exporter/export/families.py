@@ -108,7 +108,8 @@ def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, Labels, Rank
     elif label is None:
         samples = [(labels, "", value) for _, labels, rank in ranks if (value := getattr(rank, attribute)) is not None]
     elif spec.type == COUNTER:  # in creation order: the known kinds first, as they were created at 0
-        samples = [(labels, name, value) for _, labels, rank in ranks for name, value in getattr(rank, attribute).items()]
+        samples = [(labels, name, value) for _, labels, rank in ranks
+                   for name, value in getattr(rank, attribute).items()]
     else:
         samples = [(labels, name, value) for _, labels, rank in ranks
                    for name, value in sorted(getattr(rank, attribute).items())]

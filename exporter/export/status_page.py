@@ -44,8 +44,9 @@ def _row(key, rank, now: float) -> str:
     if errors or anomalies:
         classes.append("bad")
     step = "" if rank.step is None else f"{rank.step}" + (f" / {rank.total_steps}" if rank.total_steps else "")
-    cells = (run, node, rank_label or "-", rank.info.get("file", ""), step, _fmt(rank.loss), _fmt(rank.learning_rate, ".3e"),
-             _fmt(rank.grad_norm), _fmt(rank.step_time_seconds, ".3f"), _fmt(age, ".0f"), errors or anomalies, details)
+    cells = (run, node, rank_label or "-", rank.info.get("file", ""), step,
+             _fmt(rank.loss), _fmt(rank.learning_rate, ".3e"), _fmt(rank.grad_norm),
+             _fmt(rank.step_time_seconds, ".3f"), _fmt(age, ".0f"), errors or anomalies, details)
     tds = "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
     return f'<tr class="{" ".join(classes)}">{tds}</tr>'
 
