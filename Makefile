@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
-.PHONY: setup run test sanitize system-deps clean kubernetes-rules
+.PHONY: setup run lint test sanitize system-deps clean kubernetes-rules
 
 setup: $(VENV)/.installed
 
@@ -21,8 +21,14 @@ run: setup
 system-deps:
 	./scripts/install-system-deps.sh
 
-# system-deps first: it brings the C compiler that setup builds the native kernels with.
-test: system-deps setup sanitize
+# ruff and mypy, as configured in pyproject.toml.
+lint: setup
+	$(BIN)/ruff check .
+	$(BIN)/mypy
+
+# system-deps first: it brings the C compiler that setup builds the native kernels with; lint and
+# the sanitized kernels before the tests.
+test: system-deps setup lint sanitize
 	$(BIN)/python -m pytest -q
 
 # The native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer into a copy of

@@ -12,8 +12,8 @@ import sys
 from dataclasses import dataclass
 from pathlib import Path
 
-from generate import LogShape
-from measure import Measured, run_measured
+from benchmarks.generate import LogShape
+from benchmarks.measure import Measured, run_measured
 
 BENCHMARKS = Path(__file__).resolve().parent
 MTAIL_PROGRAMS = BENCHMARKS / "mtail"
@@ -38,7 +38,7 @@ def contenders(log: Path) -> list[Contender]:
     """The exporter and its three yardsticks; mtail only when installed."""
     found = [
         Contender("exporter", "trainlog-exporter: every field, events, state",
-                  [sys.executable, str(BENCHMARKS / "catchup_exporter.py"), str(log.parent)]),
+                  [sys.executable, "-m", "benchmarks.catchup_exporter", str(log.parent)]),
         Contender("grep_awk", "grep -oE | awk: step and loss only", ["sh", "-c", GREP_AWK.format(log=log)]),
         Contender("wc", "wc -l: the read limit", ["wc", "-l", str(log)]),
     ]
@@ -66,7 +66,7 @@ def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, obje
             previous = best.get(contender.name)
             if previous is None or result.wall_seconds < previous.wall_seconds:
                 best[contender.name] = result
-    rows = {
+    rows: dict[str, dict[str, object]] = {
         name: {
             "what": what[name],
             "wall_seconds": result.wall_seconds,
@@ -97,7 +97,8 @@ def _check_mtail(output: str, shape: LogShape) -> None:
     _expect("mtail steps", _prometheus_value(output, "training_steps_total"), shape.steps)
     _expect("mtail last step", _prometheus_value(output, "training_step"), shape.steps)
     # mtail prints a labelled counter only once it was incremented.
-    _expect("mtail tracebacks", _prometheus_value(output, "training_errors_total", 'kind="traceback"') or 0, shape.tracebacks)
+    tracebacks = _prometheus_value(output, "training_errors_total", 'kind="traceback"') or 0
+    _expect("mtail tracebacks", tracebacks, shape.tracebacks)
     _expect("mtail OOMs", _prometheus_value(output, "training_errors_total", 'kind="oom"') or 0, shape.ooms)
 
 

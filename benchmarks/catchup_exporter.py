@@ -5,7 +5,7 @@ reads every one to its end through the Pipeline into the TrainingState (all fiel
 parsed, events matched, detectors run). Prints a JSON summary of the state on stdout so
 the benchmark can check that the work was done, not skipped.
 
-    python benchmarks/catchup_exporter.py DIR
+    python -m benchmarks.catchup_exporter DIR
 """
 
 from __future__ import annotations
@@ -16,9 +16,6 @@ STARTED = time.perf_counter()  # before the exporter's imports: their cost is pa
 
 import json  # noqa: E402
 import sys  # noqa: E402
-from pathlib import Path  # noqa: E402
-
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 
 from exporter import native  # noqa: E402
 from exporter.follow import Follower  # noqa: E402
@@ -51,7 +48,8 @@ def summary(state: TrainingState) -> dict[str, object]:
             "aux_losses": dict(values.aux_losses),
             "errors": {kind: count for kind, count in values.errors.items() if count},
         }
-    return {"ranks": ranks, "lines_unparsed": state.stats.lines_unparsed_total, "bytes_read": state.stats.bytes_read_total}
+    return {"ranks": ranks, "lines_unparsed": state.stats.lines_unparsed_total,
+            "bytes_read": state.stats.bytes_read_total}
 
 
 if __name__ == "__main__":

@@ -5,7 +5,7 @@ logs, MindFormers INFO lines, dumps of sharding strategies hundreds of bytes lon
 warnings. Step lines (MindFormers PyNative ``LossCallback``) are a few percent of the
 lines; tracebacks, HCCL warnings and an out-of-memory line show up now and then.
 
-    python benchmarks/generate.py --lines 2000000 --out /tmp/worker_0.log
+    python -m benchmarks.generate --lines 2000000 --out /tmp/worker_0.log
 """
 
 from __future__ import annotations
@@ -129,17 +129,22 @@ class NoiseLines:
     def _cpp_line(self, level: str) -> str:
         rng = self._rng
         module, source, function = rng.choice(_CPP_SOURCES)
-        stamp = f"2026-06-09 {rng.randint(10, 23)}:{rng.randint(10, 59)}:{rng.randint(10, 59)}.{rng.randint(100, 999)}.{rng.randint(100, 999)}"
-        return f"[{level}] {module}({2812 + self._rank},ffff,python):{stamp} [{source}] {function}] {self._fill(rng.choice(_CPP_MESSAGES))}"
+        stamp = (f"2026-06-09 {rng.randint(10, 23)}:{rng.randint(10, 59)}:{rng.randint(10, 59)}"
+                 f".{rng.randint(100, 999)}.{rng.randint(100, 999)}")
+        message = self._fill(rng.choice(_CPP_MESSAGES))
+        return f"[{level}] {module}({2812 + self._rank},ffff,python):{stamp} [{source}] {function}] {message}"
 
     def _info_line(self) -> str:
         rng = self._rng
-        return f"[INFO] 2026-06-09 {rng.randint(10, 23)}:{rng.randint(10, 59)}:{rng.randint(10, 59)} [{rng.choice(_MODULES)}] {self._fill(rng.choice(_INFO_MESSAGES))}"
+        clock = f"{rng.randint(10, 23)}:{rng.randint(10, 59)}:{rng.randint(10, 59)}"
+        module = rng.choice(_MODULES)
+        return f"[INFO] 2026-06-09 {clock} [{module}] {self._fill(rng.choice(_INFO_MESSAGES))}"
 
     def _strategy_dump(self) -> str:
         rng = self._rng
         layers = ", ".join(f"model.layers.{i}.{rng.choice(_OPS)}: {self._strategy()}" for i in range(rng.randint(1, 8)))
-        return f"[INFO] PARALLEL({2812 + self._rank},ffff,python):2026-06-09 10:20:36.000.000 [mindspore/ccsrc/frontend/parallel/step_parallel.cc:2210] Dump] {layers}"
+        return (f"[INFO] PARALLEL({2812 + self._rank},ffff,python):2026-06-09 10:20:36.000.000 "
+                f"[mindspore/ccsrc/frontend/parallel/step_parallel.cc:2210] Dump] {layers}")
 
 
 def noise_pool(rng: random.Random, rank: int = 0, size: int = NOISE_POOL_LINES) -> list[str]:

@@ -7,14 +7,13 @@ every anchor of today's LineParser (8 formats, all failure signatures, torchrun
 prefixes). The winner is what exporter/parse/scan.py does (the native scan kernel; Aho-Corasick
 and the regular expression are its twin's matchers).
 
-    python benchmarks/prefilter_strategies.py [--lines 2000000]
+    python -m benchmarks.prefilter_strategies [--lines 2000000]
 """
 
 from __future__ import annotations
 
 import argparse
 import re
-import sys
 import tempfile
 import time
 from collections.abc import Callable
@@ -22,17 +21,15 @@ from pathlib import Path
 
 from ahocorasick_rs import BytesAhoCorasick, MatchKind
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
-
-from exporter import native  # noqa: E402
-from exporter.parse.formats import BUILTIN_FORMATS  # noqa: E402
-from exporter.parse.scan import anchors_for  # noqa: E402
-from generate import write_worker_log  # noqa: E402
+from benchmarks.generate import write_worker_log
+from exporter import native
+from exporter.parse.formats import BUILTIN_FORMATS
+from exporter.parse.scan import anchors_for
 
 FIRST_ANCHORS = (b"step:[", b"step=", b"PYNATIVE_MODE", b"Traceback (most recent call last)", b"out of memory",
                  b"Out of Memory", b"Watchdog caught collective operation timeout", b"NCCL error", b"HCCL",
                  b"CUDA error", b"Segmentation fault", b"Fatal Python error", b"ChildFailedError")
-ANCHORS = tuple(sorted(anchors_for(BUILTIN_FORMATS)))
+ANCHORS = tuple(sorted(anchors_for(BUILTIN_FORMATS) or ()))  # never None: every built-in format has literals
 
 Strategy = Callable[[list[bytes], tuple[bytes, ...]], int]
 

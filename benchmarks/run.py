@@ -1,7 +1,7 @@
 """Run every benchmark of trainlog-exporter in one go and judge the targets.
 
-    python benchmarks/run.py           # full run (a few minutes), exits 1 when a target is missed
-    python benchmarks/run.py --smoke   # a few seconds: proves the script works, judges nothing
+    python -m benchmarks.run           # full run (a few minutes), exits 1 when a target is missed
+    python -m benchmarks.run --smoke   # a few seconds: proves the script works, judges nothing
 
 Targets are ratios measured in the same run on the same files (absolute numbers are
 context only: shared machines are noisy). Prints a table, writes results/latest.json
@@ -21,14 +21,15 @@ import tempfile
 import time
 from dataclasses import asdict, dataclass
 from pathlib import Path
+from typing import Any
 
-import catchup
-import scale
-import steady
-from generate import write_worker_log
-from measure import REPO, exporter_environment, run_measured
+from benchmarks import catchup, scale, steady
+from benchmarks.generate import write_worker_log
+from benchmarks.measure import run_measured
+from tests.support.exporter_process import REPO, exporter_command, exporter_environment
 
 RESULTS = Path(__file__).resolve().parent / "results"
+Results = dict[str, Any]  # one run's measurements by benchmark, as written to results/*.json
 
 
 @dataclass(frozen=True, slots=True)
@@ -70,7 +71,7 @@ class Target:
         return f"| {self.name} | {value} | {comparison} {self.limit:g}{self.unit} | {verdict} |"
 
 
-def targets(results: dict[str, dict]) -> list[Target]:
+def targets(results: Results) -> list[Target]:
     """Every target of the performance issue, from one run's results."""
     rates = {name: row["lines_per_second"] for name, row in results["catchup"].items()}
     exporter = rates["exporter"]
@@ -79,7 +80,8 @@ def targets(results: dict[str, dict]) -> list[Target]:
                10, True, "x"),
         Target("catch-up: exporter / grep|awk lines per second", exporter / rates["grep_awk"], 1, True, "x"),
         Target("catch-up: wc -l / exporter lines per second", rates["wc"] / exporter, 10, False, "x"),
-        Target("steady: exporter CPU, share of one core", 100 * results["steady"]["cpu_share_of_one_core"], 1, False, "%"),
+        Target("steady: exporter CPU, share of one core", 100 * results["steady"]["cpu_share_of_one_core"], 1, False,
+               "%"),
         Target("steady: write to /metrics latency p99", results["steady"]["latency_p99_ms"], 250, False, " ms"),
         Target(f"scale: RSS with {results['scale']['files']} files", results["scale"]["rss_mb"], 80, False, " MB"),
         Target(f"scale: /metrics render with {results['scale']['files']} files", results["scale"]["render_median_ms"],
@@ -89,14 +91,14 @@ def targets(results: dict[str, dict]) -> list[Target]:
 
 def analyze_available() -> bool:
     """True once ``trainlog-exporter analyze`` exists (its own issue): detected, never assumed."""
-    help_text = subprocess.run([sys.executable, "-m", "exporter", "--help"], capture_output=True, text=True,
+    help_text = subprocess.run(exporter_command("--help"), capture_output=True, text=True,
                                env=exporter_environment(), cwd=REPO, check=False).stdout
     return re.search(r"\banalyze\b", help_text) is not None
 
 
 def measure_analyze(log: Path, lines: int) -> dict[str, object]:
     # TODO(analyze): once the command exists, check its report (last step, anomaly step) too.
-    result = run_measured([sys.executable, "-m", "exporter", "analyze", str(log), "--format", "json"])
+    result = run_measured(exporter_command("analyze", str(log), "--format", "json"))
     return {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
             "max_rss_mb": None if result.max_rss_kb is None else result.max_rss_kb / 1024,
             "lines_per_second": lines / result.wall_seconds}
@@ -123,13 +125,13 @@ def _first_line(command: list[str]) -> str | None:
         return None
 
 
-def run(size: Size, workdir: Path) -> dict[str, object]:
+def run(size: Size, workdir: Path) -> Results:
     started = time.time()
     log = workdir / "catchup" / "worker_0.log"
     log.parent.mkdir(parents=True)
     print(f"generating {size.catchup_lines} lines ...", file=sys.stderr)
     shape = write_worker_log(log, size.catchup_lines)
-    results: dict[str, object] = {"machine": machine(), "size": asdict(size), "log": asdict(shape)}
+    results: Results = {"machine": machine(), "size": asdict(size), "log": asdict(shape)}
     print("catch-up ...", file=sys.stderr)
     results["catchup"] = catchup.measure(log, shape, size.catchup_rounds)
     print("steady state ...", file=sys.stderr)
@@ -146,9 +148,9 @@ def run(size: Size, workdir: Path) -> dict[str, object]:
     return results
 
 
-def report(results: dict[str, object], judged: list[Target]) -> str:
+def report(results: Results, judged: list[Target]) -> str:
     lines = ["| catch-up contender | lines/s | wall s | CPU s | peak RSS MB |", "| --- | ---: | ---: | ---: | ---: |"]
-    for name, row in sorted(results["catchup"].items(), key=lambda item: -item[1]["lines_per_second"]):
+    for row in sorted(results["catchup"].values(), key=lambda row: -row["lines_per_second"]):
         rss = "n/a" if row["max_rss_mb"] is None else f"{row['max_rss_mb']:.1f}"
         lines.append(f"| {row['what']} | {row['lines_per_second']:,.0f} | {row['wall_seconds']:.3f} | "
                      f"{row['cpu_seconds']:.3f} | {rss} |")
@@ -197,7 +199,8 @@ def _analyze_summary(row: dict | None) -> str:
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--smoke", action="store_true", help="tiny sizes, a few seconds, no verdict on the targets")
-    parser.add_argument("--output", type=Path, help="JSON results (default results/latest.json, smoke.json with --smoke)")
+    parser.add_argument("--output", type=Path,
+                        help="JSON results (default results/latest.json, smoke.json with --smoke)")
     arguments = parser.parse_args()
     size = SMOKE if arguments.smoke else FULL
     output = arguments.output or RESULTS / ("smoke.json" if arguments.smoke else "latest.json")

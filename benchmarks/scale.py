@@ -7,8 +7,10 @@ import statistics
 import time
 from pathlib import Path
 
-from generate import noise_pool, step_line
-from measure import ExporterProcess, eventually, http_get
+from benchmarks.generate import noise_pool, step_line
+from benchmarks.measure import following
+from tests.support.exporter_process import ExporterProcess
+from tests.support.net import eventually, http_get
 
 STEPS_PER_FILE = 3
 NOISE_PER_STEP = 5
@@ -31,7 +33,7 @@ def write_rank_logs(directory: Path, files: int) -> None:
 def measure(directory: Path, files: int) -> dict[str, object]:
     write_rank_logs(directory, files)
     started = time.monotonic()
-    with ExporterProcess(directory) as exporter:
+    with following(directory) as exporter:
         body = eventually(lambda: _all_ranks_stepped(exporter, files), timeout=300, what=f"{files} ranks in /metrics")
         followed_after = time.monotonic() - started
         renders = []
@@ -55,5 +57,6 @@ def measure(directory: Path, files: int) -> dict[str, object]:
 
 def _all_ranks_stepped(exporter: ExporterProcess, files: int) -> str | None:
     body = exporter.metrics()
-    stepped = sum(1 for line in body.splitlines() if line.startswith("training_step{") and line.endswith(f" {STEPS_PER_FILE}.0"))
+    last_step = f" {STEPS_PER_FILE}.0"
+    stepped = sum(1 for line in body.splitlines() if line.startswith("training_step{") and line.endswith(last_step))
     return body if stepped == files else None

@@ -7,7 +7,7 @@ Two phases over the same writers, because measuring latency needs a scraper poll
 2. Latency: /metrics polled every 20 ms; for every step line, the time from its write
    to the first scrape showing that rank's ``training_step`` at that step or later.
 
-The writer is a separate process (``python benchmarks/steady.py write ...``) that logs
+The writer is a separate process (``python -m benchmarks.steady write ...``) that logs
 when it wrote each step line.
 """
 
@@ -24,8 +24,9 @@ import threading
 import time
 from pathlib import Path
 
-from generate import noise_pool, step_line
-from measure import ExporterProcess
+from benchmarks.generate import noise_pool, step_line
+from benchmarks.measure import following
+from tests.support.exporter_process import ExporterProcess, exporter_environment
 
 SCRAPE_INTERVAL = 15.0  # what a typical Prometheus job does
 PROBE_INTERVAL = 0.02
@@ -38,11 +39,11 @@ def measure(directory: Path, ranks: int, noise_per_second: int, duration: float)
     for rank in range(ranks):
         (directory / f"worker_{rank}.log").write_bytes(b"")
     latency_duration = max(duration / 2, 1.0)
-    with ExporterProcess(directory) as exporter:
+    with following(directory) as exporter:
         writer = subprocess.Popen(
-            [sys.executable, __file__, "write", str(directory), "--ranks", str(ranks),
+            [sys.executable, "-m", "benchmarks.steady", "write", str(directory), "--ranks", str(ranks),
              "--noise", str(noise_per_second), "--duration", str(duration + latency_duration + 1)],
-            stdout=subprocess.PIPE, text=True)
+            stdout=subprocess.PIPE, text=True, env=exporter_environment())
         written: dict[tuple[int, int], float] = {}
         reader = threading.Thread(target=_read_ledger, args=(writer.stdout, written), daemon=True)
         reader.start()

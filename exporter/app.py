@@ -2,19 +2,23 @@
 
 from __future__ import annotations
 
+import dataclasses
+import functools
 import logging
 import resource
 import signal
+import socket
 import threading
 from pathlib import Path
 
 from exporter import checkpoint
 from exporter.export import text_format
+from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer
-from exporter.export.otlp import OtlpPush
+from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
+from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
-from exporter.follow import Follower
-from exporter.follow.processes import ProcessWatcher
+from exporter.follow import Follower, run_label
 from exporter.parse.formats import selection
 from exporter import native
 from exporter.pipeline import Pipeline
@@ -35,11 +39,12 @@ class Exporter:
         self.settings = settings
         self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
+        run_of = functools.partial(run_label, run=settings.run)
         formats = selection(((override.path_pattern, override.format) for override in settings.formats),
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
         state_file = checkpoint.usable_state_file(_state_file(settings))
         positions = checkpoint.resume(state_file, self.state) if state_file else {}
-        pipeline = Pipeline(self.state, settings.node, settings.run_for_directory, formats=formats,
+        pipeline = Pipeline(self.state, settings.node, run_of, formats=formats,
                             rank_offset=settings.rank_offset, positions=positions)
         self.checkpointer = (
             checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
@@ -52,34 +57,25 @@ class Exporter:
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
         )
+        scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
+        otlp = otlp_config(settings, socket.gethostname())
+        self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
+        if self.otlp is not None:
+            scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         host, port = settings.listen_host_port
         self.http = ExporterHTTPServer(
             host,
             port,
-            lambda: text_format.render(self.state),
+            functools.partial(text_format.render, self.state, scrape_time),
             is_ready=lambda: self.follower.ready,
             status_page=lambda: render_status_page(self.state, self.follower.ready),
         )
-        self.otlp = OtlpPush(self.state, settings) if settings.otlp_metrics_url else None
-        self.processes = None
-        if settings.process_pattern:
-            self.processes = ProcessWatcher(settings.process_pattern, self._process_checked,
-                                            settings.process_check_interval)
-
-    def _process_checked(self, up: bool) -> None:
-        # One trainer per pod: its liveness holds for every run this exporter follows.
-        runs = {self.settings.run_for_directory(str(directory)) for directory in self.settings.log_dir}
-        with self.state.lock:
-            for run in runs:
-                self.state.process_up[(run, self.settings.node)] = up
 
     def start(self) -> None:
         self.http.start()
         self.follower.start()
         if self.otlp is not None:
             self.otlp.start()
-        if self.processes is not None:
-            self.processes.start()
         if self.demo is not None:
             self.demo.start()
             log.info("demo: writing a simulated run to %s", self.demo.log_dir)
@@ -92,8 +88,6 @@ class Exporter:
     def stop(self) -> None:
         if self.demo is not None:
             self.demo.stop()
-        if self.processes is not None:
-            self.processes.stop()
         self.follower.stop()
         if self.checkpointer is not None:
             self.checkpointer.stop()  # after the follower: the last checkpoint has every line read
@@ -127,8 +121,35 @@ def _report_speedups() -> None:
         log.info("native kernels: scan %s, step fields, detectors", "with AVX2" if native.scan_simd() else "byte-wise")
 
 
+def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
+    """What /metrics and the push read outside the state: with --process-pattern, process
+    liveness, for every (run, node) followed (one trainer per pod)."""
+    if not settings.process_pattern:
+        return STATE_ONLY
+    liveness = ProcessLiveness(settings.process_pattern, [(run, settings.node) for run in runs],
+                               max_age=settings.process_check_interval)
+    return ScrapeTime(process_up=liveness.process_up)
+
+
+def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:
+    """The OTLP push's configuration from the settings, or None when no endpoint is set."""
+    endpoint = metrics_url(settings.otlp_endpoint, settings.otel_exporter_otlp_metrics_endpoint,
+                           settings.otel_exporter_otlp_endpoint)
+    if endpoint is None:
+        return None
+    attributes = resource_attributes(host_name, service_name=settings.otel_service_name, pod_name=settings.pod_name,
+                                     pod_namespace=settings.pod_namespace, node_name=settings.node_name,
+                                     overrides=settings.otel_resource_attributes)
+    # The OTEL_* variables are in milliseconds, as the specification says.
+    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers, timeout_seconds=settings.otel_exporter_otlp_timeout / 1000,
+                      interval_seconds=settings.otel_metric_export_interval / 1000, resource_attributes=attributes)
+
+
 def _state_file(settings: Settings) -> Path | None:
-    path = settings.checkpoint_file()
+    """--state-file, else the checkpoint module's default in the state home."""
+    if settings.state_file is not None:
+        return settings.state_file
+    path = checkpoint.default_state_file(settings.log_dir, settings.state_home)
     if path is None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")

@@ -16,18 +16,23 @@ from __future__ import annotations
 import dataclasses
 import functools
 import glob
+import hashlib
 import json
 import logging
 import os
 import threading
 import time
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol
 
 from exporter.follow.identity import FilePosition
 from exporter.state import TrainingState
 from exporter.state.snapshot import restore_state, validation_reason
+
+if TYPE_CHECKING:
+    from pydantic import TypeAdapter
 
 log = logging.getLogger(__name__)
 
@@ -42,20 +47,22 @@ class Checkpoint:
     state: dict[str, Any]
 
 
+@dataclass(frozen=True, slots=True)
+class _CheckpointFile:
+    """The file's layout, validated when read back (keys it does not name are ignored)."""
+
+    version: int
+    written_at: float
+    positions: dict[str, FilePosition]
+    state: dict[str, Any]
+
+
 @functools.cache
-def _checkpoint_file() -> type:
-    """The file's layout, validated when read back (pydantic is imported for that only)."""
-    from pydantic import BaseModel, ConfigDict
+def _checkpoint_file() -> TypeAdapter[_CheckpointFile]:
+    """The validator of checkpoint files (pydantic is imported for that only)."""
+    from pydantic import TypeAdapter
 
-    class CheckpointFile(BaseModel):
-        model_config = ConfigDict(extra="ignore")
-
-        version: int
-        written_at: float
-        positions: dict[str, FilePosition]
-        state: dict[str, Any]
-
-    return CheckpointFile
+    return TypeAdapter(_CheckpointFile)
 
 
 class CheckpointSource(Protocol):
@@ -65,6 +72,26 @@ class CheckpointSource(Protocol):
     def generation(self) -> int: ...
 
     def checkpoint(self) -> tuple[int, Checkpoint]: ...
+
+
+def default_state_file(log_dirs: Sequence[Path], state_home: Path) -> Path | None:
+    """Where checkpoints go without --state-file: a file named after the log directories in
+    ``state_home``/trainlog-exporter (``state_home``: $XDG_STATE_HOME, else ~/.local/state).
+
+    One file per set of log directories, so two exporters on one host never share one.
+    None when that file would fall inside a log directory.
+    """
+    directories = "\n".join(sorted(str(directory.resolve()) for directory in log_dirs))
+    digest = hashlib.sha256(directories.encode()).hexdigest()[:12]
+    path = state_home / "trainlog-exporter" / f"state-{digest}.json"
+    return None if containing_log_dir(path, log_dirs) else path
+
+
+def containing_log_dir(path: Path, log_dirs: Sequence[Path]) -> Path | None:
+    """The log directory ``path`` lies in, if any: a log directory belongs to the trainer, is
+    often shared by every node's exporter, and gets cleaned up: no place for a checkpoint."""
+    resolved = path.resolve()
+    return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
 
 
 def usable_state_file(path: Path | None) -> Path | None:
@@ -99,7 +126,7 @@ def resume(path: Path, state: TrainingState) -> dict[str, FilePosition]:
         log.warning("cannot read checkpoint %s (%s): starting fresh", path, error.strerror)
         return {}
     try:
-        saved = _checkpoint_file().model_validate_json(raw)
+        saved = _checkpoint_file().validate_json(raw)
         if saved.version != VERSION:
             raise ValueError(f"version {saved.version}, this exporter reads version {VERSION}")
         restore_state(state, saved.state)

@@ -3,15 +3,13 @@
 from __future__ import annotations
 
 import argparse
-import dataclasses
 import logging
 import sys
 from collections.abc import Sequence
 
 from exporter import __version__
-from exporter.settings import ConfigError, load_settings
+from exporter.settings import DETECTOR_OPTIONS, ConfigError, Settings, load_settings
 from exporter.simulate.command import add_simulate_options, run_simulate
-from exporter.state import DetectorConfig
 
 SUBCOMMANDS = ("serve", "simulate")
 
@@ -23,52 +21,61 @@ def build_parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
     commands = parser.add_subparsers(dest="command")
-    serve = commands.add_parser("serve", help="follow logs and serve /metrics (the default)")
+    # SUPPRESS: an option not given must not hide the environment or the config file.
+    serve = commands.add_parser(
+        "serve", help="follow logs and serve /metrics (the default)", argument_default=argparse.SUPPRESS
+    )
     add_serve_options(serve)
-    simulate = commands.add_parser("simulate", help="write a simulated msrun run with injected incidents (fire drills)")
+    simulate = commands.add_parser(
+        "simulate", help="write a simulated msrun run with injected incidents (fire drills)"
+    )
     add_simulate_options(simulate)
     return parser
 
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
-    # SUPPRESS: an option not given must not hide the environment or the config file.
-    option = dict(default=argparse.SUPPRESS)
+    """The serve options; their default is the parser's (build_parser: SUPPRESS)."""
     parser.add_argument("--log-dir", dest="log_dir", action="append", metavar="DIR",
-                        help="directory of worker logs (repeatable; env TRAINLOG_LOG_DIR)", **option)
+                        help="directory of worker logs (repeatable; env TRAINLOG_LOG_DIR)")
     parser.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
-                        help="address to serve on (default :10042)", **option)
-    parser.add_argument("--run", help="run label (default: the log directory's parent name)", **option)
-    parser.add_argument("--node", help="node label (default: $NODE_NAME, then the host name)", **option)
-    parser.add_argument("--config", metavar="FILE", help="YAML configuration file", **option)
+                        help="address to serve on (default :10042)")
+    parser.add_argument("--run", help="run label (default: the log directory's parent name)")
+    parser.add_argument("--node", help="node label (default: $NODE_NAME, then the host name)")
+    parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
     parser.add_argument("--state-file", dest="state_file", metavar="PATH",
-                        help="checkpoint of offsets and counters (default in $XDG_STATE_HOME/trainlog-exporter)",
-                        **option)
+                        help="checkpoint of offsets and counters (default in $XDG_STATE_HOME/trainlog-exporter)")
     parser.add_argument("--checkpoint-interval", dest="checkpoint_interval", type=float, metavar="SECONDS",
-                        help="seconds between checkpoints (default 5)", **option)
+                        help="seconds between checkpoints (default 5)")
     parser.add_argument("--idle-flush-seconds", dest="idle_flush_seconds", type=float, metavar="SECONDS",
-                        help="parse a last line left without newline after this long (default: never)", **option)
+                        help="parse a last line left without newline after this long (default: never)")
     parser.add_argument("--poll-interval", dest="poll_interval", type=float, metavar="SECONDS",
-                        help="poll instead of inotify (NFS, Lustre)", **option)
+                        help="poll instead of inotify (NFS, Lustre)")
     parser.add_argument("--rescan-interval", dest="rescan_interval", type=float, metavar="SECONDS",
-                        help="seconds between safety rescans of the log directories (default 2)", **option)
+                        help="seconds between safety rescans of the log directories (default 2)")
     parser.add_argument("--max-line-bytes", dest="max_line_bytes", type=int, metavar="BYTES",
-                        help="truncate longer lines (default 1 MiB)", **option)
+                        help="truncate longer lines (default 1 MiB)")
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",
-                        help="debug, info, warning or error", **option)
+                        help="debug, info, warning or error")
     parser.add_argument("--otlp-endpoint", dest="otlp_endpoint", metavar="URL",
                         help="also push metrics to this OTLP/HTTP collector, e.g. http://otel-collector:4318 "
-                             "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)", **option)
+                             "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)")
     parser.add_argument("--rank-offset", dest="rank_offset", type=int, metavar="N",
-                        help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)", **option)
+                        help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)")
     parser.add_argument("--process-pattern", dest="process_pattern", metavar="REGEX",
                         help="expose training_process_up: 1 while a process whose command line matches runs "
-                             "(sidecar sharing the pod's process namespace)", **option)
+                             "(sidecar sharing the pod's process namespace)")
     parser.add_argument("--demo", action="store_true",
-                        help="also follow a live simulated run written to a temporary directory", **option)
+                        help="also follow a live simulated run written to a temporary directory")
     detectors = parser.add_argument_group("detector thresholds (see docs/detectors.md)")
-    for threshold in dataclasses.fields(DetectorConfig):
-        detectors.add_argument("--" + threshold.name.replace("_", "-"), dest=threshold.name, type=type(threshold.default),
-                               metavar="N", help=f"default {threshold.default}", **option)
+    for name in DETECTOR_OPTIONS:
+        threshold = Settings.model_fields[name]
+        detectors.add_argument("--" + name.replace("_", "-"), dest=name, type=type(threshold.default), metavar="N",
+                               help=_escape_percent(f"{threshold.description} (default {threshold.default})"))
+
+
+def _escape_percent(text: str) -> str:
+    # argparse expands %(default)s and the like in help texts.
+    return text.replace("%", "%%")
 
 
 def main(argv: Sequence[str] | None = None) -> int:

@@ -6,12 +6,13 @@ The only module that reads the environment.
 from __future__ import annotations
 
 import dataclasses
-import hashlib
+import inspect
 import os
 import re
 import socket
+import typing
 from pathlib import Path
-from typing import Annotated, Any
+from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import yaml
@@ -22,12 +23,12 @@ from pydantic import (
     Field,
     ValidationError,
     ValidationInfo,
+    create_model,
     field_validator,
     model_validator,
 )
-from pydantic.fields import FieldInfo
 from pydantic_core import PydanticUseDefault
-from pydantic_settings import BaseSettings, NoDecode, PydanticBaseSettingsSource, SettingsConfigDict
+from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, YamlConfigSettingsSource
 
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES
@@ -35,12 +36,11 @@ from exporter.state.detectors import DetectorConfig
 
 ENV_PREFIX = "TRAINLOG_"
 DEFAULT_PORT = 10042
-_DETECTOR_DEFAULTS = DetectorConfig()
-OTLP_METRICS_PATH = "v1/metrics"
-_OTEL_FIELDS = (
+# Variables of other standards (OpenTelemetry, the Kubernetes downward API, XDG), read under their own names.
+_STANDARD_VARIABLES = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
     "otel_exporter_otlp_timeout", "otel_metric_export_interval", "otel_service_name", "otel_resource_attributes",
-    "pod_name", "pod_namespace", "node_name",
+    "pod_name", "pod_namespace", "node_name", "xdg_state_home",
 )
 _LISTEN_ADDRESS = re.compile(r"^(?P<host>\[[0-9a-fA-F:.]+\]|[^:\[\]]*):(?P<port>\d{1,5})$")
 
@@ -74,14 +74,77 @@ class FormatOverride(BaseModel):
     format: str = Field(description="A built-in format name or a custom_formats name.")
 
 
-class Settings(BaseSettings):
+DETECTOR_OPTIONS = tuple(threshold.name for threshold in dataclasses.fields(DetectorConfig))
+
+
+def _detector_options() -> type[BaseSettings]:
+    """A settings base with one option per DetectorConfig field: its name, type, default and
+    comment, so a threshold added there is an option (flag, TRAINLOG_* variable, config key)."""
+    comments = _field_comments(DetectorConfig)
+    hints = typing.get_type_hints(DetectorConfig)
+    defaults = DetectorConfig()
+    fields: dict[str, Any] = {}
+    for name in DETECTOR_OPTIONS:
+        bounds = _threshold_bounds(name, hints[name])
+        fields[name] = (hints[name], Field(getattr(defaults, name), description=comments.get(name, ""),
+                                           ge=bounds.ge, gt=bounds.gt, le=bounds.le))
+    return create_model("DetectorOptions", __base__=BaseSettings, __module__=__name__, **fields)
+
+
+class _Bounds(NamedTuple):
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+
+
+def _threshold_bounds(name: str, kind: type) -> _Bounds:
+    # Counts of steps need at least one; smoothing factors lie in (0, 1]; margins and
+    # deviations are non-negative (0: that condition alone never holds a spike back).
+    if kind is int:
+        return _Bounds(ge=1)
+    if name.endswith("_alpha"):
+        return _Bounds(gt=0, le=1)
+    return _Bounds(ge=0)
+
+
+def _field_comments(cls: type) -> dict[str, str]:
+    """Each field's comment in the class source: the block of ``#`` lines above it, shared by
+    the fields that follow the block. Empty when the source is not at hand."""
+    try:
+        lines, _ = inspect.getsourcelines(cls)
+    except (OSError, TypeError):
+        return {}
+    comments: dict[str, str] = {}
+    block: list[str] = []
+    in_block = False
+    for line in map(str.strip, lines):
+        if line.startswith("#"):
+            block = block if in_block else []
+            block.append(line.lstrip("#").strip())
+            in_block = True
+        elif match := re.match(r"(\w+)\s*:", line):
+            comments[match.group(1)] = " ".join(block)
+            in_block = False
+    return comments
+
+
+if TYPE_CHECKING:
+    DetectorOptions = BaseSettings
+else:
+    DetectorOptions = _detector_options()
+
+
+class Settings(DetectorOptions):
     """Every option of ``trainlog-exporter serve``."""
 
     # populate_by_name: the OTEL_* fields below are read from the environment under their
     # standard names (validation aliases) and from the command line and YAML by field name.
-    model_config = SettingsConfigDict(env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True)
+    model_config = SettingsConfigDict(
+        env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True
+    )
 
-    log_dir: Annotated[list[Path], NoDecode] = Field(default_factory=list, description="Directories holding the logs.")
+    log_dir: Annotated[list[Path], NoDecode] = Field(
+        default_factory=list, description="Directories holding the logs.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
     node: str | None = Field(None, description="Value of the node label; default: NODE_NAME, then the host name.")
@@ -95,51 +158,54 @@ class Settings(BaseSettings):
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
-    rank_offset: int = Field(0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
-                                                 "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")
+    rank_offset: int = Field(
+        0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
+                             "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")
     # custom_formats before formats: validating a format name needs the custom names.
     custom_formats: list[CustomFormat] = Field(default_factory=list, description="User-defined line formats.")
-    formats: list[FormatOverride] = Field(default_factory=list, description="Per-path format overrides, first match wins.")
+    formats: list[FormatOverride] = Field(
+        default_factory=list, description="Per-path format overrides, first match wins.")
 
     # OpenTelemetry push (docs/opentelemetry.md). --otlp-endpoint wins over the standard
     # OTEL_* variables, which the SDK would otherwise read behind our back.
     otlp_endpoint: str | None = Field(
         None, description="OTLP/HTTP collector base URL; /v1/metrics is appended unless a path is given.")
     otel_exporter_otlp_metrics_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"), description="Full OTLP metrics URL.")
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT"),
+        description="Full OTLP metrics URL.")
     otel_exporter_otlp_endpoint: str | None = Field(
-        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"), description="OTLP base URL (+ /v1/metrics).")
+        None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"),
+        description="OTLP base URL (+ /v1/metrics).")
     otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(
-        default_factory=dict, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
+        default_factory=dict,
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
         description="key=value,key2=value2 headers sent with each export (e.g. authorization).")
     otel_exporter_otlp_timeout: float = Field(
         10000, gt=0, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "OTEL_EXPORTER_OTLP_TIMEOUT"),
         description="Milliseconds one export may take before it counts as failed.")
     otel_metric_export_interval: float = Field(
-        60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"), description="Milliseconds between pushes.")
-    otel_service_name: str = Field(
-        "trainlog-exporter", min_length=1, validation_alias=AliasChoices("OTEL_SERVICE_NAME"), description="service.name.")
+        60000, gt=0, validation_alias=AliasChoices("OTEL_METRIC_EXPORT_INTERVAL"),
+        description="Milliseconds between pushes.")
+    otel_service_name: str | None = Field(
+        None, validation_alias=AliasChoices("OTEL_SERVICE_NAME"),
+        description="service.name (default trainlog-exporter).")
     otel_resource_attributes: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict, validation_alias=AliasChoices("OTEL_RESOURCE_ATTRIBUTES"),
         description="key=value,... resource attributes.")
     # Kubernetes downward API (fieldRef metadata.name, metadata.namespace, spec.nodeName).
     pod_name: str | None = Field(None, validation_alias=AliasChoices("POD_NAME"), description="k8s.pod.name.")
-    pod_namespace: str | None = Field(None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
+    pod_namespace: str | None = Field(
+        None, validation_alias=AliasChoices("POD_NAMESPACE"), description="k8s.namespace.name.")
     node_name: str | None = Field(None, validation_alias=AliasChoices("NODE_NAME"), description="k8s.node.name.")
+    # The XDG base directory of state files, for the default --state-file.
+    xdg_state_home: Path | None = Field(
+        None, validation_alias=AliasChoices("XDG_STATE_HOME"), description="State home.")
 
     demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
-    process_check_interval: float = Field(5.0, gt=0, description="Seconds between --process-pattern checks.")
-    # Detector thresholds (docs/detectors.md); the defaults live in DetectorConfig.
-    spike_min_relative_jump: float = Field(_DETECTOR_DEFAULTS.spike_min_relative_jump, gt=0)
-    spike_deviations: float = Field(_DETECTOR_DEFAULTS.spike_deviations, ge=0)
-    spike_warmup_steps: int = Field(_DETECTOR_DEFAULTS.spike_warmup_steps, ge=1)
-    spike_baseline_alpha: float = Field(_DETECTOR_DEFAULTS.spike_baseline_alpha, gt=0, le=1)
-    spike_max_excursion_steps: int = Field(_DETECTOR_DEFAULTS.spike_max_excursion_steps, ge=1)
-    plateau_min_relative_improvement: float = Field(_DETECTOR_DEFAULTS.plateau_min_relative_improvement, ge=0)
-    plateau_noise_deviations: float = Field(_DETECTOR_DEFAULTS.plateau_noise_deviations, ge=0)
-    plateau_window_steps: int = Field(_DETECTOR_DEFAULTS.plateau_window_steps, ge=1)
-    plateau_alpha: float = Field(_DETECTOR_DEFAULTS.plateau_alpha, gt=0, le=1)
+    process_check_interval: float = Field(
+        5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")
+    # The detector thresholds (docs/detectors.md) come from DetectorConfig, through DetectorOptions.
 
     @field_validator("log_dir", mode="before")
     @classmethod
@@ -164,7 +230,8 @@ class Settings(BaseSettings):
         names = [custom.name for custom in value]
         clashes = sorted({name for name in names if names.count(name) > 1 or name in BUILTIN_NAMES})
         if clashes:
-            raise ValueError(f"custom format names must be unique and differ from the built-in ones: {', '.join(clashes)}")
+            raise ValueError(
+                f"custom format names must be unique and differ from the built-in ones: {', '.join(clashes)}")
         return value
 
     @field_validator("formats")
@@ -181,13 +248,14 @@ class Settings(BaseSettings):
     def _check_listen_address(cls, value: str) -> str:
         match = _LISTEN_ADDRESS.match(value)
         if match is None or not 0 <= int(match.group("port")) <= 65535:
-            raise ValueError(f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
+            raise ValueError(
+                f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
         return value
 
-    @field_validator(*_OTEL_FIELDS, mode="before")
+    @field_validator(*_STANDARD_VARIABLES, mode="before")
     @classmethod
     def _empty_is_unset(cls, value: Any) -> Any:
-        # The OpenTelemetry specification treats an empty variable like an unset one.
+        # The OpenTelemetry and XDG specifications treat an empty variable like an unset one.
         if isinstance(value, str) and not value.strip():
             raise PydanticUseDefault()
         return value
@@ -206,22 +274,6 @@ class Settings(BaseSettings):
     @classmethod
     def _parse_key_values(cls, value: Any) -> Any:
         return _key_value_list(value) if isinstance(value, str) else value
-
-    @property
-    def otlp_metrics_url(self) -> str | None:
-        """Where to POST metrics, or None when OTLP is off.
-
-        --otlp-endpoint (a base URL, or a full URL when it has a path) wins; then the
-        signal-specific OTEL variable, used as is; then the generic one, plus /v1/metrics.
-        """
-        if self.otlp_endpoint:
-            has_path = urlsplit(self.otlp_endpoint).path.strip("/")
-            return self.otlp_endpoint if has_path else _join_url(self.otlp_endpoint, OTLP_METRICS_PATH)
-        if self.otel_exporter_otlp_metrics_endpoint:
-            return self.otel_exporter_otlp_metrics_endpoint
-        if self.otel_exporter_otlp_endpoint:
-            return _join_url(self.otel_exporter_otlp_endpoint, OTLP_METRICS_PATH)
-        return None
 
     @field_validator("process_pattern")
     @classmethod
@@ -248,46 +300,37 @@ class Settings(BaseSettings):
     @field_validator("state_file")
     @classmethod
     def _check_state_file(cls, value: Path | None, info: ValidationInfo) -> Path | None:
-        # A log directory belongs to the trainer, is often shared by every node's exporter,
-        # and gets cleaned up or rotated: no place for this exporter's checkpoint.
-        directory = _containing_log_dir(value, info.data.get("log_dir", [])) if value else None
+        if value is None:
+            return None
+        # Imported here: the checkpoint module brings the follower (and watchdog) along.
+        from exporter.checkpoint import containing_log_dir
+
+        directory = containing_log_dir(value, info.data.get("log_dir", []))
         if directory is not None:
             raise ValueError(f"{value} is inside the log directory {directory}: put the state file elsewhere")
         return value
 
-    def checkpoint_file(self) -> Path | None:
-        """--state-file, else a file named after the log directories in the state directory.
-
-        One file per set of log directories, so two exporters on one host never share one.
-        None when that default would fall inside a log directory.
-        """
-        if self.state_file is not None:
-            return self.state_file
-        directories = "\n".join(sorted(str(directory.resolve()) for directory in self.log_dir))
-        digest = hashlib.sha256(directories.encode()).hexdigest()[:12]
-        state_home = Path(os.environ.get("XDG_STATE_HOME") or Path.home() / ".local" / "state")
-        default = state_home / "trainlog-exporter" / f"state-{digest}.json"
-        return None if _containing_log_dir(default, self.log_dir) else default
+    @property
+    def state_home(self) -> Path:
+        """$XDG_STATE_HOME, else ~/.local/state (the XDG base directory specification)."""
+        return self.xdg_state_home or Path.home() / ".local" / "state"
 
     @property
     def listen_host_port(self) -> tuple[str, int]:
         match = _LISTEN_ADDRESS.match(self.web_listen_address)
+        if match is None:  # refused by _check_listen_address
+            raise ValueError(f"not HOST:PORT: {self.web_listen_address!r}")
         return match.group("host").strip("[]"), int(match.group("port"))
 
-    def run_for_directory(self, directory: str) -> str:
-        """The run label of a log directory: --run, else the directory's parent name."""
-        if self.run:
-            return self.run
-        return Path(directory).resolve().parent.name or "default"
-
     @classmethod
-    def settings_customise_sources(cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings):
+    def settings_customise_sources(
+        cls, settings_cls, init_settings, env_settings, dotenv_settings, file_secret_settings
+    ):
         config_file = init_settings.init_kwargs.get("config") or os.environ.get(f"{ENV_PREFIX}CONFIG")
-        return init_settings, env_settings, _YamlFileSource(settings_cls, config_file)
-
-
-def _join_url(base: str, path: str) -> str:
-    return f"{base.rstrip('/')}/{path}"
+        if not config_file:
+            return init_settings, env_settings
+        _check_readable(Path(config_file))
+        return init_settings, env_settings, _YamlFile(settings_cls, yaml_file=config_file)
 
 
 def _key_value_list(text: str) -> dict[str, str]:
@@ -300,37 +343,27 @@ def _key_value_list(text: str) -> dict[str, str]:
         pairs[unquote(key.strip())] = unquote(value.strip())
     return pairs
 
-def _containing_log_dir(path: Path, log_dirs: list[Path]) -> Path | None:
-    resolved = path.resolve()
-    return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
-
-
-class _YamlFileSource(PydanticBaseSettingsSource):
-    """The --config file; keys may be spelled as on the command line (web.listen-address)."""
-
-    def __init__(self, settings_cls: type[BaseSettings], path: str | os.PathLike | None) -> None:
-        super().__init__(settings_cls)
-        self._values = _read_yaml(Path(path)) if path else {}
-
-    def get_field_value(self, field: FieldInfo, field_name: str) -> tuple[Any, str, bool]:
-        return self._values.get(field_name), field_name, False
-
-    def __call__(self) -> dict[str, Any]:
-        return dict(self._values)
-
-
-def _read_yaml(path: Path) -> dict[str, Any]:
+def _check_readable(path: Path) -> None:
+    # pydantic-settings skips a config file that is not there; a --config that names none is a mistake.
     try:
-        loaded = yaml.safe_load(path.read_text(encoding="utf-8"))
+        path.open("rb").close()
     except OSError as error:
         raise ConfigError(f"config file {path}: {error.strerror}") from error
-    except yaml.YAMLError as error:
-        raise ConfigError(f"config file {path}: not valid YAML: {error}") from error
-    if loaded is None:
-        return {}
-    if not isinstance(loaded, dict):
-        raise ConfigError(f"config file {path}: expected a mapping of option names to values")
-    return {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
+
+
+class _YamlFile(YamlConfigSettingsSource):
+    """The --config file; keys may be spelled as on the command line (web.listen-address, log-dir)."""
+
+    def _read_file(self, file_path: Any) -> dict[str, Any]:
+        try:
+            loaded: Any = super()._read_file(file_path)
+        except OSError as error:
+            raise ConfigError(f"config file {file_path}: {error.strerror}") from error
+        except yaml.YAMLError as error:
+            raise ConfigError(f"config file {file_path}: not valid YAML: {error}") from error
+        if not isinstance(loaded, dict):
+            raise ConfigError(f"config file {file_path}: expected a mapping of option names to values")
+        return {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
 
 
 def load_settings(**command_line: Any) -> Settings:
@@ -355,7 +388,8 @@ def _spellings(field: str) -> str:
     if name in _CONFIG_FILE_ONLY:
         return f"config key {name} or {ENV_PREFIX}{name.upper()}"
     for field_name, info in Settings.model_fields.items():
-        aliases = info.validation_alias.choices if info.validation_alias else ()
+        choices = info.validation_alias.choices if isinstance(info.validation_alias, AliasChoices) else []
+        aliases = [alias for alias in choices if isinstance(alias, str)]
         if name in aliases or (aliases and name == field_name):  # standard variables such as OTEL_*
             return " or ".join(aliases)
     flag = "--web.listen-address" if name == "web_listen_address" else "--" + name.replace("_", "-")

@@ -18,8 +18,17 @@ from collections.abc import Callable, Iterable, Iterator
 from pathlib import Path
 
 import yaml
-
-from grafana_foundation_sdk.builders import bargauge, common, dashboard, prometheus, stat, statushistory, table, text, timeseries
+from grafana_foundation_sdk.builders import (
+    bargauge,
+    common,
+    dashboard,
+    prometheus,
+    stat,
+    statushistory,
+    table,
+    text,
+    timeseries,
+)
 from grafana_foundation_sdk.cog.encoder import JSONEncoder
 from grafana_foundation_sdk.models import common as common_models
 from grafana_foundation_sdk.models import dashboard as models
@@ -166,7 +175,7 @@ def table_panel(title: str, description: str, width: int, height: int, *targets:
     """Instant queries as one table: merged on their labels, helper columns hidden."""
     panel = place(table.Panel(), title, description, width, height)
     instant = [query(expr, legend, chr(ord("A") + index), instant=True) for index, (expr, legend) in enumerate(targets)]
-    exclude = {name: True for name in ("Time", "__name__", "job", "instance", *hide)}
+    exclude = dict.fromkeys(("Time", "__name__", "job", "instance", *hide), True)
     return (panel.targets(instant)
             .with_transformation(models.DataTransformerConfig(id_val="merge", options={}))
             .with_transformation(models.DataTransformerConfig(
@@ -258,12 +267,13 @@ def training_overview() -> dashboard.Dashboard:
     board = new_dashboard(
         OVERVIEW_UID, "Training overview",
         "One training run: progress, loss, optimizer, speed, incidents and firing alerts. "
-        "Aggregated across the selected ranks (median, min, max, top ranks) so it reads the same at 8 and at 1024 ranks.",
+        "Aggregated across the selected ranks (median, min, max, top ranks) so it reads the same at 8 and at "
+        "1024 ranks.",
         training_variables(),
     )
     board = (board
-             .annotation(annotation("Anomalies", "orange",
-                                    f"sum by (node, rank, kind) (increase(training_anomalies_total{{{RUN}}}[$__interval])) > 0"))
+             .annotation(annotation("Anomalies", "orange", "sum by (node, rank, kind) "
+                                    f"(increase(training_anomalies_total{{{RUN}}}[$__interval])) > 0"))
              .annotation(errors_annotation())
              .annotation(annotation("Firing alerts", "purple", FIRING)))
     board = with_sections(board, (("Progress", progress_panels()), ("Loss", loss_panels()),
@@ -314,8 +324,10 @@ def loss_panels() -> Iterator:
                         (f"topk({TOP_RANKS}, training_loss{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
            .data_links([rank_drilldown()]).no_value(NO_LOSS))
     yield (series_panel("Steps since the smoothed loss improved", "Median across the selected ranks of the steps "
-                        "since the plateau detector last saw the smoothed loss improve (TrainingLossPlateau).", 12, 8, "none",
-                        (f"quantile(0.5, training_step{{{SELECTED}}} - training_loss_best_step{{{SELECTED}}})", "steps"))
+                        "since the plateau detector last saw the smoothed loss improve (TrainingLossPlateau).",
+                        12, 8, "none",
+                        (f"quantile(0.5, training_step{{{SELECTED}}} - training_loss_best_step{{{SELECTED}}})",
+                         "steps"))
            .no_value(NO_LOSS))
 
 
@@ -337,7 +349,8 @@ def speed_panels() -> Iterator:
     yield (series_panel("Step time", f"Median across the selected ranks and the {TOP_RANKS} slowest ranks: "
                         "a straggler stands out above the median.", 12, 8, "s",
                         (f"quantile(0.5, training_step_duration_seconds{{{SELECTED}}})", "median"),
-                        (f"topk({TOP_RANKS}, training_step_duration_seconds{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
+                        (f"topk({TOP_RANKS}, training_step_duration_seconds{{{SELECTED}}})",
+                         "rank {{rank}} ({{node}})"))
            .data_links([rank_drilldown()]).links([ranks_panel_link()]))
     yield (series_panel("Throughput", f"As printed by the framework (unit in training_info's throughput_unit): "
                         f"median and the {TOP_RANKS} slowest ranks.", 12, 8, "none",
@@ -349,15 +362,19 @@ def speed_panels() -> Iterator:
 def incident_panels() -> Iterator:
     yield bars_panel("Anomalies and errors", "Anomalies (step detectors) and failures (log signatures) per interval.",
                      12, 8,
-                     (f"sum by (kind) (increase(training_anomalies_total{{{SELECTED}}}[$__rate_interval])) > 0", "anomaly {{kind}}"),
-                     (f"sum by (kind) (increase(training_errors_total{{{SELECTED}}}[$__rate_interval])) > 0", "error {{kind}}"))
+                     (f"sum by (kind) (increase(training_anomalies_total{{{SELECTED}}}[$__rate_interval])) > 0",
+                      "anomaly {{kind}}"),
+                     (f"sum by (kind) (increase(training_errors_total{{{SELECTED}}}[$__rate_interval])) > 0",
+                      "error {{kind}}"))
     in_range = "[$__range])) > 0"
     yield (table_panel(
         "Anomalies and errors in the time range", "Which rank had what, how often, and the step or time of the latest.",
         12, 8,
         # round(): increase() extrapolates to the range's edges, counts are whole.
-        (f'label_replace(round(sum by (node, rank, kind) (increase(training_anomalies_total{{{SELECTED}}}{in_range}), "class", "anomaly", "", "")'
-         f' or label_replace(round(sum by (node, rank, kind) (increase(training_errors_total{{{SELECTED}}}{in_range}), "class", "error", "", "")',
+        ("label_replace(round(sum by (node, rank, kind) "
+         f'(increase(training_anomalies_total{{{SELECTED}}}{in_range}), "class", "anomaly", "", "")'
+         " or label_replace(round(sum by (node, rank, kind) "
+         f'(increase(training_errors_total{{{SELECTED}}}{in_range}), "class", "error", "", "")',
          "count"),
         (f"max by (node, rank, kind) (training_last_anomaly_step{{{SELECTED}}})"
          f" and on (node, rank, kind) (increase(training_anomalies_total{{{SELECTED}}}[$__range]) > 0)", "last step"),
@@ -442,7 +459,8 @@ def liveness_panels() -> Iterator:
 def rank_table_panels() -> Iterator:
     per_rank = "max by (node, rank) "
     yield (table_panel(
-        "Per-rank state", "Latest values per rank. Ranks that print no loss (pipeline stages before the last) are labelled "
+        "Per-rank state",
+        "Latest values per rank. Ranks that print no loss (pipeline stages before the last) are labelled "
         "as such; click a rank for its run view.", 24, 10,
         (per_rank + f"(training_step{{{SELECTED}}})", "step"),
         (f"count by (node, rank) (training_loss{{{SELECTED}}})"
@@ -473,7 +491,8 @@ def straggler_panels() -> Iterator:
     yield (series_panel("Step time per rank", f"The {TOP_RANKS} slowest selected ranks against the run's median.",
                         12, 9, "s",
                         (median, "run median"),
-                        (f"topk({TOP_RANKS}, training_step_duration_seconds{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
+                        (f"topk({TOP_RANKS}, training_step_duration_seconds{{{SELECTED}}})",
+                         "rank {{rank}} ({{node}})"))
            .override_by_name("run median", [models.DynamicConfigValue(id_val="custom.lineWidth", value=3)]))
     yield (place(bargauge.Panel(), f"Step time / run median ({TOP_RANKS_TABLE} slowest)",
                  "A straggler stands out above 1 (TrainingStraggler compares with the median too).", 12, 9, "none")
@@ -495,12 +514,14 @@ def rank_error_panels() -> Iterator:
     yield (table_panel("Errors by rank and kind", "Failure signatures per rank since the exporter started "
                        "(its checkpoint keeps them across restarts), with the time of the latest.", 12, 9,
                        (f"sum by (node, rank, kind) (training_errors_total{{{SELECTED}}}) > 0", "count"),
-                       (f"1000 * max by (node, rank, kind) (training_last_error_timestamp_seconds{{{SELECTED}}})", "latest"),
+                       (f"1000 * max by (node, rank, kind) (training_last_error_timestamp_seconds{{{SELECTED}}})",
+                        "latest"),
                        rename={"Value #A": "count", "Value #B": "latest seen"})
            .override_by_name("latest seen", [models.DynamicConfigValue(id_val="unit", value="dateTimeAsIso")])
            .no_value("no error on the selected ranks"))
     yield bars_panel("Errors over time", "Failure signatures per interval, by kind.", 12, 9,
-                     (f"sum by (kind) (increase(training_errors_total{{{SELECTED}}}[$__rate_interval])) > 0", "{{kind}}"))
+                     (f"sum by (kind) (increase(training_errors_total{{{SELECTED}}}[$__rate_interval])) > 0",
+                      "{{kind}}"))
     yield (table_panel("Cluster events (scheduler.log)", "msrun scheduler events: registrations, exits, node timeouts.",
                        24, 6, (f"sum by (node, kind) (training_scheduler_events_total{{{RUN}}})", "count"),
                        rename={"Value": "count"})
@@ -571,8 +592,8 @@ def exporter_reading_panels() -> Iterator:
 def exporter_scrape_panels() -> Iterator:
     yield series_panel("Scrape duration", "How long Prometheus took to scrape each exporter.", 12, 8, "s",
                        (f"scrape_duration_seconds{{{EXPORTERS}}}", "{{instance}}"))
-    yield series_panel("Samples per scrape", "Grows with ranks and kinds; the cardinality guard caps it.", 12, 8, "none",
-                       (f"scrape_samples_scraped{{{EXPORTERS}}}", "{{instance}}"))
+    yield series_panel("Samples per scrape", "Grows with ranks and kinds; the cardinality guard caps it.",
+                       12, 8, "none", (f"scrape_samples_scraped{{{EXPORTERS}}}", "{{instance}}"))
     yield (table_panel("Runs and nodes served", "Which exporter follows which run and node, and how many ranks.", 24, 6,
                        (f'count by (instance, run, node) (training_log_lines_total{{{EXPORTERS}, rank!=""}})', "ranks"),
                        rename={"Value": "ranks"})
@@ -617,7 +638,8 @@ def main(argv: list[str] | None = None) -> int:
     arguments = parser.parse_args(argv)
     rendered = render_all()
     if arguments.print:
-        print(json.dumps({name: json.loads(content) for name, content in rendered.items()}, indent=2, ensure_ascii=False))
+        dashboards = {name: json.loads(content) for name, content in rendered.items()}
+        print(json.dumps(dashboards, indent=2, ensure_ascii=False))
         return 0
     if arguments.check:
         stale = [name for name, content in rendered.items() if _read(arguments.out / name) != content]

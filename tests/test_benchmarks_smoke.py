@@ -15,7 +15,7 @@ REPO = Path(__file__).resolve().parent.parent
 
 def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     output = tmp_path / "results.json"
-    result = subprocess.run([sys.executable, "benchmarks/run.py", "--smoke", "--output", str(output)],
+    result = subprocess.run([sys.executable, "-m", "benchmarks.run", "--smoke", "--output", str(output)],
                             cwd=REPO, capture_output=True, text=True, timeout=180, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| target | measured | limit | verdict |" in result.stdout

@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import json
 import random
-import sys
 from pathlib import Path
 
 import pytest
 
+from benchmarks.generate import worker_log_lines
 from exporter import native
 from exporter.native import step_fields as step_fields_twin
 from exporter.parse import BUILTIN_FORMATS, LineParser, StepBatch, line_parser, scan
@@ -24,9 +24,6 @@ REPO = Path(__file__).resolve().parent.parent
 FIXTURES = REPO / "tests" / "fixtures"
 SCHEDULER_FORMAT = FormatSelection().forced("scheduler.log", "scheduler")
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
-sys.path.insert(0, str(REPO / "benchmarks"))
-
-from generate import worker_log_lines  # noqa: E402
 
 TRICKY = b"""\
 Traceback (most recent call last):

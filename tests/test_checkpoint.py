@@ -13,7 +13,7 @@ import pytest
 from exporter import checkpoint
 from exporter.cli import main
 from exporter.follow import Follower
-from exporter.parse.records import StepLine
+from exporter.parse.records import ErrorEvent, StepLine
 from exporter.pipeline import Pipeline
 from exporter.settings import ConfigError, load_settings
 from exporter.state import TrainingState
@@ -80,7 +80,9 @@ def test_saved_offsets_always_match_the_lines_counted(tmp_path):
 def test_state_round_trips_through_a_checkpoint_file(tmp_path):
     state = TrainingState()
     ingest_steps(state, [(step, 2.0 + step * 0.001) for step in range(1, 40)] + [(40, float("nan"))])
+    facts = {"exception": "ChildFailedError", "exitcode": -6, "elapsed_seconds": 600.5}
     with state.lock:
+        state.ingest(KEY, 1, [ErrorEvent("elastic", facts)], None, 1050.0)
         state.stats.bytes_read_total = 12345
         state.stats.files_followed = 7
     path = tmp_path / "state.json"
@@ -89,6 +91,7 @@ def test_state_round_trips_through_a_checkpoint_file(tmp_path):
     assert checkpoint.resume(path, restored) == {}
     assert json.dumps(dump_state(restored)) == json.dumps(dump_state(state))
     assert restored.series[KEY].anomalies["loss_nonfinite"] == 1
+    assert repr(restored.series[KEY].last_error_facts["elastic"]) == repr(facts)  # -6 stays an int
     assert restored.stats.files_followed == 0  # a gauge the follower recomputes
 
 
@@ -224,10 +227,20 @@ def test_state_file_inside_a_log_directory_is_refused(tmp_path, capsys):
     assert "inside the log directory" in capsys.readouterr().err
 
 
-def test_default_state_file_lives_in_the_state_directory_one_per_set_of_log_dirs(tmp_path, monkeypatch):
-    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
-    first = load_settings(log_dir=[str(tmp_path / "a")]).checkpoint_file()
-    second = load_settings(log_dir=[str(tmp_path / "b")]).checkpoint_file()
-    assert first.parent == tmp_path / "state-home" / "trainlog-exporter"
+def test_default_state_file_lives_in_the_state_directory_one_per_set_of_log_dirs(tmp_path):
+    home = tmp_path / "state-home"
+    first = checkpoint.default_state_file([tmp_path / "a"], home)
+    second = checkpoint.default_state_file([tmp_path / "b"], home)
+    assert first.parent == home / "trainlog-exporter"
     assert first != second
-    assert load_settings(log_dir=[str(tmp_path)]).checkpoint_file() is None  # would be inside the log dir
+    assert checkpoint.default_state_file([tmp_path / "b", tmp_path / "a"], home) == checkpoint.default_state_file(
+        [tmp_path / "a", tmp_path / "b"], home)
+    assert checkpoint.default_state_file([tmp_path], home) is None  # would be inside the log dir
+
+
+def test_the_state_home_comes_from_xdg_state_home_else_the_home_directory(tmp_path, monkeypatch):
+    monkeypatch.setenv("XDG_STATE_HOME", str(tmp_path / "state-home"))
+    assert load_settings().state_home == tmp_path / "state-home"
+    monkeypatch.setenv("XDG_STATE_HOME", "")  # empty means unset (specification)
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    assert load_settings().state_home == tmp_path / "home" / ".local" / "state"

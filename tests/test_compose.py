@@ -63,7 +63,8 @@ def test_prometheus_config_passes_promtool_with_the_repository_rules(tmp_path):
     assert config["scrape_configs"][0]["static_configs"][0]["targets"] == [f"exporter:{DEFAULT_PORT}"]
     assert "trainlog" in config["scrape_configs"][0]["job_name"]  # TrainingExporterDown's job matcher
     # The container's paths, mapped back to the repository's files.
-    config["rule_files"] = [str(mounts["/etc/prometheus/rules"] / Path(pattern).name) for pattern in config["rule_files"]]
+    rules = mounts["/etc/prometheus/rules"]
+    config["rule_files"] = [str(rules / Path(pattern).name) for pattern in config["rule_files"]]
     checked = tmp_path / "prometheus.yml"
     checked.write_text(yaml.safe_dump(config))
     result = subprocess.run([promtool, "check", "config", str(checked)], capture_output=True, text=True, timeout=60)

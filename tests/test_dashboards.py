@@ -71,7 +71,8 @@ def test_committed_json_equals_a_fresh_build():
     rendered = load_build_module().render_all()
     assert sorted(rendered) == sorted(committed()), "dashboard files differ from build.py's list"
     for name, content in rendered.items():
-        assert (DASHBOARDS / name).read_text(encoding="utf-8") == content, f"{name} is stale: run python grafana/build.py"
+        assert (DASHBOARDS / name).read_text(encoding="utf-8") == content, \
+            f"{name} is stale: run python grafana/build.py"
 
 
 def test_check_mode_fails_on_stale_json(tmp_path):
@@ -99,7 +100,7 @@ def lost_in_round_trip(original, reloaded, path: str = "") -> list[str]:
                 problems.extend(lost_in_round_trip(value, reloaded[key], f"{path}/{key}"))
         return problems
     if isinstance(original, list) and isinstance(reloaded, list) and len(original) == len(reloaded):
-        return [problem for index, (a, b) in enumerate(zip(original, reloaded))
+        return [problem for index, (a, b) in enumerate(zip(original, reloaded, strict=True))
                 for problem in lost_in_round_trip(a, b, f"{path}[{index}]")]
     return [] if original == reloaded else [f"{path}: {original!r} became {reloaded!r}"]
 
@@ -174,7 +175,8 @@ def test_per_rank_series_link_to_the_rank_drilldown():
     assert per_rank
     for panel in per_rank:
         urls = [link["url"] for link in panel["fieldConfig"]["defaults"].get("links", [])]
-        assert any(url.startswith("/d/trainlog-ranks/") and "var-rank=${__field.labels.rank}" in url for url in urls), panel["title"]
+        assert any(url.startswith("/d/trainlog-ranks/") and "var-rank=${__field.labels.rank}" in url
+                   for url in urls), panel["title"]
 
 
 def test_every_alert_links_to_its_runbook():
@@ -209,7 +211,8 @@ def test_provisioning_matches_the_dashboards():
 
 def pynative_step(step: int, loss: str, grad_norm: str = "1.021344") -> str:
     return (f"[INFO] 2026-06-09 10:23:{step % 60:02d} [mindformers/pynative/callback/loss_callback.py:231] _print_log: "
-            f"{{ step:[  {step}/ 1000], loss:   {loss}, per_step_time:    841ms, lr: 9.012345e-05, grad_norm:   {grad_norm}, "
+            f"{{ step:[  {step}/ 1000], loss:   {loss}, per_step_time:    841ms, lr: 9.012345e-05, "
+            f"grad_norm:   {grad_norm}, "
             f"throughput:  12.48T, load_balancing_loss: 0.001198, mtp_1_loss:   2.301245 }}\n")
 
 
@@ -217,7 +220,8 @@ OOM_TRACEBACK = (
     "Traceback (most recent call last):\n"
     '  File "/job/mindformers/run_mindformer.py", line 264, in main\n'
     "    trainer.train()\n"
-    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 5; 79.35 GiB total capacity; 76.80 GiB already allocated)\n"
+    "RuntimeError: CUDA out of memory. Tried to allocate 2.00 GiB (GPU 5; 79.35 GiB total capacity; "
+    "76.80 GiB already allocated)\n"
 )
 
 
@@ -269,16 +273,19 @@ def stack(tmp_path_factory) -> Iterator[PrometheusServer]:
     # A stand-in rule so that ALERTS has a firing Training* series (the shipped rules wait minutes).
     rules = base / "rules.yml"
     rules.write_text(yaml.safe_dump({"groups": [{"name": "dashboard-test", "rules": [
-        {"alert": "TrainingOutOfMemory", "expr": 'training_errors_total{kind="oom"} > 0', "labels": {"severity": "critical"}},
+        {"alert": "TrainingOutOfMemory", "expr": 'training_errors_total{kind="oom"} > 0',
+         "labels": {"severity": "critical"}},
     ]}]}))
     try:
-        with PrometheusServer(base / "prometheus", [f"127.0.0.1:{exporter.http.port}"], rule_files=[rules]) as prometheus:
+        with PrometheusServer(base / "prometheus", [f"127.0.0.1:{exporter.http.port}"],
+                              rule_files=[rules]) as prometheus:
             # A few scrapes of the state before the incident, so increase() sees it happen.
             prometheus.wait_for_result(f'count_over_time(training_step{{run="{INCIDENT_RUN}", rank="3"}}[1m]) >= 3')
             write_incidents(healthy, incident)
             prometheus.wait_for_result(f'training_step{{run="{HEALTHY_RUN}", rank="7"}} == 201')
             prometheus.wait_for_result(f'training_anomalies_total{{run="{INCIDENT_RUN}", kind="loss_nonfinite"}} > 0')
-            prometheus.wait_for_result(f'ALERTS{{alertname="TrainingOutOfMemory", alertstate="firing", run="{INCIDENT_RUN}"}}')
+            prometheus.wait_for_result(
+                f'ALERTS{{alertname="TrainingOutOfMemory", alertstate="firing", run="{INCIDENT_RUN}"}}')
             prometheus.wait_for_result(f'training_metric{{run="{INCIDENT_RUN}", name="loss_scale"}}')
             yield prometheus
     finally:
@@ -318,7 +325,8 @@ def resolve_variables(dashboard: dict, prometheus: PrometheusServer, run: str, p
             assert run in options
             values["run"] = run
         elif pick_all and variable.get("includeAll"):
-            values[variable["name"]] = variable.get("allValue") or "(" + "|".join(map(grafana_regex_escape, options)) + ")"
+            every_option = "(" + "|".join(map(grafana_regex_escape, options)) + ")"
+            values[variable["name"]] = variable.get("allValue") or every_option
         else:
             values[variable["name"]] = grafana_regex_escape(options[0])
     return values
@@ -348,7 +356,8 @@ def loss_printed_query() -> str:
 
 def test_pipeline_stage_rank_is_labelled_as_printing_no_loss(stack):
     values = {"run": HEALTHY_RUN, "node": ".*", "rank": ".+"}
-    printed = {sample["metric"]["rank"]: sample["value"][1] for sample in stack.query(substitute(loss_printed_query(), values))}
+    printed = {sample["metric"]["rank"]: sample["value"][1]
+               for sample in stack.query(substitute(loss_printed_query(), values))}
     assert printed[PIPELINE_STAGE_RANK] == "0"
     assert {printed[str(rank)] for rank in range(8)} == {"1"}
     mapping = panel_by_title(committed()["training-ranks.json"], "Per-rank state")["fieldConfig"]["overrides"]

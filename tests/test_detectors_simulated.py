@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.app import Exporter
@@ -76,12 +78,14 @@ def test_spike_counts_exactly_once_at_its_step(tmp_path, step, seed):
 
 def test_spike_on_one_rank_only(tmp_path):
     ranks = read_simulated(tmp_path, "spike:3@400")
-    assert {label: rank.anomalies["loss_spike"] for label, rank in ranks.items()} == {str(r): int(r == 3) for r in range(8)}
+    spikes = {label: rank.anomalies["loss_spike"] for label, rank in ranks.items()}
+    assert spikes == {str(r): int(r == 3) for r in range(8)}
 
 
 def test_two_spikes_count_twice(tmp_path):
     ranks = read_simulated(tmp_path, "spike@300", "spike@310")
-    assert all(rank.anomalies["loss_spike"] == 2 and rank.last_anomaly_step["loss_spike"] == 310 for rank in ranks.values())
+    assert all(rank.anomalies["loss_spike"] == 2 and rank.last_anomaly_step["loss_spike"] == 310
+               for rank in ranks.values())
 
 
 @pytest.mark.parametrize(("step", "seed"), [(300, 0), (300, 1), (600, 2), (600, 3)])
@@ -144,18 +148,22 @@ def test_bad_threshold_exits_2(tmp_path, capsys, monkeypatch):
     assert "spike_baseline_alpha" in capsys.readouterr().err
 
 
+def spikes_served(log_dir: Path, state_file: Path, jump: float) -> int:
+    """The loss spikes an exporter serving ``log_dir`` counts with ``--spike-min-relative-jump jump``."""
+    exporter = Exporter(load_settings(log_dir=[log_dir], web_listen_address="127.0.0.1:0",
+                                      spike_min_relative_jump=jump, state_file=state_file))
+    exporter.start()
+    try:
+        eventually(lambda: [rank.steps_total for rank in ranks_of(exporter.state).values()] == [400, 400], 10,
+                   what="the run to be read")
+        with exporter.state.lock:
+            return sum(rank.anomalies["loss_spike"] for rank in ranks_of(exporter.state).values())
+    finally:
+        exporter.stop()
+
+
 def test_serve_applies_the_thresholds(tmp_path):
     log_dir = write_simulated(tmp_path, run_config("spike@300", ranks=2, steps=400))
-    spikes = {}
-    for jump in (0.5, 20.0):  # a tenfold jump is a spike by default, not when +2000 % is required
-        exporter = Exporter(load_settings(log_dir=[log_dir], web_listen_address="127.0.0.1:0",
-                                          spike_min_relative_jump=jump, state_file=tmp_path / f"state-{jump}.json"))
-        exporter.start()
-        try:
-            eventually(lambda: [rank.steps_total for rank in ranks_of(exporter.state).values()] == [400, 400], 10,
-                       what="the run to be read")
-            with exporter.state.lock:
-                spikes[jump] = sum(rank.anomalies["loss_spike"] for rank in ranks_of(exporter.state).values())
-        finally:
-            exporter.stop()
+    # A tenfold jump is a spike by default, not when +2000 % is required.
+    spikes = {jump: spikes_served(log_dir, tmp_path / f"state-{jump}.json", jump) for jump in (0.5, 20.0)}
     assert spikes == {0.5: 2, 20.0: 0}

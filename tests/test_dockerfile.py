@@ -6,9 +6,9 @@ import os
 import re
 import subprocess
 import sys
-import tomllib
 from pathlib import Path
 
+import tomllib
 
 from exporter.settings import DEFAULT_PORT
 from tests.support.dockerfile import arg_default, global_args, stages
@@ -65,5 +65,5 @@ def test_entrypoint_is_the_packaged_console_script():
 
 def test_nothing_is_written_at_run_time():
     environment = final_stage()["ENV"][0].value
-    settings = dict(zip(environment[::2], environment[1::2]))
+    settings = dict(zip(environment[::2], environment[1::2], strict=True))
     assert settings["PYTHONDONTWRITEBYTECODE"] == "1"

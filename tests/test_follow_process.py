@@ -9,7 +9,8 @@ import signal
 import subprocess
 
 import pytest
-from tests.support.killable_exporter import KillableExporter
+
+from tests.support.exporter_process import ExporterProcess, exporter_command
 from tests.support.net import eventually
 
 
@@ -18,11 +19,11 @@ def write_steps(path, first: int, last: int) -> None:
         handle.writelines(f"step={step} loss=2.5\n" for step in range(first, last + 1))
 
 
-def lines_counted(exporter: KillableExporter, **labels: str) -> float:
+def lines_counted(exporter: ExporterProcess, **labels: str) -> float:
     return exporter.total("training_log_lines_total", **labels)
 
 
-def wait_for_lines(exporter: KillableExporter, expected: int, within: float = 10, **labels: str) -> None:
+def wait_for_lines(exporter: ExporterProcess, expected: int, within: float = 10, **labels: str) -> None:
     eventually(lambda: lines_counted(exporter, **labels) >= expected, within,
                what=lambda: f"counted {lines_counted(exporter, **labels)} of {expected}\n{exporter.output()}")
 
@@ -34,10 +35,9 @@ def log_dir(tmp_path):
     return directory
 
 
-def serve(tmp_path, log_dir, *extra: str, **options) -> KillableExporter:
+def serve(tmp_path, log_dir, *extra: str, **options) -> ExporterProcess:
     state = ["--state-file", str(tmp_path / "state.json")] if "--state-file" not in extra else []
-    return KillableExporter(["--log-dir", str(log_dir), "--node", "n", *state, *extra], tmp_path / "exporter.out",
-                           **options)
+    return ExporterProcess("--log-dir", str(log_dir), "--node", "n", *state, *extra, wait_for="/-/ready", **options)
 
 
 @pytest.mark.parametrize("rotation", ["rename", "copytruncate", "delete"])
@@ -120,7 +120,7 @@ def test_polling_mode_reads_appends_and_rotations_without_inotify(tmp_path, log_
         wait_for_lines(exporter, 5)
         # No inotify instance at all: what is read below can only have been found by polling,
         # as on NFS or Lustre where writes from other hosts raise no inotify event.
-        assert inotify_descriptors(exporter.process.pid) == 0
+        assert inotify_descriptors(exporter.pid) == 0
         write_steps(log, 6, 10)
         wait_for_lines(exporter, 10)
         os.rename(log, log_dir / "worker_0.log.1")
@@ -138,7 +138,7 @@ def test_native_watching_uses_inotify(tmp_path, log_dir):
     exporter = serve(tmp_path, log_dir).start()
     try:
         # watchdog's (files appearing, moving, going) and the AppendWatcher's (files growing).
-        assert inotify_descriptors(exporter.process.pid) == 2
+        assert inotify_descriptors(exporter.pid) == 2
     finally:
         exporter.stop()
 
@@ -156,7 +156,8 @@ def no_inotify_prefix() -> list[str]:
 def test_falls_back_to_polling_when_inotify_cannot_be_set_up(tmp_path, log_dir):
     log = log_dir / "worker_0.log"
     write_steps(log, 1, 5)
-    exporter = serve(tmp_path, log_dir, prefix=no_inotify_prefix(), env={"TRAINLOG_RESCAN_INTERVAL": "0.2"}).start()
+    exporter = serve(tmp_path, log_dir, program=[*no_inotify_prefix(), *exporter_command()],
+                     env={"TRAINLOG_RESCAN_INTERVAL": "0.2"}).start()
     try:
         wait_for_lines(exporter, 5)
         assert "falling back to polling" in exporter.output()

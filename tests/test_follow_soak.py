@@ -24,11 +24,12 @@ import time
 from pathlib import Path
 
 import pytest
-from tests.support.killable_exporter import KillableExporter
+
+from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
 
-LINES_PER_FILE = 2500
 RANKS = 2
+ROTATING_PHASES = (1.5, 1.0, 1.0)  # seconds of writing and rotating: before, between and after the two kills
 LOGROTATE = shutil.which("logrotate") or ("/usr/sbin/logrotate" if os.path.exists("/usr/sbin/logrotate") else None)
 
 pytestmark = pytest.mark.skipif(
@@ -66,7 +67,7 @@ def test_rotations_and_kill_restarts_lose_nothing_and_count_nothing_twice(tmp_pa
         directory.mkdir(parents=True)
     writer_script = str(Path(__file__).parent / "support" / "log_writer.py")
     writers = [
-        subprocess.Popen([sys.executable, writer_script, "--lines", str(LINES_PER_FILE), "--pause", "0.002",
+        subprocess.Popen([sys.executable, writer_script, "--pause", "0.002",
                           *(str(directory / f"worker_{rank}.log") for rank in range(RANKS))],
                          stdout=subprocess.PIPE, text=True)
         for directory in (rename_dir, copy_dir)
@@ -75,47 +76,49 @@ def test_rotations_and_kill_restarts_lose_nothing_and_count_nothing_twice(tmp_pa
                                      f"    create\n    sharedscripts\n    postrotate\n"
                                      f"        kill -HUP {writers[0].pid} || true\n    endscript\n")
     copy_config = logrotate_config(tmp_path / "copytruncate.conf", copy_dir, "    copytruncate\n")
-    exporter = KillableExporter(
-        ["--log-dir", str(rename_dir), "--log-dir", str(copy_dir), "--node", "n",
-         "--state-file", str(tmp_path / "state" / "state.json"), "--checkpoint-interval", "0.2"],
-        tmp_path / "exporter.out",
-        env={"TRAINLOG_RESCAN_INTERVAL": "0.5"},
+    exporter = ExporterProcess(
+        "--log-dir", str(rename_dir), "--log-dir", str(copy_dir), "--node", "n",
+        "--state-file", str(tmp_path / "state" / "state.json"), "--checkpoint-interval", "0.2",
+        env={"TRAINLOG_RESCAN_INTERVAL": "0.5"}, wait_for="/-/ready",
     )
+    def rotate_both() -> None:
+        rotate(rename_config, tmp_path / "rename.status")
+        time.sleep(0.1)
+        rotate(copy_config, tmp_path / "copytruncate.status")
+        time.sleep(0.1)
+
     rotations = 0
     try:
         exporter.start()
-        started = time.monotonic()
-        kills = [1.5, 3.5]
-        while any(writer.poll() is None for writer in writers):
-            rotate(rename_config, tmp_path / "rename.status")
-            time.sleep(0.1)
-            rotate(copy_config, tmp_path / "copytruncate.status")
-            time.sleep(0.1)
-            rotations += 1
-            if kills and time.monotonic() - started > kills[0]:
-                kills.pop(0)
+        # The writers run until the end, so the kills happen while they write however slow a
+        # loaded machine makes the restarts: every phase after the first begins with one.
+        for phase, seconds in enumerate(ROTATING_PHASES):
+            if phase:
                 assert exporter.kill(signal.SIGKILL) == -signal.SIGKILL
                 for _ in range(2):  # rotated while the exporter is down
-                    rotate(rename_config, tmp_path / "rename.status")
-                    rotate(copy_config, tmp_path / "copytruncate.status")
-                    time.sleep(0.1)
+                    rotate_both()
                 exporter.start()
-        assert not kills, "the writers finished before both kills: raise LINES_PER_FILE"
-        written = RANKS * LINES_PER_FILE
-        assert all(int(writer.stdout.read()) == LINES_PER_FILE for writer in writers)
+            phase_ends = time.monotonic() + seconds
+            while time.monotonic() < phase_ends:
+                rotate_both()
+                rotations += 1
+        for writer in writers:
+            writer.terminate()
+        rename_lines, copy_lines = (RANKS * int(writer.communicate(timeout=10)[0]) for writer in writers)
 
         def counted(run: str) -> float:
             return exporter.total("training_log_lines_total", run=run)
 
-        eventually(lambda: counted("rename-run") >= written, 20,
-                   what=lambda: f"rename: counted {counted('rename-run')} of {written}\n{exporter.output()[-3000:]}")
+        eventually(lambda: counted("rename-run") >= rename_lines, 20,
+                   what=lambda: f"rename: counted {counted('rename-run')} of {rename_lines}\n"
+                                f"{exporter.output()[-3000:]}")
         on_disk = len(lines_on_disk(copy_dir))
         eventually(lambda: counted("copytruncate-run") >= on_disk, 20,
                    what=lambda: f"copytruncate: counted {counted('copytruncate-run')}, on disk {on_disk}")
         time.sleep(1.5)  # a few rescans: anything counted twice would show now
-        assert counted("rename-run") == written
-        assert exporter.total("training_steps_total", run="rename-run") == written
-        assert on_disk <= counted("copytruncate-run") <= written
+        assert counted("rename-run") == rename_lines
+        assert exporter.total("training_steps_total", run="rename-run") == rename_lines
+        assert on_disk <= counted("copytruncate-run") <= copy_lines
         assert exporter.total("trainlog_rotations_total") >= rotations
         assert exporter.total("trainlog_truncations_total") >= 1
         assert exporter.total("training_anomalies_total") == 0

@@ -7,11 +7,11 @@ import os
 import time
 
 import pytest
-from tests.support.net import eventually
 
 from exporter.follow import Follower
 from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
+from tests.support.net import eventually
 
 
 @pytest.fixture

@@ -19,7 +19,8 @@ from exporter.parse.formats.registry import register, registered
 from exporter.state import RankState
 from tests.support.records import parse_lines, record_as_dict
 
-DEEPSPEED_LR = b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, lr=[0.00024], mom=[0.9]"
+DEEPSPEED_LR = (b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, "
+                b"lr=[0.00024], mom=[0.9]")
 MEGATRON = (b" iteration      200/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
             b" learning rate: 2.997600E-04 | global batch size:   512 | lm loss: 2.201000E+00 | loss scale: 1.0 |"
             b" number of skipped iterations:   0 | number of nan iterations:   0 |")
@@ -93,7 +94,8 @@ def test_a_forced_format_ignores_other_formats():
 
 def test_custom_format_maps_named_groups_and_is_detected_before_builtin_formats():
     chosen = selection(custom=[("mine", r"it (?P<step>\d+)/(?P<total_steps>\d+) step=(?P<extra_step>\d+) "
-                                        r"loss=(?P<loss>\S+) t=(?P<step_time_ms>\d+) z_loss=(?P<z_loss>\S+) tok=(?P<tok>\S+)",
+                                        r"loss=(?P<loss>\S+) t=(?P<step_time_ms>\d+) z_loss=(?P<z_loss>\S+) "
+                                        r"tok=(?P<tok>\S+)",
                                 "loss=")])
     parser = LineParser(chosen.candidates())
     (batch,) = parse_lines(parser, [b"it 7/100 step=9 loss=2.5 t=850 z_loss=0.1 tok=12.5k"]).records
@@ -132,7 +134,8 @@ def test_junk_never_raises_in_any_format(fmt):
         fmt.parse(line.decode("utf-8", "replace"))
 
 
-CHAINED = [b"Traceback (most recent call last):", b'  File "a.py", line 1, in f', b"IndexError: list index out of range",
+CHAINED = [b"Traceback (most recent call last):", b'  File "a.py", line 1, in f',
+           b"IndexError: list index out of range",
            b"", b"During handling of the above exception, another exception occurred:", b"",
            b"Traceback (most recent call last):", b'  File "a.py", line 2, in g', b"RuntimeError: worker exited"]
 

@@ -9,9 +9,22 @@ import pytest
 import yaml
 
 from tests.support.exporter_process import REPO
-from tests.support.helm import (CHART, CI_VALUES, DASHBOARDS, RULES, documented_installs, example_training_chart, helm,
-                                notes, of_kind, render, rendered_objects, repository_copy, sidecar_container,
-                                values_file)
+from tests.support.helm import (
+    CHART,
+    CI_VALUES,
+    DASHBOARDS,
+    RULES,
+    documented_installs,
+    example_training_chart,
+    helm,
+    notes,
+    of_kind,
+    render,
+    rendered_objects,
+    repository_copy,
+    sidecar_container,
+    values_file,
+)
 from tests.support.kube import containers_by_name, pod_spec, validate
 
 WORKLOADS = ("Deployment", "DaemonSet")
@@ -30,8 +43,10 @@ groups:
         annotations:
           summary: "Loss of {{ $labels.run }} rank {{ $labels.rank }} is {{ $value }}"
 """
-PLACEHOLDER_DASHBOARD = json.dumps({"title": "Placeholder", "uid": "placeholder", "panels": [],
-                                    "templating": {"list": [{"name": "datasource", "query": "{{ not a helm template }}"}]}})
+PLACEHOLDER_DASHBOARD = json.dumps({
+    "title": "Placeholder", "uid": "placeholder", "panels": [],
+    "templating": {"list": [{"name": "datasource", "query": "{{ not a helm template }}"}]},
+})
 ALL_ON = {"serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True},
           "prometheusRule": {"enabled": True}, "dashboards": {"enabled": True}}
 
@@ -101,7 +116,8 @@ def test_default_standalone_volume_is_a_host_path():
 
 
 def test_service_monitor_scrapes_the_service_port():
-    objects = rendered_objects(render(values={"serviceMonitor": {"enabled": True, "additionalLabels": {"release": "kps"}}}))
+    monitor_values = {"enabled": True, "additionalLabels": {"release": "kps"}}
+    objects = rendered_objects(render(values={"serviceMonitor": monitor_values}))
     (service,) = of_kind(objects, "Service")
     (monitor,) = of_kind(objects, "ServiceMonitor")
     assert monitor["metadata"]["labels"]["release"] == "kps"
@@ -132,7 +148,8 @@ def test_prometheus_rules_and_dashboards_are_the_repository_files(tmp_path):
     for path in rules_dir.glob("*.yml"):
         assert rules[f"demo-trainlog-exporter-{path.stem}"]["spec"] == yaml.safe_load(path.read_text())
     dashboards = {obj["metadata"]["name"]: obj for obj in of_kind(objects, "ConfigMap")}
-    assert set(dashboards) == {f"demo-trainlog-exporter-dashboard-{path.stem}" for path in dashboards_dir.glob("*.json")}
+    assert set(dashboards) == {f"demo-trainlog-exporter-dashboard-{path.stem}"
+                               for path in dashboards_dir.glob("*.json")}
     placeholder = dashboards["demo-trainlog-exporter-dashboard-placeholder"]
     assert placeholder["data"] == {"placeholder.json": PLACEHOLDER_DASHBOARD}
     assert placeholder["metadata"]["labels"]["grafana_dashboard"] == "1"
@@ -161,7 +178,8 @@ def test_packaged_chart_contains_the_linked_files(tmp_path):
     assert not [name for name in names if name.endswith(".gitkeep")]
     with helm.Chart.load(archive) as packaged_chart:
         objects = rendered_objects(packaged_chart.render(values=ALL_ON, name="demo", namespace="ml"))
-    assert "demo-trainlog-exporter-placeholder" in {obj["metadata"]["name"] for obj in of_kind(objects, "PrometheusRule")}
+    rule_names = {obj["metadata"]["name"] for obj in of_kind(objects, "PrometheusRule")}
+    assert "demo-trainlog-exporter-placeholder" in rule_names
 
 
 def test_standalone_notes_say_how_to_reach_it():
@@ -182,11 +200,13 @@ def test_sidecar_templates_inject_the_exporter_into_a_training_job(tmp_path):
     assert monitor["spec"]["podMetricsEndpoints"][0]["port"] == exporter["ports"][0]["name"]
     # One emptyDir: written by the trainer at msrun's --log_dir, read-only for the exporter.
     assert spec["volumes"] == [{"name": "trainlog-logs", "emptyDir": {}}]
-    assert trainer["volumeMounts"] == [{"name": "trainlog-logs", "mountPath": "/workspace/mindformers/output/msrun_log"}]
+    assert trainer["volumeMounts"] == [
+        {"name": "trainlog-logs", "mountPath": "/workspace/mindformers/output/msrun_log"}]
     assert exporter["volumeMounts"] == [{"name": "trainlog-logs", "mountPath": "/logs", "readOnly": True}]
     assert "--log-dir=/logs" in exporter["args"]
     downward = {env["name"]: env["valueFrom"]["fieldRef"]["fieldPath"] for env in exporter["env"]}
-    assert downward == {"NODE_NAME": "spec.nodeName", "POD_NAME": "metadata.name", "POD_NAMESPACE": "metadata.namespace",
+    assert downward == {"NODE_NAME": "spec.nodeName", "POD_NAME": "metadata.name",
+                        "POD_NAMESPACE": "metadata.namespace",
                         "TRAINLOG_RUN": "metadata.labels['batch.kubernetes.io/job-name']"}
 
 

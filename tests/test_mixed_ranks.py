@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from exporter.export.status_page import error_summary
 from exporter.parse.formats import selection
 from tests.support.records import fixture_lines
 from tests.support.runs import exposition, read_once
@@ -37,8 +38,8 @@ def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
     # Rank 5's out-of-memory traceback went to rank 5, interleaved with the other ranks' steps.
     assert {rank: {kind: n for kind, n in series[rank].errors.items() if n} for rank in series} == {
         "": {"elastic": 1}, "5": {"oom": 1, "traceback": 1}, **{rank: {} for rank in "0123467"}}
-    assert series[""].last_error_detail["elastic"] == "ChildFailedError (root_cause_rank 5, exitcode 1)"
-    assert series["5"].last_error_detail["oom"] == "torch.OutOfMemoryError"
+    assert error_summary(series[""].last_error_facts["elastic"]) == "ChildFailedError (root_cause_rank 5, exitcode 1)"
+    assert error_summary(series["5"].last_error_facts["oom"]) == "torch.OutOfMemoryError"
     # Lines by rank: rank 4 also printed a warning (two lines); the launcher printed the rest.
     assert series["4"].lines_total == 5 and series["0"].lines_total == 3
     assert sum(rank.lines_total for rank in series.values()) == 66
@@ -70,7 +71,8 @@ def test_configured_formats_win_over_detection(tmp_path):
     log_dir = tmp_path / "job" / "logs"
     log_dir.mkdir(parents=True)
     (log_dir / "worker_0.log").write_text("step=1 loss=9.0\nITER 3 LOSS 1.5\n")
-    formats = selection(overrides=[("worker_*.log", "mine")], custom=[("mine", r"ITER (?P<step>\d+) LOSS (?P<loss>\S+)", "")])
+    formats = selection(overrides=[("worker_*.log", "mine")],
+                        custom=[("mine", r"ITER (?P<step>\d+) LOSS (?P<loss>\S+)", "")])
     state = read_once(log_dir, formats=formats)
     rank = state.series[("job", "node-0", "0")]
     assert (rank.step, rank.loss, rank.info["format"]) == (3, 1.5, "mine")
@@ -92,6 +94,6 @@ def test_exposition_of_other_formats(tmp_path):
     assert f'training_anomalies_total{{kind="grad_norm_nonfinite",{worker}}} 1.0' in text
     scheduler = 'node="node-0",rank="",run="job"'
     assert f'training_scheduler_events_total{{kind="node_timeout",{scheduler}}} 2.0' in text
-    assert f'training_scheduler_node_timeouts_total{{node="node-0",node_id="3",rank="",run="job"}} 1.0' in text
+    assert 'training_scheduler_node_timeouts_total{node="node-0",node_id="3",rank="",run="job"} 1.0' in text
     assert f'training_errors_total{{kind="traceback",{scheduler}}} 1.0' in text
     assert f'training_last_error_timestamp_seconds{{kind="traceback",{scheduler}}}' in text

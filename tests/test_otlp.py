@@ -15,13 +15,14 @@ import pytest
 from opentelemetry.proto.metrics.v1.metrics_pb2 import AggregationTemporality
 from prometheus_client.parser import text_string_to_metric_families
 
-from exporter.app import Exporter
+from exporter.app import Exporter, otlp_config
 from exporter.cli import main
 from exporter.export import metrics_table
-from exporter.export.otlp import ExportHealth, resource_attributes
+from exporter.export.otlp import ExportHealth, OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.settings import ConfigError, load_settings
 from tests.support.net import eventually
 from tests.support.otlp import HangingReceiver, OtlpReceiver, refused_url
+from tests.support.runs import copy_example, read_once
 
 REPO = Path(__file__).resolve().parents[1]
 EXAMPLE = REPO / "examples" / "deepseek-moe-8rank" / "msrun_log"
@@ -29,14 +30,12 @@ OOM_LINE = "RuntimeError: NPU out of memory. Tried to allocate 2.00 GiB\n"
 STEP_4 = ("[INFO] 2026-06-09 10:20:43 [loss_callback.py:231] _print_log: { step:[    4/ 1000], loss:   9.860285, "
           "per_step_time:    859ms, lr: 7.999684e-06, grad_norm:   3.566652, throughput:  12.21T }\n")
 OTEL_VARIABLES = ("OTEL_EXPORTER_OTLP_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_HEADERS",
-                  "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT", "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
+                  "OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_TIMEOUT",
+                  "OTEL_EXPORTER_OTLP_METRICS_TIMEOUT",
                   "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES", "POD_NAME",
                   "POD_NAMESPACE", "NODE_NAME", "TRAINLOG_OTLP_ENDPOINT")
-ALL_SPECS = (*metrics_table.RANK_GAUGES, *metrics_table.NAMED_GAUGES, metrics_table.RANK_INFO,
-             *metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_GAUGES,
-             *metrics_table.STATS_COUNTERS, *metrics_table.STATS_LABELLED_COUNTERS, metrics_table.PROCESS_UP)
-COUNTER_SPECS = (*metrics_table.RANK_COUNTERS, *metrics_table.KIND_COUNTERS, *metrics_table.STATS_COUNTERS,
-                 *metrics_table.STATS_LABELLED_COUNTERS)
+ALL_SPECS = metrics_table.METRICS
+COUNTER_SPECS = tuple(spec for spec in ALL_SPECS if spec.type == metrics_table.COUNTER)
 
 
 @pytest.fixture(autouse=True)
@@ -195,7 +194,8 @@ def test_metrics_keep_serving_while_collector_is_down_or_hangs(tmp_path, caplog,
             with open(log_dir / "worker_0.log", "a") as log:
                 log.write(STEP_4)
             eventually(lambda: scrape(exporter).get(("training_step", rank0)) == 4, 10, what="step 4 followed")
-            eventually(lambda: scrape(exporter)[failures_key] >= failures, 10, what=f"{failures} failed exports counted")
+            eventually(lambda: scrape(exporter)[failures_key] >= failures, 10,
+                       what=f"{failures} failed exports counted")
             records = [r for r in caplog.records if r.name.startswith(("exporter.export.otlp", "opentelemetry"))]
         finally:
             stop_within(exporter, 10)
@@ -274,13 +274,19 @@ def test_docs_map_every_metric():
 
 
 def test_endpoint_precedence_command_line_then_signal_variable_then_base(monkeypatch):
-    assert load_settings().otlp_metrics_url is None
+    def url() -> str | None:
+        config = otlp_config(load_settings(), host_name="box")
+        return None if config is None else config.endpoint
+
+    assert url() is None
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://base:4318/")
-    assert load_settings().otlp_metrics_url == "http://base:4318/v1/metrics"
+    assert url() == "http://base:4318/v1/metrics"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "http://metrics:4318/custom")
-    assert load_settings().otlp_metrics_url == "http://metrics:4318/custom"
-    assert load_settings(otlp_endpoint="http://cli:4318").otlp_metrics_url == "http://cli:4318/v1/metrics"
-    assert load_settings(otlp_endpoint="https://cli/otlp/v1/metrics").otlp_metrics_url == "https://cli/otlp/v1/metrics"
+    assert url() == "http://metrics:4318/custom"
+    monkeypatch.setenv("TRAINLOG_OTLP_ENDPOINT", "http://cli:4318")
+    assert url() == "http://cli:4318/v1/metrics"
+    assert metrics_url("https://cli/otlp/v1/metrics", "http://metrics:4318/custom", None) == "https://cli/otlp/v1/metrics"
+    assert metrics_url(None, None, None) is None
 
 
 def test_otel_variables_are_read_and_checked_by_settings(monkeypatch):
@@ -290,7 +296,7 @@ def test_otel_variables_are_read_and_checked_by_settings(monkeypatch):
     settings = load_settings()
     assert settings.otel_exporter_otlp_headers == {"api-key": "a,b", "x-tenant": "ml"}
     assert settings.otel_metric_export_interval == 15000
-    assert settings.otlp_metrics_url is None
+    assert otlp_config(settings, host_name="box") is None
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "0")
     with pytest.raises(ConfigError, match="OTEL_METRIC_EXPORT_INTERVAL"):
         load_settings()
@@ -302,12 +308,46 @@ def test_bad_otlp_endpoint_exits_2_naming_the_option(tmp_path, capsys):
 
 
 def test_resource_attributes_follow_the_specification_precedence(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://collector:4318")
     monkeypatch.setenv("POD_NAME", "trainer-0")
     monkeypatch.setenv("OTEL_RESOURCE_ATTRIBUTES", "service.name=from-attributes,host.name=override")
-    attributes = resource_attributes(load_settings(), host_name="box")
+    attributes = otlp_config(load_settings(), host_name="box").resource_attributes
     assert attributes["service.name"] == "from-attributes"
     assert attributes["host.name"] == "override"
     assert attributes["k8s.pod.name"] == attributes["service.instance.id"] == "trainer-0"
     assert "k8s.namespace.name" not in attributes
     monkeypatch.setenv("OTEL_SERVICE_NAME", "trainlog-gpu")
-    assert resource_attributes(load_settings(), host_name="box")["service.name"] == "trainlog-gpu"
+    assert otlp_config(load_settings(), host_name="box").resource_attributes["service.name"] == "trainlog-gpu"
+    assert resource_attributes("box")["service.name"] == "trainlog-exporter"
+
+
+def test_settings_turn_milliseconds_into_the_push_config(monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_TIMEOUT", "2500")
+    monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "15000")
+    config = otlp_config(load_settings(otlp_endpoint="http://collector:4318",
+                                       otel_exporter_otlp_headers="authorization=Bearer%20t"), host_name="box")
+    assert (config.timeout_seconds, config.interval_seconds) == (2.5, 15.0)
+    assert config.headers == {"authorization": "Bearer t"}
+
+
+def test_the_push_needs_its_config_only(tmp_path):
+    # A state and an OtlpConfig, no Settings: the push module does not even import them.
+    program = "import sys, exporter.export.otlp; print('exporter.settings' in sys.modules)"
+    imported = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO)
+    assert imported.stdout.strip() == "False"
+    state = read_once(copy_example(tmp_path))
+    with OtlpReceiver() as receiver:
+        config = OtlpConfig(receiver.base_url + "/v1/metrics", headers={"x-tenant": "ml"}, timeout_seconds=2,
+                            interval_seconds=0.1, resource_attributes={"service.name": "config-only", "team": "ml"})
+        push = OtlpPush(state, config)
+        push.start()
+        try:
+            headers, request = eventually(lambda: next(iter(receiver.received()), None), 10, what="a push")
+        finally:
+            push.stop()
+    assert headers["x-tenant"] == "ml"
+    resource = {item.key: item.value.string_value for item in request.resource_metrics[0].resource.attributes}
+    assert resource == {"service.name": "config-only", "team": "ml"}
+    assert point_value(request, "training.step", run="deepseek-moe-8rank", rank="7") == 200
+    assert point_value(request, "trainlog.otlp_export_failures") == 0
+    assert push.failed_exports() == 0

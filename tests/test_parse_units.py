@@ -29,8 +29,8 @@ def test_numbers_with_separators_units_and_non_finite_values():
 
 @pytest.mark.parametrize(
     "line",
-    [b"", b"\xff\xfe\x00binary junk \x80\x81 step:[ {", b"{ step:[ 1/ 2], loss: \xff\xff }", b"x" * 100_000 + b"step=1 loss=",
-     b"Traceback (most recent call last):"],
+    [b"", b"\xff\xfe\x00binary junk \x80\x81 step:[ {", b"{ step:[ 1/ 2], loss: \xff\xff }",
+     b"x" * 100_000 + b"step=1 loss=", b"Traceback (most recent call last):"],
 )
 def test_junk_never_raises(line):
     parse_lines(LineParser(), [line])

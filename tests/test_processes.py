@@ -6,12 +6,15 @@ import os
 import re
 import subprocess
 import sys
+import time
 import uuid
 from pathlib import Path
 
 import pytest
 
-from exporter.follow.processes import ProcessWatcher, command_lines, is_running
+from exporter.app import Exporter
+from exporter.export.process_liveness import ProcessLiveness, command_lines, is_running
+from exporter.settings import load_settings
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually, sample, scrape
 
@@ -52,31 +55,65 @@ def test_a_killed_unreaped_process_counts_as_gone(trainer):
     eventually(lambda: not is_running(re.compile(re.escape(marker))), 5, what="the zombie to lose its command line")
 
 
-def test_watcher_reports_every_check(trainer):
+def test_liveness_is_checked_when_asked(trainer):
     process, marker = trainer
-    reports: list[bool] = []
-    watcher = ProcessWatcher(re.escape(marker), reports.append, interval=0.05)
-    watcher.start()
-    try:
-        eventually(lambda: reports and reports[-1] is True, 5, what="up")
-        process.kill()
-        process.wait()
-        eventually(lambda: reports[-1] is False, 5, what="down")
-    finally:
-        watcher.stop()
+    liveness = ProcessLiveness(re.escape(marker), [("job-7", "node-a"), ("job-8", "node-a")], max_age=0)
+    assert liveness.process_up() == {("job-7", "node-a"): True, ("job-8", "node-a"): True}
+    process.kill()
+    process.wait()
+    assert liveness.process_up() == {("job-7", "node-a"): False, ("job-8", "node-a"): False}
 
 
-def test_watcher_never_counts_its_own_process():
-    reports: list[bool] = []
+def test_asks_within_max_age_reuse_the_last_check(trainer):
+    process, marker = trainer
+    now = [100.0]
+    liveness = ProcessLiveness(re.escape(marker), [("job-7", "node-a")], max_age=5, clock=lambda: now[0])
+    assert liveness.process_up() == {("job-7", "node-a"): True}
+    process.kill()
+    process.wait()
+    now[0] += 4.9
+    assert liveness.process_up() == {("job-7", "node-a"): True}  # /proc not read again
+    now[0] += 0.1
+    assert liveness.process_up() == {("job-7", "node-a"): False}
+
+
+def test_liveness_never_counts_its_own_process():
     own_command_line = re.escape(dict(command_lines())[os.getpid()])
-    ProcessWatcher(f"^{own_command_line}$", reports.append).check()
-    assert reports == [False]
+    assert ProcessLiveness(f"^{own_command_line}$", [("r", "n")]).process_up() == {("r", "n"): False}
 
 
-def test_unreadable_proc_reports_nothing(tmp_path):
-    reports: list[bool] = []
-    ProcessWatcher("anything", reports.append, proc_root=str(tmp_path / "no-proc")).check()
-    assert reports == []
+def test_unreadable_proc_gives_no_answer(tmp_path):
+    assert ProcessLiveness("anything", [("r", "n")], proc_root=str(tmp_path / "no-proc")).process_up() is None
+
+
+def test_a_scrape_reads_proc_itself_and_later_scrapes_reuse_it(tmp_path):
+    # A trainer started after the exporter shows on the very first scrape: no check made
+    # before it (at start-up, or on a thread's schedule) answers for it. Its exit shows on
+    # the first scrape once the answer is older than --process-check-interval.
+    log_dir = tmp_path / "job-7" / "msrun_log"
+    log_dir.mkdir(parents=True)
+    marker = f"run_mindformer-{uuid.uuid4().hex}"
+    interval = 2.0
+    exporter = Exporter(load_settings(log_dir=[str(log_dir)], web_listen_address="127.0.0.1:0", node="node-a",
+                                      state_file=str(tmp_path / "state.json"), process_pattern=re.escape(marker),
+                                      process_check_interval=interval))
+    exporter.start()
+    url = f"http://127.0.0.1:{exporter.http.port}"
+    trainer = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)", "--config", marker])
+    try:
+        eventually(lambda: marker.encode() in Path(f"/proc/{trainer.pid}/cmdline").read_bytes(), 5, what="the trainer")
+        checked = time.monotonic()
+        assert sample(scrape(url), "training_process_up", run="job-7", node="node-a") == 1
+        trainer.kill()
+        trainer.wait()
+        assert sample(scrape(url), "training_process_up", run="job-7", node="node-a") == 1  # the answer of the first
+        assert time.monotonic() - checked < interval, "too slow to see the reuse"
+        time.sleep(interval)
+        assert sample(scrape(url), "training_process_up", run="job-7", node="node-a") == 0
+    finally:
+        trainer.kill()
+        trainer.wait()
+        exporter.stop()
 
 
 def test_exporter_exposes_training_process_up(tmp_path, trainer):

@@ -111,6 +111,10 @@ def test_promtool_test_rules():
     assert "FAILED" not in proc.stdout + proc.stderr
 
 
+# The stall alert's condition with its finished-run guard, as trainlog-alerts.yml writes it.
+STALL_GUARDED = ("and on (run) (trainlog:run:last_log_age_seconds > 600)\n"
+                 "          unless on (run) trainlog:run:finished\n        labels:\n          severity: critical")
+
 # Each mutation weakens or breaks one idea of the rules; the unit tests must
 # notice. (old, new) are exact substrings of trainlog-alerts.yml.
 MUTATIONS = {
@@ -119,7 +123,7 @@ MUTATIONS = {
         "trainlog:run_node:last_log_age_seconds > 900",
     ),
     "stall per node instead of per run": (
-        "and on (run) (trainlog:run:last_log_age_seconds > 600)\n          unless on (run) trainlog:run:finished\n        labels:\n          severity: critical",
+        STALL_GUARDED,
         "unless on (run) trainlog:run:finished\n        labels:\n          severity: critical",
     ),
     "scheduler hides the hang": (
@@ -131,7 +135,7 @@ MUTATIONS = {
         "(training_last_log_timestamp_seconds{rank!=\"\"})",
     ),
     "no finished-run guard on the stall": (
-        "and on (run) (trainlog:run:last_log_age_seconds > 600)\n          unless on (run) trainlog:run:finished\n        labels:\n          severity: critical",
+        STALL_GUARDED,
         "and on (run) (trainlog:run:last_log_age_seconds > 600)\n        labels:\n          severity: critical",
     ),
     "straggler factor": ("ratio_to_run_median > 1.5", "ratio_to_run_median > 2.5"),

@@ -10,13 +10,15 @@ from tests.support.net import eventually, http_get, sample, scrape
 from tests.support.runs import copy_example
 
 STEP_LINE = ("[INFO] 2026-06-09 10:20:30 [.../loss_callback.py:231] _print_log: {{ step:[{step:5d}/ 1000], "
-             "loss: {loss:10.6f}, per_step_time:    850ms, lr: 1.000000e-04, grad_norm:   1.234000, throughput:  12.34T }}\n")
+             "loss: {loss:10.6f}, per_step_time:    850ms, lr: 1.000000e-04, grad_norm:   1.234000, "
+             "throughput:  12.34T }}\n")
 
 
 def test_appended_step_shows_in_metrics_within_two_seconds(tmp_path):
     log_dir = copy_example(tmp_path, mtime=None)
     with ExporterProcess("--log-dir", str(log_dir), "--node", "node-a") as exporter:
-        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="3") == 200, 10, what="catch-up to step 200")
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="3") == 200, 10,
+                   what="catch-up to step 200")
         samples = scrape(exporter.url)
         assert sample(samples, "training_step", rank="3", node="node-a", run="deepseek-moe-8rank") == 200
         with open(log_dir / "worker_3.log", "a") as log:
@@ -75,6 +77,7 @@ def test_fifos_and_directories_named_like_logs_block_nothing(tmp_path):
         eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 10, what="ready despite the FIFO")
         with open(log_dir / "worker_0.log", "a") as log:
             log.write(STEP_LINE.format(step=2, loss=1.9))
-        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == 2, 5, what="the regular file read")
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == 2, 5,
+                   what="the regular file read")
         output = exporter.stop()
     assert "worker_1.log: not a regular file" in output

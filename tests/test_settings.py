@@ -1,11 +1,14 @@
 from __future__ import annotations
 
+import dataclasses
 import socket
 
 import pytest
 
 from exporter.cli import main
+from exporter.follow import run_label
 from exporter.settings import ConfigError, load_settings
+from exporter.state import DetectorConfig
 
 
 @pytest.fixture(autouse=True)
@@ -51,9 +54,9 @@ def test_log_dirs_from_environment_list(monkeypatch):
 
 
 def test_run_defaults_to_the_log_directory_parent_name():
-    settings = load_settings(log_dir=["output/msrun_log"])
-    assert settings.run_for_directory("/jobs/llama-70b/output/msrun_log") == "output"
-    assert load_settings(run="pretrain").run_for_directory("/x/y") == "pretrain"
+    assert run_label("/jobs/llama-70b/output/msrun_log") == "output"
+    assert run_label("/jobs/llama-70b/output/msrun_log", run=load_settings(run="pretrain").run) == "pretrain"
+    assert run_label("/") == "default"
 
 
 @pytest.mark.parametrize(
@@ -77,13 +80,23 @@ def test_bad_values_exit_2_naming_the_field(argv, env, field, monkeypatch, capsy
 
 @pytest.mark.parametrize(
     ("content", "message"),
-    [("run: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "expected a mapping"), ("colour: blue\n", "unknown option 'colour'")],
+    [("run: [unclosed\n", "not valid YAML"), ("- a\n- b\n", "expected a mapping"),
+     ("colour: blue\n", "unknown option 'colour'")],
 )
 def test_bad_config_files_exit_2(tmp_path, content, message, capsys):
     config = tmp_path / "bad.yaml"
     config.write_text(content)
     assert main(["--log-dir", "/tmp", "--config", str(config)]) == 2
     assert message in capsys.readouterr().err
+
+
+def test_an_empty_config_file_is_all_defaults_and_a_directory_is_no_config_file(tmp_path, capsys):
+    config = tmp_path / "empty.yaml"
+    config.write_text("# nothing set yet\n")
+    assert load_settings(config=str(config)).web_listen_address == ":10042"
+    assert main(["--log-dir", "/tmp", "--config", str(tmp_path)]) == 2
+    error = capsys.readouterr().err
+    assert f"config file {tmp_path}: Is a directory" in error and error.count("\n") == 1
 
 
 def test_missing_config_file_and_missing_log_dir(tmp_path, capsys):
@@ -150,3 +163,29 @@ def test_bad_format_config_exits_2_naming_the_field(tmp_path, capsys, content, f
     assert f"'{field}" in error
     assert reason in error
     assert error.count("\n") == 1
+
+
+@pytest.mark.parametrize("threshold", dataclasses.fields(DetectorConfig), ids=lambda threshold: threshold.name)
+def test_every_detector_threshold_is_an_option_of_each_kind(threshold, tmp_path, monkeypatch, capsys):
+    default = getattr(DetectorConfig(), threshold.name)
+    assert getattr(load_settings().detector_config, threshold.name) == default
+    value = default + 1 if isinstance(default, int) else default / 2  # in bounds: counts >= 1, factors in (0, 1]
+    config = tmp_path / "config.yaml"
+    config.write_text(f"{threshold.name.replace('_', '-')}: {value}\n")
+    assert getattr(load_settings(config=str(config)).detector_config, threshold.name) == value
+    monkeypatch.setenv(f"TRAINLOG_{threshold.name.upper()}", str(value))
+    assert getattr(load_settings().detector_config, threshold.name) == value
+    flag = "--" + threshold.name.replace("_", "-")
+    assert main(["--log-dir", str(tmp_path), flag, "-1"]) == 2  # below every bound
+    error = capsys.readouterr().err
+    assert f"'{threshold.name}'" in error and flag in error and f"TRAINLOG_{threshold.name.upper()}" in error
+    assert error.count("\n") == 1
+
+
+def test_detector_flags_carry_the_comment_and_default_of_their_threshold(capsys):
+    with pytest.raises(SystemExit):
+        main(["serve", "--help"])
+    help_text = " ".join(capsys.readouterr().out.split())
+    assert "--spike-warmup-steps N Steps observed before a spike can be declared: the baseline must settle first. " \
+           "(default 20)" in help_text
+    assert "+-5 % noise is not. (default 0.5)" in help_text

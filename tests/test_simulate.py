@@ -6,7 +6,6 @@ import math
 import re
 import statistics
 import subprocess
-import sys
 import threading
 import time
 from datetime import datetime
@@ -26,7 +25,7 @@ from exporter.simulate import (
     write_run,
 )
 from exporter.simulate.texts import step_line
-from tests.support.exporter_process import REPO
+from tests.support.exporter_process import REPO, exporter_command
 from tests.support.net import eventually
 from tests.support.simulated import lines_by_file, records_by_file, run_config
 
@@ -291,10 +290,9 @@ def test_stop_ends_live_writing(tmp_path):
 
 
 def _simulate_process(tmp_path, *inject: str) -> subprocess.Popen:
-    messages = open(tmp_path / "stderr.txt", "w")  # noqa: SIM115 - the child keeps it
-    with messages:
-        return subprocess.Popen([sys.executable, "-m", "exporter", "simulate", "--out", str(tmp_path / "run"),
-                                 "--ranks", "2", "--steps", "10", "--step-interval", "0.05", "--inject", *inject],
+    with open(tmp_path / "stderr.txt", "w") as messages:  # the child keeps its own descriptor
+        return subprocess.Popen(exporter_command("simulate", "--out", str(tmp_path / "run"), "--ranks", "2",
+                                                 "--steps", "10", "--step-interval", "0.05", "--inject", *inject),
                                 cwd=REPO, stderr=messages)
 
 

@@ -73,7 +73,7 @@ def test_unknown_error_kinds_count_as_other():
     rank = state.series[KEY]
     assert rank.errors["other"] == 1
     assert rank.errors["oom"] == 1
-    assert rank.last_error_detail["oom"] == "CUDA out of memory"
+    assert rank.last_error_facts == {"oom": {"message": "CUDA out of memory"}}  # "weird" said nothing about itself
 
 
 def test_cardinality_guard_drops_and_counts_new_series():
@@ -120,13 +120,13 @@ def test_scheduler_node_timeouts_are_counted_by_node_id():
     assert rank.node_timeouts == {"3": 1, "5": 1}
 
 
-def test_error_summaries_name_what_identifies_the_failure():
+def test_the_latest_failure_of_each_kind_keeps_what_it_said():
     state = TrainingState()
-    ingest(state, ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
-           ErrorEvent("elastic", {"exception": "ChildFailedError", "root_cause_rank": 5, "exitcode": -6, "signal": "SIGABRT"}))
-    details = state.series[KEY].last_error_detail
-    assert details["nccl_timeout"] == "op ALLREDUCE"
-    assert details["elastic"] == "ChildFailedError (root_cause_rank 5, exitcode -6, signal SIGABRT)"
+    ingest(state, ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}), ErrorEvent("oom", {"device": "npu"}),
+           ErrorEvent("nccl_timeout", {"op": "BROADCAST", "seq_num": 9}), ErrorEvent("oom"))
+    assert state.series[KEY].last_error_facts == {"nccl_timeout": {"op": "BROADCAST", "seq_num": 9},
+                                                  "oom": {"device": "npu"}}
+
 
 
 def test_a_line_without_a_step_at_the_start_of_a_batch_is_at_the_rank_step_before_it():

@@ -1,7 +1,8 @@
-"""Every exported metric, once: name, help, the state attribute it reads, its unit.
+"""Every exported metric, once: name, help, type, where its value is read, its unit.
 
-The Prometheus collector and the OpenTelemetry instruments both walk these tables, so a
-metric added here appears on /metrics and over OTLP alike.
+``families.walk`` reads these specs in ``METRICS`` order for the text writer, the
+prometheus-client collector and the OpenTelemetry instruments alike, so a metric added
+here appears on /metrics and over OTLP with no other change.
 
 OpenTelemetry names are derived from the Prometheus ones: a dot after the namespace
 (``training.``, ``trainlog.``), no unit word (the unit travels in the metric's ``unit``
@@ -14,9 +15,15 @@ conversion would append ``_ratio`` to a gauge with unit ``1``.
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass
 
 RANK_LABELS = ("run", "node", "rank")
+
+GAUGE, COUNTER, INFO = "gauge", "counter", "info"
+# Where a family's values are read: a RankState attribute of every series, an ExporterStats
+# attribute, or, at scrape time and outside the state, the OTLP adapter and /proc.
+RANKS, EXPORTER, OTLP_ADAPTER, PROCESSES = "ranks", "exporter", "otlp adapter", "processes"
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
 _UNIT_SUFFIXES = {"s": "_seconds"}
@@ -28,9 +35,11 @@ class MetricSpec:
 
     name: str
     help: str
-    attribute: str  # RankState or ExporterStats attribute holding the value (or a dict of them)
+    attribute: str  # the RankState, ExporterStats or ScrapeTime (a reader) attribute holding the value, or a dict of them
     unit: str = ""  # UCUM, as OpenTelemetry wants it: "s", "By", "{step}"
     label: str | None = None  # for dict-valued attributes: the label naming the key
+    type: str = GAUGE
+    source: str = RANKS
 
     @property
     def otel_name(self) -> str:
@@ -40,8 +49,13 @@ class MetricSpec:
         return f"{namespace}.{rest}"
 
 
+def _group(type_: str, source: str, *specs: MetricSpec) -> tuple[MetricSpec, ...]:
+    return tuple(dataclasses.replace(spec, type=type_, source=source) for spec in specs)
+
+
 # Gauges per rank, present once a value was seen.
-RANK_GAUGES = (
+RANK_GAUGES = _group(
+    GAUGE, RANKS,
     MetricSpec("training_step", "Current global training step.", "step", "{step}"),
     MetricSpec("training_total_steps", "Total training steps printed with the step (step:[ x/ total]).", "total_steps", "{step}"),
     MetricSpec("training_loss", "Training loss of the latest step.", "loss"),
@@ -56,7 +70,8 @@ RANK_GAUGES = (
 )
 
 # Gauges per rank and key of a dict-valued attribute; label values sorted.
-NAMED_GAUGES = (
+NAMED_GAUGES = _group(
+    GAUGE, RANKS,
     MetricSpec("training_aux_loss", "Extra losses printed with the step (MoE load balancing, MTP, ...).", "aux_losses", label="name"),
     MetricSpec("training_metric", "Other numeric fields printed with the step (loss_scale, mfu, ...).", "extra", label="name"),
     MetricSpec("training_last_anomaly_step", "Step of the latest anomaly of each kind.", "last_anomaly_step", "{step}", "kind"),
@@ -64,15 +79,18 @@ NAMED_GAUGES = (
 )
 
 # The info pseudo-metric: value 1, the rank's facts as labels (Prometheus adds _info).
-RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, format, mode, file, throughput unit.", "info")
+RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, format, mode, file, throughput unit.", "info",
+                       type=INFO)
 
-RANK_COUNTERS = (
+RANK_COUNTERS = _group(
+    COUNTER, RANKS,
     MetricSpec("training_log_lines", "Log lines read from the rank's log.", "lines_total", "{line}"),
     MetricSpec("training_steps", "Step records parsed from the rank's log.", "steps_total", "{step}"),
 )
 
-# Counters per rank and kind, created at 0 for the known kinds.
-KIND_COUNTERS = (
+# Counters per rank and kind, created at 0 for the known kinds; label values in creation order.
+KIND_COUNTERS = _group(
+    COUNTER, RANKS,
     MetricSpec("training_anomalies", "Anomalies detected at step resolution, by kind.", "anomalies", "{anomaly}", "kind"),
     MetricSpec("training_errors", "Failure signatures seen in the rank's log, by kind.", "errors", "{error}", "kind"),
     MetricSpec("training_scheduler_events", "Cluster events from msrun's scheduler.log, by kind.", "scheduler_events", "{event}", "kind"),
@@ -80,9 +98,11 @@ KIND_COUNTERS = (
                "node_timeouts", "{timeout}", "node_id"),
 )
 
-STATS_GAUGES = (MetricSpec("trainlog_files_followed", "Log files currently followed.", "files_followed", "{file}"),)
+# The exporter's own health; a dict-valued attribute gives a series per key (``label``), in creation order.
+STATS_GAUGES = _group(GAUGE, EXPORTER, MetricSpec("trainlog_files_followed", "Log files currently followed.", "files_followed", "{file}"))
 
-STATS_COUNTERS = (
+STATS_COUNTERS = _group(
+    COUNTER, EXPORTER,
     MetricSpec("trainlog_bytes_read", "Bytes read from followed log files.", "bytes_read_total", "By"),
     MetricSpec("trainlog_rotations", "Log rotations followed (the path named a new file).", "rotations_total", "{rotation}"),
     MetricSpec("trainlog_truncations", "Truncations detected (size below the read offset or new first bytes: copytruncate).", "truncations_total", "{truncation}"),
@@ -90,14 +110,17 @@ STATS_COUNTERS = (
     MetricSpec("trainlog_lines_unparsed", "Lines that matched no format and no failure signature.", "lines_unparsed_total", "{line}"),
     MetricSpec("trainlog_lines_truncated", "Lines longer than the line cap, truncated to it.", "lines_truncated_total", "{line}"),
     MetricSpec("trainlog_series_dropped", "Series or values not created because a cardinality limit was reached.", "series_dropped_total", "{series}"),
-    MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).", "otlp_export_failures_total", "{export}"),
-)
-
-# Exporter counters by a label, one sample per value of it seen.
-STATS_LABELLED_COUNTERS = (
     MetricSpec("trainlog_lines_parsed", "Lines a log format's parser read a record from, by format.", "lines_parsed_total",
                "{line}", "format"),
 )
 
-# Per (run, node), only with --process-pattern: not a rank's series (TrainingState.process_up).
-PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up")
+# Read at scrape time, outside the state: the OTLP adapter's own count (0 without OTLP)...
+OTLP_EXPORT_FAILURES = MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).",
+                                  "otlp_export_failures", "{export}", type=COUNTER, source=OTLP_ADAPTER)
+# ... and, only with --process-pattern, per (run, node): not a rank's series.
+PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up",
+                        source=PROCESSES)
+
+# Every family in exposition order; the ones read from the state come first (one lock hold).
+METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
+           OTLP_EXPORT_FAILURES, PROCESS_UP)

@@ -1,48 +1,48 @@
 """OpenTelemetry: push the same metrics to a collector over OTLP/HTTP.
 
-Observable instruments whose callbacks read ``TrainingState`` under its lock, the way the
-Prometheus collector does at scrape time: no second bookkeeping. The SDK's periodic
-reader collects and exports on its own thread; the state lock is held only inside the
-callbacks, never while a request is in flight, so a collector that is down, slow or
-refusing cannot hold up following, parsing or /metrics. Failed exports are counted in
-``ExporterStats.otlp_export_failures_total`` and logged on state changes, and at most
+Observable instruments whose callbacks read ``families.walk``, the way /metrics does at
+scrape time: no second bookkeeping. The SDK's periodic reader collects and exports on its
+own thread; the state lock is held only inside the walk, never while a request is in
+flight, so a collector that is down, slow or refusing cannot hold up following, parsing or
+/metrics. The push counts its own failed exports (``trainlog_otlp_export_failures_total``
+on /metrics, read from here at scrape time) and logs them on state changes, and at most
 once a minute while the failure lasts.
+
+It takes an ``OtlpConfig``, not the exporter's settings: the endpoint policy
+(``metrics_url``) and the resource attributes (``resource_attributes``) are decided here,
+from the values settings.py read.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import logging
-import socket
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
 from opentelemetry.metrics import CallbackOptions, Meter, Observation
 from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricExporter, MetricExportResult, MetricsData, PeriodicExportingMetricReader
+from opentelemetry.sdk.metrics.export import (
+    MetricExporter,
+    MetricExportResult,
+    MetricsData,
+    PeriodicExportingMetricReader,
+)
 from opentelemetry.sdk.resources import Resource
 
 from exporter import __version__
-from exporter.export.metrics_table import (
-    KIND_COUNTERS,
-    NAMED_GAUGES,
-    PROCESS_UP,
-    RANK_COUNTERS,
-    RANK_GAUGES,
-    RANK_INFO,
-    RANK_LABELS,
-    STATS_COUNTERS,
-    STATS_GAUGES,
-    STATS_LABELLED_COUNTERS,
-    MetricSpec,
-)
-from exporter.settings import Settings
-from exporter.state import RankState, SeriesKey, TrainingState
+from exporter.export.families import STATE_ONLY, ScrapeTime, walk
+from exporter.export.metrics_table import COUNTER, METRICS, MetricSpec
+from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
 
 INSTRUMENTATION_SCOPE = "trainlog-exporter"
+DEFAULT_SERVICE_NAME = "trainlog-exporter"
+METRICS_PATH = "v1/metrics"
 _REPEAT_FAILURE_LOG_SECONDS = 60.0
 # Where the OTLP/HTTP exporter logs every failed attempt; we fold those into our own,
 # rarer messages.
@@ -50,111 +50,77 @@ _SDK_EXPORT_LOGGER = OTLPMetricExporter.__module__
 _MAX_REASON_CHARS = 400
 
 Attributes = dict[str, str]
-Reading = Iterator[tuple[float, Attributes]]
 
 
-def resource_attributes(settings: Settings, host_name: str) -> Attributes:
-    """Semantic-convention resource attributes; OTEL_RESOURCE_ATTRIBUTES overrides the
-    detected ones and an explicit OTEL_SERVICE_NAME overrides both (as the spec says)."""
+@dataclass(frozen=True, slots=True)
+class OtlpConfig:
+    """Everything the push needs: where, with which headers, how often, as which resource."""
+
+    endpoint: str  # the full URL of the metrics endpoint (metrics_url)
+    headers: Mapping[str, str] = field(default_factory=dict)
+    timeout_seconds: float = 10.0  # one export, retries included, before it counts as failed
+    interval_seconds: float = 60.0
+    resource_attributes: Mapping[str, str] = field(default_factory=dict)
+
+
+def metrics_url(endpoint: str | None, metrics_endpoint: str | None, base_endpoint: str | None) -> str | None:
+    """Where to POST metrics, or None when OTLP is off.
+
+    ``endpoint`` (--otlp-endpoint: a base URL, or a full URL when it has a path) wins; then
+    ``metrics_endpoint`` (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT), used as is; then
+    ``base_endpoint`` (OTEL_EXPORTER_OTLP_ENDPOINT) plus /v1/metrics, as the specification says.
+    """
+    if endpoint:
+        return endpoint if urlsplit(endpoint).path.strip("/") else _join_url(endpoint, METRICS_PATH)
+    if metrics_endpoint:
+        return metrics_endpoint
+    if base_endpoint:
+        return _join_url(base_endpoint, METRICS_PATH)
+    return None
+
+
+def _join_url(base: str, path: str) -> str:
+    return f"{base.rstrip('/')}/{path}"
+
+
+def resource_attributes(host_name: str, *, service_name: str | None = None, pod_name: str | None = None,
+                        pod_namespace: str | None = None, node_name: str | None = None,
+                        overrides: Mapping[str, str] | None = None) -> Attributes:
+    """Semantic-convention resource attributes; ``overrides`` (OTEL_RESOURCE_ATTRIBUTES)
+    replace the detected ones and an explicit ``service_name`` (OTEL_SERVICE_NAME) replaces
+    both, as the specification says. The Kubernetes names come from the downward API."""
     attributes = {
-        "service.name": settings.otel_service_name,
+        "service.name": DEFAULT_SERVICE_NAME,
         "service.version": __version__,
-        "service.instance.id": settings.pod_name or host_name,
+        "service.instance.id": pod_name or host_name,
         "host.name": host_name,
     }
-    kubernetes = {
-        "k8s.pod.name": settings.pod_name,
-        "k8s.namespace.name": settings.pod_namespace,
-        "k8s.node.name": settings.node_name,
-    }
+    kubernetes = {"k8s.pod.name": pod_name, "k8s.namespace.name": pod_namespace, "k8s.node.name": node_name}
     attributes.update({key: value for key, value in kubernetes.items() if value})
-    attributes.update(settings.otel_resource_attributes)
-    if "otel_service_name" in settings.model_fields_set:
-        attributes["service.name"] = settings.otel_service_name
+    attributes.update(overrides or {})
+    if service_name:
+        attributes["service.name"] = service_name
     return attributes
 
 
-def register_instruments(meter: Meter, state: TrainingState) -> None:
-    """One observable instrument per entry of the shared metric table."""
-    for spec in RANK_GAUGES:
-        _gauge(meter, spec, _per_rank_callback(state, _rank_value(spec.attribute)))
-    for spec in NAMED_GAUGES:
-        _gauge(meter, spec, _per_rank_callback(state, _keyed_values(spec.attribute, spec.label)))
-    _gauge(meter, RANK_INFO, _per_rank_callback(state, _rank_info))
-    for spec in RANK_COUNTERS:
-        _counter(meter, spec, _per_rank_callback(state, _rank_value(spec.attribute)))
-    for spec in KIND_COUNTERS:
-        _counter(meter, spec, _per_rank_callback(state, _keyed_values(spec.attribute, spec.label)))
-    for spec in STATS_GAUGES:
-        _gauge(meter, spec, _stats_callback(state, spec.attribute))
-    for spec in STATS_COUNTERS:
-        _counter(meter, spec, _stats_callback(state, spec.attribute))
-    for spec in STATS_LABELLED_COUNTERS:
-        _counter(meter, spec, _labelled_stats_callback(state, spec.attribute, spec.label))
-    _gauge(meter, PROCESS_UP, _process_up_callback(state))
+def register_instruments(meter: Meter, state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY) -> None:
+    """One observable instrument per family of the metric table, reading its part of the walk."""
+    for spec in METRICS:
+        create = meter.create_observable_counter if spec.type == COUNTER else meter.create_observable_gauge
+        create(spec.otel_name, callbacks=[_observe(state, scrape_time, spec)], unit=spec.unit, description=spec.help)
 
 
-def _gauge(meter: Meter, spec: MetricSpec, callback) -> None:
-    meter.create_observable_gauge(spec.otel_name, callbacks=[callback], unit=spec.unit, description=spec.help)
-
-
-def _counter(meter: Meter, spec: MetricSpec, callback) -> None:
-    meter.create_observable_counter(spec.otel_name, callbacks=[callback], unit=spec.unit, description=spec.help)
-
-
-def _per_rank_callback(state: TrainingState, read: Callable[[SeriesKey, RankState], Reading]):
+def _observe(state: TrainingState, scrape_time: ScrapeTime, spec: MetricSpec
+             ) -> Callable[[CallbackOptions], Iterable[Observation]]:
     def observe(_options: CallbackOptions) -> Iterable[Observation]:
-        with state.lock:
-            return [Observation(value, attributes)
-                    for key, rank in state.series.items()
-                    for value, attributes in read(key, rank)]
+        return [Observation(value, attributes if spec.label is None else {**attributes, spec.label: label_value})
+                for family in walk(state, _attributes, scrape_time, (spec,))
+                for attributes, label_value, value in family.samples]
     return observe
 
 
-def _stats_callback(state: TrainingState, attribute: str):
-    def observe(_options: CallbackOptions) -> Iterable[Observation]:
-        with state.lock:
-            return [Observation(getattr(state.stats, attribute))]
-    return observe
-
-
-def _labelled_stats_callback(state: TrainingState, attribute: str, label: str):
-    def observe(_options: CallbackOptions) -> Iterable[Observation]:
-        with state.lock:
-            return [Observation(count, {label: name}) for name, count in getattr(state.stats, attribute).items()]
-    return observe
-
-
-def _process_up_callback(state: TrainingState):
-    def observe(_options: CallbackOptions) -> Iterable[Observation]:
-        # Per (run, node), and only with --process-pattern: nothing observed otherwise.
-        with state.lock:
-            return [Observation(int(up), {"run": run, "node": node}) for (run, node), up in state.process_up.items()]
-    return observe
-
-
-def _rank_attributes(key: SeriesKey) -> Attributes:
-    return dict(zip(RANK_LABELS, key, strict=True))
-
-
-def _rank_value(attribute: str) -> Callable[[SeriesKey, RankState], Reading]:
-    def read(key: SeriesKey, rank: RankState) -> Reading:
-        value = getattr(rank, attribute)
-        if value is not None:
-            yield value, _rank_attributes(key)
-    return read
-
-
-def _keyed_values(attribute: str, label: str) -> Callable[[SeriesKey, RankState], Reading]:
-    def read(key: SeriesKey, rank: RankState) -> Reading:
-        for name, value in getattr(rank, attribute).items():
-            yield value, {**_rank_attributes(key), label: name}
-    return read
-
-
-def _rank_info(key: SeriesKey, rank: RankState) -> Reading:
-    facts = {name: value for name, value in rank.info.items() if name not in RANK_LABELS}
-    yield 1, {**_rank_attributes(key), **facts}
+def _attributes(names: tuple[str, ...], values: tuple[str, ...]) -> Attributes:
+    return dict(zip(names, values, strict=True))
 
 
 @dataclass
@@ -182,8 +148,8 @@ class ExportHealth:
             return logging.WARNING, f"OTLP export to {self.endpoint} failed (/metrics is not affected): {reason}"
         if now - self._last_logged >= self.repeat_after:
             self._last_logged = now
-            return (logging.WARNING, f"OTLP export to {self.endpoint} still failing, "
-                                     f"{self.consecutive_failures} failed exports in a row; last: {reason}")
+            return (logging.WARNING, (f"OTLP export to {self.endpoint} still failing, "
+                                      f"{self.consecutive_failures} failed exports in a row; last: {reason}"))
         return None
 
 
@@ -209,32 +175,31 @@ class _SdkLogCapture(logging.Filter):
 
 
 class _CountingExporter(MetricExporter):
-    """Wraps the OTLP exporter: counts failed exports in the state, logs them sparingly.
+    """Wraps the OTLP exporter: reports failed exports to ``count_failure``, logs them sparingly.
 
     Temporality stays the default, cumulative, whatever
     OTEL_EXPORTER_OTLP_METRICS_TEMPORALITY_PREFERENCE says: Prometheus-style backends and
     the counters' ``_total`` twins need cumulative sums.
     """
 
-    def __init__(self, delegate: MetricExporter, state: TrainingState, health: ExportHealth,
+    def __init__(self, delegate: MetricExporter, count_failure: Callable[[], None], health: ExportHealth,
                  sdk_log: _SdkLogCapture) -> None:
         super().__init__()
         self._delegate = delegate
-        self._state = state
+        self._count_failure = count_failure
         self._health = health
         self._sdk_log = sdk_log
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
         try:
             result = self._delegate.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception as error:  # noqa: BLE001 - a surprise in the SDK must not end the push thread
+        except Exception as error:
             log.debug("OTLP exporter raised", exc_info=True)
             result = MetricExportResult.FAILURE
             self._sdk_log.note(repr(error))
         ok = result is MetricExportResult.SUCCESS
         if not ok:
-            with self._state.lock:
-                self._state.stats.otlp_export_failures_total += 1
+            self._count_failure()
         decision = self._health.record(ok, self._sdk_log.take_reason(), time.monotonic())
         if decision is not None:
             log.log(*decision)
@@ -248,34 +213,44 @@ class _CountingExporter(MetricExporter):
 
 
 class OtlpPush:
-    """A private MeterProvider that pushes the state's metrics to one OTLP/HTTP endpoint
-    (``settings.otlp_metrics_url``, which must be set)."""
+    """A private MeterProvider that pushes the walk's families to one OTLP/HTTP endpoint.
 
-    def __init__(self, state: TrainingState, settings: Settings, host_name: str | None = None) -> None:
-        self.endpoint = settings.otlp_metrics_url
+    ``scrape_time`` reads what lives outside the state (process liveness); the push adds its
+    own failed-export count to it.
+    """
+
+    def __init__(self, state: TrainingState, config: OtlpConfig, scrape_time: ScrapeTime = STATE_ONLY) -> None:
+        self.endpoint = config.endpoint
         self._state = state
-        self._settings = settings
-        self._resource = Resource(resource_attributes(settings, host_name or socket.gethostname()))
+        self._config = config
+        self._scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.failed_exports)
+        self._failed_exports = 0  # written by the SDK's export thread only
         self._sdk_log = _SdkLogCapture()
         self._provider: MeterProvider | None = None
 
+    def failed_exports(self) -> int:
+        """Exports that failed since the start: trainlog_otlp_export_failures_total."""
+        return self._failed_exports
+
+    def _count_failure(self) -> None:
+        self._failed_exports += 1
+
     def start(self) -> None:
-        settings = self._settings
-        timeout_millis = settings.otel_exporter_otlp_timeout
-        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=settings.otel_exporter_otlp_headers,
-                                      timeout=timeout_millis / 1000)
-        exporter = _CountingExporter(delegate, self._state, ExportHealth(self.endpoint), self._sdk_log)
+        config = self._config
+        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=dict(config.headers), timeout=config.timeout_seconds)
+        exporter = _CountingExporter(delegate, self._count_failure, ExportHealth(self.endpoint), self._sdk_log)
         logging.getLogger(_SDK_EXPORT_LOGGER).addFilter(self._sdk_log)
         # The reader starts its export thread on construction.
-        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=settings.otel_metric_export_interval,
-                                               export_timeout_millis=timeout_millis)
-        self._provider = MeterProvider(metric_readers=[reader], resource=self._resource, shutdown_on_exit=False)
-        register_instruments(self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__), self._state)
-        log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, settings.otel_metric_export_interval / 1000)
+        reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.interval_seconds * 1000,
+                                               export_timeout_millis=config.timeout_seconds * 1000)
+        self._provider = MeterProvider(metric_readers=[reader], resource=Resource(dict(config.resource_attributes)),
+                                       shutdown_on_exit=False)
+        register_instruments(self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__), self._state, self._scrape_time)
+        log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, config.interval_seconds)
 
     def stop(self) -> None:
         """One last push, bounded by the export timeout, then release the connection."""
         if self._provider is not None:
-            self._provider.shutdown(timeout_millis=self._settings.otel_exporter_otlp_timeout)
+            self._provider.shutdown(timeout_millis=self._config.timeout_seconds * 1000)
             self._provider = None
         logging.getLogger(_SDK_EXPORT_LOGGER).removeFilter(self._sdk_log)

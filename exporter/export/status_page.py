@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import html
 import time
+from collections.abc import Mapping
 
 from exporter.state import TrainingState
 
@@ -36,17 +37,29 @@ def _row(key, rank, now: float) -> str:
     age = None if rank.last_log_timestamp is None else max(0.0, now - rank.last_log_timestamp)
     errors = ", ".join(f"{kind} {count}" for kind, count in rank.errors.items() if count)
     anomalies = ", ".join(f"{kind} {count}" for kind, count in rank.anomalies.items() if count)
-    details = "; ".join(rank.last_error_detail.values())
+    details = "; ".join(filter(None, map(error_summary, rank.last_error_facts.values())))
     classes = []
     if age is not None and age > _STALE_AFTER_SECONDS:
         classes.append("stale")
     if errors or anomalies:
         classes.append("bad")
     step = "" if rank.step is None else f"{rank.step}" + (f" / {rank.total_steps}" if rank.total_steps else "")
-    cells = (run, node, rank_label or "-", rank.info.get("file", ""), step, _fmt(rank.loss), _fmt(rank.learning_rate, ".3e"),
-             _fmt(rank.grad_norm), _fmt(rank.step_time_seconds, ".3f"), _fmt(age, ".0f"), errors or anomalies, details)
+    cells = (run, node, rank_label or "-", rank.info.get("file", ""), step,
+             _fmt(rank.loss), _fmt(rank.learning_rate, ".3e"), _fmt(rank.grad_norm),
+             _fmt(rank.step_time_seconds, ".3f"), _fmt(age, ".0f"), errors or anomalies, details)
     tds = "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
     return f'<tr class="{" ".join(classes)}">{tds}</tr>'
+
+
+def error_summary(detail: Mapping[str, str | float]) -> str:
+    """One short phrase for a failure: the exception type and what identifies the failure."""
+    head = detail.get("exception") or detail.get("message") or ""
+    facts = [f"{name} {detail[name]}" for name in _SUMMARY_FACTS if name in detail]
+    return f"{head} ({', '.join(facts)})" if head and facts else str(head) or ", ".join(facts)
+
+
+# Detail keys worth a place in the summary, in this order.
+_SUMMARY_FACTS = ("op", "code", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal")
 
 
 _PAGE = """<!doctype html>

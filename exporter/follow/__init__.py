@@ -1,6 +1,6 @@
 """Files to lines: discovery, watching, tailing."""
 
-from exporter.follow.discover import LogFileRole, classify, is_followed
+from exporter.follow.discover import LogFileRole, classify, is_followed, run_label
 from exporter.follow.follower import FollowedFile, Follower, Sink
 from exporter.follow.identity import FilePosition, Fingerprint
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -16,4 +16,5 @@ __all__ = [
     "Tailer",
     "classify",
     "is_followed",
+    "run_label",
 ]

@@ -1,10 +1,11 @@
-"""Which files under a log directory are followed, and whose rank each one holds."""
+"""Which files under a log directory are followed, and whose run and rank each one holds."""
 
 from __future__ import annotations
 
 import fnmatch
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
 DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt")
 # Rotated and compressed siblings are history of a followed file, never a new rank.
@@ -44,3 +45,11 @@ def classify(relative_path: str) -> LogFileRole:
         return LogFileRole(torchrun.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
     return LogFileRole(match.group(1) if match else "", "worker")
+
+
+def run_label(directory: str, run: str | None = None) -> str:
+    """The run label of a log directory's series: ``run`` (--run) when given, else the name
+    of the directory's parent (``/jobs/llama-70b/output/msrun_log`` -> ``output``)."""
+    if run:
+        return run
+    return Path(directory).resolve().parent.name or "default"

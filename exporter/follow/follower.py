@@ -42,7 +42,8 @@ from exporter.follow.tailer import ReadBatch, Tailer
 log = logging.getLogger(__name__)
 
 # What watchdog reports while the AppendWatcher reports growth: the directory tree changing.
-_STRUCTURE_EVENTS = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent, DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
+_STRUCTURE_EVENTS = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
+                     DirCreatedEvent, DirMovedEvent, DirDeletedEvent]
 
 
 @dataclass(frozen=True, slots=True)

@@ -173,22 +173,23 @@ class Tailer:
             yield from self._start()
             if self._current is None:
                 return
+        current = self._current
         # Look at the path before draining: if the new file already has bytes, the writer
         # has left the old one, so the drain below reads all the old one will ever hold.
-        at_path = self._look_at_path()
-        yield from self._drain()
-        if at_path is not None and self._current.is_at(at_path):
+        at_path = self._look_at_path(current)
+        yield from self._drain(current)
+        if at_path is not None and current.is_at(at_path):
             self._unsettled_rescans = 0
-            yield from self._idle_flush()
+            yield from self._idle_flush(current)
             return
         if rescan:
             self._unsettled_rescans += 1
         settled = self._unsettled_rescans >= SETTLE_RESCANS
         if at_path is None:
             if settled:
-                yield from self._finish()
+                yield from self._finish(current)
         elif at_path.st_size > 0 or settled:
-            yield from self._switch()
+            yield from self._switch(current)
 
     def close(self) -> None:
         if self._current is not None:
@@ -237,11 +238,10 @@ class Tailer:
         opened.offset, opened.fingerprint = resume.offset, resume.fingerprint
         self._cutter.skipping = resume.skipping
 
-    def _drain(self) -> Iterator[ReadBatch]:
-        current = self._current
+    def _drain(self, current: _OpenFile) -> Iterator[ReadBatch]:
         stat = os.fstat(current.fd)
         if _was_truncated(current, stat.st_size):
-            yield from self._recover_truncation()
+            yield from self._recover_truncation(current)
         yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
 
     def _read_to_end(self, opened: _OpenFile, mtime: float | None = None,
@@ -265,9 +265,8 @@ class Tailer:
         batch.position, batch.mtime = self._position_in(opened), mtime
         return batch
 
-    def _recover_truncation(self) -> Iterator[ReadBatch]:
+    def _recover_truncation(self, current: _OpenFile) -> Iterator[ReadBatch]:
         """copytruncate: read what was not read yet from the copy, then restart at 0."""
-        current = self._current
         position = self._position_in(current)
         located = locate(self.path, position, copies=True)
         bytes_lost = 0
@@ -308,9 +307,8 @@ class Tailer:
         else:
             yield ReadBatch(last + b"\n" if last else b"", self._position_in(opened))
 
-    def _switch(self) -> Iterator[ReadBatch]:
+    def _switch(self, old: _OpenFile) -> Iterator[ReadBatch]:
         """The path names a new file: finish the old one and siblings rotated since, then start."""
-        old = self._current
         yield from self._read_to_end(old)
         yield from self._end_of_file(old, cut_tail=False)
         newer = locate(self.path, self._position_in(old)).newer
@@ -320,21 +318,21 @@ class Tailer:
         self._current = None
         self._unsettled_rescans = 0
         try:
-            self._current = _OpenFile.open(self.path)
+            self._current = new = _OpenFile.open(self.path)
         except OSError as error:
             # Gone again: the next poll opens whatever the path names then, from its start.
             self.last_error = f"cannot open {self.path}: {error.strerror}"
             return
-        yield ReadBatch(b"", self._position_in(self._current), rotated=True)
-        yield from self._drain()
+        yield ReadBatch(b"", self._position_in(new), rotated=True)
+        yield from self._drain(new)
 
-    def _finish(self) -> Iterator[ReadBatch]:
+    def _finish(self, current: _OpenFile) -> Iterator[ReadBatch]:
         """The path stayed missing: its file is complete, give it up (and its descriptor)."""
-        yield from self._end_of_file(self._current, cut_tail=False)
+        yield from self._end_of_file(current, cut_tail=False)
         self.close()
         self.finished = True
 
-    def _idle_flush(self) -> Iterator[ReadBatch]:
+    def _idle_flush(self, current: _OpenFile) -> Iterator[ReadBatch]:
         """Hand out a partial line the writer left unterminated for ``idle_flush_seconds``."""
         if not (self._idle_flush_seconds and self._cutter.partial):
             return
@@ -343,9 +341,9 @@ class Tailer:
         last = self._cutter.take_partial()
         # Whatever completes this line later belongs to the line already handed out.
         self._cutter.skipping = True
-        yield ReadBatch(last + b"\n", self._position_in(self._current))
+        yield ReadBatch(last + b"\n", self._position_in(current))
 
-    def _look_at_path(self) -> os.stat_result | None:
+    def _look_at_path(self, current: _OpenFile) -> os.stat_result | None:
         """What the path names now; None when it names nothing."""
         try:
             return os.stat(self.path)
@@ -353,7 +351,7 @@ class Tailer:
             return None
         except OSError:
             # Cannot tell (permissions, a network file system's hiccup): assume no change.
-            return os.fstat(self._current.fd)
+            return os.fstat(current.fd)
 
     def _position_in(self, opened: _OpenFile) -> FilePosition:
         consumed = opened.offset - len(self._cutter.partial)

@@ -25,7 +25,8 @@ def add_simulate_options(parser: argparse.ArgumentParser) -> None:
                         help=f"incident to inject (repeatable): {describe_kinds()}")
     parser.add_argument("--pp-stages", dest="pp_stages", type=int, default=1, metavar="K",
                         help="pipeline stages: only the last stage's ranks print step records (default 1)")
-    parser.add_argument("--seed", type=int, default=0, metavar="N", help="random seed: same seed, same numbers (default 0)")
+    parser.add_argument("--seed", type=int, default=0, metavar="N",
+                        help="random seed: same seed, same numbers (default 0)")
 
 
 def run_simulate(out: Path, ranks: int, steps: int, step_interval: float, inject: list[str],

@@ -29,8 +29,8 @@ class DemoRun:
         config = RunConfig(DEMO_RANKS, DEMO_STEPS, tuple(parse_incident(spec) for spec in DEMO_INCIDENTS),
                            start=datetime.now().replace(microsecond=0), seconds_per_slot=step_interval)
         self._stop = threading.Event()
-        self._thread = threading.Thread(target=write_run, args=(simulate(config), self.log_dir, step_interval, self._stop),
-                                        name="demo", daemon=True)
+        self._thread = threading.Thread(target=write_run, name="demo", daemon=True,
+                                        args=(simulate(config), self.log_dir, step_interval, self._stop))
 
     def start(self) -> None:
         self._thread.start()

@@ -39,9 +39,11 @@ KINDS: dict[str, KindRule] = {
     "crash": KindRule(Target.REQUIRED, True, "RANK dies with a Python traceback at STEP, the others hang"),
     "oom": KindRule(Target.REQUIRED, True, "RANK dies with an NPU out-of-memory error at STEP, the others hang"),
     "segfault": KindRule(Target.REQUIRED, True, "RANK dies with a segmentation fault at STEP, the others hang"),
-    "nccl": KindRule(Target.REQUIRED, True, "RANK dies with an NCCL error at STEP, the others time out in the watchdog"),
+    "nccl": KindRule(Target.REQUIRED, True,
+                     "RANK dies with an NCCL error at STEP, the others time out in the watchdog"),
     "hccl": KindRule(Target.REQUIRED, True, "RANK dies with an HCCL error (EI0006) at STEP, the others hang"),
-    "node_timeout": KindRule(Target.REQUIRED, True, "worker NODE goes silent at STEP; scheduler.log reports it timed out"),
+    "node_timeout": KindRule(Target.REQUIRED, True,
+                             "worker NODE goes silent at STEP; scheduler.log reports it timed out"),
     "straggler": KindRule(Target.REQUIRED, False, "RANK's steps take ~2.5x longer from STEP (default 1) on"),
 }
 
@@ -84,7 +86,8 @@ def check_incident(incident: Incident, ranks: int, steps: int, spec: str | None 
     """Raise SpecError when the incident does not fit a run of ``ranks`` x ``steps``."""
     spec = spec or incident.spec
     if incident.rank is not None and incident.rank >= ranks:
-        raise SpecError(f"--inject {spec!r}: rank {incident.rank} does not exist with --ranks {ranks} (ranks 0-{ranks - 1})")
+        raise SpecError(f"--inject {spec!r}: rank {incident.rank} does not exist with --ranks {ranks} "
+                        f"(ranks 0-{ranks - 1})")
     if not 1 <= incident.step <= steps:
         raise SpecError(f"--inject {spec!r}: step {incident.step} is outside the run (steps 1-{steps})")
 

@@ -108,6 +108,7 @@ def plan_run(config: RunConfig) -> Plan:
             stop[culprit] = min(stop[culprit], max(1, step - HANG_LEAD_STEPS))
         elif kind in (*_DIES_WITH_ERROR, "node_timeout"):
             rank = incident.rank
+            assert rank is not None, f"parse_incident lets no {kind} without a rank through"
             if stop[rank] < step:
                 continue  # already silent: a stuck or dead rank cannot fail again
             survivors = [other for other in range(config.ranks) if other != rank and stop[other] >= step]
@@ -125,12 +126,12 @@ def plan_run(config: RunConfig) -> Plan:
     return Plan(stop, fatal, dict(delayed), last_slot, hung=stopped_early and not (fatal or timed_out))
 
 
-def _progress(step: int, steps: int) -> float:
+def _progress(step: float, steps: int) -> float:
     # Curves are functions of step / steps: a 100-step drill looks like a 100 000-step run.
     return 1 + step / max(1.0, steps / 40)
 
 
-def expected_loss(step: int, steps: int) -> float:
+def expected_loss(step: float, steps: int) -> float:
     """A power law: fast at first, still improving slowly at the end."""
     return FINAL_LOSS_FLOOR + (INITIAL_LOSS - FINAL_LOSS_FLOOR) * _progress(step, steps) ** -LOSS_DECAY_EXPONENT
 
@@ -194,9 +195,10 @@ class _Rank:
         lines = []
         if config.prints_loss(self.rank):
             loss = expected_loss(min(step, effects.plateau_from), config.steps) * (1 + LOSS_NOISE * loss_noise)
-            grad_norm: float | None = expected_grad_norm(step, config.steps) * (1 + GRAD_NORM_NOISE * grad_noise)
+            expected_grad = expected_grad_norm(step, config.steps) * (1 + GRAD_NORM_NOISE * grad_noise)
+            grad_norm: float | None = expected_grad
             if step in effects.spikes:
-                loss, grad_norm = loss * SPIKE_LOSS_FACTOR, grad_norm * SPIKE_GRAD_NORM_FACTOR
+                loss, grad_norm = loss * SPIKE_LOSS_FACTOR, expected_grad * SPIKE_GRAD_NORM_FACTOR
             elif step == 1 or grad_missing < GRAD_NORM_NOT_OBTAINED:
                 grad_norm = None
             if step >= effects.nan_from:
@@ -236,17 +238,20 @@ def simulate(config: RunConfig) -> Iterator[Slot]:
         if index == 0:
             lines[SCHEDULER_LOG] = _scheduler_startup(config, when, scheduler_pid)
             for rank in ranks:
-                lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid, config.steps, config.pp_stages, config.ranks)
+                lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid, config.steps, config.pp_stages,
+                                                                   config.ranks)
         elif index <= config.steps:
             for rank in ranks:
                 printed = _rank_lines(rank, plan, index, when)
                 if printed:
                     lines[worker_log(rank.rank)] = printed
-        for kind, rank in plan.delayed.get(index, ()):
+        for kind, target_rank in plan.delayed.get(index, ()):
             if kind == "node_timeout":
-                lines.setdefault(SCHEDULER_LOG, []).append(texts.scheduler_node_timed_out(when, scheduler_pid, rank))
+                lines.setdefault(SCHEDULER_LOG, []).append(
+                    texts.scheduler_node_timed_out(when, scheduler_pid, target_rank))
             else:
-                lines.setdefault(worker_log(rank), []).extend(texts.nccl_watchdog_lines(when, rank, sequence=4 * index))
+                lines.setdefault(worker_log(target_rank), []).extend(
+                    texts.nccl_watchdog_lines(when, target_rank, sequence=4 * index))
         if index == config.steps and all(plan.finished(rank, config.steps) for rank in range(config.ranks)):
             lines.setdefault(SCHEDULER_LOG, []).extend(
                 texts.scheduler_unregistered(when, scheduler_pid, rank) for rank in range(config.ranks))
@@ -267,8 +272,8 @@ def _rank_lines(rank: _Rank, plan: Plan, step: int, when: datetime) -> list[str]
 
 def _scheduler_startup(config: RunConfig, when: datetime, pid: int) -> list[str]:
     lines = [
-        texts.scheduler_registered(when, pid, node, f"node-{node // RANKS_PER_NODE}", f"10.0.0.{1 + node // RANKS_PER_NODE}",
-                                   node + 1, config.ranks)
+        texts.scheduler_registered(when, pid, node, f"node-{node // RANKS_PER_NODE}",
+                                   f"10.0.0.{1 + node // RANKS_PER_NODE}", node + 1, config.ranks)
         for node in range(config.ranks)
     ]
     return lines + texts.scheduler_initialized(when, pid)

@@ -50,15 +50,18 @@ def startup_lines(when: datetime, pid: int, total_steps: int, pp_stages: int, ra
     data_parallel = ranks // (pp_stages * tensor_parallel)
     return [
         python_log("INFO", when, "mindformers/tools/logger.py:52", "Running MindFormers in PYNATIVE_MODE."),
-        glog("WARNING", "DEVICE", pid, when, "mindspore/ccsrc/plugin/device/ascend/hal/device/ascend_memory_adapter.cc:134",
-             "Initialize", "Reserved memory size for other components(3221225472) is less than recommend size"
+        glog("WARNING", "DEVICE", pid, when,
+             "mindspore/ccsrc/plugin/device/ascend/hal/device/ascend_memory_adapter.cc:134", "Initialize",
+             "Reserved memory size for other components(3221225472) is less than recommend size"
              "(4071170048), It may lead to Out Of Memory in HCCL or other components."),
-        python_log("INFO", when, "mindformers/trainer/base_trainer.py:412", ".........Build Dataset From Config.........."),
+        python_log("INFO", when, "mindformers/trainer/base_trainer.py:412",
+                   ".........Build Dataset From Config.........."),
         python_log("INFO", when, "mindformers/dataset/causal_language_model_dataset.py:201",
                    "Now Create Causal Language Model Dataset."),
         python_log("INFO", when, "mindformers/models/modeling_utils.py:1532",
                    f"model built, parallel config: dp={data_parallel}, tp={tensor_parallel}, pp={pp_stages}"),
-        python_log("INFO", when, "mindformers/pynative/trainer.py:388", f"Start training, total steps {total_steps}, micro batch 4"),
+        python_log("INFO", when, "mindformers/pynative/trainer.py:388",
+                   f"Start training, total steps {total_steps}, micro batch 4"),
     ]
 
 
@@ -74,7 +77,8 @@ def top_cell_warning(when: datetime, pid: int) -> str:
 
 
 def training_finished_line(when: datetime, total_steps: int) -> str:
-    return python_log("INFO", when, "mindformers/pynative/trainer.py:452", f"Training finished, total steps {total_steps}.")
+    return python_log("INFO", when, "mindformers/pynative/trainer.py:452",
+                      f"Training finished, total steps {total_steps}.")
 
 
 def _traceback(frames: list[tuple[str, int, str, str]]) -> list[str]:
@@ -181,7 +185,8 @@ def hccl_error_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str
     ]
 
 
-def scheduler_registered(when: datetime, pid: int, node: int, host: str, ip: str, registered: int, expected: int) -> str:
+def scheduler_registered(when: datetime, pid: int, node: int, host: str, ip: str, registered: int,
+                         expected: int) -> str:
     return glog("WARNING", "DISTRIBUTED", pid, when, f"{_META_SERVER}:254", "ProcessRegister",
                 f"The new node: {node}(role: MS_WORKER), rank id: {node}, device id: {node % 8}, hostname: {host}, "
                 f"ip: {ip} is registered successfully. Currently registered node number: {registered}, "

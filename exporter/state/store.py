@@ -50,7 +50,9 @@ class RankState:
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
-    last_error_detail: dict[str, str] = field(default_factory=dict)
+    # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said
+    # anything. int spelled out: a checkpoint read back must give exitcode -6, not -6.0.
+    last_error_facts: dict[str, dict[str, str | int | float]] = field(default_factory=dict)
     scheduler_events: dict[str, int] = field(default_factory=dict)
     node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
@@ -79,7 +81,6 @@ class ExporterStats:
     lines_unparsed_total: int = 0
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
-    otlp_export_failures_total: int = 0
     lines_parsed_total: dict[str, int] = field(default_factory=dict)  # by the format that read a record from them
 
 
@@ -89,8 +90,6 @@ class TrainingState:
     def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
         self.lock = threading.Lock()
         self.series: dict[SeriesKey, RankState] = {}
-        # (run, node) -> whether a process matching --process-pattern was alive at the last check.
-        self.process_up: dict[tuple[str, str], bool] = {}
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
@@ -203,9 +202,8 @@ class TrainingState:
         kind = event.kind if event.kind in rank.errors else "other"
         rank.errors[kind] += 1
         rank.last_error_timestamp[kind] = now
-        summary = _error_summary(event.detail)
-        if summary:
-            rank.last_error_detail[kind] = summary
+        if event.detail:
+            rank.last_error_facts[kind] = dict(event.detail)
 
     def _count(self, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
@@ -247,14 +245,3 @@ def _at_known_steps(steps: list[int | None], step_before: int | None) -> list[in
     if steps and steps[0] is None:
         return [step_before if step is None else step for step in steps]
     return steps
-
-
-def _error_summary(detail: dict[str, str | float]) -> str:
-    """One short phrase for the status page: the exception type and what identifies the failure."""
-    head = detail.get("exception") or detail.get("message") or ""
-    facts = [f"{name} {detail[name]}" for name in _SUMMARY_FACTS if name in detail]
-    return f"{head} ({', '.join(facts)})" if head and facts else str(head) or ", ".join(facts)
-
-
-# Detail keys worth a place in the summary, in this order.
-_SUMMARY_FACTS = ("op", "code", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal")

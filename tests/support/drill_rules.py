@@ -35,10 +35,9 @@ def read_thresholds(text: str) -> list[Threshold]:
     """The rows between ``# BEGIN THRESHOLDS`` and ``# END THRESHOLDS`` (header row skipped)."""
     lines = text.splitlines()
     rows = lines[lines.index("# BEGIN THRESHOLDS") + 1:lines.index("# END THRESHOLDS")]
-    matches = [_ROW.match(row) for row in rows]
-    malformed = [row for row, match in zip(rows, matches, strict=True) if match is None]
-    if malformed:
-        raise ValueError(f"malformed THRESHOLDS rows: {malformed}")
+    matches = [match for match in map(_ROW.match, rows) if match is not None]
+    if len(matches) < len(rows):
+        raise ValueError(f"malformed THRESHOLDS rows: {[row for row in rows if _ROW.match(row) is None]}")
     return [Threshold(m["key"], m["value"], tuple(m["used_in"].split())) for m in matches if m["key"] != "key"]
 
 

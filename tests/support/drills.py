@@ -11,16 +11,16 @@ between two tests is still seen.
 from __future__ import annotations
 
 import subprocess
-import sys
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
+from contextlib import ExitStack
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
 from tests.support.drill_rules import write_shortened_rules
-from tests.support.exporter_process import REPO, ExporterProcess
+from tests.support.exporter_process import REPO, ExporterProcess, exporter_command
 from tests.support.net import eventually
 from tests.support.prometheus import PrometheusServer, require_binary
 
@@ -104,19 +104,21 @@ class FireDrills:
         for log_dir in log_dirs:
             log_dir.mkdir(parents=True)
         arguments = [argument for log_dir in log_dirs for argument in ("--log-dir", str(log_dir))]
-        self.exporter = ExporterProcess(*arguments, "--node", "drill-node", "--rescan-interval", "0.5",
-                                        "--state-file", str(workdir / "exporter-state.json"), *exporter_options)
-        self.prometheus: PrometheusServer | None = None
-        self.poller: AlertPoller | None = None
+        # Whatever started is stopped in reverse order: by stop(), or here if a later part fails to start.
+        self._running = ExitStack()
         try:
-            self.prometheus = PrometheusServer(workdir / "prometheus", [f"127.0.0.1:{self.exporter.port}"],
-                                               rule_files=[self.rules])
-            self.prometheus.start()
+            self.exporter = self._running.enter_context(ExporterProcess(
+                *arguments, "--node", "drill-node", "--rescan-interval", "0.5",
+                "--state-file", str(workdir / "exporter-state.json"), *exporter_options))
+            self.prometheus = self._running.enter_context(PrometheusServer(
+                workdir / "prometheus", [f"127.0.0.1:{self.exporter.port}"], rule_files=[self.rules]))
             # Counters must be scraped at 0 before the incidents, or increase() sees nothing.
             eventually(lambda: self.prometheus.query('up{job="trainlog-exporter"} == 1'), 30, interval=0.2,
                        what="a first scrape")
             self.poller = AlertPoller(self.prometheus)
+            self._running.callback(self.poller.stop)
             self.started = time.monotonic()
+            self._running.callback(self._stop_simulators)
             for drill, log_dir in zip(drills, log_dirs, strict=True):
                 self._simulators[drill.run] = self._simulate(log_dir, drill, ranks, step_interval)
         except BaseException:
@@ -128,8 +130,8 @@ class FireDrills:
         inject = ["--inject", *drill.inject] if drill.inject else []
         with open(log_dir.parent / "simulate.txt", "w") as output:
             return subprocess.Popen(
-                [sys.executable, "-m", "exporter", "simulate", "--out", str(log_dir), "--ranks", str(ranks),
-                 "--steps", str(drill.steps), "--step-interval", str(step_interval), *drill.options, *inject],
+                exporter_command("simulate", "--out", str(log_dir), "--ranks", str(ranks), "--steps", str(drill.steps),
+                                 "--step-interval", str(step_interval), *drill.options, *inject),
                 cwd=REPO, stdout=output, stderr=subprocess.STDOUT)
 
     def seconds_left(self, budget: float) -> float:
@@ -169,16 +171,14 @@ class FireDrills:
         (This Prometheus's storage is the drills' own: an hour reaches back to its start.)"""
         return [item["metric"] for item in self.prometheus.query(f'last_over_time(ALERTS{{run="{run}"}}[1h])')]
 
-    def stop(self) -> None:
+    def _stop_simulators(self) -> None:
         for simulator in self._simulators.values():
             simulator.terminate()  # a hung run's simulator stays alive on purpose
         for simulator in self._simulators.values():
             simulator.wait(10)
-        if self.poller is not None:
-            self.poller.stop()
-        if self.prometheus is not None:
-            self.prometheus.stop()
-        self.exporter.stop()
+
+    def stop(self) -> None:
+        self._running.close()
 
     def __enter__(self) -> FireDrills:
         return self

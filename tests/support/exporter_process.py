@@ -1,61 +1,150 @@
-"""The exporter as a real subprocess on a free loopback port."""
+"""The exporter as a real subprocess on a free loopback port: the one way tests and benchmarks start it."""
 
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import sys
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
+from typing import Any
 
-from tests.support.net import eventually, free_port, http_get
+from tests.support.net import Samples, eventually, free_port, http_get, scrape
 
 REPO = Path(__file__).resolve().parents[2]
+CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
+PORT_ATTEMPTS = 3  # another process may take the probed port before the exporter binds it
+
+
+def exporter_command(*args: str) -> list[str]:
+    """``python -m exporter ARGS`` with this interpreter."""
+    return [sys.executable, "-m", "exporter", *args]
+
+
+def exporter_environment(**overrides: str) -> dict[str, str]:
+    """This environment with the checkout's package first on the path, whichever directory the process starts in."""
+    return {**os.environ, "PYTHONPATH": str(REPO), **overrides}
 
 
 class ExporterProcess:
-    """By default the repository's package; ``program`` runs another entry point (an installed console script)."""
+    """``python -m exporter ARGS --web.listen-address 127.0.0.1:<free port>``, everything it prints kept in a file.
 
-    def __init__(self, *args: str, env: dict[str, str] | None = None, program: Sequence[str] | None = None,
-                 cwd: Path = REPO) -> None:
-        self.port = free_port()
-        self.url = f"http://127.0.0.1:{self.port}"
-        program = list(program or [sys.executable, "-m", "exporter"])
-        command = [*program, *args, "--web.listen-address", f"127.0.0.1:{self.port}"]
-        environment = {**os.environ, "PYTHONPATH": str(REPO), **(env or {})}
-        # A file, not a pipe: nobody reads a pipe while the test runs, and a full one would
-        # block the exporter's logging.
-        self._output = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 - closed in stop()
-        self.process = subprocess.Popen(command, cwd=cwd, env=environment, stdout=self._output,
-                                        stderr=subprocess.STDOUT, text=True)
-        eventually(self._healthy, timeout=15, what="exporter /-/healthy")
+    ``start()`` (or ``with``) starts it and waits until ``wait_for`` answers 200; ``kill()`` then ``start()``
+    restarts it on a new port with the same output file; ``stop()`` ends it for good. ``program`` runs
+    another entry point (an installed console script, or ``exporter_command()`` behind a wrapper).
+    """
+
+    def __init__(self, *args: str, program: Sequence[str] | None = None, env: dict[str, str] | None = None,
+                 cwd: Path = REPO, wait_for: str = "/-/healthy", ready_within: float = 15.0, **popen: Any) -> None:
+        self._command = [*(program or exporter_command()), *args]
+        self._environment = exporter_environment(**(env or {}))
+        self._cwd = cwd
+        self._wait_for = wait_for
+        self._ready_within = ready_within
+        self._popen = popen
+        # A file, not a pipe: nobody reads a pipe while the exporter runs, and a full one would block its
+        # logging. Every start writes on at the file's shared offset; output() reads with pread, which
+        # leaves that offset alone.
+        self._output = tempfile.TemporaryFile()  # noqa: SIM115 - closed in stop()
+        self._printed = ""
+        self._process: subprocess.Popen[bytes] | None = None
+        self.port = 0
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def pid(self) -> int:
+        return self._running().pid
+
+    def start(self) -> ExporterProcess:
+        for _attempt in range(PORT_ATTEMPTS):
+            self.port = free_port()
+            self._process = subprocess.Popen(
+                [*self._command, "--web.listen-address", f"127.0.0.1:{self.port}"], cwd=self._cwd,
+                env=self._environment, stdout=self._output, stderr=subprocess.STDOUT, **self._popen)
+            try:
+                answer = eventually(self._answers_or_exited, self._ready_within, what=self._not_ready)
+            except AssertionError:
+                self.stop()
+                raise
+            if answer == "answers":
+                return self
+        raise AssertionError(f"the exporter exited {PORT_ATTEMPTS} times before answering:\n{self.output()}")
+
+    def _answers_or_exited(self) -> str | None:
+        if self._running().poll() is not None:
+            return "exited"
+        return "answers" if http_get(self.url + self._wait_for, timeout=1)[0] == 200 else None
+
+    def _not_ready(self) -> str:
+        return f"the exporter's {self._wait_for}:\n{self.output()}"
+
+    def _running(self) -> subprocess.Popen[bytes]:
+        if self._process is None:
+            raise RuntimeError("the exporter was not started")
+        return self._process
 
     def output(self) -> str:
-        self._output.seek(0)
-        return self._output.read()
+        """Everything the exporter printed so far, over all its starts."""
+        if self._output.closed:
+            return self._printed
+        size = os.fstat(self._output.fileno()).st_size
+        return os.pread(self._output.fileno(), size, 0).decode(errors="replace")
 
-    def _healthy(self) -> bool:
-        if self.process.poll() is not None:
-            raise AssertionError(f"exporter exited with {self.process.returncode}: {self.output()}")
-        return http_get(self.url + "/-/healthy", timeout=1)[0] == 200
+    def metrics(self) -> str:
+        status, body = http_get(self.url + "/metrics")
+        if status != 200:
+            raise AssertionError(f"/metrics answered {status}: {body}")
+        return body
+
+    def samples(self) -> Samples:
+        return scrape(self.url)
+
+    def total(self, name: str, **labels: str) -> float:
+        """Sum of the samples of ``name`` whose labels include ``labels``."""
+        wanted = labels.items()
+        return sum(value for (sample, sample_labels), value in self.samples().items()
+                   if sample == name and wanted <= dict(sample_labels).items())
+
+    def cpu_seconds(self) -> float:
+        """utime + stime of the whole process, all threads, from /proc/PID/stat."""
+        with open(f"/proc/{self.pid}/stat") as handle:
+            # Fields after the parenthesised command name; utime and stime are fields 14 and 15.
+            fields = handle.read().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / CLOCK_TICKS
+
+    def memory_kb(self, field: str = "VmRSS") -> int:
+        """A field of /proc/PID/status in kB: VmRSS now, VmHWM the peak."""
+        with open(f"/proc/{self.pid}/status") as handle:
+            for line in handle:
+                if line.startswith(field + ":"):
+                    return int(line.split()[1])
+        raise KeyError(field)
+
+    def kill(self, signum: int = signal.SIGKILL, timeout: float = 15.0) -> int:
+        """Send ``signum`` and wait for the exit; its status (negative: the signal that ended it)."""
+        process = self._running()
+        process.send_signal(signum)
+        return process.wait(timeout)
 
     def stop(self) -> str:
         """Terminate (SIGTERM, then SIGKILL after 10 s); returns everything the exporter printed."""
-        if self._output.closed:
-            return self._printed
-        self.process.terminate()
-        try:
-            self.process.wait(timeout=10)
-        except subprocess.TimeoutExpired:
-            self.process.kill()
-            self.process.wait()
-        self._printed = self.output()
-        self._output.close()
+        if self._process is not None and self._process.poll() is None:
+            try:
+                self.kill(signal.SIGTERM, timeout=10)
+            except subprocess.TimeoutExpired:
+                self.kill(signal.SIGKILL)
+        if not self._output.closed:
+            self._printed = self.output()
+            self._output.close()
         return self._printed
 
     def __enter__(self) -> ExporterProcess:
-        return self
+        return self.start()
 
-    def __exit__(self, *exc_info) -> None:
+    def __exit__(self, *exc_info: object) -> None:
         self.stop()

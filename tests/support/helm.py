@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import itertools
 import re
 import shlex
 import shutil
+from collections.abc import Mapping
 from pathlib import Path
 
 import pytest
@@ -25,26 +27,29 @@ def values_file(path: Path | None) -> dict:
     return yaml.safe_load(path.read_text()) if path else {}
 
 
-def render(chart: Path = CHART, values: dict | None = None, name: str = "demo", namespace: str = "ml") -> dict[str, str]:
+def render(chart: Path = CHART, values: dict | None = None, name: str = "demo",
+           namespace: str = "ml") -> dict[str, str]:
     """Template path -> rendered text, as `helm template` (schema checked first, as Helm does)."""
     with helm.Chart.load(chart) as loaded:
         return loaded.render(values=values or {}, name=name, namespace=namespace, is_install=True)
 
 
 def rendered_objects(rendered: dict[str, str]) -> list[dict]:
-    return [obj for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt") for obj in load_objects(text)]
+    return [obj for path, text in sorted(rendered.items()) if not path.endswith("NOTES.txt")
+            for obj in load_objects(text)]
 
 
 def notes(rendered: dict[str, str]) -> str:
     return next(text for path, text in rendered.items() if path == "trainlog-exporter/templates/NOTES.txt")
 
 
-def repository_copy(destination: Path, extra_rules: dict[str, str] = {}, extra_dashboards: dict[str, str] = {}) -> Path:
+def repository_copy(destination: Path, extra_rules: Mapping[str, str] | None = None,
+                    extra_dashboards: Mapping[str, str] | None = None) -> Path:
     """The chart, the rules and the dashboards laid out as in the repository (links kept),
     plus extra files; returns the chart's directory."""
     shutil.copytree(REPO / "helm", destination / "helm", symlinks=True)
-    for source, relative, extra in ((RULES, "deploy/prometheus/rules", extra_rules),
-                                    (DASHBOARDS, "grafana/dashboards", extra_dashboards)):
+    for source, relative, extra in ((RULES, "deploy/prometheus/rules", extra_rules or {}),
+                                    (DASHBOARDS, "grafana/dashboards", extra_dashboards or {})):
         shutil.copytree(source, destination / relative)
         for name, text in extra.items():
             (destination / relative / name).write_text(text)
@@ -79,7 +84,7 @@ def documented_installs(markdown: Path) -> list[dict]:
             if words[:2] != ["helm", "install"]:
                 continue
             values: dict = {}
-            for flag, setting in zip(words, words[1:]):
+            for flag, setting in itertools.pairwise(words):
                 if flag == "--set":
                     merge(values, helm.parse_set_string(setting))
             installs.append(values)

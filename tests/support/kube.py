@@ -60,9 +60,11 @@ def _unknown_fields(given, known, path: str = "") -> list[str]:
     """Paths present in ``given`` but dropped by the model (free-form maps are kept whole)."""
     if isinstance(given, dict) and isinstance(known, dict):
         return [found for key, value in given.items()
-                for found in ([f"{path}.{key}"] if key not in known else _unknown_fields(value, known[key], f"{path}.{key}"))]
+                for found in ([f"{path}.{key}"] if key not in known
+                              else _unknown_fields(value, known[key], f"{path}.{key}"))]
     if isinstance(given, list) and isinstance(known, list):
-        return [found for index, (a, b) in enumerate(zip(given, known)) for found in _unknown_fields(a, b, f"{path}[{index}]")]
+        return [found for index, (a, b) in enumerate(zip(given, known, strict=False))
+                for found in _unknown_fields(a, b, f"{path}[{index}]")]
     return []
 
 

@@ -12,6 +12,7 @@ from typing import TypeVar
 from prometheus_client.parser import text_string_to_metric_families
 
 T = TypeVar("T")
+Samples = dict[tuple[str, tuple[tuple[str, str], ...]], float]  # (name, sorted labels) -> value
 
 
 def free_port() -> int:
@@ -43,21 +44,22 @@ def eventually(probe: Callable[[], T | None], timeout: float, interval: float = 
             last_error = error
         time.sleep(interval)
     what = what() if callable(what) else what
-    raise AssertionError(f"timed out after {timeout}s waiting for {what}" + (f" (last error: {last_error})" if last_error else ""))
+    last = f" (last error: {last_error})" if last_error else ""
+    raise AssertionError(f"timed out after {timeout}s waiting for {what}{last}")
 
 
-def scrape(base_url: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
+def scrape(base_url: str) -> Samples:
     """Samples of /metrics keyed by (name, sorted labels)."""
     status, body = http_get(base_url + "/metrics")
     assert status == 200, body
-    samples = {}
+    samples: Samples = {}
     for family in text_string_to_metric_families(body):
         for sample in family.samples:
             samples[(sample.name, tuple(sorted(sample.labels.items())))] = sample.value
     return samples
 
 
-def sample(samples, name: str, **labels: str) -> float | None:
+def sample(samples: Samples, name: str, **labels: str) -> float | None:
     """One sample's value, matching the given labels (others ignored); None if absent."""
     for (sample_name, sample_labels), value in samples.items():
         if sample_name == name and all(dict(sample_labels).get(k) == v for k, v in labels.items()):

@@ -20,7 +20,6 @@ from tests.support.net import eventually, free_port
 from tests.support.tools import require_tool
 
 
-
 def require_binary(name: str) -> str:
     """``prometheus`` or ``promtool``, from Debian's package."""
     return require_tool(name, "Debian package 'prometheus'; scripts/install-system-deps.sh installs it")
@@ -63,13 +62,12 @@ class PrometheusServer:
         config.write_text(yaml.safe_dump(self._config()), encoding="utf-8")
         for _ in range(attempts):
             port = free_port()
-            log = open(self.directory / "prometheus.log", "wb")
-            self._process = subprocess.Popen(
-                [self._binary, f"--config.file={config}", f"--storage.tsdb.path={self.directory / 'data'}",
-                 f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
-                stdout=log, stderr=subprocess.STDOUT,
-            )
-            log.close()
+            with open(self.directory / "prometheus.log", "wb") as log:
+                self._process = subprocess.Popen(
+                    [self._binary, f"--config.file={config}", f"--storage.tsdb.path={self.directory / 'data'}",
+                     f"--web.listen-address=127.0.0.1:{port}", "--log.level=warn"],
+                    stdout=log, stderr=subprocess.STDOUT,
+                )
             self.url = f"http://127.0.0.1:{port}"
             try:
                 eventually(self._ready, self._start_timeout, interval=0.2, what="Prometheus to be ready")

@@ -109,7 +109,7 @@ def by_rank(records: list[dict]) -> list[dict]:
 def comparable(actual: list[dict], expected: list[dict]) -> tuple[list, list]:
     """Both sides reduced to what the comparison rules check, ready for ``==`` with a readable diff."""
     actual, expected = by_rank(actual), by_rank(expected)
-    shown = [_project(got, want) for got, want in zip(actual, expected)] + actual[len(expected):]
+    shown = [_project(got, want) for got, want in zip(actual, expected, strict=False)] + actual[len(expected):]
     return _rounded(shown), _rounded(expected)
 
 

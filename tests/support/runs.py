@@ -32,7 +32,8 @@ def read_once(log_dir: Path, node: str = "node-0", run: str | None = None, clock
               **pipeline_options) -> TrainingState:
     """Follow a directory once; pipeline_options: ``formats`` and ``rank_offset`` of Pipeline."""
     state = TrainingState()
-    pipeline = Pipeline(state, node, lambda directory: run or Path(directory).parent.name, clock=clock, **pipeline_options)
+    pipeline = Pipeline(state, node, lambda directory: run or Path(directory).parent.name, clock=clock,
+                        **pipeline_options)
     follower = Follower([str(log_dir)], pipeline)
     try:
         follower.run_once()

@@ -1,0 +1,72 @@
+"""The one walk over the metric table, as its three writers see it."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from prometheus_client import CollectorRegistry, generate_latest
+
+from exporter.export.collector import TrainingCollector
+from exporter.export.families import ScrapeTime, walk
+from exporter.export.metrics_table import COUNTER, EXPORTER, METRICS, OTLP_EXPORT_FAILURES, PROCESS_UP, MetricSpec
+from exporter.export.text_format import render
+from exporter.parse import StepRecord
+from exporter.state import ExporterStats, TrainingState
+
+KEY = ("run", "node-0", "3")
+
+
+def values(names: tuple[str, ...], label_values: tuple[str, ...]) -> dict[str, str]:
+    return dict(zip(names, label_values, strict=True))
+
+
+def reference(state: TrainingState, scrape_time: ScrapeTime) -> bytes:
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrainingCollector(state, scrape_time))
+    return generate_latest(registry)
+
+
+def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
+    state = TrainingState()
+    with state.lock:
+        state.register(KEY, {"file": "worker_3.log", "role": "worker"}, 1.7e9)
+        state.ingest(KEY, 1, [StepRecord(step=7, loss=2.5)], log_timestamp=None, now=1.7e9)
+    failures = iter(range(1, 100))
+    scrape_time = ScrapeTime(otlp_export_failures=lambda: next(failures),
+                             process_up=lambda: {("run", "node-0"): True, ("other", "node-0"): False})
+    families = walk(state, values, scrape_time)
+    assert [family.spec for family in families] == list(METRICS)
+    by_name = {family.spec.name: family for family in families}
+    assert by_name["training_step"].samples == [({"run": "run", "node": "node-0", "rank": "3"}, "", 7)]
+    assert by_name[OTLP_EXPORT_FAILURES.name].samples == [({}, "", 1)]
+    assert by_name[PROCESS_UP.name].samples == [({"run": "other", "node": "node-0"}, "", 0),
+                                               ({"run": "run", "node": "node-0"}, "", 1)]
+    assert walk(state, values, scrape_time, [OTLP_EXPORT_FAILURES])[0].samples == [({}, "", 2)]  # asked again
+    fixed = ScrapeTime(otlp_export_failures=lambda: 3, process_up=scrape_time.process_up)
+    text = render(state, fixed)
+    assert text == reference(state, fixed)
+    assert b'trainlog_otlp_export_failures_total 3.0\n' in text
+    assert (b'training_process_up{node="node-0",run="other"} 0.0\n'
+            b'training_process_up{node="node-0",run="run"} 1.0\n') in text
+
+
+def test_without_readers_the_failures_are_0_and_there_is_no_process_family():
+    families = walk(TrainingState(), values)
+    assert [family.spec for family in families] == [spec for spec in METRICS if spec is not PROCESS_UP]
+    assert families[-1].samples == [({}, "", 0)]
+
+
+@dataclass
+class StatsWithFormats(ExporterStats):
+    """An ExporterStats with a counter per format: a dict-valued attribute and a label."""
+
+    lines_parsed_by_format: dict[str, int] = field(default_factory=lambda: {"mindformers": 10, "megatron": 2})
+
+
+def test_a_labelled_exporter_counter_is_one_spec_for_every_writer():
+    spec = MetricSpec("trainlog_lines_parsed", "Lines parsed, by format.", "lines_parsed_by_format", "{line}", "format",
+                      type=COUNTER, source=EXPORTER)
+    state = TrainingState()
+    state.stats = StatsWithFormats()
+    (family,) = walk(state, values, specs=[spec])
+    assert family.samples == [({}, "mindformers", 10), ({}, "megatron", 2)]  # in creation order
