@@ -46,7 +46,7 @@ sanitize: system-deps setup
 	rm -rf $(SANITIZED) && mkdir -p $(SANITIZED)/tests $(SANITIZED)/benchmarks
 	cp -r pyproject.toml exporter $(SANITIZED)/
 	cp tests/__init__.py tests/conftest.py tests/test_native.py $(SANITIZED)/tests/
-	cp benchmarks/generate.py $(SANITIZED)/benchmarks/
+	cp benchmarks/__init__.py benchmarks/generate.py $(SANITIZED)/benchmarks/
 	for kernel in scan step_fields detectors; do \
 	  gcc $(SANITIZE_CFLAGS) -shared -fPIC -I"$$($(PY_CONFIG) include)" exporter/native/$$kernel.c \
 	      -o $(SANITIZED)/exporter/native/_$$kernel$$($(PY_CONFIG) EXT_SUFFIX) || exit 1; \

@@ -11,7 +11,7 @@ import socket
 import threading
 from pathlib import Path
 
-from exporter import checkpoint
+from exporter import checkpoint, native
 from exporter.export import text_format
 from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer
@@ -20,7 +20,6 @@ from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower, run_label
 from exporter.parse.formats import selection
-from exporter import native
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
 from exporter.simulate.demo import DemoRun

@@ -67,7 +67,7 @@ def _comparable(blocks) -> tuple[list, str]:
 
 
 def _blocks(data: bytes, cuts: list[int]) -> list[bytes]:
-    return [data[start:end] for start, end in zip([0, *cuts], [*cuts, len(data)])]
+    return [data[start:end] for start, end in zip([0, *cuts], [*cuts, len(data)], strict=True)]
 
 
 def _line_boundaries(data: bytes, rng: random.Random, count: int) -> list[int]:

@@ -10,8 +10,9 @@ from exporter.export.collector import TrainingCollector
 from exporter.export.families import ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER, EXPORTER, METRICS, OTLP_EXPORT_FAILURES, PROCESS_UP, MetricSpec
 from exporter.export.text_format import render
-from exporter.parse import StepRecord
+from exporter.parse.records import StepLine
 from exporter.state import ExporterStats, TrainingState
+from tests.support.records import in_batches
 
 KEY = ("run", "node-0", "3")
 
@@ -30,7 +31,7 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
     state = TrainingState()
     with state.lock:
         state.register(KEY, {"file": "worker_3.log", "role": "worker"}, 1.7e9)
-        state.ingest(KEY, 1, [StepRecord(step=7, loss=2.5)], log_timestamp=None, now=1.7e9)
+        state.ingest(KEY, 1, in_batches(StepLine(7, {"loss": 2.5})), log_timestamp=None, now=1.7e9)
     failures = iter(range(1, 100))
     scrape_time = ScrapeTime(otlp_export_failures=lambda: next(failures),
                              process_up=lambda: {("run", "node-0"): True, ("other", "node-0"): False})

@@ -5,8 +5,10 @@ from __future__ import annotations
 import re
 
 from exporter.export.status_page import error_summary, render_status_page
-from exporter.parse import ErrorEvent, StepRecord
+from exporter.parse import ErrorEvent
+from exporter.parse.records import StepLine
 from exporter.state import TrainingState
+from tests.support.records import in_batches
 
 KEY = ("run", "node-0", "3")
 
@@ -23,12 +25,12 @@ def test_a_rank_row_words_the_latest_failure_of_each_kind():
     state = TrainingState()
     with state.lock:
         state.register(KEY, {"file": "worker_3.log", "role": "worker"}, 1000.0)
-        state.ingest(KEY, 4, [
-            StepRecord(step=12, total_steps=100, loss=2.5),
+        state.ingest(KEY, 4, in_batches(
+            StepLine(12, {"total_steps": 100, "loss": 2.5}),
             ErrorEvent("nccl_timeout", {"op": "ALLREDUCE", "seq_num": 7}),
             ErrorEvent("oom", {"device": "npu"}),
             ErrorEvent("elastic", {"exception": "ChildFailedError", "exitcode": 1, "signal": "SIGKILL"}),
-        ], log_timestamp=1000.0, now=1000.0)
+        ), log_timestamp=1000.0, now=1000.0)
     page = render_status_page(state, ready=True, now=1010.0)
     (row,) = re.findall(r'<tr class="bad">(.*?)</tr>', page)
     cells = re.findall(r"<td>(.*?)</td>", row)

@@ -237,7 +237,8 @@ class OtlpPush:
 
     def start(self) -> None:
         config = self._config
-        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=dict(config.headers), timeout=config.timeout_seconds)
+        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=dict(config.headers),
+                                      timeout=config.timeout_seconds)
         exporter = _CountingExporter(delegate, self._count_failure, ExportHealth(self.endpoint), self._sdk_log)
         logging.getLogger(_SDK_EXPORT_LOGGER).addFilter(self._sdk_log)
         # The reader starts its export thread on construction.
@@ -245,7 +246,8 @@ class OtlpPush:
                                                export_timeout_millis=config.timeout_seconds * 1000)
         self._provider = MeterProvider(metric_readers=[reader], resource=Resource(dict(config.resource_attributes)),
                                        shutdown_on_exit=False)
-        register_instruments(self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__), self._state, self._scrape_time)
+        meter = self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
+        register_instruments(meter, self._state, self._scrape_time)
         log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, config.interval_seconds)
 
     def stop(self) -> None:

@@ -28,7 +28,8 @@ TERMINATE = b"terminate called after throwing an instance of '"
 WHAT = b"what():"
 
 _WATCHDOG = re.compile(
-    r"Watchdog caught collective operation timeout: Work(?P<backend>[NH]CCL)\((?P<args>.*?)\) ran for (?P<ms>\d+) milliseconds")
+    r"Watchdog caught collective operation timeout: "
+    r"Work(?P<backend>[NH]CCL)\((?P<args>.*?)\) ran for (?P<ms>\d+) milliseconds")
 _WATCHDOG_RANK = re.compile(r"\[Rank (\d+)\] Watchdog caught")
 _WORK_ARG = re.compile(r"(\w+(?:\(ms\))?)=(\[[^\]]*\]|[^,]*)")
 _WORK_FIELDS = {"SeqNum": "seq_num", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out"}
@@ -40,7 +41,8 @@ _MINDSPORE_OOM = re.compile(r"Out of Memory!!! Request memory size: (\d+)B")
 _MINDSPORE_ALLOC = re.compile(r"memory isn't enough and alloc failed.*?alloc size: (\d+)B")
 
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
-_NCCL_CODE = re.compile(r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
+_NCCL_CODE = re.compile(
+    r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
 
 # ``\b(E[IJ]\d{4})\b``, written to start with its literal: ``re`` then skips to each "E"
 # instead of trying every position (20 times faster on a line without a code).
