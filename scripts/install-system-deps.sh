@@ -1,5 +1,5 @@
 #!/bin/sh
-# Debian packages the test suite runs for real: gcc for the C speedups, the Prometheus server and promtool,
+# Debian packages the test suite runs for real: gcc for the native kernels (and their ASan/UBSan build), the Prometheus server and promtool,
 # mtail (benchmarks), Chromium (status page screenshots), logrotate (rotation soak test). Installs only what is missing.
 set -eu
 PACKAGES="gcc prometheus mtail chromium logrotate"

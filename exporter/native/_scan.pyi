@@ -3,7 +3,6 @@ SIMD: int  # 1 where the AVX2 loop runs on this CPU
 
 class Scanner:
     anchors: tuple[bytes, ...]
-    def __init__(
-        self, anchors: tuple[bytes, ...], line_starts: tuple[bytes, ...] = (), *, simd: bool = True
-    ) -> None: ...
+    def __init__(self, anchors: tuple[bytes, ...], line_starts: tuple[bytes, ...] = (), *,
+                 simd: bool = True) -> None: ...
     def scan(self, data: bytes | bytearray | memoryview) -> tuple[int, list[int], list[int]]: ...

@@ -150,17 +150,17 @@ observe_spike(Spikes *s, const Config *c, double value)
 
 /* _Plateau.observe; ``has_step`` false: the rank's step is unknown. */
 static void
-observe_plateau(Plateau *p, const Config *c, int has_step, long long step, double loss)
+observe_plateau(Plateau *p, const Config *c, int has_step, long long step, double value)
 {
     double alpha = c->plateau_alpha;
     if (!p->has_smoothed) {
-        p->smoothed = loss;
+        p->smoothed = value;
         p->has_smoothed = 1;
     } else {
-        p->change += alpha * (fabs(loss - p->previous) - p->change);
-        p->smoothed += alpha * (loss - p->smoothed);
+        p->change += alpha * (fabs(value - p->previous) - p->change);
+        p->smoothed += alpha * (value - p->smoothed);
     }
-    p->previous = loss;
+    p->previous = value;
     if (!has_step) return;
     p->history_steps[p->tail] = step;
     p->history_smoothed[p->tail] = p->smoothed;

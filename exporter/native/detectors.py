@@ -97,10 +97,11 @@ class _Spikes:
 
 
 class _Plateau:
-    """The last step at which the smoothed loss was clearly lower than a window of steps before.
+    """The last step at which the smoothed value (the state feeds it losses) was clearly lower than
+    a window of steps before.
 
     Comparing two smoothed values a window apart, rather than the current value with the
-    best one so far, keeps noise from moving the step once the loss is flat: the best
+    best one so far, keeps noise from moving the step once the value is flat: the best
     so far sits at an arbitrary distance from the flat level, which noise then crosses.
     """
 
@@ -109,22 +110,22 @@ class _Plateau:
     def __init__(self, smoothed: float | None, change: float, previous: float, history_steps: Sequence[int],
                  history_smoothed: Sequence[float], best_step: int | None) -> None:
         self.smoothed = None if smoothed is None else float(smoothed)
-        self.change = float(change)  # smoothed |loss - previous loss|: the noise level
+        self.change = float(change)  # smoothed |value - previous value|: the noise level
         self.previous = float(previous)
         # (step, smoothed) over the last window
         self.history = deque((int(step), float(value)) for step, value in zip(history_steps, history_smoothed,
                                                                               strict=True))
         self.best_step = None if best_step is None else int(best_step)
 
-    def observe(self, step: int | None, loss: float, alpha: float, window: int, min_improvement: float,
+    def observe(self, step: int | None, value: float, alpha: float, window: int, min_improvement: float,
                 noise_deviations: float) -> None:
-        """Feed a finite loss; ``step`` is None while the rank's step is unknown (no best step then)."""
+        """Feed a finite value; ``step`` is None while the rank's step is unknown (no best step then)."""
         if self.smoothed is None:
-            self.smoothed = loss
+            self.smoothed = value
         else:
-            self.change += alpha * (abs(loss - self.previous) - self.change)
-            self.smoothed += alpha * (loss - self.smoothed)
-        self.previous = loss
+            self.change += alpha * (abs(value - self.previous) - self.change)
+            self.smoothed += alpha * (value - self.smoothed)
+        self.previous = value
         if step is None:
             return
         history = self.history

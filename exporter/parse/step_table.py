@@ -8,7 +8,7 @@ here, in the format module's table: nothing compiled names one.
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from functools import cached_property
 
 from exporter import native
@@ -46,10 +46,11 @@ class StepTable:
     pair_separator: str = ","
     name_separator: str = ":"
     step: str = "step"
-    gauges: tuple[str, ...] = field(init=False)  # what each field sets, in the table's order
 
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "gauges", tuple(item.sets for item in self.fields))
+    @cached_property
+    def gauges(self) -> tuple[str, ...]:
+        """What each field sets, in the table's order."""
+        return tuple(item.sets for item in self.fields)
 
     @cached_property
     def kernel_table(self) -> tuple:

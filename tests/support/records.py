@@ -82,7 +82,7 @@ def in_batches(*items: StepLine | Record) -> list[Record]:
         batch = builder.take()
         records.extend([batch, item] if batch else [item])
     batch = builder.take()
-    return records + [batch] if batch else records
+    return [*records, batch] if batch else records
 
 
 def fixture_lines(path: Path) -> list[bytes]:
