@@ -43,7 +43,7 @@ class Exporter:
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
         state_file = checkpoint.usable_state_file(_state_file(settings))
         positions = checkpoint.resume(state_file, self.state) if state_file else {}
-        pipeline = Pipeline(self.state, settings.node, run_of, formats=formats,
+        pipeline = Pipeline(self.state, settings.node_label, run_of, formats=formats,
                             rank_offset=settings.rank_offset, positions=positions)
         self.checkpointer = (
             checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
@@ -125,7 +125,7 @@ def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
     liveness, for every (run, node) followed (one trainer per pod)."""
     if not settings.process_pattern:
         return STATE_ONLY
-    liveness = ProcessLiveness(settings.process_pattern, [(run, settings.node) for run in runs],
+    liveness = ProcessLiveness(settings.process_pattern, [(run, settings.node_label) for run in runs],
                                max_age=settings.process_check_interval)
     return ScrapeTime(process_up=liveness.process_up)
 
@@ -140,7 +140,8 @@ def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:
                                      pod_namespace=settings.pod_namespace, node_name=settings.node_name,
                                      overrides=settings.otel_resource_attributes)
     # The OTEL_* variables are in milliseconds, as the specification says.
-    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers, timeout_seconds=settings.otel_exporter_otlp_timeout / 1000,
+    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers,
+                      timeout_seconds=settings.otel_exporter_otlp_timeout / 1000,
                       interval_seconds=settings.otel_metric_export_interval / 1000, resource_attributes=attributes)
 
 

@@ -294,6 +294,11 @@ class Settings(DetectorOptions):
         return self
 
     @property
+    def node_label(self) -> str:
+        """The node label, once validation filled in its default."""
+        return self.node or socket.gethostname()
+
+    @property
     def detector_config(self) -> DetectorConfig:
         return DetectorConfig(**{field.name: getattr(self, field.name) for field in dataclasses.fields(DetectorConfig)})
 

@@ -30,7 +30,7 @@ class TrainingCollector(Collector):
 
 
 def _label_dict(names: tuple[str, ...], values: tuple[str, ...]) -> dict[str, str]:
-    return dict(zip(names, values))
+    return dict(zip(names, values, strict=True))
 
 
 def _metric(family: Family[dict[str, str]]) -> Metric:

@@ -93,7 +93,8 @@ class _SeriesLabels:
     __slots__ = ("_around", "_parts", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
-        self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in sorted(zip(names, values, strict=True))]
+        pairs = sorted(zip(names, values, strict=True))
+        self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
         self.text = ",".join(part for _, part in self._parts)
         self._around: dict[str, tuple[str, str]] = {}  # extra label name -> text before and after it
 
