@@ -49,6 +49,9 @@ def test_missing_directory_is_not_ready_until_it_appears(tmp_path):
         status, body = http_get(exporter.url + "/-/ready")
         assert status == 503, body
         assert http_get(exporter.url + "/-/healthy")[0] == 200
+        # The HTTP server answers before the follower's first scan: create the directory only
+        # once the exporter said it waits for it, or it may never have had to.
+        eventually(lambda: "waiting for the log directory" in exporter.output(), 5, what="waiting announced")
         log_dir.mkdir(parents=True)
         (log_dir / "worker_0.log").write_text(STEP_LINE.format(step=1, loss=9.0))
         eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 5, what="ready after mkdir")
