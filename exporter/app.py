@@ -8,7 +8,7 @@ import signal
 import threading
 from pathlib import Path
 
-from exporter import checkpoint
+from exporter import checkpoint, native
 from exporter.export import text_format
 from exporter.export.http import ExporterHTTPServer
 from exporter.export.otlp import OtlpPush
@@ -16,7 +16,6 @@ from exporter.export.status_page import render_status_page
 from exporter.follow import Follower
 from exporter.follow.processes import ProcessWatcher
 from exporter.parse.formats import selection
-from exporter import native
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
 from exporter.simulate.demo import DemoRun
