@@ -608,10 +608,11 @@ match_record(const Table *table, const uint8_t *at, const uint8_t *end, long lon
     if (!expect_byte(&at, end, ']')) return 0;
     at = skip_spaces(at, end);
     if (!expect_byte(&at, end, table->pair_separator)) return 0;
+    /* The body runs to the first closer, with no opener before it. */
+    const uint8_t *closer = memchr(at, table->closer, (size_t)(end - at));
+    if (closer == NULL || memchr(at, table->opener, (size_t)(closer - at)) != NULL) return 0;
     *body = at;
-    while (at < end && *at != table->opener && *at != table->closer) at++;
-    if (at == end || *at != table->closer) return 0;
-    *body_end = at;
+    *body_end = closer;
     return too_long ? 2 : 1;
 }
 

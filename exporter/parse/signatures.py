@@ -213,12 +213,12 @@ _present = _present_prefilters()
 def classify(line: bytes) -> ErrorEvent | None:
     """The first failure signature in a raw line (a launcher prefix already removed), or None."""
     present = _present(line)  # one pass instead of a substring test per signature
-    for index, (prefilter, matcher) in enumerate(_SIGNATURES):
-        held = prefilter in line if present is None else index in present
-        if held:
-            event = matcher(line.decode("utf-8", "replace"))
-            if event is not None:
-                return event
+    if present is None:
+        present = {index for index, (prefilter, _) in enumerate(_SIGNATURES) if prefilter in line}
+    for index in sorted(present):  # in the order of _SIGNATURES: the first that matches names the failure
+        event = _SIGNATURES[index][1](line.decode("utf-8", "replace"))
+        if event is not None:
+            return event
     return None
 
 
