@@ -244,3 +244,15 @@ def test_the_state_home_comes_from_xdg_state_home_else_the_home_directory(tmp_pa
     monkeypatch.setenv("XDG_STATE_HOME", "")  # empty means unset (specification)
     monkeypatch.setenv("HOME", str(tmp_path / "home"))
     assert load_settings().state_home == tmp_path / "home" / ".local" / "state"
+
+
+def test_a_checkpoint_that_kept_each_printed_value_as_a_field_restores_them():
+    # Written before RankState.printed: loss, lr, ... were fields of their own.
+    state = TrainingState()
+    restore_state(state, {"series": [{"key": ["run", "node", "0"],
+                                      "values": {"step": 12, "total_steps": 100, "loss": 2.5, "learning_rate": 1e-4,
+                                                 "grad_norm": None, "steps_total": 12}}],
+                          "stats": {}})
+    rank = state.series[("run", "node", "0")]
+    assert (rank.step, rank.total_steps, rank.loss, rank.learning_rate, rank.grad_norm) == (12, 100, 2.5, 1e-4, None)
+    assert rank.steps_total == 12

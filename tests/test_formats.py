@@ -5,18 +5,17 @@ from __future__ import annotations
 import dataclasses
 import importlib
 import pkgutil
-import typing
 from pathlib import Path
 
 import pytest
 
 from exporter import native
+from exporter.export.metrics_table import METRICS, PRINTED
 from exporter.parse import BUILTIN_FORMATS, ErrorEvent, LineParser, StepBatch
 from exporter.parse import formats as formats_package
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES, FormatSelection, custom_format, path_matches, selection
 from exporter.parse.formats.registry import register, registered
-from exporter.state import RankState
 from tests.support.records import parse_lines, record_as_dict
 
 DEEPSPEED_LR = (b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=200, skipped=4, "
@@ -232,8 +231,9 @@ def test_every_format_module_registers_itself_once():
         register(dataclasses.replace(declared[0]))
 
 
-def test_field_tables_set_gauges_the_state_has_and_the_kernel_reads_them():
-    gauges = {name for name, hint in typing.get_type_hints(RankState).items() if hint in (float | None, int | None)}
+def test_field_tables_set_gauges_the_metric_table_exports_and_the_kernel_reads_them():
+    # A gauge no metric reads would be parsed and kept, and never seen.
+    gauges = {spec.attribute for spec in METRICS if spec.source == PRINTED}
     tables = [fmt.step_table for fmt in registered() if fmt.step_table is not None]
     assert tables
     for table in tables:

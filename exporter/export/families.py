@@ -24,6 +24,7 @@ from exporter.export.metrics_table import (
     INFO,
     METRICS,
     OTLP_ADAPTER,
+    PRINTED,
     PROCESSES,
     RANK_LABELS,
     RANKS,
@@ -79,13 +80,13 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
          specs: Iterable[MetricSpec] = METRICS) -> list[Family[Labels]]:
     """The families of ``specs`` (default: all, in exposition order) that have something to say."""
     specs = list(specs)
-    reads_ranks = any(spec.source == RANKS for spec in specs)
+    reads_ranks = any(spec.source in (RANKS, PRINTED) for spec in specs)
     with state.lock:
         ranks = [(key, series_labels(RANK_LABELS, key), rank) for key, rank in sorted(state.series.items())
                  ] if reads_ranks else []
-        families = [_rank_family(spec, ranks, series_labels) if spec.source == RANKS else
+        families = [_rank_family(spec, ranks, series_labels) if spec.source in (RANKS, PRINTED) else
                     _exporter_family(spec, series_labels((), ()), state.stats)
-                    for spec in specs if spec.source in (RANKS, EXPORTER)]
+                    for spec in specs if spec.source in (RANKS, PRINTED, EXPORTER)]
     for spec in specs:
         if spec.source == OTLP_ADAPTER:
             families.append(Family(spec, [(series_labels((), ()), "", getattr(scrape_time, spec.attribute)())]))
@@ -103,7 +104,10 @@ def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, Labels, Rank
     # of the text writer's time at 1,024 ranks.
     attribute, label = spec.attribute, spec.label
     samples: list[Sample[Labels]]
-    if spec.type == INFO:
+    if spec.source == PRINTED:
+        samples = [(labels, "", value) for _, labels, rank in ranks
+                   if (value := rank.printed.get(attribute)) is not None]
+    elif spec.type == INFO:
         samples = [(_with_facts(series_labels, key, getattr(rank, attribute)), "", 1) for key, _, rank in ranks]
     elif label is None:
         samples = [(labels, "", value) for _, labels, rank in ranks if (value := getattr(rank, attribute)) is not None]

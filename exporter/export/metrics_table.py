@@ -21,9 +21,10 @@ from dataclasses import dataclass
 RANK_LABELS = ("run", "node", "rank")
 
 GAUGE, COUNTER, INFO = "gauge", "counter", "info"
-# Where a family's values are read: a RankState attribute of every series, an ExporterStats
-# attribute, or, at scrape time and outside the state, the OTLP adapter and /proc.
-RANKS, EXPORTER, OTLP_ADAPTER, PROCESSES = "ranks", "exporter", "otlp adapter", "processes"
+# Where a family's values are read: a RankState attribute of every series, a value the
+# rank's log printed (RankState.printed, by the name a format parser gives it), an
+# ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter and /proc.
+RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES = "ranks", "printed", "exporter", "otlp adapter", "processes"
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
 _UNIT_SUFFIXES = {"s": "_seconds"}
@@ -50,20 +51,27 @@ class MetricSpec:
 
 
 def _group(type_: str, source: str, *specs: MetricSpec) -> tuple[MetricSpec, ...]:
-    return tuple(dataclasses.replace(spec, type=type_, source=source) for spec in specs)
+    # A printed gauge keeps its source among the rank's other gauges.
+    return tuple(dataclasses.replace(spec, type=type_, source=PRINTED if spec.source == PRINTED else source)
+                 for spec in specs)
+
+
+def _printed(name: str, help_: str, value: str, unit: str = "") -> MetricSpec:
+    """A gauge of a value the rank's log printed: ``value`` is the name format parsers give it."""
+    return MetricSpec(name, help_, value, unit, source=PRINTED)
 
 
 # Gauges per rank, present once a value was seen.
 RANK_GAUGES = _group(
     GAUGE, RANKS,
     MetricSpec("training_step", "Current global training step.", "step", "{step}"),
-    MetricSpec("training_total_steps", "Total training steps printed with the step (step:[ x/ total]).", "total_steps", "{step}"),
-    MetricSpec("training_loss", "Training loss of the latest step.", "loss"),
+    _printed("training_total_steps", "Total training steps printed with the step (step:[ x/ total]).", "total_steps", "{step}"),
+    _printed("training_loss", "Training loss of the latest step.", "loss"),
     MetricSpec("training_loss_smoothed", "Exponentially smoothed training loss (plateau detector's view).", "loss_smoothed"),
-    MetricSpec("training_learning_rate", "Learning rate of the latest step.", "learning_rate"),
-    MetricSpec("training_grad_norm", "Global gradient norm of the latest step (a printed NaN, 'not obtained', leaves it unchanged).", "grad_norm"),
-    MetricSpec("training_step_duration_seconds", "Duration of the latest step in seconds.", "step_time_seconds", "s"),
-    MetricSpec("training_throughput", "Training throughput as printed by the framework (unit in training_info's throughput_unit).", "throughput"),
+    _printed("training_learning_rate", "Learning rate of the latest step.", "learning_rate"),
+    _printed("training_grad_norm", "Global gradient norm of the latest step (a printed NaN, 'not obtained', leaves it unchanged).", "grad_norm"),
+    _printed("training_step_duration_seconds", "Duration of the latest step in seconds.", "step_time_seconds", "s"),
+    _printed("training_throughput", "Training throughput as printed by the framework (unit in training_info's throughput_unit).", "throughput"),
     MetricSpec("training_last_log_timestamp_seconds", "Modification time of the rank's log at the last change seen (Unix seconds).", "last_log_timestamp", "s"),
     MetricSpec("training_last_step_timestamp_seconds", "When the exporter saw the rank's latest step record (Unix seconds).", "last_step_timestamp", "s"),
     MetricSpec("training_loss_best_step", "Step at which the smoothed loss last improved by the plateau margin.", "loss_best_step", "{step}"),

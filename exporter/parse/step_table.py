@@ -26,7 +26,7 @@ class StepField:
 
     name: str
     kind: Kind
-    sets: str  # the gauge (a RankState value): loss, grad_norm, learning_rate, step_time_seconds, ...
+    sets: str  # the printed value (a gauge of export/metrics_table.py): loss, grad_norm, learning_rate, ...
     absent: str = ""  # a printed value meaning "not obtained this step": the gauge keeps its value
     default_unit: str = ""  # Kind.DURATION: the unit of a bare number ("" for seconds)
 

@@ -85,7 +85,15 @@ def _plain(value: Any) -> Any:
     return dict(value) if isinstance(value, dict) else value
 
 
+# Checkpoints written before the printed values were one dict (RankState.printed) hold
+# each of these as a field of its own.
+_PRINTED_AS_FIELDS = ("total_steps", "loss", "learning_rate", "grad_norm", "step_time_seconds", "throughput")
+
+
 def _load_rank(values: dict[str, Any]) -> RankState:
+    if "printed" not in values:
+        values = {**values, "printed": {name: values[name] for name in _PRINTED_AS_FIELDS
+                                        if isinstance(values.get(name), (int, float))}}
     rank = RankState()
     for name, (detector, adapter) in _rank_adapters().items():
         if name not in values:

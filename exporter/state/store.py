@@ -34,12 +34,10 @@ class RankState:
     """Everything known about one rank's log."""
 
     step: int | None = None
-    total_steps: int | None = None
-    loss: float | None = None
-    learning_rate: float | None = None
-    grad_norm: float | None = None
-    step_time_seconds: float | None = None
-    throughput: float | None = None
+    # Every gauge a step line printed, by the name of the value (StepLine.values): loss,
+    # learning_rate, grad_norm, step_time_seconds, throughput, total_steps, ... The metric
+    # table says which become metrics; a new one needs no field here.
+    printed: dict[str, float] = field(default_factory=dict)
     last_log_timestamp: float | None = None
     last_step_timestamp: float | None = None
     lines_total: int = 0
@@ -59,6 +57,31 @@ class RankState:
     loss_spikes: SpikeDetector | None = None
     grad_norm_spikes: SpikeDetector | None = None
     plateau: PlateauTracker | None = None
+
+    @property
+    def total_steps(self) -> int | None:
+        total = self.printed.get("total_steps")
+        return None if total is None else int(total)
+
+    @property
+    def loss(self) -> float | None:
+        return self.printed.get("loss")
+
+    @property
+    def learning_rate(self) -> float | None:
+        return self.printed.get("learning_rate")
+
+    @property
+    def grad_norm(self) -> float | None:
+        return self.printed.get("grad_norm")
+
+    @property
+    def step_time_seconds(self) -> float | None:
+        return self.printed.get("step_time_seconds")
+
+    @property
+    def throughput(self) -> float | None:
+        return self.printed.get("throughput")
 
     @property
     def loss_best_step(self) -> int | None:
@@ -155,8 +178,7 @@ class TrainingState:
         rank.steps_total += _steps_counted(step_before, batch.steps)
         rank.step = _last_known(step_before, batch.steps)  # Hugging Face Trainer prints no step
         rank.last_step_timestamp = now
-        for name, value in batch.latest.items():
-            setattr(rank, name, value)
+        rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
             rank.info[f"{name}_unit"] = unit
         for name, (value, lines, aux_loss) in batch.named.items():
