@@ -58,7 +58,7 @@ def _comparable(blocks) -> tuple[list, str]:
     for batch in blocks:
         other.append(([record_as_dict(record) for record in batch.records if not isinstance(record, StepBatch)],
                       batch.lines_by_rank, batch.unparsed, batch.lines_by_format))
-        groups = {rank: [] for rank in batch.lines_by_rank}
+        groups: dict[int | None, list] = {rank: [] for rank in batch.lines_by_rank}
         for record in batch.records:
             groups.setdefault(record.rank, []).append(record)
         for rank, records in groups.items():

@@ -49,7 +49,7 @@ def test_every_kernel_is_built_here():
 
 # --- kernel 1: the anchor scanner -----------------------------------------------------------
 
-ALL_ANCHORS = sorted(anchors_for(BUILTIN_FORMATS))
+ALL_ANCHORS = sorted(anchors_for(BUILTIN_FORMATS) or ())
 
 
 def _scan_both(anchors, data, line_starts=PREFIX_ANCHORS):
@@ -272,7 +272,7 @@ def _series(rng: random.Random, length: int) -> tuple[list, list]:
 
 
 FRESH_SPIKES = (0.0, 0.0, 0, 0)
-FRESH_PLATEAU = (None, 0.0, 0.0, [], [], None)
+FRESH_PLATEAU: tuple = (None, 0.0, 0.0, [], [], None)
 
 
 @pytest.mark.parametrize("seed", range(12))

@@ -88,6 +88,12 @@ Run = tuple[list[int], int | None, Fields, list[NamedValue]]
 class StepReader:
     """Runs of step lines read by one field table, taken as one; see the module's docstring."""
 
+    _steps: list[int]
+    _total: int | None
+    _latest: list[float | None]
+    _units: list[str | None]
+    _series: list[tuple[list[int], list[float]] | None]
+
     def __init__(self, table: tuple) -> None:
         self._grammar = _grammar(table)  # ValueError for a table the kernel cannot read
         self._table = table
@@ -147,11 +153,11 @@ class StepReader:
 
     def _clear(self) -> None:
         fields = self._table[6]
-        self._steps: list[int] = []
-        self._total: int | None = None
-        self._latest: list[float | None] = [None] * len(fields)
-        self._units: list[str | None] = [None] * len(fields)
-        self._series: list[tuple[list[int], list[float]] | None] = [([], []) if kept else None
+        self._steps = []
+        self._total = None
+        self._latest = [None] * len(fields)
+        self._units = [None] * len(fields)
+        self._series = [([], []) if kept else None
                                                                      for _, _, kept, _, _ in fields]
         self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it]
 

@@ -18,7 +18,7 @@ from exporter.parse.records import ErrorEvent
 try:
     from ahocorasick_rs import BytesAhoCorasick
 except ImportError:  # pragma: no cover - a platform without the wheel
-    BytesAhoCorasick = None
+    BytesAhoCorasick = None  # type: ignore[misc,assignment]
 
 Detail = dict[str, str | float]
 

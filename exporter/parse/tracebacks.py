@@ -39,7 +39,8 @@ class Block:
     """The open traceback or ChildFailedError summary of one rank stream."""
 
     __slots__ = ("finished", "_state", "_lines", "_exception", "_kind", "_detail", "_emitted",
-                 "_chained_kind", "_chained_detail", "_elastic", "_section", "_separators")
+                 "_chained_kind", "_chained_detail", "_elastic", "_other_failures", "_section",
+                 "_separators")
 
     def __init__(self, elastic: bool = False) -> None:
         self._reset(_ELASTIC if elastic else _FRAMES)
@@ -54,7 +55,8 @@ class Block:
         self._emitted = False
         self._chained_kind: str | None = None
         self._chained_detail: signatures.Detail = {}
-        self._elastic: signatures.Detail = {"exception": "ChildFailedError", "other_failures": 0}
+        self._elastic: signatures.Detail = {"exception": "ChildFailedError"}
+        self._other_failures = 0
         self._section = ""
         self._separators = 0
 
@@ -99,7 +101,7 @@ class Block:
             return self._events()
         if self._state == _ELASTIC and "exitcode" in self._elastic and not self._emitted:
             self._emitted = True
-            return [ErrorEvent("elastic", dict(self._elastic))]
+            return [self._elastic_event()]
         return []
 
     def _feed_frames(self, text: str, body: bytes) -> tuple[list[ErrorEvent], bool]:
@@ -133,10 +135,12 @@ class Block:
             self._detail.setdefault(name, value)
 
     def _events(self) -> list[ErrorEvent]:
+        exception = self._exception
+        assert exception is not None  # set by the line that left the frames, as the state was
         found = []
         if self._kind is not None:
-            found.append(ErrorEvent(self._kind, {"exception": self._exception, **self._detail}))
-        found.append(ErrorEvent("traceback", {"exception": self._exception}))
+            found.append(ErrorEvent(self._kind, {"exception": exception, **self._detail}))
+        found.append(ErrorEvent("traceback", {"exception": exception}))
         return found
 
     def _finish(self) -> list[ErrorEvent]:
@@ -145,8 +149,13 @@ class Block:
             return []
         self._emitted = True
         if self._state == _ELASTIC:
-            return [ErrorEvent("elastic", dict(self._elastic))] if self._separators else []
+            return [self._elastic_event()] if self._separators else []
         return self._events() if self._state != _FRAMES else []
+
+    def _elastic_event(self) -> ErrorEvent:
+        detail = dict(self._elastic)
+        return ErrorEvent("elastic", {"exception": detail.pop("exception"), "other_failures": self._other_failures,
+                                      **detail})
 
     def _feed_elastic(self, text: str) -> tuple[list[ErrorEvent], bool]:
         stripped = text.strip()
@@ -160,7 +169,7 @@ class Block:
         elif stripped.startswith("Failures:"):
             self._section = "failures"
         elif self._section == "failures" and _FAILURE_ENTRY.match(stripped):
-            self._elastic["other_failures"] += 1
+            self._other_failures += 1
         elif self._section == "root":
             self._root_cause_field(text)
         return [], True

@@ -76,7 +76,7 @@ def _dump_rank(rank: RankState) -> dict[str, Any]:
     values = {}
     for item in dataclasses.fields(RankState):
         value = getattr(rank, item.name)
-        values[item.name] = value.snapshot() if isinstance(value, tuple(_DETECTORS)) else _plain(value)
+        values[item.name] = value.snapshot() if isinstance(value, (SpikeDetector, PlateauTracker)) else _plain(value)
     return values
 
 
@@ -95,6 +95,7 @@ def _load_rank(values: dict[str, Any]) -> RankState:
         values = {**values, "printed": {name: values[name] for name in _PRINTED_AS_FIELDS
                                         if isinstance(values.get(name), (int, float))}}
     rank = RankState()
+    detector: Any
     for name, (detector, adapter) in _rank_adapters().items():
         if name not in values:
             continue  # a field added since the checkpoint was written keeps its default
@@ -125,7 +126,7 @@ def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
     adapters = {}
     for name, hint in typing.get_type_hints(RankState).items():
         detector = next((cls for cls in _DETECTORS if cls in typing.get_args(hint)), None)
-        dumped = _DETECTORS[detector] | None if detector else hint
+        dumped: Any = _DETECTORS[detector] | None if detector else hint
         adapters[name] = (detector, TypeAdapter(dumped))
     return adapters
 
@@ -136,7 +137,8 @@ def _stats_adapter() -> TypeAdapter:
 
     hints = typing.get_type_hints(ExporterStats)
     fields = {name: hint for name, hint in hints.items() if name not in _NOT_RESTORED_STATS}
-    return TypeAdapter(TypedDict("StatsSnapshot", fields, total=False))
+    # Built at run time from the dataclass's hints: mypy knows only TypedDicts written out.
+    return TypeAdapter(TypedDict("StatsSnapshot", fields, total=False))  # type: ignore[operator]
 
 
 def _describe(error: Exception) -> str:

@@ -76,8 +76,8 @@ def in_batches(*items: StepLine | Record) -> list[Record]:
     builder = StepBatchBuilder(None)
     for item in items:
         if isinstance(item, StepLine):
-            if builder.add_line(item):
-                records.append(builder.take())
+            if builder.add_line(item) and (batch := builder.take()) is not None:
+                records.append(batch)
             continue
         batch = builder.take()
         records.extend([batch, item] if batch else [item])
