@@ -28,6 +28,8 @@ DETECTED_FORMAT = {
     "formats/msrun_scheduler": "msrun_scheduler",
     "formats/torchrun_tee": "keyvalue",
     "formats/torchtitan": "torchtitan",
+    "real/megatron_tflops": "megatron",
+    "real/torchtitan_tflops": "torchtitan",
 }
 
 

@@ -71,6 +71,7 @@ RANK_GAUGES = _group(
     _printed("training_learning_rate", "Learning rate of the latest step.", "learning_rate"),
     _printed("training_grad_norm", "Global gradient norm of the latest step (a printed NaN, 'not obtained', leaves it unchanged).", "grad_norm"),
     _printed("training_step_duration_seconds", "Duration of the latest step in seconds.", "step_time_seconds", "s"),
+    _printed("training_tflops_per_device", "Model TFLOP/s per device as the framework computes it (Megatron-LM's throughput per GPU, torchtitan's tflops).", "tflops_per_device"),
     _printed("training_throughput", "Training throughput as printed by the framework (unit in training_info's throughput_unit).", "throughput"),
     MetricSpec("training_last_log_timestamp_seconds", "Modification time of the rank's log at the last change seen (Unix seconds).", "last_log_timestamp", "s"),
     MetricSpec("training_last_step_timestamp_seconds", "When the exporter saw the rank's latest step record (Unix seconds).", "last_step_timestamp", "s"),

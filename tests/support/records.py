@@ -29,6 +29,10 @@ def plain_number(value: float | None) -> float | str | None:
     return "nan" if math.isnan(value) else ("inf" if value > 0 else "-inf")
 
 
+# The printed values record_as_dict names above; any other one appears under its own name.
+_NAMED_KEYS = {"total_steps", "loss", "learning_rate", "grad_norm", "step_time_seconds", "throughput"}
+
+
 def record_as_dict(record) -> dict:
     if isinstance(record, StepBatch):
         (step,) = record.steps  # a batch of one line: what that line printed
@@ -47,6 +51,7 @@ def record_as_dict(record) -> dict:
             "aux": {name: plain_number(value) for name, (value, _, aux) in record.named.items() if aux},
             "extra": {name: plain_number(value) for name, (value, _, aux) in record.named.items() if not aux},
             "nonfinite_loss_steps": record.unprinted_nonfinite_losses,
+            **{name: plain_number(value) for name, value in values.items() if name not in _NAMED_KEYS},
         }
     if isinstance(record, ErrorEvent):
         return {"type": "error", "kind": record.kind, "rank": record.rank, "detail": dict(record.detail)}

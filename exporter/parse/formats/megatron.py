@@ -50,6 +50,8 @@ def _apply_field(line: StepLine, key: str, value: float | None) -> None:
     elif name == "grad_norm":
         set_value(line, "grad_norm", value)
     elif name in ("throughput_per_gpu", "tflops"):  # TFLOPs: Megatron-DeepSpeed's spelling
+        # The model TFLOP/s per GPU, and Megatron's only throughput figure: both gauges.
+        set_value(line, "tflops_per_device", value)
         set_value(line, "throughput", value)
         line.units["throughput"] = THROUGHPUT_UNIT
     else:

@@ -41,6 +41,8 @@ def parse(text: str) -> StepLine | None:
             if memory is not None:
                 line.named["memory_gib"] = float(memory.group(1))
                 line.named["memory_percent"] = float(memory.group(2))
+        elif key == "tflops":
+            set_value(line, "tflops_per_device", parse_float(raw))
         elif key == "mfu":
             add_named(line, "mfu_percent", parse_float(raw.removesuffix("%")))
         else:

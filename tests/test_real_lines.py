@@ -1,0 +1,33 @@
+"""Lines real runs printed (tests/fixtures/real/, sources in tests/fixtures/SOURCES.md), through the
+exporter's serving path: a worker log in a log directory, the exporter process, /metrics over HTTP."""
+
+from __future__ import annotations
+
+import shutil
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter_process import ExporterProcess
+from tests.support.net import eventually, http_get, sample, scrape
+
+REAL = Path(__file__).parent / "fixtures" / "real"
+
+
+@pytest.mark.parametrize(("fixture", "step", "tflops", "framework"), [
+    ("megatron_tflops.log", 73, 224.0, "megatron"),  # throughput per GPU (TFLOP/s/GPU)
+    ("torchtitan_tflops.log", 210, 323.92, "torchtitan"),  # tflops:, behind torchrun's [rank0]: prefix
+])
+def test_model_tflops_per_device_is_one_gauge_for_every_framework(tmp_path, fixture, step, tflops, framework):
+    log_dir = tmp_path / "job" / "logs"
+    log_dir.mkdir(parents=True)
+    shutil.copy(REAL / fixture, log_dir / "worker_0.log")
+    with ExporterProcess("--log-dir", str(log_dir), "--run", "job") as exporter:
+        eventually(lambda: http_get(exporter.url + "/-/ready")[0] == 200, 10, what="ready")
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0") == step, 10, what="last step")
+        metrics = scrape(exporter.url)
+        assert sample(metrics, "training_tflops_per_device", run="job", rank="0") == pytest.approx(tflops)
+        assert sample(metrics, "training_info", rank="0", framework=framework) == 1
+        # Not also a training_metric: the value has its gauge.
+        assert not [labels for metric, labels in metrics
+                    if metric == "training_metric" and ("name", "tflops") in labels]
