@@ -295,8 +295,9 @@ class Settings(DetectorOptions):
 
     @property
     def node_label(self) -> str:
-        """The node label, once validation filled in its default."""
-        return self.node or socket.gethostname()
+        """The node label, as _default_node filled it in (typed without the None it never is)."""
+        assert self.node is not None
+        return self.node
 
     @property
     def detector_config(self) -> DetectorConfig:
