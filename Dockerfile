@@ -16,7 +16,7 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml README.md LICENSE ./
+COPY pyproject.toml setup.py README.md LICENSE ./
 COPY exporter ./exporter
 # The kernels are optional for pip (a machine without a compiler still installs the
 # package), not for the image: the build fails if the wheel lacks one.

@@ -9,7 +9,7 @@ EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 setup: $(VENV)/.installed
 
 # Reinstalling (pip install -e) also rebuilds the native kernels in place when their sources change.
-$(VENV)/.installed: pyproject.toml $(wildcard exporter/native/*.c)
+$(VENV)/.installed: pyproject.toml setup.py $(wildcard exporter/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'

@@ -27,15 +27,17 @@ from tests.support.runs import copy_example
 ISOLATED = {"PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
 
 
-def pip(python: Path | str, *args: str) -> None:
-    result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", "--quiet", *args],
+def pip(python: Path | str, *args: str, quiet: bool = True) -> str:
+    """Run pip; returns what it printed (the build backend's warnings too, unless quiet)."""
+    result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *(["--quiet"] * quiet), *args],
                             capture_output=True, text=True, timeout=300)
     assert result.returncode == 0, result.stdout + result.stderr
+    return result.stdout + result.stderr
 
 
 @pytest.fixture(scope="module")
-def installed(tmp_path_factory) -> Path:
-    """A fresh venv with the project installed from its wheel, as the Dockerfile does; returns it."""
+def wheel_build(tmp_path_factory) -> tuple[Path, str]:
+    """The project's wheel built from the Dockerfile's build context: (wheel directory, pip's output)."""
     root = tmp_path_factory.mktemp("image")
     context = root / "context"
     context.mkdir()
@@ -46,11 +48,24 @@ def installed(tmp_path_factory) -> Path:
         else:
             shutil.copy2(REPO / source, context / source)
     wheels = root / "wheels"
-    pip(sys.executable, "wheel", "--wheel-dir", str(wheels), str(context))
-    venv = root / "venv"
+    output = pip(sys.executable, "wheel", "--wheel-dir", str(wheels), str(context), quiet=False)
+    return wheels, output
+
+
+@pytest.fixture(scope="module")
+def installed(wheel_build, tmp_path_factory) -> Path:
+    """A fresh venv with the project installed from its wheel, as the Dockerfile does; returns it."""
+    wheels, _ = wheel_build
+    venv = tmp_path_factory.mktemp("image") / "venv"
     subprocess.run([sys.executable, "-m", "venv", str(venv)], check=True, timeout=120)
     pip(venv / "bin" / "python", "install", "--no-index", f"--find-links={wheels}", "trainlog-exporter")
     return venv
+
+
+def test_the_build_prints_no_setuptools_warning(wheel_build):
+    _, output = wheel_build
+    warnings = [line for line in output.splitlines() if "Warning" in line]
+    assert not warnings, "\n".join(warnings)
 
 
 def tree_snapshot(directory: Path) -> dict[str, float]:
