@@ -2,6 +2,7 @@
 
     python -m benchmarks.run           # full run (a few minutes), exits 1 when a target is missed
     python -m benchmarks.run --smoke   # a few seconds: proves the script works, judges nothing
+    python benchmarks/run.py           # the same: runs itself again as the module above
 
 Targets are ratios measured in the same run on the same files (absolute numbers are
 context only: shared machines are noisy). Prints a table, writes results/latest.json
@@ -10,13 +11,20 @@ context only: shared machines are noisy). Prints a table, writes results/latest.
 
 from __future__ import annotations
 
+import os
+import sys
+
+if __name__ == "__main__" and not __package__:
+    # Started as a file: the package imports below need the repository root on the module path.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    environment = {**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [root, os.environ.get("PYTHONPATH")]))}
+    os.execve(sys.executable, [sys.executable, "-m", "benchmarks.run", *sys.argv[1:]], environment)
+
 import argparse
 import json
-import os
 import platform
 import re
 import subprocess
-import sys
 import tempfile
 import time
 from dataclasses import asdict, dataclass
