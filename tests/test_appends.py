@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
+import os
 import queue
+import shutil
 import sys
+from pathlib import Path
 
 import pytest
 
@@ -53,3 +56,39 @@ def test_stop_ends_the_thread_even_when_nothing_happened(tmp_path):
     watcher.start()
     watcher.stop()
     assert not watcher._thread.is_alive()
+
+
+def test_a_full_kernel_queue_reports_that_anything_may_have_grown(tmp_path):
+    # More appends than the kernel queues (fs.inotify.max_queued_events) before one read: IN_Q_OVERFLOW.
+    queued = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
+    watcher = AppendWatcher.create(lambda paths: None)
+    watcher.watch(str(tmp_path))
+    files = [os.open(tmp_path / f"worker_{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND) for rank in range(2)]
+    try:
+        for index in range(queued + 10):
+            os.write(files[index % 2], b"line\n")  # alternating files: the kernel merges no two events
+        assert watcher._drain() is None
+    finally:
+        for handle in files:
+            os.close(handle)
+        watcher.stop()
+
+
+def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path):
+    gone, kept = tmp_path / "gone", tmp_path / "kept"
+    gone.mkdir()
+    kept.mkdir()
+    watcher = AppendWatcher.create(lambda paths: None)
+    for directory in (gone, kept):
+        watcher.watch(str(directory))
+    odd = kept / "rank 3 \u00e9\udcff.log"  # a space, non-ASCII and a byte that is not UTF-8
+    with open(gone / "worker_0.log", "ab") as handle:
+        handle.write(b"line\n")
+    with open(os.fsencode(odd), "ab") as handle:
+        handle.write(b"line\n")
+    shutil.rmtree(gone)
+    try:
+        assert watcher._drain() == {str(odd)}
+        assert list(watcher._directories.values()) == [str(kept)]
+    finally:
+        watcher.stop()
