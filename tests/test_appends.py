@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import queue
 import shutil
 import sys
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -16,17 +17,14 @@ pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="in
 
 
 @pytest.fixture
-def reports():
-    found: queue.Queue = queue.Queue()
-    watcher = AppendWatcher.create(found.put, coalesce=0.2)
-    assert watcher is not None
-    watcher.start()
-    yield watcher, found
-    watcher.stop()
+def watcher():
+    created = AppendWatcher.create(coalesce=0.2)
+    assert created is not None
+    yield created
+    created.close()
 
 
-def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, reports):
-    watcher, found = reports
+def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, watcher):
     first, second = tmp_path / "worker_0.log", tmp_path / "worker_1.log"
     first.write_bytes(b"")
     second.write_bytes(b"")
@@ -35,50 +33,47 @@ def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, re
         for _ in range(50):  # many writes within the coalescing window: one report
             one.write(b"line\n")
             two.write(b"line\n")
-    assert found.get(timeout=5) == {str(first), str(second)}
-    assert found.empty()
+    assert watcher.wait(5) == {str(first), str(second)}
+    assert watcher.wait(0) == set()
 
 
-def test_unwatched_directories_are_not_reported(tmp_path, reports):
-    watcher, found = reports
+def test_unwatched_directories_are_not_reported(tmp_path, watcher):
     watched, other = tmp_path / "watched", tmp_path / "other"
     watched.mkdir()
     other.mkdir()
     watcher.watch(str(watched))
     (other / "worker_0.log").write_bytes(b"line\n")
     (watched / "worker_1.log").write_bytes(b"line\n")
-    assert found.get(timeout=5) == {str(watched / "worker_1.log")}
+    assert watcher.wait(5) == {str(watched / "worker_1.log")}
 
 
-def test_stop_ends_the_thread_even_when_nothing_happened(tmp_path):
-    watcher = AppendWatcher.create(lambda paths: None)
+def test_wake_ends_a_wait_from_another_thread(tmp_path, watcher):
     watcher.watch(str(tmp_path))
-    watcher.start()
-    watcher.stop()
-    assert not watcher._thread.is_alive()
+    threading.Timer(0.2, watcher.wake).start()
+    started = time.monotonic()
+    assert watcher.wait(30) == set()
+    assert time.monotonic() - started < 10
+    assert watcher.wait(0) == set()  # the wake-up was taken: nothing pending
 
 
-def test_a_full_kernel_queue_reports_that_anything_may_have_grown(tmp_path):
+def test_a_full_kernel_queue_reports_that_anything_may_have_grown(tmp_path, watcher):
     # More appends than the kernel queues (fs.inotify.max_queued_events) before one read: IN_Q_OVERFLOW.
     queued = int(Path("/proc/sys/fs/inotify/max_queued_events").read_text())
-    watcher = AppendWatcher.create(lambda paths: None)
     watcher.watch(str(tmp_path))
     files = [os.open(tmp_path / f"worker_{rank}.log", os.O_WRONLY | os.O_CREAT | os.O_APPEND) for rank in range(2)]
     try:
         for index in range(queued + 10):
             os.write(files[index % 2], b"line\n")  # alternating files: the kernel merges no two events
-        assert watcher._drain() is None
     finally:
         for handle in files:
             os.close(handle)
-        watcher.stop()
+    assert watcher.wait(5) is None
 
 
-def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path):
+def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path, watcher):
     gone, kept = tmp_path / "gone", tmp_path / "kept"
     gone.mkdir()
     kept.mkdir()
-    watcher = AppendWatcher.create(lambda paths: None)
     for directory in (gone, kept):
         watcher.watch(str(directory))
     odd = kept / "rank 3 \u00e9\udcff.log"  # a space, non-ASCII and a byte that is not UTF-8
@@ -87,8 +82,5 @@ def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path):
     with open(os.fsencode(odd), "ab") as handle:
         handle.write(b"line\n")
     shutil.rmtree(gone)
-    try:
-        assert watcher._drain() == {str(odd)}
-        assert list(watcher._directories.values()) == [str(kept)]
-    finally:
-        watcher.stop()
+    assert watcher.wait(5) == {str(odd)}
+    assert list(watcher._directories.values()) == [str(kept)]

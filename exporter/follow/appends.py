@@ -2,26 +2,26 @@
 
 watchdog turns every inotify event into Python objects handed through three threads:
 with 8 ranks writing 800 lines a second that alone cost about 5 % of a core
-(docs/benchmarks.md). Here one thread waits for the first event, lets the kernel gather
-the following ones for ``coalesce`` seconds, takes them all with one read, and reports
-each grown file once. watchdog still reports creations, moves and deletions.
+(docs/benchmarks.md). Here the follow thread itself waits for the first event, lets the
+kernel gather the following ones for ``coalesce`` seconds, takes them all with one read,
+and learns each grown file once: no thread of its own, no hand-over per batch. watchdog
+still reports creations, moves and deletions, from its thread, and wakes the wait.
 
 Linux only: ``AppendWatcher.create`` returns None elsewhere (or when inotify instances
 run out), and the follower keeps watchdog's modification events instead. The inotify
 calls are inotify_simple's; the events are decoded here (``grown_names``), because
 inotify_simple's decoding makes a named tuple and a str of every event: 6 us an event,
-a third of the exporter's steady-state CPU (docs/benchmarks.md).
+a quarter of the exporter's steady-state CPU (docs/benchmarks.md).
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import select
 import struct
-import threading
 import time
-from collections.abc import Callable
 
 try:
     from inotify_simple import INotify, flags
@@ -29,10 +29,6 @@ except ImportError:  # not Linux: the follower keeps watchdog's modification eve
     INotify = flags = None
 
 log = logging.getLogger(__name__)
-
-# Called with the paths that grew, or None when the kernel dropped events (queue overflow):
-# then anything may have grown.
-GrownCallback = Callable[[set[str] | None], None]
 
 _EVENT_HEADER = struct.Struct("iIII")  # struct inotify_event: wd, mask, cookie, len; then len bytes of name
 _Q_OVERFLOW, _IGNORED = 0x4000, 0x8000  # IN_Q_OVERFLOW, IN_IGNORED (linux/inotify.h)
@@ -61,19 +57,20 @@ def grown_names(data: bytes) -> tuple[set[tuple[int, bytes]], set[int], bool]:
 
 
 class AppendWatcher:
-    """A thread reporting grown files of the watched directories, at most every ``coalesce`` seconds."""
+    """Waits for appends to files of the watched directories, batched over ``coalesce`` seconds.
 
-    def __init__(self, inotify: INotify, on_grown: GrownCallback, coalesce: float) -> None:
+    Used by one thread (the follow thread), but for ``wake``."""
+
+    def __init__(self, inotify: INotify, coalesce: float) -> None:
         self._inotify = inotify
-        self._on_grown = on_grown
         self._coalesce = coalesce
         self._directories: dict[int, str] = {}  # watch descriptor -> directory
-        self._lock = threading.Lock()
-        self._stop_read, self._stop_write = os.pipe()
-        self._thread = threading.Thread(target=self._run, name="appends", daemon=True)
+        self._wake_read, self._wake_write = os.pipe()
+        for end in (self._wake_read, self._wake_write):
+            os.set_blocking(end, False)
 
     @classmethod
-    def create(cls, on_grown: GrownCallback, coalesce: float = 0.1) -> AppendWatcher | None:
+    def create(cls, coalesce: float = 0.1) -> AppendWatcher | None:
         """An AppendWatcher, or None where inotify is not available."""
         if INotify is None:
             return None
@@ -82,57 +79,58 @@ class AppendWatcher:
         except OSError as error:
             log.warning("inotify unavailable (%s): following appends with watchdog", error.strerror or error)
             return None
-        return cls(inotify, on_grown, coalesce)
+        return cls(inotify, coalesce)
 
     def watch(self, directory: str) -> None:
         """Report appends to files directly in ``directory`` (idempotent)."""
-        with self._lock:
-            try:
-                wd = self._inotify.add_watch(directory, flags.MODIFY)
-            except OSError as error:
-                # Over the inotify watch limit: the follower's periodic rescan still reads it.
-                log.warning("cannot watch %s for appends: %s", directory, error.strerror or error)
-                return
-            self._directories[wd] = directory
+        try:
+            wd = self._inotify.add_watch(directory, flags.MODIFY)
+        except OSError as error:
+            # Over the inotify watch limit: the follower's periodic rescan still reads it.
+            log.warning("cannot watch %s for appends: %s", directory, error.strerror or error)
+            return
+        self._directories[wd] = directory
 
-    def start(self) -> None:
-        self._thread.start()
+    def wait(self, timeout: float) -> set[str] | None:
+        """The paths that grew, waiting up to ``timeout`` seconds for the first append; empty when
+        woken (``wake``) or timed out; None when the kernel dropped events: anything may have grown."""
+        ready, _, _ = select.select([self._inotify.fileno(), self._wake_read], [], [], timeout)
+        if self._wake_read in ready:
+            _read_all(self._wake_read)
+        if self._inotify.fileno() not in ready:
+            return set()
+        time.sleep(self._coalesce)  # let the writers' next lines join this batch
+        return self._drain()
 
-    def stop(self) -> None:
-        os.write(self._stop_write, b"x")
-        if self._thread.is_alive():
-            self._thread.join()
+    def wake(self) -> None:
+        """End a ``wait`` now (from any thread)."""
+        with contextlib.suppress(BlockingIOError):  # the pipe is full: a wake-up is pending anyway
+            os.write(self._wake_write, b"x")
+
+    def close(self) -> None:
         self._inotify.close()
-        for fd in (self._stop_read, self._stop_write):
-            os.close(fd)
-
-    def _run(self) -> None:
-        while True:
-            ready, _, _ = select.select([self._inotify.fileno(), self._stop_read], [], [])
-            if self._stop_read in ready:
-                return
-            time.sleep(self._coalesce)  # let the writers' next lines join this batch
-            self._on_grown(self._drain())
+        for end in (self._wake_read, self._wake_write):
+            os.close(end)
 
     def _drain(self) -> set[str] | None:
-        """The paths named by every pending event; None if the kernel dropped events."""
-        with self._lock:
-            names, ignored, overflowed = grown_names(self._read_pending())
-            for wd in ignored:
-                self._directories.pop(wd, None)  # the directory is gone
-            directories = self._directories
-            grown = {os.path.join(directories[wd], os.fsdecode(name.rstrip(b"\0")))
-                     for wd, name in names if wd in directories}
+        names, ignored, overflowed = grown_names(_read_all(self._inotify.fileno()))
+        for wd in ignored:
+            self._directories.pop(wd, None)  # the directory is gone
+        directories = self._directories
+        grown = {os.path.join(directories[wd], os.fsdecode(name.rstrip(b"\0")))
+                 for wd, name in names if wd in directories}
         return None if overflowed else grown
 
-    def _read_pending(self) -> bytes:
-        chunks = []
-        while True:
-            try:
-                chunk = os.read(self._inotify.fileno(), _READ_SIZE)
-            except BlockingIOError:  # nothing more queued (the descriptor is non-blocking)
-                break
-            chunks.append(chunk)
-            if len(chunk) < _READ_SIZE // 2:  # far from a full read: the queue is empty
-                break
-        return b"".join(chunks)
+
+def _read_all(fd: int) -> bytes:
+    """Everything queued on a non-blocking descriptor."""
+    chunks = []
+    while True:
+        try:
+            chunk = os.read(fd, _READ_SIZE)
+        except BlockingIOError:
+            break
+        chunks.append(chunk)
+        if len(chunk) < _READ_SIZE // 2:  # far from a full read: nothing more was queued
+            break
+    return b"".join(chunks)

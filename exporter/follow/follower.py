@@ -1,8 +1,8 @@
 """Discover and follow every log file under the configured directories.
 
 watchdog's native observer (inotify) marks files dirty when they appear, move or go; the
-AppendWatcher marks them dirty when they grow, in batches; one follow thread reads dirty
-files and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
+follow thread waits on the AppendWatcher for the files that grew, in batches, reads every
+dirty file and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
 reads every file anyway: it catches what events miss (directories created later,
 overflowed event queues, writes from other hosts on NFS or Lustre, which inotify never
 sees). Polling mode (``poll_interval``, or when inotify cannot be set up) is that rescan
@@ -123,18 +123,17 @@ class Follower:
     def start(self) -> None:
         if self._observer is not None:
             # Growth comes from batched inotify reads instead of one watchdog event per write.
-            self._appends = AppendWatcher.create(self._mark_grown)
+            self._appends = AppendWatcher.create()
             if self._appends is not None:
                 for path in self._tailers:
                     self._appends.watch(os.path.dirname(path))
-                self._appends.start()
             self._observer.start()
         self._thread.start()
 
     def stop(self, timeout: float = 5.0) -> None:
         """Stop following: wait up to ``timeout`` for the batch in progress, close every file."""
         self._stop.set()
-        self._wake.set()
+        self._wake_up()
         if self._thread.ident is not None:
             self._thread.join(timeout)
         if self._observer is not None:
@@ -144,7 +143,7 @@ class Follower:
         for tailer in self._tailers.values():
             tailer.close()
         if self._appends is not None:
-            self._appends.stop()
+            self._appends.close()
             self._appends = None
 
     def run_once(self) -> None:
@@ -176,8 +175,7 @@ class Follower:
             if now >= next_rescan:
                 self._guarded(self.run_once)
                 next_rescan = now + self._rescan_interval
-            self._wake.wait(max(0.0, next_rescan - time.monotonic()))
-            self._wake.clear()
+            self._wait(max(0.0, next_rescan - time.monotonic()))
             with self._dirty_lock:
                 dirty, self._dirty = self._dirty, set()
             for path in dirty:
@@ -190,16 +188,27 @@ class Follower:
         except Exception:  # noqa: BLE001
             log.exception("follow loop: %s failed", getattr(action, "__name__", action))
 
-    def _mark_dirty(self, path: str) -> None:
-        with self._dirty_lock:
-            self._dirty.add(path)
-        self._wake.set()
-
-    def _mark_grown(self, paths: set[str] | None) -> None:
+    def _wait(self, timeout: float) -> None:
+        """Until a file is dirty or ``timeout`` seconds passed."""
+        if self._appends is None:
+            self._wake.wait(timeout)
+            self._wake.clear()
+            return
+        grown = self._appends.wait(timeout)
         with self._dirty_lock:
             # None: the kernel dropped events, any followed file may have grown.
-            self._dirty.update(list(self._tailers) if paths is None else paths)
+            self._dirty.update(list(self._tailers) if grown is None else grown)
+
+    def _mark_dirty(self, path: str) -> None:
+        """From watchdog's thread: a file appeared, moved or went."""
+        with self._dirty_lock:
+            self._dirty.add(path)
+        self._wake_up()
+
+    def _wake_up(self) -> None:
         self._wake.set()
+        if self._appends is not None:
+            self._appends.wake()
 
     def _native_observer(self) -> BaseObserver | None:
         try:
