@@ -57,3 +57,17 @@ def test_an_empty_state_renders_every_family_header():
     state = TrainingState()
     assert render(state) == _reference(state)
     assert b"# TYPE training_step gauge" in render(state)
+
+
+def test_negative_zero_and_zero_gauges_keep_their_own_text_in_one_scrape():
+    # The renderer formats each value once per scrape; -0.0 == 0.0 must not make them share a text.
+    state = TrainingState()
+    with state.lock:
+        for rank, loss in (("0", 0.0), ("1", -0.0), ("2", 0.0)):
+            key = ("run", "node", rank)
+            state.register(key, {"file": f"worker_{rank}.log", "role": "worker"}, 1.7e9)
+            state.ingest(key, 1, in_batches(StepLine(5, {"loss": loss})), log_timestamp=1.7e9, now=1.7e9)
+    body = render(state)
+    assert body == _reference(state)
+    assert b'training_loss{node="node",rank="1",run="run"} -0.0\n' in body
+    assert b'training_loss{node="node",rank="2",run="run"} 0.0\n' in body

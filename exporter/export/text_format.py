@@ -29,34 +29,43 @@ _INVALID_LABEL_NAME_CHARACTER = re.compile(r"[^a-zA-Z0-9_]|^[0-9]")
 def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY) -> bytes:
     """The whole exposition, from one consistent snapshot of the state."""
     out: list[str] = []
-    counts = _Counts()
+    counts, gauges = _Numbers(), _Numbers(keep_zero=False)
     for family in walk(state, _series_labels, scrape_time):
-        _write_family(out.append, family, counts)
+        _write_family(out.append, family, counts if family.spec.type == COUNTER else gauges)
     return "".join(out).encode()
 
 
-def _write_family(write: Callable[[str], None], family: Family[_SeriesLabels], counts: _Counts) -> None:
+def _write_family(write: Callable[[str], None], family: Family[_SeriesLabels], numbers: _Numbers) -> None:
     spec = family.spec
     counter = spec.type == COUNTER
     name = f"{spec.name}_total" if counter else spec.name
     write(_header(name, spec.help, "counter" if counter else "gauge"))
-    number = counts.__getitem__ if counter else _number
+    number = numbers.__getitem__
     label = spec.label
     if label is not None:
+        # Half the samples at 1,024 ranks: one lookup for the labels text, built once per series.
         for labels, label_value, value in family.samples:
-            write(f"{name}{{{labels.with_label(label, label_value)}}} {number(value)}\n")
+            text = labels.labeled.get((label, label_value)) or labels.with_label(label, label_value)
+            write(f"{name}{{{text}}} {number(value)}\n")
         return
     for labels, _, value in family.samples:
         text = labels.text
         write(f"{name}{{{text}}} {number(value)}\n" if text else f"{name} {number(value)}\n")
 
 
-class _Counts(dict[float, str]):
-    """Counter values as text, each formatted once per scrape: most counters are 0. (Not
-    gauges: a gauge's -0.0 would find the text of 0.)"""
+class _Numbers(dict[float, str]):
+    """Values as text, each formatted once per scrape: most counters are 0, and ranks print the same
+    step, total and learning rate. A gauge's -0.0 would find the text of 0.0 (they are equal keys), so
+    for gauges zero is formatted each time, never kept."""
+
+    def __init__(self, keep_zero: bool = True) -> None:
+        super().__init__()
+        self._keep_zero = keep_zero
 
     def __missing__(self, value: float) -> str:
-        text = self[value] = _number(value)
+        text = _number(value)
+        if value or self._keep_zero:
+            self[value] = text
         return text
 
 
@@ -88,21 +97,22 @@ def _series_labels(names: tuple[str, ...], values: tuple[str, ...]) -> _SeriesLa
 
 
 class _SeriesLabels:
-    """A series' labels, sorted by name as prometheus-client prints them, escaped once per scrape."""
+    """A series' labels, sorted by name as prometheus-client prints them, escaped once for as long as the
+    series is scraped; with one more label (a kind, an aux loss name) too."""
 
-    __slots__ = ("_around", "_parts", "text")
+    __slots__ = ("_parts", "labeled", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
         pairs = sorted(zip(names, values, strict=True))
         self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
         self.text = ",".join(part for _, part in self._parts)
-        self._around: dict[str, tuple[str, str]] = {}  # extra label name -> text before and after it
+        # (extra label name, its value) -> the whole text; the values come from a few known kinds and
+        # the aux loss names of the run (bounded by the state's limits).
+        self.labeled: dict[tuple[str, str], str] = {}
 
     def with_label(self, name: str, value: str) -> str:
         """The series' labels plus one more, at its sorted place."""
-        around = self._around.get(name)
-        if around is None:
-            before = "".join(part + "," for label, part in self._parts if label < name)
-            after = "".join("," + part for label, part in self._parts if label > name)
-            around = self._around[name] = (before, after)
-        return f'{around[0]}{name}="{_escape(value)}"{around[1]}'
+        before = "".join(part + "," for label, part in self._parts if label < name)
+        after = "".join("," + part for label, part in self._parts if label > name)
+        text = self.labeled[(name, value)] = f'{before}{name}="{_escape(value)}"{after}'
+        return text
