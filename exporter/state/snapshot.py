@@ -3,7 +3,10 @@
 Every RankState field is kept, the detectors' internals included, so after a restart the
 gauges, counters and detectors carry on where they stood. Reading back validates every
 value against the field's type before anything is changed: a damaged dump is refused
-whole (ValueError), never half applied.
+whole (ValueError), never half applied. Values of the right type but no sense are
+repaired, and said so: an integer beyond the state's range (a step of hundreds of digits
+written before lines were range-checked) is dropped, a negative counter starts at 0
+again, series beyond the series limit are left out (the most recently active kept).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from exporter.parse.numbers import MAX_INTEGER
 from exporter.state.detectors import PlateauTracker, SpikeDetector
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
@@ -58,18 +62,82 @@ def dump_state(state: TrainingState) -> dict[str, Any]:
     return {"stats": stats, "series": series}
 
 
-def restore_state(state: TrainingState, data: Any) -> None:
-    """Replace the state's series and counters with a dump; ValueError if it is not valid."""
+def restore_state(state: TrainingState, data: Any) -> list[str]:
+    """Replace the state's series and counters with a dump; ValueError if it is not valid.
+
+    Returns what had to be repaired (empty: nothing), one phrase each.
+    """
     try:
         stats = _stats_adapter().validate_python(data["stats"])
         series = {_key(entry["key"]): _load_rank(entry["values"]) for entry in data["series"]}
     except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
+    repairs = [f"{'/'.join(key)}: {repair}" for key, rank in series.items() for repair in _repair_rank(rank)]
+    repairs += [f"{name}: {repair}" for name, value in stats.items() for repair in _repair_counters(stats, name, value)]
+    limit = state.limits.max_series
+    if len(series) > limit:
+        repairs.append(f"{len(series)} series, over the limit of {limit}: the {len(series) - limit} least recently "
+                       "active left out")
+        series = dict(sorted(series.items(), key=_activity, reverse=True)[:limit])
     with state.lock:
         state.series.clear()
         state.series.update(series)
         for name, value in stats.items():
             setattr(state.stats, name, value)
+    return repairs
+
+
+def _activity(item: tuple[SeriesKey, RankState]) -> float:
+    rank = item[1]
+    return max(rank.last_log_timestamp or 0.0, rank.last_step_timestamp or 0.0)
+
+
+_COUNTS = ("lines_total", "steps_total")
+_COUNTS_BY_KIND = ("anomalies", "errors", "scheduler_events", "node_timeouts")
+
+
+def _repair_rank(rank: RankState) -> list[str]:
+    """Make a restored rank's values ones the exposition prints and the detectors read; what was wrong."""
+    repairs = []
+    if rank.step is not None and not _in_range(rank.step):
+        rank.step = None
+        repairs.append("step out of range")
+    for name in _COUNTS:
+        if not 0 <= getattr(rank, name) <= MAX_INTEGER:
+            setattr(rank, name, 0)
+            repairs.append(f"{name} negative or out of range")
+    for name in _COUNTS_BY_KIND:
+        counts = getattr(rank, name)
+        for kind, count in counts.items():
+            if not 0 <= count <= MAX_INTEGER:
+                counts[kind] = 0
+                repairs.append(f"{name}[{kind}] negative or out of range")
+    for values in (rank.printed, rank.last_anomaly_step, *rank.last_error_facts.values()):
+        for name in [name for name, value in values.items() if isinstance(value, int) and not _in_range(value)]:
+            del values[name]
+            repairs.append(f"{name} out of range")
+    spikes = (rank.loss_spikes, rank.grad_norm_spikes)
+    if any(detector is not None and min(detector.state[2:]) < 0 for detector in spikes) or (
+            rank.plateau is not None and not all(map(_in_range, rank.plateau.state[3]))):
+        rank.loss_spikes = rank.grad_norm_spikes = rank.plateau = None  # they warm up again
+        repairs.append("detector state out of range")
+    return repairs
+
+
+def _repair_counters(stats: dict[str, Any], name: str, value: Any) -> list[str]:
+    if isinstance(value, dict):
+        wrong = [key for key, count in value.items() if not 0 <= count <= MAX_INTEGER]
+        for key in wrong:
+            value[key] = 0
+        return [f"[{key}] negative or out of range" for key in wrong]
+    if isinstance(value, int) and not 0 <= value <= MAX_INTEGER:
+        stats[name] = 0
+        return ["negative or out of range"]
+    return []
+
+
+def _in_range(value: int) -> bool:
+    return -MAX_INTEGER <= value <= MAX_INTEGER
 
 
 def _dump_rank(rank: RankState) -> dict[str, Any]:

@@ -11,6 +11,8 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
+from exporter.parse.fields import label_value
+from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
 
@@ -105,6 +107,8 @@ class ExporterStats:
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
     lines_parsed_total: dict[str, int] = field(default_factory=dict)  # by the format that read a record from them
+    # Lines skipped because reading them failed, by reason (created at 0 for every reason).
+    lines_rejected_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECTED_REASONS, 0))
 
 
 class TrainingState:
@@ -121,8 +125,15 @@ class TrainingState:
     def detectors(self) -> DetectorConfig:
         return self._detectors
 
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
     def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None) -> RankState | None:
-        """Create (or find) a rank's state when its file is discovered. Call with the lock held."""
+        """Create (or find) a rank's state when its file is discovered. Call with the lock held.
+
+        ``key`` and ``info`` must be label values already (``label_value``): the pipeline makes them so.
+        """
         rank = self._rank_state(key)
         if rank is not None:
             rank.info.update(info)
@@ -156,9 +167,9 @@ class TrainingState:
             elif isinstance(record, SchedulerEvent):
                 self._count(rank, rank.scheduler_events, record.kind)
                 if record.kind == "node_timeout" and record.node_id is not None:
-                    self._count(rank, rank.node_timeouts, record.node_id)
+                    self._count(rank, rank.node_timeouts, label_value(record.node_id))
             elif isinstance(record, RunInfo):
-                rank.info.update(record.values)
+                rank.info.update({name: label_value(value) for name, value in record.values.items()})
 
     def _rank_state(self, key: SeriesKey) -> RankState | None:
         rank = self.series.get(key)
@@ -180,9 +191,9 @@ class TrainingState:
         rank.last_step_timestamp = now
         rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
-            rank.info[f"{name}_unit"] = unit
+            rank.info[f"{name}_unit"] = label_value(unit)
         for name, (value, lines, aux_loss) in batch.named.items():
-            self._set_named(rank, rank.aux_losses if aux_loss else rank.extra, name, value, lines)
+            self._set_named(rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value, lines)
         losses = batch.series.get("loss")
         if losses:
             self._check_losses(rank, _at_known_steps(losses.steps, step_before), losses.values)
