@@ -68,12 +68,15 @@ def restore_state(state: TrainingState, data: Any) -> list[str]:
     Returns what had to be repaired (empty: nothing), one phrase each.
     """
     try:
+        repairs = _repair(data["stats"], counts=True, path="stats")
+        series = {}
+        for entry in data["series"]:
+            key = _key(entry["key"])
+            repairs += [f"{'/'.join(key)} {repair}" for repair in _repair_rank(entry["values"])]
+            series[key] = _load_rank(entry["values"])
         stats = _stats_adapter().validate_python(data["stats"])
-        series = {_key(entry["key"]): _load_rank(entry["values"]) for entry in data["series"]}
-    except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
-    repairs = [f"{'/'.join(key)}: {repair}" for key, rank in series.items() for repair in _repair_rank(rank)]
-    repairs += [f"{name}: {repair}" for name, value in stats.items() for repair in _repair_counters(stats, name, value)]
     limit = state.limits.max_series
     if len(series) > limit:
         repairs.append(f"{len(series)} series, over the limit of {limit}: the {len(series) - limit} least recently "
@@ -92,52 +95,45 @@ def _activity(item: tuple[SeriesKey, RankState]) -> float:
     return max(rank.last_log_timestamp or 0.0, rank.last_step_timestamp or 0.0)
 
 
-_COUNTS = ("lines_total", "steps_total")
-_COUNTS_BY_KIND = ("anomalies", "errors", "scheduler_events", "node_timeouts")
+_COUNTS = ("lines_total", "steps_total", "anomalies", "errors", "scheduler_events", "node_timeouts")
+_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau")
 
 
-def _repair_rank(rank: RankState) -> list[str]:
-    """Make a restored rank's values ones the exposition prints and the detectors read; what was wrong."""
+def _repair_rank(values: dict[str, Any]) -> list[str]:
+    """Repair a dumped rank's numbers in place, before validation; what was wrong, one phrase each.
+
+    A detector holding a number out of range starts afresh (it warms up again); any other
+    integer out of range is left out, a negative or huge count starts at 0 again.
+    """
     repairs = []
-    if rank.step is not None and not _in_range(rank.step):
-        rank.step = None
-        repairs.append("step out of range")
-    for name in _COUNTS:
-        if not 0 <= getattr(rank, name) <= MAX_INTEGER:
-            setattr(rank, name, 0)
-            repairs.append(f"{name} negative or out of range")
-    for name in _COUNTS_BY_KIND:
-        counts = getattr(rank, name)
-        for kind, count in counts.items():
-            if not 0 <= count <= MAX_INTEGER:
-                counts[kind] = 0
-                repairs.append(f"{name}[{kind}] negative or out of range")
-    for values in (rank.printed, rank.last_anomaly_step, *rank.last_error_facts.values()):
-        for name in [name for name, value in values.items() if isinstance(value, int) and not _in_range(value)]:
-            del values[name]
+    for name in _DETECTOR_FIELDS:
+        if _repair(values.get(name), counts=True):  # its counts and steps are never negative
+            values[name] = None
             repairs.append(f"{name} out of range")
-    spikes = (rank.loss_spikes, rank.grad_norm_spikes)
-    if any(detector is not None and min(detector.state[2:]) < 0 for detector in spikes) or (
-            rank.plateau is not None and not all(map(_in_range, rank.plateau.state[3]))):
-        rank.loss_spikes = rank.grad_norm_spikes = rank.plateau = None  # they warm up again
-        repairs.append("detector state out of range")
+    for name in [name for name in values if name not in _DETECTOR_FIELDS]:
+        repairs += _repair({name: values[name]}, values, counts=name in _COUNTS)
     return repairs
 
 
-def _repair_counters(stats: dict[str, Any], name: str, value: Any) -> list[str]:
-    if isinstance(value, dict):
-        wrong = [key for key, count in value.items() if not 0 <= count <= MAX_INTEGER]
-        for key in wrong:
-            value[key] = 0
-        return [f"[{key}] negative or out of range" for key in wrong]
-    if isinstance(value, int) and not 0 <= value <= MAX_INTEGER:
-        stats[name] = 0
-        return ["negative or out of range"]
-    return []
-
-
-def _in_range(value: int) -> bool:
-    return -MAX_INTEGER <= value <= MAX_INTEGER
+def _repair(data: Any, into: Any = None, *, counts: bool = False, path: str = "") -> list[str]:
+    """Every integer out of range in ``data`` (a dict or list, nested), fixed in ``into`` (default: ``data``):
+    a count set to 0, another value left out. Returns the paths fixed."""
+    into = data if into is None else into
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    repairs = []
+    for key, value in list(items):
+        where = f"{path}.{key}" if path else str(key)
+        if isinstance(value, (dict, list)):
+            repairs += _repair(value, counts=counts, path=where)
+        elif type(value) is int and not (0 if counts else -MAX_INTEGER) <= value <= MAX_INTEGER:
+            if counts:
+                into[key] = 0
+            elif isinstance(into, dict):
+                del into[key]
+            else:
+                into[key] = None
+            repairs.append(f"{where} {'negative or ' if counts else ''}out of range")
+    return repairs
 
 
 def _dump_rank(rank: RankState) -> dict[str, Any]:
