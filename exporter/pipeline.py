@@ -129,8 +129,10 @@ class Pipeline:
             for rank, records in groups.items():
                 key = entry.keys.get(rank)
                 if key is None:
-                    key = entry.keys[rank] = (entry.run, self._node, str(rank))
-                    state.register(key, entry.info, None)
+                    key = (entry.run, self._node, str(rank))
+                    if state.register(key, entry.info, None) is not None:
+                        # Only ranks that have a series: a million prefixes the limits keep out hold no memory.
+                        entry.keys[rank] = key
                 elif info_changed:
                     state.register(key, entry.info, None)
                 state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)

@@ -151,8 +151,8 @@ def test_more_restored_series_than_the_limit_leave_room_for_new_ranks(tmp_path, 
 
         def crowded(document):  # a checkpoint of an exporter with a larger limit, or a hand-made one
             series = document["state"]["series"]
-            series += [{"key": ["old-run", "n", str(rank)], "values": {**series[0]["values"], "last_log_timestamp": 1.0}}
-                       for rank in range(5000)]
+            old = {**series[0]["values"], "last_log_timestamp": 1.0}
+            series += [{"key": ["old-run", "n", str(rank)], "values": old} for rank in range(5000)]
 
         edit_checkpoint(tmp_path / "state.json", crowded)
         (log_dir / "worker_7.log").write_text(steps(1, 5))
@@ -176,3 +176,21 @@ def test_a_file_that_shrinks_by_one_byte_is_read_on_not_again(tmp_path, log_dir)
         wait_for(exporter, "training_step", 110)
         assert exporter.total("training_steps_total") == 110  # before: 210, the file read twice
         assert exporter.total("trainlog_truncations_total") == 1
+
+
+CHART_MEMORY_LIMIT_KB = 256 * 1024
+
+
+def test_distinct_rank_prefixes_by_the_hundred_thousand_stay_far_below_the_charts_memory_limit(tmp_path, log_dir):
+    # Each prefix opens a traceback and prints a step: before, each held a batch builder, an open
+    # block and a series key for good (230 MB at 200,000 prefixes, 750 MB at a million).
+    prefixes = 200_000  # enough to prove the caps: the memory no longer grows with them
+    with (log_dir / "tee.log").open("w") as handle:
+        for rank in range(0, prefixes, 2):
+            handle.write(f"[rank{rank}]: step=1 loss=2.5\n[rank{rank + 1}]: Traceback (most recent call last):\n")
+    with serve(tmp_path, log_dir, ready_within=120) as exporter:
+        eventually(lambda: exporter.total("trainlog_bytes_read_total") >= (log_dir / "tee.log").stat().st_size, 120,
+                   what=lambda: f"read {exporter.total('trainlog_bytes_read_total')}\n{exporter.output()[-2000:]}")
+        peak = exporter.memory_kb("VmHWM")
+        assert exporter.total("trainlog_series_dropped_total") == prefixes + 1 - 4096  # each series once
+        assert peak < CHART_MEMORY_LIMIT_KB / 2, f"peak RSS {peak} kB"

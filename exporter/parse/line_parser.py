@@ -31,6 +31,9 @@ from exporter.parse.tracebacks import Block
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 # Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
 _MAX_WATCHDOG_KEYS = 4096
+# Open failure blocks and announced exceptions, each kept per rank prefix of a tee'd file: a log
+# with more distinct prefixes than this (a million ``[rankN]:``) holds no more state than that.
+MAX_OPEN_PER_PREFIX = 1024
 # Why a line was rejected (trainlog_lines_rejected_total{reason}): an integer beyond the state's
 # range, or any other failure of a parser on the line's text.
 REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR = "number_out_of_range", "parse_error"
@@ -102,6 +105,9 @@ class LineParser:
                     parsed.lines_by_rank[None] = unprefixed
         for builder in self._batches.values():
             self._end_batch(builder, parsed)
+        if len(self._batches) > 1:
+            # A tee'd file's per-prefix builders are empty now: keep none, however many prefixes a log holds.
+            self._batches = {None: self._batches[None]} if None in self._batches else {}
         for rank, block in list(self._blocks.items()):
             for event in block.flush():
                 self._emit(event, rank, parsed)
@@ -271,7 +277,7 @@ class LineParser:
         if signatures.FAILURE_GATE.search(body) is None:
             return False
         if body.startswith(signatures.TRACEBACK_START):
-            self._blocks[rank] = Block()
+            self._open_block(rank, Block(), parsed)
             return True
         event = signatures.classify(body)
         if event is not None:
@@ -282,14 +288,24 @@ class LineParser:
             self._emit(event, rank, parsed)
             return True
         if signatures.CHILD_FAILED in body:
-            self._blocks[rank] = Block(elastic=True)
+            self._open_block(rank, Block(elastic=True), parsed)
             return True
         if signatures.TERMINATE in body:
             thrown = _THROWN.search(body)
             if thrown is not None:
+                if len(self._thrown) >= MAX_OPEN_PER_PREFIX and rank not in self._thrown:
+                    del self._thrown[next(iter(self._thrown))]  # the oldest announcement: its what() never came
                 self._thrown[rank] = thrown.group(1).decode("utf-8", "replace")
                 return True
         return False
+
+    def _open_block(self, rank: int | None, block: Block, parsed: ParsedBlock) -> None:
+        """Start a rank stream's failure block; past MAX_OPEN_PER_PREFIX open ones, the oldest is given up."""
+        if len(self._blocks) >= MAX_OPEN_PER_PREFIX and rank not in self._blocks:
+            oldest = next(iter(self._blocks))
+            for event in self._blocks.pop(oldest).flush():
+                self._emit(event, oldest, parsed)
+        self._blocks[rank] = block
 
     def _emit(self, record: Record, rank: int | None, parsed: ParsedBlock) -> None:
         if type(record) is ErrorEvent or type(record) is SchedulerEvent:
