@@ -61,6 +61,7 @@ class Exporter:
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
+            symlinks_outside=settings.follow_symlinks_outside,
         )
         scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
         otlp = otlp_config(settings, socket.gethostname())

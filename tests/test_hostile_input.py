@@ -28,9 +28,9 @@ def steps(first: int, last: int) -> str:
     return "".join(f"step={step} loss=2.5\n" for step in range(first, last + 1))
 
 
-def serve(tmp_path: Path, *log_dirs: Path | bytes, **options) -> ExporterProcess:
+def serve(tmp_path: Path, *log_dirs: Path | bytes, extra: tuple[str, ...] = (), **options) -> ExporterProcess:
     directories = [arg for directory in log_dirs for arg in ("--log-dir", os.fsdecode(directory))]
-    return ExporterProcess(*directories, "--node", "n", "--state-file", str(tmp_path / "state.json"),
+    return ExporterProcess(*directories, "--node", "n", "--state-file", str(tmp_path / "state.json"), *extra,
                            wait_for="/-/ready", **options)
 
 
@@ -194,3 +194,28 @@ def test_distinct_rank_prefixes_by_the_hundred_thousand_stay_far_below_the_chart
         peak = exporter.memory_kb("VmHWM")
         assert exporter.total("trainlog_series_dropped_total") == prefixes + 1 - 4096  # each series once
         assert peak < CHART_MEMORY_LIMIT_KB / 2, f"peak RSS {peak} kB"
+
+
+def test_symlinks_out_of_the_log_directory_and_unreadable_directories_are_skipped_with_a_word(tmp_path, log_dir):
+    outside = tmp_path / "elsewhere.log"
+    outside.write_text(steps(1, 5))
+    (log_dir / "worker_1.log").symlink_to(outside)
+    (log_dir / "worker_0.log").write_text(steps(1, 10))
+    (log_dir / "worker_2.log").symlink_to(log_dir / "worker_0.log")  # inside: followed
+    locked = log_dir / "locked"
+    locked.mkdir()
+    (locked / "worker_3.log").write_text(steps(1, 5))
+    locked.chmod(0)
+    try:
+        with serve(tmp_path, log_dir) as exporter:
+            wait_for(exporter, "training_steps_total", 10, rank="2")
+            assert exporter.total("training_steps_total", rank="0") == 10
+            assert exporter.total("training_steps_total", rank="1") == 0
+            output = exporter.output()
+            if os.geteuid() != 0:  # root reads any directory
+                assert f"cannot read directory {locked}" in output
+            assert f"not following {log_dir / 'worker_1.log'}: a symbolic link out of the log directory" in output
+        with serve(tmp_path, log_dir, extra=("--follow-symlinks-outside",)) as exporter:
+            wait_for(exporter, "training_steps_total", 5, rank="1")
+    finally:
+        locked.chmod(0o755)
