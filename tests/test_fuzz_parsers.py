@@ -26,7 +26,8 @@ from exporter.state import TrainingState
 from exporter.state.snapshot import dump_state, restore_state
 
 EXAMPLES = int(os.environ.get("TRAINLOG_FUZZ_EXAMPLES", "60"))
-FUZZ = settings(max_examples=EXAMPLES, deadline=None, suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
+FUZZ = settings(max_examples=EXAMPLES, deadline=None,
+                suppress_health_check=[HealthCheck.too_slow, HealthCheck.data_too_large])
 
 ANCHORS = sorted({fmt.prefilter for fmt in registered()} | {b"Running MindFormers in PYNATIVE_MODE",
                   b"Traceback (most recent call last):", b"RuntimeError: CUDA out of memory", b"[rank3]: ",

@@ -194,7 +194,7 @@ class TrainingState:
         rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
             rank.info[f"{name}_unit"] = label_value(unit)
-        for name, (value, lines, aux_loss) in batch.named.items():
+        for name, (value, _lines, aux_loss) in batch.named.items():
             self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         losses = batch.series.get("loss")
         if losses:
