@@ -19,6 +19,7 @@ from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_att
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower, run_label
+from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
 from exporter.settings import Settings
@@ -26,6 +27,11 @@ from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
+
+
+def _run_label_value(directory: str, run: str | None) -> str:
+    """The run label of a log directory, fit to be a label (a directory's name need not be UTF-8)."""
+    return label_value(run_label(directory, run))
 
 
 class Exporter:
@@ -38,12 +44,12 @@ class Exporter:
         self.settings = settings
         self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
-        run_of = functools.partial(run_label, run=settings.run)
+        run_of = functools.partial(_run_label_value, run=settings.run)
         formats = selection(((override.path_pattern, override.format) for override in settings.formats),
                             ((custom.name, custom.pattern, custom.contains) for custom in settings.custom_formats))
         state_file = checkpoint.usable_state_file(_state_file(settings))
         positions = checkpoint.resume(state_file, self.state) if state_file else {}
-        pipeline = Pipeline(self.state, settings.node_label, run_of, formats=formats,
+        pipeline = Pipeline(self.state, label_value(settings.node_label), run_of, formats=formats,
                             rank_offset=settings.rank_offset, positions=positions)
         self.checkpointer = (
             checkpoint.Checkpointer(state_file, pipeline, settings.checkpoint_interval) if state_file else None
@@ -55,6 +61,7 @@ class Exporter:
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
+            symlinks_outside=settings.follow_symlinks_outside,
         )
         scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
         otlp = otlp_config(settings, socket.gethostname())
@@ -125,7 +132,7 @@ def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
     liveness, for every (run, node) followed (one trainer per pod)."""
     if not settings.process_pattern:
         return STATE_ONLY
-    liveness = ProcessLiveness(settings.process_pattern, [(run, settings.node_label) for run in runs],
+    liveness = ProcessLiveness(settings.process_pattern, [(run, label_value(settings.node_label)) for run in runs],
                                max_age=settings.process_check_interval)
     return ScrapeTime(process_up=liveness.process_up)
 

@@ -126,13 +126,18 @@ def resume(path: Path, state: TrainingState) -> dict[str, FilePosition]:
         log.warning("cannot read checkpoint %s (%s): starting fresh", path, error.strerror)
         return {}
     try:
-        saved = _checkpoint_file().validate_json(raw)
+        # The json module, not pydantic's parser: it reads back the lone surrogates a file name
+        # that is not UTF-8 is written with (os.fsdecode), so every name round-trips.
+        saved = _checkpoint_file().validate_python(json.loads(raw))
         if saved.version != VERSION:
             raise ValueError(f"version {saved.version}, this exporter reads version {VERSION}")
-        restore_state(state, saved.state)
-    except ValueError as error:  # pydantic's ValidationError is a ValueError
+        repairs = restore_state(state, saved.state)
+    except (ValueError, RecursionError) as error:  # pydantic's ValidationError is a ValueError
         _set_aside(path, error)
         return {}
+    if repairs:
+        log.warning("checkpoint %s held %d values that make no sense, repaired (%s%s)", path, len(repairs),
+                    "; ".join(repairs[:3]), "; ..." if len(repairs) > 3 else "")
     log.info("resuming from checkpoint %s written at %s (%d files)", path,
              time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(saved.written_at)), len(saved.positions))
     return saved.positions

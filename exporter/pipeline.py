@@ -12,6 +12,7 @@ every file's offset with exactly the lines already counted.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Mapping
@@ -19,10 +20,14 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
+from exporter.follow.identity import implausible
 from exporter.parse import Format, FormatSelection, LineParser, Record
+from exporter.parse.fields import label_value
 from exporter.parse.ranks import global_rank
 from exporter.state import SeriesKey, TrainingState
 from exporter.state.snapshot import dump_state
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(slots=True)
@@ -80,13 +85,25 @@ class Pipeline:
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(file.relative_path, role.role),
                             rank_offset=self._rank_offset)
         entry = _File(parser, self._run_for_directory(file.directory),
-                      {"file": os.path.basename(file.path), "role": role.role})
+                      {"file": label_value(os.path.basename(file.path)), "role": role.role})
         key = entry.keys[None] = (entry.run, self._node, rank)
         self._files[file.path] = entry
         with self._state.lock:
+            self._discard_implausible_position(file.path, key)
             self._state.register(key, entry.info, mtime)
             self._generation += 1
             return self._positions.get(file.path)
+
+    def _discard_implausible_position(self, path: str, key: SeriesKey) -> None:
+        """A restored position no file could give: forget it and the file's counts, read the file from its start."""
+        position = self._positions.get(path)
+        problem = implausible(position) if position is not None else None
+        if problem is None:
+            return
+        log.warning("the checkpoint's position in %s makes no sense (%s): reading the file again from its start, "
+                    "its series starts over", path, problem)
+        del self._positions[path]
+        self._state.series.pop(key, None)
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
@@ -107,11 +124,15 @@ class Pipeline:
             stats.lines_unparsed_total += parsed.unparsed
             for name, lines in parsed.lines_by_format.items():
                 stats.lines_parsed_total[name] = stats.lines_parsed_total.get(name, 0) + lines
+            for reason, lines in parsed.rejected.items():
+                stats.lines_rejected_total[reason] = stats.lines_rejected_total.get(reason, 0) + lines
             for rank, records in groups.items():
                 key = entry.keys.get(rank)
                 if key is None:
-                    key = entry.keys[rank] = (entry.run, self._node, str(rank))
-                    state.register(key, entry.info, None)
+                    key = (entry.run, self._node, str(rank))
+                    if state.register(key, entry.info, None) is not None:
+                        # Only ranks that have a series: a million prefixes the limits keep out hold no memory.
+                        entry.keys[rank] = key
                 elif info_changed:
                     state.register(key, entry.info, None)
                 state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)

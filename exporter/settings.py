@@ -156,6 +156,8 @@ class Settings(DetectorOptions):
         None, gt=0, description="Hand out a line left without its newline for this long (default: wait for it).")
     poll_interval: float | None = Field(None, gt=0, description="Poll files every N seconds instead of inotify.")
     rescan_interval: float = Field(2.0, gt=0, description="Seconds between safety rescans of the log directories.")
+    follow_symlinks_outside: bool = Field(
+        False, description="Follow symbolic links that lead out of the log directory (default: skip, with a warning).")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
     rank_offset: int = Field(

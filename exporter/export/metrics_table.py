@@ -121,6 +121,8 @@ STATS_COUNTERS = _group(
     MetricSpec("trainlog_series_dropped", "Series or values not created because a cardinality limit was reached.", "series_dropped_total", "{series}"),
     MetricSpec("trainlog_lines_parsed", "Lines a log format's parser read a record from, by format.", "lines_parsed_total",
                "{line}", "format"),
+    MetricSpec("trainlog_lines_rejected", "Lines skipped because reading them failed (a number beyond 18 digits, a parser error), by reason; "
+               "the rest of their read goes on.", "lines_rejected_total", "{line}", "reason"),
 )
 
 # Read at scrape time, outside the state: the OTLP adapter's own count (0 without OTLP)...

@@ -11,11 +11,11 @@ DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt")
 # Rotated and compressed siblings are history of a followed file, never a new rank.
 _ROTATED = re.compile(r"(\.\d+|\.gz|\.bz2|\.xz|\.zst|[-.]\d{8,10})$")
 
-_WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$")
-_RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE)
+_WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$", re.ASCII)
+_RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE | re.ASCII)
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
-_TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$")
+_TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)

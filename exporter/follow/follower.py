@@ -69,6 +69,11 @@ class Sink(Protocol):
     def files_followed(self, count: int) -> None: ...
 
 
+def _leaves(path: str, directory: str) -> bool:
+    """True when ``path`` resolves (through symbolic links) to a file outside ``directory``."""
+    return not Path(os.path.realpath(path)).is_relative_to(os.path.realpath(directory))
+
+
 class _DirtyPaths(FileSystemEventHandler):
     def __init__(self, mark: Callable[[str], None]) -> None:
         self._mark = mark
@@ -94,6 +99,7 @@ class Follower:
         rescan_interval: float = 2.0,
         idle_flush_seconds: float | None = None,
         include: tuple[str, ...] = DEFAULT_INCLUDE,
+        symlinks_outside: bool = False,
     ) -> None:
         self._directories = [os.path.abspath(d) for d in directories]
         self._sink = sink
@@ -101,6 +107,8 @@ class Follower:
         self._idle_flush_seconds = idle_flush_seconds
         self._rescan_interval = poll_interval or rescan_interval
         self._include = include
+        self._symlinks_outside = symlinks_outside
+        self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
         self._watched: set[str] = set()
@@ -237,11 +245,20 @@ class Follower:
                     self._rescan_interval)
 
     def _scan(self, directory: str) -> None:
-        for root, _dirs, names in os.walk(directory):
+        for root, _dirs, names in os.walk(directory, onerror=self._say_skipped):
             for name in names:
                 path = os.path.join(root, name)
                 if path not in self._tailers:
                     self._discover(directory, path)
+
+    def _say_skipped(self, error: OSError) -> None:
+        """A subdirectory os.walk cannot list: its files are not followed; said once per directory."""
+        self._say_once(f"cannot read directory {error.filename} ({error.strerror}): its logs are not followed")
+
+    def _say_once(self, message: str) -> None:
+        if message not in self._said:
+            self._said.add(message)
+            log.warning("%s", message)
 
     def _on_dirty(self, path: str) -> None:
         if path in self._tailers:
@@ -268,6 +285,10 @@ class Follower:
     def _discover(self, directory: str, path: str) -> None:
         relative = Path(path).relative_to(directory).as_posix()
         if not is_followed(relative, self._include):
+            return
+        if not self._symlinks_outside and _leaves(path, directory):
+            self._say_once(f"not following {path}: a symbolic link out of the log directory {directory} "
+                           "(--follow-symlinks-outside allows it)")
             return
         followed = FollowedFile(path, directory, relative, classify(relative))
         try:

@@ -44,6 +44,28 @@ class FilePosition:
     skipping: bool = False
 
 
+# No file is larger: a larger offset in a checkpoint was not written by a reader of a real file.
+MAX_OFFSET = 2**63 - 1
+_DIGEST_CHARACTERS = 32  # blake2b, 16 bytes, as hex
+
+
+def implausible(position: FilePosition) -> str | None:
+    """What makes a position read back from a checkpoint impossible (None: nothing).
+
+    Only what no real file could give: an offset beyond the end of the file it names is
+    a truncation while the exporter was down, which the tailer recovers from.
+    """
+    if not 0 <= position.offset <= MAX_OFFSET:
+        return f"offset {position.offset}"
+    if not (0 <= position.device <= MAX_OFFSET and 0 <= position.inode <= MAX_OFFSET):
+        return "device or inode number out of range"
+    fingerprint = position.fingerprint
+    if fingerprint is not None and not (0 < fingerprint.length <= FINGERPRINT_BYTES
+                                        and len(fingerprint.digest) == _DIGEST_CHARACTERS):
+        return f"fingerprint of {fingerprint.length} bytes"
+    return None
+
+
 def fingerprint_of(fd: int, length: int = FINGERPRINT_BYTES) -> Fingerprint | None:
     """Fingerprint of the first ``length`` bytes of an open file (fewer if it is shorter)."""
     head = os.pread(fd, length, 0)

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import os
 import re
-from collections.abc import Callable
+import stat
 from dataclasses import dataclass, field
 
 from exporter.follow.identity import FilePosition, is_same_file
@@ -22,12 +22,40 @@ from exporter.follow.identity import FilePosition, is_same_file
 _ROTATED_SUFFIX = re.compile(r"^(?:[-.](?P<date>\d{8,10})|\.(?P<number>\d{1,6}))$")
 
 
-@dataclass(frozen=True, slots=True)
-class Located:
-    """A saved file found among the siblings, and the newer siblings not read yet."""
+# Listing, opening and checking the names again can race a rotation in progress; this many
+# tries, each a few system calls, outlast any logrotate run.
+_SNAPSHOT_TRIES = 20
 
-    path: str | None = None
-    newer: list[str] = field(default_factory=list)
+
+@dataclass(slots=True)
+class Sibling:
+    """A rotated generation, opened: renames after the snapshot do not change which file it is."""
+
+    path: str
+    fd: int
+
+
+@dataclass(slots=True)
+class Located:
+    """A saved file found among the opened siblings, and the newer siblings not read yet.
+
+    Holds every sibling's descriptor until ``close``: use it as a context manager.
+    """
+
+    found: Sibling | None = None
+    newer: list[Sibling] = field(default_factory=list)
+    opened: list[Sibling] = field(default_factory=list)
+
+    def __enter__(self) -> Located:
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self.close()
+
+    def close(self) -> None:
+        for sibling in self.opened:
+            os.close(sibling.fd)
+        self.opened = []
 
 
 def rotated_siblings(path: str) -> list[str]:
@@ -55,17 +83,37 @@ def rotated_base(path: str) -> str | None:
 
 
 def locate(path: str, position: FilePosition, *, copies: bool = False) -> Located:
-    """Find the file ``position`` was taken in among the siblings of ``path``.
+    """Find the file ``position`` was taken in among the siblings of ``path``, opened.
 
     By inode (a rename keeps it); with ``copies``, also by fingerprint alone (a
     ``copytruncate`` copy has a new inode but the same first bytes). The newest match wins.
+    The siblings are opened first and identified by their descriptors: a rotation while
+    they are looked at (``.1`` renamed to ``.2``) cannot make one generation be read for another.
     """
-    siblings = rotated_siblings(path)
+    opened = open_siblings(path)
+    located = Located(opened=opened)
     for matches in (_same_inode, _same_content) if copies else (_same_inode,):
-        for index in range(len(siblings) - 1, -1, -1):
-            if matches(siblings[index], position):
-                return Located(siblings[index], siblings[index + 1 :])
-    return Located()
+        for index in range(len(opened) - 1, -1, -1):
+            if matches(opened[index].fd, position):
+                located.found, located.newer = opened[index], opened[index + 1 :]
+                return located
+    return located
+
+
+def open_siblings(path: str) -> list[Sibling]:
+    """The rotated siblings of ``path`` opened, oldest first, as one consistent snapshot.
+
+    Once all are open, the names are listed again and each checked to still name the file
+    opened under it; a rotation in between starts the snapshot over.
+    """
+    for _ in range(_SNAPSHOT_TRIES):
+        names = rotated_siblings(path)
+        opened = [Sibling(name, fd) for name in names if (fd := _open(name)) is not None]
+        if all(_still_named(sibling) for sibling in opened) and rotated_siblings(path) == names:
+            return opened
+        for sibling in opened:
+            os.close(sibling.fd)
+    return []
 
 
 def _age_order(match: re.Match[str]) -> tuple[int, str]:
@@ -75,21 +123,31 @@ def _age_order(match: re.Match[str]) -> tuple[int, str]:
     return -int(match.group("number")), ""
 
 
-def _same_inode(path: str, position: FilePosition) -> bool:
-    return _with_open(path, lambda fd: is_same_file(fd, position))
+def _same_inode(fd: int, position: FilePosition) -> bool:
+    return is_same_file(fd, position)
 
 
-def _same_content(path: str, position: FilePosition) -> bool:
+def _same_content(fd: int, position: FilePosition) -> bool:
     fingerprint = position.fingerprint
-    return fingerprint is not None and _with_open(path, fingerprint.matches)
+    return fingerprint is not None and fingerprint.matches(fd)
 
 
-def _with_open(path: str, check: Callable[[int], bool]) -> bool:
+def _open(path: str) -> int | None:
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC)
+        # O_NONBLOCK: a FIFO named like a rotated log must not block.
+        fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NONBLOCK)
+    except OSError:
+        return None
+    if stat.S_ISREG(os.fstat(fd).st_mode):
+        return fd
+    os.close(fd)
+    return None
+
+
+def _still_named(sibling: Sibling) -> bool:
+    try:
+        named = os.stat(sibling.path)
     except OSError:
         return False
-    try:
-        return check(fd)
-    finally:
-        os.close(fd)
+    opened = os.fstat(sibling.fd)
+    return (named.st_dev, named.st_ino) == (opened.st_dev, opened.st_ino)

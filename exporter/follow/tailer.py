@@ -26,7 +26,7 @@ from dataclasses import dataclass, field
 from stat import S_ISREG
 
 from exporter.follow.identity import FINGERPRINT_BYTES, FilePosition, Fingerprint, fingerprint_of
-from exporter.follow.rotated import locate
+from exporter.follow.rotated import Sibling, locate
 
 log = logging.getLogger(__name__)
 
@@ -83,6 +83,12 @@ class _OpenFile:
             os.close(fd)
             raise OSError(errno.EINVAL, "not a regular file")
         return cls(fd, stat.st_dev, stat.st_ino, offset, fingerprint)
+
+    @classmethod
+    def of(cls, sibling: Sibling, offset: int = 0, fingerprint: Fingerprint | None = None) -> _OpenFile:
+        """A rotated sibling opened by ``locate`` (the descriptor stays the Located's to close)."""
+        stat = os.fstat(sibling.fd)
+        return cls(sibling.fd, stat.st_dev, stat.st_ino, offset, fingerprint)
 
     def is_at(self, stat: os.stat_result) -> bool:
         return (stat.st_dev, stat.st_ino) == (self.device, self.inode)
@@ -216,18 +222,13 @@ class Tailer:
             return
         # The path was rotated while the exporter was down: read the old file on from the
         # saved offset first; poll then switches to the new one as after a live rotation.
-        located = locate(self.path, resume)
-        if located.path is not None:
-            try:
-                old = _OpenFile.open(located.path)
-            except OSError:
-                pass
-            else:
+        with locate(self.path, resume) as located:
+            if located.found is not None:
                 opened.close()
-                self._current = old
+                self._current = old = _OpenFile.of(Sibling(located.found.path, os.dup(located.found.fd)))
                 self._restore(old, resume)
                 log.info("%s was rotated while stopped: reading %s on from offset %d", self.path,
-                         located.path, resume.offset)
+                         located.found.path, resume.offset)
                 return
         log.warning("%s was replaced while stopped and the old file was not found next to it: "
                     "lines written to it after the last checkpoint are lost", self.path)
@@ -241,7 +242,7 @@ class Tailer:
     def _drain(self, current: _OpenFile) -> Iterator[ReadBatch]:
         stat = os.fstat(current.fd)
         if _was_truncated(current, stat.st_size):
-            yield from self._recover_truncation(current)
+            yield from self._recover_truncation(current, stat.st_size)
         yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
 
     def _read_to_end(self, opened: _OpenFile, mtime: float | None = None,
@@ -265,34 +266,42 @@ class Tailer:
         batch.position, batch.mtime = self._position_in(opened), mtime
         return batch
 
-    def _recover_truncation(self, current: _OpenFile) -> Iterator[ReadBatch]:
-        """copytruncate: read what was not read yet from the copy, then restart at 0."""
+    def _shrink(self, current: _OpenFile, size: int) -> ReadBatch:
+        """The file lost its end but kept its first bytes: read on from its new end, not from its start.
+
+        The lines before the new end were read already; a pending partial line lost its end.
+        """
+        bytes_lost = len(self._cutter.take_partial())
+        current.offset = size
+        return ReadBatch(b"", self._position_in(current), truncated=True, bytes_lost=bytes_lost)
+
+    def _recover_truncation(self, current: _OpenFile, size: int) -> Iterator[ReadBatch]:
+        """copytruncate: read what was not read yet from the copy, then restart at 0.
+
+        Without a copy, a file that kept its first bytes only lost its end: a shrink.
+        """
         position = self._position_in(current)
-        located = locate(self.path, position, copies=True)
         bytes_lost = 0
-        if located.path is not None:
-            yield from self._read_sibling(located.path, current.offset, current.fingerprint, cut_tail=True)
-            for newer in located.newer:
-                yield from self._read_sibling(newer, 0, None, cut_tail=True)
-        else:
-            # Unread bytes of the old content are gone; the pending partial line is all we know of.
-            bytes_lost = len(self._cutter.take_partial())
+        with locate(self.path, position, copies=True) as located:
+            if located.found is None and _was_shrunk(current, size):
+                yield self._shrink(current, size)
+                return
+            if located.found is not None:
+                yield from self._read_sibling(located.found, current.offset, current.fingerprint, cut_tail=True)
+                for newer in located.newer:
+                    yield from self._read_sibling(newer, 0, None, cut_tail=True)
+            else:
+                # Unread bytes of the old content are gone; the pending partial line is all we know of.
+                bytes_lost = len(self._cutter.take_partial())
         current.offset, current.fingerprint = 0, None
         yield ReadBatch(b"", self._position_in(current), truncated=True, bytes_lost=bytes_lost)
 
-    def _read_sibling(self, path: str, offset: int, fingerprint: Fingerprint | None,
+    def _read_sibling(self, sibling: Sibling, offset: int, fingerprint: Fingerprint | None,
                       *, cut_tail: bool) -> Iterator[ReadBatch]:
         """Read a rotated sibling from ``offset`` to its end; its last partial line ends there."""
-        try:
-            sibling = _OpenFile.open(path, offset, fingerprint)
-        except OSError as error:
-            log.warning("cannot read rotated %s: %s", path, error.strerror)
-            return
-        try:
-            yield from self._read_to_end(sibling, os.fstat(sibling.fd).st_mtime)
-            yield from self._end_of_file(sibling, cut_tail=cut_tail)
-        finally:
-            sibling.close()
+        opened = _OpenFile.of(sibling, offset, fingerprint)
+        yield from self._read_to_end(opened, os.fstat(opened.fd).st_mtime)
+        yield from self._end_of_file(opened, cut_tail=cut_tail)
 
     def _end_of_file(self, opened: _OpenFile, *, cut_tail: bool) -> Iterator[ReadBatch]:
         """The file will not grow any more: its unterminated last line is final.
@@ -308,21 +317,34 @@ class Tailer:
             yield ReadBatch(last + b"\n" if last else b"", self._position_in(opened))
 
     def _switch(self, old: _OpenFile) -> Iterator[ReadBatch]:
-        """The path names a new file: finish the old one and siblings rotated since, then start."""
+        """The path names a new file: finish the old one and siblings rotated since, then start.
+
+        The new file is opened before the siblings are listed: a generation renamed away
+        while this runs is then among the siblings, however fast rotations come, never
+        between the listing and the new file. A sibling that is the new file (rotated away
+        already) ends the siblings: it is read as the current file, and the next poll
+        switches on from it.
+        """
         yield from self._read_to_end(old)
         yield from self._end_of_file(old, cut_tail=False)
-        newer = locate(self.path, self._position_in(old)).newer
-        for sibling in newer:
-            yield from self._read_sibling(sibling, 0, None, cut_tail=False)
+        old_position = self._position_in(old)
         old.close()
         self._current = None
         self._unsettled_rescans = 0
         try:
-            self._current = new = _OpenFile.open(self.path)
+            new: _OpenFile | None = _OpenFile.open(self.path)
         except OSError as error:
             # Gone again: the next poll opens whatever the path names then, from its start.
             self.last_error = f"cannot open {self.path}: {error.strerror}"
+            new = None
+        with locate(self.path, old_position) as located:
+            for sibling in located.newer:
+                if new is not None and new.is_at(os.fstat(sibling.fd)):
+                    break
+                yield from self._read_sibling(sibling, 0, None, cut_tail=False)
+        if new is None:
             return
+        self._current = new
         yield ReadBatch(b"", self._position_in(new), rotated=True)
         yield from self._drain(new)
 
@@ -378,6 +400,11 @@ def _cap_lines(block: bytes, cap: int) -> tuple[bytes, int]:
         return block, 0
     pieces.append(block[copied_up_to:])
     return b"".join(pieces), cut
+
+
+def _was_shrunk(opened: _OpenFile, size: int) -> bool:
+    """Size below the offset, but the first bytes are the same: the file lost its end, it is not new content."""
+    return size < opened.offset and opened.fingerprint is not None and opened.fingerprint.matches(opened.fd)
 
 
 def _was_truncated(opened: _OpenFile, size: int) -> bool:

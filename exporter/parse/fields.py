@@ -1,7 +1,8 @@
-"""Field naming shared by the format parsers: where a printed value lands."""
+"""Field naming shared by the format parsers: where a printed value lands, and what a label may hold."""
 
 from __future__ import annotations
 
+import functools
 import re
 
 from exporter.parse.records import StepLine
@@ -13,6 +14,30 @@ _NOT_NAME = re.compile(r"[^0-9a-z]+")
 def metric_name(key: str) -> str:
     """'tokens per gpu per second (tgs)' -> 'tokens_per_gpu_per_second'; 'train/mfu' -> 'train_mfu'."""
     return _NOT_NAME.sub("_", _PARENTHESES.sub("", key).lower()).strip("_")
+
+
+# Longer label values are cut: a name or a log field is never legitimately this long, and each
+# value is held per series and sent with every scrape.
+MAX_LABEL_CHARS = 256
+
+
+@functools.lru_cache(maxsize=8192)  # the same few names, asked once per file, batch or record
+def label_value(text: str) -> str:
+    """``text`` made fit to be a label value: valid UTF-8 and at most MAX_LABEL_CHARS characters.
+
+    A file name that is not UTF-8 arrives with its bytes as lone surrogates (os.fsdecode), a
+    JSON log field may hold lone surrogates of its own: either way, what is not UTF-8 becomes
+    U+FFFD, so that /metrics, the status page and OTLP can encode every label.
+    """
+    if len(text) > MAX_LABEL_CHARS:
+        text = text[:MAX_LABEL_CHARS]
+    if text.isascii():
+        return text
+    try:
+        encoded = text.encode("utf-8", "surrogateescape")  # the original bytes of a file name
+    except UnicodeEncodeError:
+        encoded = text.encode("utf-8", "surrogatepass")  # other lone surrogates: invalid UTF-8, replaced below
+    return encoded.decode("utf-8", "replace")
 
 
 def is_aux_loss(name: str) -> bool:

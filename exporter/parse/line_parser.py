@@ -21,6 +21,7 @@ from exporter import native
 from exporter.parse import signatures
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
+from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.ranks import RANK_PREFIX, strip_rank_prefixes
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
@@ -30,6 +31,13 @@ from exporter.parse.tracebacks import Block
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
 # Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
 _MAX_WATCHDOG_KEYS = 4096
+# Open failure blocks and announced exceptions, each kept per rank prefix of a tee'd file: a log
+# with more distinct prefixes than this (a million ``[rankN]:``) holds no more state than that.
+MAX_OPEN_PER_PREFIX = 1024
+# Why a line was rejected (trainlog_lines_rejected_total{reason}): an integer beyond the state's
+# range, or any other failure of a parser on the line's text.
+REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR = "number_out_of_range", "parse_error"
+REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
 
 
 @dataclass(slots=True)
@@ -40,6 +48,7 @@ class ParsedBlock:
     lines_by_rank: dict[int | None, int] = field(default_factory=dict)  # None: lines without a rank prefix
     unparsed: int = 0  # lines that matched no format, no signature and no open failure block
     lines_by_format: dict[str, int] = field(default_factory=dict)  # lines a format's parser read a record from
+    rejected: dict[str, int] = field(default_factory=dict)  # lines skipped because reading them failed, by reason
 
 
 class LineParser:
@@ -96,6 +105,9 @@ class LineParser:
                     parsed.lines_by_rank[None] = unprefixed
         for builder in self._batches.values():
             self._end_batch(builder, parsed)
+        if len(self._batches) > 1:
+            # A tee'd file's per-prefix builders are empty now: keep none, however many prefixes a log holds.
+            self._batches = {None: self._batches[None]} if None in self._batches else {}
         for rank, block in list(self._blocks.items()):
             for event in block.flush():
                 self._emit(event, rank, parsed)
@@ -105,7 +117,7 @@ class LineParser:
         """Every line, one at a time."""
         lines_by_rank = parsed.lines_by_rank
         for line in data.split(b"\n")[:-1]:
-            rank, recognized = self._parse_line(line, parsed)
+            rank, recognized = self._parse_line_isolated(line, parsed)
             lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
             if not recognized:
                 parsed.unparsed += 1
@@ -143,7 +155,7 @@ class LineParser:
             end = data.find(b"\n", start)
             end = size if end < 0 else end
             position = end + 1
-            rank, found = self._parse_line(data[start:end], parsed)
+            rank, found = self._parse_line_isolated(data[start:end], parsed)
             recognized += found
             if rank is not None:
                 parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
@@ -162,6 +174,19 @@ class LineParser:
             if self._rows_per_batch and len(builder) >= self._rows_per_batch:
                 self._end_batch(builder, parsed)
         return taken
+
+    def _parse_line_isolated(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+        """``_parse_line``, but a line whose reading fails is counted as rejected and skipped, not the whole block.
+
+        A ``try`` costs nothing until something raises (Python 3.11), and the step kernel's
+        runs never come here: the fast path pays nothing for the isolation.
+        """
+        try:
+            return self._parse_line(line, parsed)
+        except Exception as error:  # noqa: BLE001 - any parser's failure on any text is this one line's
+            reason = REJECTED_OUT_OF_RANGE if isinstance(error, NumberOutOfRange) else REJECTED_PARSE_ERROR
+            parsed.rejected[reason] = parsed.rejected.get(reason, 0) + 1
+            return None, True  # counted as rejected, so neither unparsed nor lost
 
     def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
         rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] == b"[" else (None, line)
@@ -185,10 +210,12 @@ class LineParser:
 
     def _take(self, fmt: Format, record: StepLine | SchedulerEvent, rank: int | None, parsed: ParsedBlock) -> None:
         """A record a format's parser read from a line."""
-        parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
         if not isinstance(record, StepLine):
+            parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
             self._emit(record, rank, parsed)
             return
+        _check_step_line(record)
+        parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
         builder = self._builder(rank)
         if builder.add_line(record) or (self._rows_per_batch and len(builder) >= self._rows_per_batch):
             self._end_batch(builder, parsed)
@@ -250,7 +277,7 @@ class LineParser:
         if signatures.FAILURE_GATE.search(body) is None:
             return False
         if body.startswith(signatures.TRACEBACK_START):
-            self._blocks[rank] = Block()
+            self._open_block(rank, Block(), parsed)
             return True
         event = signatures.classify(body)
         if event is not None:
@@ -261,16 +288,28 @@ class LineParser:
             self._emit(event, rank, parsed)
             return True
         if signatures.CHILD_FAILED in body:
-            self._blocks[rank] = Block(elastic=True)
+            self._open_block(rank, Block(elastic=True), parsed)
             return True
         if signatures.TERMINATE in body:
             thrown = _THROWN.search(body)
             if thrown is not None:
+                if len(self._thrown) >= MAX_OPEN_PER_PREFIX and rank not in self._thrown:
+                    del self._thrown[next(iter(self._thrown))]  # the oldest announcement: its what() never came
                 self._thrown[rank] = thrown.group(1).decode("utf-8", "replace")
                 return True
         return False
 
+    def _open_block(self, rank: int | None, block: Block, parsed: ParsedBlock) -> None:
+        """Start a rank stream's failure block; past MAX_OPEN_PER_PREFIX open ones, the oldest is given up."""
+        if len(self._blocks) >= MAX_OPEN_PER_PREFIX and rank not in self._blocks:
+            oldest = next(iter(self._blocks))
+            for event in self._blocks.pop(oldest).flush():
+                self._emit(event, oldest, parsed)
+        self._blocks[rank] = block
+
     def _emit(self, record: Record, rank: int | None, parsed: ParsedBlock) -> None:
+        if type(record) is ErrorEvent or type(record) is SchedulerEvent:
+            _drop_out_of_range(record.detail)
         if rank is not None:
             record.rank = rank
         if type(record) is ErrorEvent and record.kind == "nccl_timeout":
@@ -287,6 +326,24 @@ class LineParser:
                 return
             record = observed
         parsed.records.append(record)
+
+
+def _check_step_line(line: StepLine) -> None:
+    """NumberOutOfRange unless every integer the line printed is one the state, a checkpoint and /metrics hold."""
+    if line.step is not None:
+        check_integer(line.step)
+    check_integer(line.unprinted_nonfinite_losses)
+    for values in (line.values, line.named):
+        for value in values.values():
+            if type(value) is int:  # floats are finite, nan or inf: all of them print
+                check_integer(value)
+
+
+def _drop_out_of_range(detail: dict[str, str | float]) -> None:
+    """Leave out a failure's facts (exit code, pid, bytes) printed with more digits than the state holds."""
+    for name, value in list(detail.items()):
+        if type(value) is int and not -MAX_INTEGER <= value <= MAX_INTEGER:
+            del detail[name]
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:

@@ -3,7 +3,10 @@
 Every RankState field is kept, the detectors' internals included, so after a restart the
 gauges, counters and detectors carry on where they stood. Reading back validates every
 value against the field's type before anything is changed: a damaged dump is refused
-whole (ValueError), never half applied.
+whole (ValueError), never half applied. Values of the right type but no sense are
+repaired, and said so: an integer beyond the state's range (a step of hundreds of digits
+written before lines were range-checked) is dropped, a negative counter starts at 0
+again, series beyond the series limit are left out (the most recently active kept).
 """
 
 from __future__ import annotations
@@ -16,6 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
+from exporter.parse.numbers import MAX_INTEGER
 from exporter.state.detectors import PlateauTracker, SpikeDetector
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
@@ -58,18 +62,78 @@ def dump_state(state: TrainingState) -> dict[str, Any]:
     return {"stats": stats, "series": series}
 
 
-def restore_state(state: TrainingState, data: Any) -> None:
-    """Replace the state's series and counters with a dump; ValueError if it is not valid."""
+def restore_state(state: TrainingState, data: Any) -> list[str]:
+    """Replace the state's series and counters with a dump; ValueError if it is not valid.
+
+    Returns what had to be repaired (empty: nothing), one phrase each.
+    """
     try:
+        repairs = _repair(data["stats"], counts=True, path="stats")
+        series = {}
+        for entry in data["series"]:
+            key = _key(entry["key"])
+            repairs += [f"{'/'.join(key)} {repair}" for repair in _repair_rank(entry["values"])]
+            series[key] = _load_rank(entry["values"])
         stats = _stats_adapter().validate_python(data["stats"])
-        series = {_key(entry["key"]): _load_rank(entry["values"]) for entry in data["series"]}
-    except (KeyError, TypeError, ValueError) as error:  # pydantic's ValidationError is a ValueError
+    except (KeyError, TypeError, ValueError, AttributeError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
+    limit = state.limits.max_series
+    if len(series) > limit:
+        repairs.append(f"{len(series)} series, over the limit of {limit}: the {len(series) - limit} least recently "
+                       "active left out")
+        series = dict(sorted(series.items(), key=_activity, reverse=True)[:limit])
     with state.lock:
         state.series.clear()
         state.series.update(series)
         for name, value in stats.items():
             setattr(state.stats, name, value)
+    return repairs
+
+
+def _activity(item: tuple[SeriesKey, RankState]) -> float:
+    rank = item[1]
+    return max(rank.last_log_timestamp or 0.0, rank.last_step_timestamp or 0.0)
+
+
+_COUNTS = ("lines_total", "steps_total", "anomalies", "errors", "scheduler_events", "node_timeouts")
+_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau")
+
+
+def _repair_rank(values: dict[str, Any]) -> list[str]:
+    """Repair a dumped rank's numbers in place, before validation; what was wrong, one phrase each.
+
+    A detector holding a number out of range starts afresh (it warms up again); any other
+    integer out of range is left out, a negative or huge count starts at 0 again.
+    """
+    repairs = []
+    for name in _DETECTOR_FIELDS:
+        if _repair(values.get(name), counts=True):  # its counts and steps are never negative
+            values[name] = None
+            repairs.append(f"{name} out of range")
+    for name in [name for name in values if name not in _DETECTOR_FIELDS]:
+        repairs += _repair({name: values[name]}, values, counts=name in _COUNTS)
+    return repairs
+
+
+def _repair(data: Any, into: Any = None, *, counts: bool = False, path: str = "") -> list[str]:
+    """Every integer out of range in ``data`` (a dict or list, nested), fixed in ``into`` (default: ``data``):
+    a count set to 0, another value left out. Returns the paths fixed."""
+    into = data if into is None else into
+    items = data.items() if isinstance(data, dict) else enumerate(data) if isinstance(data, list) else ()
+    repairs = []
+    for key, value in list(items):
+        where = f"{path}.{key}" if path else str(key)
+        if isinstance(value, (dict, list)):
+            repairs += _repair(value, counts=counts, path=where)
+        elif type(value) is int and not (0 if counts else -MAX_INTEGER) <= value <= MAX_INTEGER:
+            if counts:
+                into[key] = 0
+            elif isinstance(into, dict):
+                del into[key]
+            else:
+                into[key] = None
+            repairs.append(f"{where} {'negative or ' if counts else ''}out of range")
+    return repairs
 
 
 def _dump_rank(rank: RankState) -> dict[str, Any]:

@@ -11,6 +11,8 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
+from exporter.parse.fields import label_value
+from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
 
@@ -19,6 +21,7 @@ ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "trace
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
 
 SeriesKey = tuple[str, str, str]  # (run, node, rank)
+MAX_REMEMBERED_DROPS = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -105,6 +108,8 @@ class ExporterStats:
     lines_truncated_total: int = 0
     series_dropped_total: int = 0
     lines_parsed_total: dict[str, int] = field(default_factory=dict)  # by the format that read a record from them
+    # Lines skipped because reading them failed, by reason (created at 0 for every reason).
+    lines_rejected_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECTED_REASONS, 0))
 
 
 class TrainingState:
@@ -116,13 +121,21 @@ class TrainingState:
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
+        self._dropped: set[tuple[str, ...]] = set()  # series kept out by the limits, counted once each
 
     @property
     def detectors(self) -> DetectorConfig:
         return self._detectors
 
+    @property
+    def limits(self) -> Limits:
+        return self._limits
+
     def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None) -> RankState | None:
-        """Create (or find) a rank's state when its file is discovered. Call with the lock held."""
+        """Create (or find) a rank's state when its file is discovered. Call with the lock held.
+
+        ``key`` and ``info`` must be label values already (``label_value``): the pipeline makes them so.
+        """
         rank = self._rank_state(key)
         if rank is not None:
             rank.info.update(info)
@@ -150,26 +163,26 @@ class TrainingState:
             rank.last_log_timestamp = log_timestamp
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(rank, record, now)
+                self._apply_steps(key, rank, record, now)
             elif isinstance(record, ErrorEvent):
                 self._apply_error(rank, record, now)
             elif isinstance(record, SchedulerEvent):
-                self._count(rank, rank.scheduler_events, record.kind)
+                self._count(key, rank, rank.scheduler_events, record.kind)
                 if record.kind == "node_timeout" and record.node_id is not None:
-                    self._count(rank, rank.node_timeouts, record.node_id)
+                    self._count(key, rank, rank.node_timeouts, label_value(record.node_id))
             elif isinstance(record, RunInfo):
-                rank.info.update(record.values)
+                rank.info.update({name: label_value(value) for name, value in record.values.items()})
 
     def _rank_state(self, key: SeriesKey) -> RankState | None:
         rank = self.series.get(key)
         if rank is None:
             if len(self.series) >= self._limits.max_series:
-                self.stats.series_dropped_total += 1
+                self._dropped_once(key)
                 return None
             rank = self.series[key] = RankState()
         return rank
 
-    def _apply_steps(self, rank: RankState, batch: StepBatch, now: float) -> None:
+    def _apply_steps(self, key: SeriesKey, rank: RankState, batch: StepBatch, now: float) -> None:
         # What applying each line in turn would do, a column at a time: the fields of
         # different columns never interact, and within a column the order is kept.
         if not batch.steps:
@@ -180,9 +193,9 @@ class TrainingState:
         rank.last_step_timestamp = now
         rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
-            rank.info[f"{name}_unit"] = unit
-        for name, (value, lines, aux_loss) in batch.named.items():
-            self._set_named(rank, rank.aux_losses if aux_loss else rank.extra, name, value, lines)
+            rank.info[f"{name}_unit"] = label_value(unit)
+        for name, (value, _lines, aux_loss) in batch.named.items():
+            self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         losses = batch.series.get("loss")
         if losses:
             self._check_losses(rank, _at_known_steps(losses.steps, step_before), losses.values)
@@ -227,18 +240,28 @@ class TrainingState:
         if event.detail:
             rank.last_error_facts[kind] = dict(event.detail)
 
-    def _count(self, rank: RankState, counters: dict[str, int], kind: str) -> None:
+    def _count(self, key: SeriesKey, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
             counters[kind] = counters.get(kind, 0) + 1
         else:
-            self.stats.series_dropped_total += 1
+            self._dropped_once((*key, kind))
 
-    def _set_named(self, rank: RankState, values: dict[str, float], name: str, value: float, rows: int = 1) -> None:
-        """Set a named value unless the series is full; ``rows``: the lines that printed it, each a drop."""
+    def _set_named(self, key: SeriesKey, rank: RankState, values: dict[str, float], name: str, value: float) -> None:
+        """Set a named value unless the series is full (then the value's series is counted as dropped)."""
         if name in values or self._has_room(rank):
             values[name] = value
         else:
-            self.stats.series_dropped_total += rows
+            self._dropped_once((*key, name))
+
+    def _dropped_once(self, series: tuple[str, ...]) -> None:
+        """Count a series the limits keep out once, however often its lines come (in bounded memory:
+        past MAX_REMEMBERED_DROPS remembered, they are forgotten and a series may count again)."""
+        if series in self._dropped:
+            return
+        if len(self._dropped) >= MAX_REMEMBERED_DROPS:
+            self._dropped.clear()
+        self._dropped.add(series)
+        self.stats.series_dropped_total += 1
 
     def _has_room(self, rank: RankState) -> bool:
         used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events) + len(rank.node_timeouts)

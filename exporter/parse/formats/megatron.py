@@ -16,7 +16,7 @@ import re
 
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
+from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
 
 THROUGHPUT_UNIT = "TFLOP/s/GPU"
@@ -56,7 +56,8 @@ def _apply_field(line: StepLine, key: str, value: float | None) -> None:
         line.units["throughput"] = THROUGHPUT_UNIT
     else:
         if name == "nan_iterations":
-            line.unprinted_nonfinite_losses = int(value)
+            # A count printed as "nan" (an interval whose every loss was NaN) says nothing countable.
+            line.unprinted_nonfinite_losses = finite_int(value) or 0
         # "mtp_1 loss" -> mtp_1_loss: loss terms are auxiliary losses.
         add_named(line, name, value)
 
