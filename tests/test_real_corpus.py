@@ -54,7 +54,7 @@ def checks_of(fixture: Path) -> list[Check]:
     records = json.loads(fixture.with_name(fixture.stem + ".expected.json").read_text())
     run = run_name(fixture)
     latest: dict[tuple[str, str, tuple[tuple[str, str], ...]], float | str] = {}
-    events: Counter[tuple[str, str, str]] = Counter()
+    events: Counter[tuple[str, str, str, str]] = Counter()
     for record in records:
         rank = FILE_RANK if record.get("rank") is None else str(record["rank"])
         if record["type"] == "step":

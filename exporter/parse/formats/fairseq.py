@@ -26,8 +26,10 @@ _GAUGES = {"loss": "loss", "lr": "learning_rate", "gnorm": "grad_norm", "wps": "
 def parse(text: str) -> StepLine | None:
     """One progress record with its update count; None otherwise."""
     match = _ANCHOR.search(text)
-    updates = None if match is None else _UPDATES.search(text, match.end())
-    if updates is None:
+    if match is None:
+        return None
+    updates = _UPDATES.search(text, match.end())
+    if updates is None:  # fairseq before 0.6: no update count, no step (docs/formats.md)
         return None
     line = StepLine(int(updates.group(1)), named={"epoch": int(match.group(1))})
     for key, raw in _PAIR.findall(text, match.end()):
