@@ -40,9 +40,18 @@ def label_value(text: str) -> str:
     return encoded.decode("utf-8", "replace")
 
 
+# A loss of the evaluation, not of the training step: NeMo's val_loss, a jsonl eval_loss.
+_EVALUATION_PREFIXES = ("val_", "valid_", "validation_", "eval_", "test_")
+
+
 def is_aux_loss(name: str) -> bool:
-    """A named value called ``*_loss`` is an auxiliary loss (MoE load balancing, MTP, z-loss), else a plain gauge."""
-    return name.endswith("_loss")
+    """A named value called ``*_loss`` is an auxiliary loss (MoE load balancing, MTP, z-loss), else a plain gauge.
+
+    Not auxiliary: an evaluation loss (``val_loss``), and the training loss as one rank or
+    micro-batch saw it (MindFormers' ``micro_local_loss``, ``device_accum_local_loss``), a
+    per-rank copy of the main loss that the rank-divergence view reads as a plain value.
+    """
+    return name.endswith("_loss") and not name.startswith(_EVALUATION_PREFIXES) and "local_loss" not in name
 
 
 def set_value(line: StepLine, name: str, value: float | None) -> None:

@@ -3,8 +3,10 @@
 Current versions print formatted strings, ``{'loss': '0.466', 'grad_norm': '0.8123',
 'learning_rate': '4.6e-05', 'epoch': '0.2'}``; older ones raw floats with bare ``nan``
 (not a Python literal, hence a regular expression rather than ``ast.literal_eval``).
-The dict holds no step: step and total come only from a tqdm bar glued to the same
-physical line by ``\\r`` (``40/1000 [00:52<20:48, ...]\\r...\\r{'loss': ...}``).
+Transformers' dict holds no step: step and total come from a tqdm bar glued to the same
+physical line by ``\\r`` (``40/1000 [00:52<20:48, ...]\\r...\\r{'loss': ...}``). Trainers
+modelled on it print the step inside the dict (PaddleNLP's ``'global_step': 150``, others
+``'step'``): that one wins.
 Evaluation dicts (``eval_loss``) and the final train summary are not training steps.
 """
 
@@ -14,7 +16,7 @@ import re
 
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
+from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
 
 _DICT = re.compile(r"\{'loss':[^{}]*\}")
@@ -23,6 +25,7 @@ _PROGRESS = re.compile(r"(\d+)/(\d+) \[")
 
 
 _GAUGES = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}
+_STEP_KEYS = ("global_step", "step")
 
 
 def parse(text: str) -> StepLine | None:
@@ -36,7 +39,9 @@ def parse(text: str) -> StepLine | None:
         line.step, line.values["total_steps"] = int(progress.group(1)), int(progress.group(2))
     for key, raw in _PAIR.findall(match.group(0)):
         value = parse_float(raw.strip())
-        if key in _GAUGES:
+        if key in _STEP_KEYS:
+            line.step = finite_int(value) if value is not None else line.step  # 'step': None keeps the bar's
+        elif key in _GAUGES:
             set_value(line, _GAUGES[key], value)
         else:
             add_named(line, metric_name(key), value)

@@ -3,6 +3,9 @@
 ``{"step": 100, "loss": 2.345, "lr": 0.0001, "grad_norm": 1.2, "step_time": 0.85}``, possibly
 behind a logger prefix. Python's ``json.dumps`` writes ``NaN``/``Infinity``, which
 ``json.loads`` reads back. A dict without a loss is not a step (an event, a checkpoint note).
+Step aliases cover the trainers that write such files: LLaMA-Factory's ``trainer_log.jsonl``
+(``current_steps``/``total_steps``) and fairseq's ``--log-format json`` (``num_updates``,
+values as strings).
 """
 
 from __future__ import annotations
@@ -14,7 +17,7 @@ from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
 
-_STEP_KEYS = ("step", "iteration", "global_step")
+_STEP_KEYS = ("step", "iteration", "global_step", "current_steps", "num_updates")
 _TOTAL_KEYS = ("total_steps", "total_iterations", "max_steps")
 _LOSS_KEYS = ("loss", "train_loss")
 _LR_KEYS = ("lr", "learning_rate")

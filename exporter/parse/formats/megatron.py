@@ -4,7 +4,9 @@
 elapsed time per iteration (ms): 1523.4 | ... | lm loss: 2.345678E+00 | load_balancing_loss: ... |
 mtp_1 loss: ... | loss scale: 1.0 | grad norm: 0.873 | number of skipped iterations: 0 |
 number of nan iterations: 0 |``. Every field but the iteration is optional and versions add
-more, so the line is split on ``|`` and read as ``key: value`` pairs.
+more, so the line is split on ``|`` and read as ``key: value`` pairs. Versions before 2021
+(and the DeepSpeedExamples copy) print some keys without the colon: ``learning rate 1.258E-04 |
+lm loss 4.799004E+00 | loss scale 32768.0 |``; there the value is the field's last word.
 
 Megatron prints a loss only ``if avg >= 0.0``: a NaN loss vanishes from the line. The
 "number of nan iterations" of the interval is kept so state can count it as a non-finite loss.
@@ -32,7 +34,9 @@ def parse(text: str) -> StepLine | None:
     line = StepLine(int(match.group(1)), {"total_steps": int(match.group(2))})
     for field in text[match.end():].split("|"):
         key, colon, raw = field.partition(":")
-        if colon:
+        if not colon:
+            key, _, raw = field.strip().rpartition(" ")
+        if key:
             _apply_field(line, key.strip(), parse_float(raw.strip()))
     return line
 

@@ -5,6 +5,14 @@ overflow cond: False, loss_scale: 1.0, global_norm: [10.579812], train_throughpu
 (the closing ``}`` ends the progress-bar line that follows). ``step:[x/y]`` counts within the
 epoch, so the global step is ``(epoch - 1) * y + x``. Values are printed with ``%s``: numpy
 arrays in brackets, ``unavailable`` for an unknown loss scale.
+
+Two more layouts share the anchor. Older MFLossMonitor versions print no ``{`` and the step
+time as ``time:``: ``Epoch:[  1/  2], step:[    3/   19], loss:[9.673/9.673], time:1754.123 ms,
+lr:[1e-05], overflow cond: False, loss_scale: 1.0``. TrainingStateMonitor prints one value a
+line, which this rank computed for itself: ``Epoch:[  1/  1], step:[   10/ 1000]
+device_local_norm: 1.2345`` (also ``micro_local_loss``, once per micro-batch,
+``device_accum_local_loss`` and ``local_norm/<parameter>``). Those become named values at the
+step (``training_metric``), per rank, for the rank-divergence view.
 """
 
 from __future__ import annotations
@@ -14,10 +22,11 @@ import re
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.mindformers import BANNER, FRAMEWORK
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
+from exporter.parse.numbers import parse_duration_seconds, parse_float
 from exporter.parse.records import StepLine
 
-_RECORD = re.compile(r"\{\s*Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\],(?P<body>[^{}]*)")
+_RECORD = re.compile(r"(?:\{\s*)?Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\]"
+                     r"(?:,(?P<body>[^{}]*)| (?P<tag>[\w./-]+): (?P<value>\S+)$)")
 # ``key: value`` or ``global_norm [..]`` (no colon in some versions); values hold no comma.
 _FIELD = re.compile(r"\s*(?P<key>[A-Za-z_][\w ]*?)\s*(?::\s*|(?=\[))(?P<value>[^,]*?)\s*(?:,|\}|$)")
 _LOSS_PAIR = re.compile(r"^\[\s*([^/\]]+?)\s*/\s*([^\]]+?)\s*\]$")  # non-sink mode: [this step/epoch mean]
@@ -30,7 +39,11 @@ def parse(text: str) -> StepLine | None:
     if match is None:
         return None
     epoch, epochs, epoch_step, steps_per_epoch = (int(group) for group in match.groups()[:4])
-    line = StepLine((epoch - 1) * steps_per_epoch + epoch_step, {"total_steps": epochs * steps_per_epoch})
+    # max(): some old versions count epochs from 0 (docs/formats.md).
+    line = StepLine(max(epoch - 1, 0) * steps_per_epoch + epoch_step, {"total_steps": epochs * steps_per_epoch})
+    if match.group("tag"):  # a TrainingStateMonitor value
+        add_named(line, metric_name(match.group("tag")), parse_float(match.group("value")))
+        return line
     line.named.update(epoch=epoch, total_epochs=epochs, epoch_step=epoch_step, steps_per_epoch=steps_per_epoch)
     for field in _FIELD.finditer(match.group("body")):
         _apply_field(line, field.group("key"), field.group("value"))
@@ -45,9 +58,8 @@ def _apply_field(line: StepLine, key: str, raw: str) -> None:
             add_named(line, "loss_epoch_mean", _number(pair.group(2)))
         else:
             set_value(line, "loss", _number(raw))
-    elif key == "per_step_time":
-        value = _number(raw.removesuffix("ms"))
-        set_value(line, "step_time_seconds", None if value is None else value / 1000)
+    elif key in ("per_step_time", "time"):  # "1754ms"; older versions "time:1754.123 ms"
+        set_value(line, "step_time_seconds", parse_duration_seconds(raw, "ms"))
     elif key == "lr":
         set_value(line, "learning_rate", _number(raw))
     elif key == "global_norm":
