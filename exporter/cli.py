@@ -8,10 +8,11 @@ import sys
 from collections.abc import Sequence
 
 from exporter import __version__
+from exporter.analyze.command import add_analyze_options, run_analyze
 from exporter.settings import DETECTOR_OPTIONS, ConfigError, Settings, load_settings
 from exporter.simulate.command import add_simulate_options, run_simulate
 
-SUBCOMMANDS = ("serve", "simulate")
+SUBCOMMANDS = ("serve", "analyze", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +27,9 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="follow logs and serve /metrics (the default)", argument_default=argparse.SUPPRESS
     )
     add_serve_options(serve)
+    analyze = commands.add_parser(
+        "analyze", help="post-mortem of finished logs: where the loss went wrong, on which rank, and why")
+    add_analyze_options(analyze)
     simulate = commands.add_parser(
         "simulate", help="write a simulated msrun run with injected incidents (fire drills)"
     )
@@ -86,6 +90,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     command = arguments.pop("command")
     if command == "simulate":
         return run_simulate(**arguments)
+    if command == "analyze":
+        return run_analyze(arguments["paths"], arguments["format"], arguments["csv"], arguments["plot"],
+                           arguments["run"])
     try:
         settings = load_settings(**arguments)
     except ConfigError as error:
