@@ -16,6 +16,7 @@ from exporter.analyze.sources import resolve
 from exporter.follow.stream import STDIN
 
 PROGRAM = "trainlog-exporter: analyze"
+DESCRIPTION = "Post-mortem of finished logs: where the loss went wrong, on which rank, and why."
 
 
 def add_analyze_options(parser: argparse.ArgumentParser) -> None:
@@ -26,6 +27,14 @@ def add_analyze_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--csv", metavar="FILE", help="write the step series: a row per run, node, rank and step")
     parser.add_argument("--plot", metavar="FILE.png", help="draw loss, lr, grad norm and step time, findings marked")
     parser.add_argument("--run", help="run label (default: the log directory's parent name)")
+
+
+def analyze_main(argv: list[str]) -> int:
+    """``trainlog-exporter analyze ARGS``: parse the arguments and run."""
+    parser = argparse.ArgumentParser(prog="trainlog-exporter analyze", description=DESCRIPTION)
+    add_analyze_options(parser)
+    arguments = parser.parse_args(argv)
+    return run_analyze(arguments.paths, arguments.format, arguments.csv, arguments.plot, arguments.run)
 
 
 def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, plot_file: str | None = None,

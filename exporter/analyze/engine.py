@@ -45,11 +45,10 @@ SERIES_FIELDS = ("loss", "grad_norm", "learning_rate", "step_time_seconds", "thr
 # The alert's default (deploy/prometheus/rules: training_step - training_loss_best_step > 2000).
 PLATEAU_STEPS = 2000
 NORMAL_WINDOW = 100  # finite losses per rank the normal range is taken over
-# A slowdown: this many consecutive steps this much slower than the rank's own smoothed step time.
+# A slowdown: this many consecutive steps this much slower than the rank's own usual step time.
 SLOWDOWN_FACTOR = 1.5
 SLOWDOWN_STEPS = 10
 SLOWDOWN_WARMUP = 20
-SLOWDOWN_ALPHA = 0.05
 # first_stopped_rank: the ranks' last lines spread over more than this, or five median step times.
 STOP_SPREAD_SECONDS = 60.0
 STOP_SPREAD_STEPS = 5
@@ -86,9 +85,8 @@ class _Track:
     loss_min: float = math.inf
     loss_max: float = -math.inf
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
-    slow_baseline: float | None = None
-    slow_seen: int = 0
-    slow_run: list[int | None] = field(default_factory=list)  # steps of the current run of slow steps
+    usual_step_times: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # not slow ones
+    slow_run: list[tuple[int | None, float]] = field(default_factory=list)  # (step, time) of the current slow run
     slow_reported: bool = False
 
 
@@ -328,7 +326,7 @@ class Analysis:
         if not series or not series.values:
             return
         values = series.values
-        finite = [value for value in values if math.isfinite(value)]
+        finite = list(filter(math.isfinite, values))
         track.last_loss = values[-1]
         if finite:
             track.first_loss = finite[0] if track.first_loss is None else track.first_loss
@@ -336,41 +334,41 @@ class Analysis:
             track.loss_max = max(track.loss_max, max(finite))
         if not track.losses_frozen:
             before = values if first_anomaly is None else values[:first_anomaly]
-            track.losses.extend(value for value in before if math.isfinite(value))
+            track.losses.extend(filter(math.isfinite, before))
             track.losses_frozen = first_anomaly is not None
 
     def _slowdown(self, key: SeriesKey, track: _Track, batch: StepBatch,
                   time_of_line: Callable[[int], float | None]) -> None:
-        """A sustained run of steps well above the rank's own smoothed step time."""
+        """A sustained run of steps well above the rank's own usual step time (the median of its recent ones)."""
         series = batch.series.get("step_time_seconds")
         if not series:
             return
         track.step_times.extend(series.values)
         if track.slow_reported:
             return
-        baseline = track.slow_baseline
-        for step, value in zip(series.steps, series.values, strict=True):
-            if not math.isfinite(value) or value <= 0:
-                continue
-            if baseline is None:
-                baseline = value
-            elif track.slow_seen >= SLOWDOWN_WARMUP and value > SLOWDOWN_FACTOR * baseline:
-                track.slow_run.append(step)
-                if len(track.slow_run) >= SLOWDOWN_STEPS:
-                    first = track.slow_run[0]
-                    index = batch.steps.index(first) if first in batch.steps else 0
-                    self._add(key, Finding(
-                        "slowdown", first, key[2], key[1], time_of_line(index),
-                        f"step time {value:.3g} s from step {first} on, {value / baseline:.1f}x the rank's usual "
-                        f"{baseline:.3g} s", context=_context(track, batch, first)))
-                    track.slow_reported = True
-                    break
-                continue
-            else:
-                baseline += SLOWDOWN_ALPHA * (value - baseline)
+        usual = track.usual_step_times
+        limit = SLOWDOWN_FACTOR * statistics.median(usual) if len(usual) >= SLOWDOWN_WARMUP else math.inf
+        if max(series.values) <= limit:  # the usual case, at C speed
+            usual.extend(series.values)
             track.slow_run.clear()
-            track.slow_seen += 1
-        track.slow_baseline = baseline
+            return
+        for step, value in zip(series.steps, series.values, strict=True):
+            if value <= limit:
+                track.slow_run.clear()
+                usual.append(value)
+                continue
+            track.slow_run.append((step, value))
+            if len(track.slow_run) >= SLOWDOWN_STEPS:
+                first = track.slow_run[0][0]
+                slow = statistics.median(value for _, value in track.slow_run)
+                baseline = limit / SLOWDOWN_FACTOR
+                index = batch.steps.index(first) if first in batch.steps else 0
+                self._add(key, Finding(
+                    "slowdown", first, key[2], key[1], time_of_line(index),
+                    f"step time {slow:.3g} s from step {first} on, {slow / baseline:.1f}x the rank's usual "
+                    f"{baseline:.3g} s", context=_context(track, batch, first)))
+                track.slow_reported = True
+                return
 
     # ----- errors
 
