@@ -258,7 +258,8 @@ class Analysis:
             if previous is not None and (step < previous or track.pending_restart is not None):
                 when = time_of_line(index)
                 lost = previous - step + 1 if step <= previous else 0
-                gap = when - track.last_step_time if when is not None and track.last_step_time is not None else None
+                stopped = time_of_line(index - 1) if index > 0 else track.last_step_time
+                gap = when - stopped if when is not None and stopped is not None else None
                 message = (f"rank {key[2] or '?'} started over: step {step} after step {previous}"
                            f"{f' ({lost} steps done again)' if lost else ''}"
                            f"{f', {_duration(gap)} without a step' if gap is not None else ''}")
@@ -347,12 +348,17 @@ class Analysis:
         if track.slow_reported:
             return
         usual = track.usual_step_times
-        limit = SLOWDOWN_FACTOR * statistics.median(usual) if len(usual) >= SLOWDOWN_WARMUP else math.inf
-        if max(series.values) <= limit:  # the usual case, at C speed
-            usual.extend(series.values)
+        warmup = max(0, SLOWDOWN_WARMUP - len(usual))  # the first values only set what is usual
+        usual.extend(series.values[:warmup])
+        steps, values = series.steps[warmup:], series.values[warmup:]
+        if not values:
+            return
+        limit = SLOWDOWN_FACTOR * statistics.median(usual)
+        if max(values) <= limit:  # the usual case, at C speed
+            usual.extend(values)
             track.slow_run.clear()
             return
-        for step, value in zip(series.steps, series.values, strict=True):
+        for step, value in zip(steps, values, strict=True):
             if value <= limit:
                 track.slow_run.clear()
                 usual.append(value)

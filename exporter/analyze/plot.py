@@ -8,7 +8,6 @@ full), so memory stays bounded by ranks x MAX_POINTS whatever the log's length.
 
 from __future__ import annotations
 
-import importlib.util
 import math
 from dataclasses import dataclass, field
 
@@ -24,7 +23,11 @@ INSTALL_HINT = "--plot needs matplotlib: pip install 'trainlog-exporter[plot]' (
 
 
 def available() -> bool:
-    return importlib.util.find_spec("matplotlib") is not None
+    try:
+        import matplotlib  # noqa: F401
+    except ImportError:
+        return False
+    return True
 
 
 @dataclass(slots=True)
