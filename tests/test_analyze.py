@@ -280,5 +280,5 @@ def test_plot_is_written_with_findings_marked(tmp_path, ranks):
     # Findings are drawn as dashed lines in red (anomalies) and black (the root cause): both colours present.
     rgb = pixels[..., :3]
     red = ((rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3)).sum()
-    black = ((rgb.max(axis=-1) < 0.05)).sum()
+    black = (rgb.max(axis=-1) < 0.05).sum()
     assert red > 500 and black > 500

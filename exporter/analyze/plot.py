@@ -84,8 +84,8 @@ def write_plot(path: str, data: PlotData, report: Report) -> None:
     axes[-1].set_xlabel("step")
     _mark_findings(axes, report)
     handles, labels = axes[0].get_legend_handles_labels()
-    if handles:
-        axes[0].legend(handles, labels, loc="upper right", fontsize=7, ncol=max(1, len(labels) // 8))
+    if handles:  # on the grad norm panel: the loss panel's top holds the findings' labels
+        axes[2].legend(handles, labels, loc="upper right", fontsize=7, ncol=max(1, len(labels) // 8))
     figure.suptitle(_title(report, len(keys)), fontsize=11)
     figure.savefig(path, dpi=110)
     plt.close(figure)
@@ -111,22 +111,28 @@ def _band(axis: object, series: list[_Thinned]) -> None:
 
 
 def _mark_findings(axes: list, report: Report) -> None:
-    """A dashed line at each finding's step, a labelled marker on the loss panel (the first 12 labelled)."""
-    labelled = 0
+    """A dashed line at each finding's step on every panel, labelled on the loss panel: one label per
+    step and kind with its ranks (a spike on 512 ranks is one label), the first 12 of them."""
+    marks: dict[tuple[int, str, bool], list[str]] = {}
     for run in report.runs:
         for finding in run.findings:
-            if finding.step is None:
-                continue
-            color = "tab:red" if finding.kind in ANOMALY_FINDINGS else (
-                "black" if finding.root_cause else "tab:purple" if finding.kind in ERROR_KINDS else "tab:orange")
-            for axis in axes:
-                axis.axvline(finding.step, color=color, linestyle="--", linewidth=0.8, alpha=0.7)
-            if labelled < 12:
-                text = f"{finding.kind}{' (root cause)' if finding.root_cause else ''} r{finding.rank or '?'}"
-                axes[0].annotate(text, xy=(finding.step, 1.0), xycoords=("data", "axes fraction"),
-                                 xytext=(3, -12 - 11 * (labelled % 6)), textcoords="offset points",
-                                 fontsize=7, color=color, rotation=0)
-                labelled += 1
+            if finding.step is not None:
+                marks.setdefault((finding.step, finding.kind, finding.root_cause), []).append(finding.rank or "?")
+    low, high = axes[0].get_xlim()
+    for number, ((step, kind, root_cause), ranks) in enumerate(sorted(marks.items())):
+        color = "tab:red" if kind in ANOMALY_FINDINGS else (
+            "black" if root_cause else "tab:purple" if kind in ERROR_KINDS else "tab:orange")
+        for axis in axes:
+            axis.axvline(step, color=color, linestyle="--", linewidth=0.8, alpha=0.7)
+        if number >= 12:
+            continue
+        who = f"rank {ranks[0]}" if len(ranks) == 1 else f"{len(ranks)} ranks" if len(ranks) > 4 else \
+            "ranks " + ",".join(ranks)
+        near_right = step > low + 0.8 * (high - low)
+        axes[0].annotate(f"{kind}{' (root cause)' if root_cause else ''}, {who}", xy=(step, 1.0),
+                         xycoords=("data", "axes fraction"), xytext=(-3 if near_right else 3, -12 - 11 * (number % 8)),
+                         textcoords="offset points", fontsize=7, color=color,
+                         horizontalalignment="right" if near_right else "left")
 
 
 def _title(report: Report, ranks: int) -> str:
