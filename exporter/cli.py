@@ -41,6 +41,8 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
 
     parser.add_argument("--log-dir", dest="log_dir", action="append", metavar="DIR",
                         help="directory of worker logs (repeatable; env TRAINLOG_LOG_DIR)")
+    parser.add_argument("--log-file", dest="log_file", action="append", metavar="PATH",
+                        help="a single log file to follow, - for standard input (repeatable; env TRAINLOG_LOG_FILE)")
     parser.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
                         help="address to serve on (default :10042)")
     parser.add_argument("--run", help="run label (default: the log directory's parent name)")
@@ -101,9 +103,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if command == "serve":
-        if not settings.log_dir and not settings.demo:
-            print("trainlog-exporter: no log directory: give --log-dir DIR (or --demo) or set TRAINLOG_LOG_DIR",
-                  file=sys.stderr)
+        if not settings.log_dir and not settings.log_file and not settings.demo:
+            print("trainlog-exporter: no log directory: give --log-dir DIR, --log-file PATH (or --demo) or set "
+                  "TRAINLOG_LOG_DIR", file=sys.stderr)
             return 2
         from exporter.app import serve
 

@@ -13,6 +13,7 @@ import json
 import subprocess
 from datetime import datetime
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -24,7 +25,7 @@ from tests.support.simulated import run_config, write_simulated
 START = datetime(2026, 6, 9, 10, 20, 30)
 
 
-def analyze_json(*paths: Path | str, **options: str) -> dict:
+def analyze_json(*paths: Path | str, **options: Any) -> dict:
     out, err = io.StringIO(), io.StringIO()
     status = run_analyze([str(path) for path in paths], "json", stdout=out, stderr=err, **options)
     assert status == 0, err.getvalue()
