@@ -74,7 +74,7 @@ class _Track:
     first_step: int | None = None
     last_step: int | None = None
     last_step_time: float | None = None  # the time of the last step line
-    previous: dict[str, float] = field(default_factory=dict)  # the latest CONTEXT_FIELDS value before a batch
+    previous: dict[str, float] = field(default_factory=dict)  # the latest loss and CONTEXT_FIELDS before a batch
     errors: dict[str, Finding] = field(default_factory=dict)  # kind -> its first occurrence, counting the rest
     open_nonfinite: dict[str, Finding] = field(default_factory=dict)  # a run of non-finite values still going
     pending_restart: float | None = None  # a start banner after steps, at this time: the next step restarted
@@ -227,7 +227,7 @@ class Analysis:
         self._close_nonfinite(track, batch)
         self._note_losses(track, batch, first_anomaly)
         self._slowdown(key, track, batch, time_of_line)
-        for name in CONTEXT_FIELDS:
+        for name in ("loss", *CONTEXT_FIELDS):
             series = batch.series.get(name)
             if series and series.values:
                 track.previous[name] = series.values[-1]
