@@ -87,6 +87,8 @@ class _Track:
     step_times: deque[float] = field(default_factory=lambda: deque(maxlen=1000))
     usual_step_times: deque[float] = field(default_factory=lambda: deque(maxlen=200))  # not slow ones
     slow_run: list[tuple[int | None, float]] = field(default_factory=list)  # (step, time) of the current slow run
+    slow_context: dict[str, list[float | None]] = field(default_factory=dict)  # at the run's first step
+    slow_started: float | None = None  # the time of the run's first step
     slow_reported: bool = False
 
 
@@ -364,15 +366,17 @@ class Analysis:
                 usual.append(value)
                 continue
             track.slow_run.append((step, value))
+            if len(track.slow_run) == 1:  # its context now: the batch at hand may end before the run is long enough
+                track.slow_context = _context(track, batch, step)
+                track.slow_started = time_of_line(batch.steps.index(step) if step in batch.steps else 0)
             if len(track.slow_run) >= SLOWDOWN_STEPS:
                 first = track.slow_run[0][0]
                 slow = statistics.median(value for _, value in track.slow_run)
                 baseline = limit / SLOWDOWN_FACTOR
-                index = batch.steps.index(first) if first in batch.steps else 0
                 self._add(key, Finding(
-                    "slowdown", first, key[2], key[1], time_of_line(index),
+                    "slowdown", first, key[2], key[1], track.slow_started,
                     f"step time {slow:.3g} s from step {first} on, {slow / baseline:.1f}x the rank's usual "
-                    f"{baseline:.3g} s", context=_context(track, batch, first)))
+                    f"{baseline:.3g} s", context=track.slow_context))
                 track.slow_reported = True
                 return
 
