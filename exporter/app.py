@@ -19,6 +19,7 @@ from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_att
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower, run_label
+from exporter.follow.stream import STDIN, StreamFollower
 from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
@@ -57,12 +58,16 @@ class Exporter:
         self.follower = Follower(
             directories,
             pipeline,
+            files=[path for path in settings.log_file if path != STDIN],
             max_line_bytes=settings.max_line_bytes,
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
             symlinks_outside=settings.follow_symlinks_outside,
         )
+        # --log-file -: standard input through the same pipeline (kubectl logs -f pod | trainlog-exporter ...).
+        self.stdin = StreamFollower(pipeline, max_line_bytes=settings.max_line_bytes) if STDIN in settings.log_file \
+            else None
         scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
@@ -80,6 +85,8 @@ class Exporter:
     def start(self) -> None:
         self.http.start()
         self.follower.start()
+        if self.stdin is not None:
+            self.stdin.start()
         if self.otlp is not None:
             self.otlp.start()
         if self.demo is not None:
@@ -88,7 +95,7 @@ class Exporter:
         if self.checkpointer is not None:
             self.checkpointer.start()
         log.info("listening on %s, following %s", self.settings.web_listen_address,
-                 ", ".join(str(d) for d in self.settings.log_dir))
+                 ", ".join([*(str(d) for d in self.settings.log_dir), *self.settings.log_file]))
         _report_speedups()
 
     def stop(self) -> None:
@@ -156,7 +163,9 @@ def _state_file(settings: Settings) -> Path | None:
     """--state-file, else the checkpoint module's default in the state home."""
     if settings.state_file is not None:
         return settings.state_file
-    path = checkpoint.default_state_file(settings.log_dir, settings.state_home)
+    # Named after everything followed: two exporters on one host following different files never share one.
+    followed = [*settings.log_dir, *(Path(file) for file in settings.log_file if file != STDIN)]
+    path = checkpoint.default_state_file(followed, settings.state_home)
     if path is None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")

@@ -8,10 +8,10 @@ import sys
 from collections.abc import Sequence
 
 from exporter import __version__
-from exporter.settings import DETECTOR_OPTIONS, ConfigError, Settings, load_settings
+from exporter.analyze.command import DESCRIPTION, add_analyze_options, analyze_main
 from exporter.simulate.command import add_simulate_options, run_simulate
 
-SUBCOMMANDS = ("serve", "simulate")
+SUBCOMMANDS = ("serve", "analyze", "simulate")
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -26,6 +26,8 @@ def build_parser() -> argparse.ArgumentParser:
         "serve", help="follow logs and serve /metrics (the default)", argument_default=argparse.SUPPRESS
     )
     add_serve_options(serve)
+    analyze = commands.add_parser("analyze", help=DESCRIPTION[0].lower() + DESCRIPTION[1:].rstrip("."))
+    add_analyze_options(analyze)
     simulate = commands.add_parser(
         "simulate", help="write a simulated msrun run with injected incidents (fire drills)"
     )
@@ -35,8 +37,12 @@ def build_parser() -> argparse.ArgumentParser:
 
 def add_serve_options(parser: argparse.ArgumentParser) -> None:
     """The serve options; their default is the parser's (build_parser: SUPPRESS)."""
+    from exporter.settings import DETECTOR_OPTIONS, Settings  # pydantic: analyze and simulate need none of it
+
     parser.add_argument("--log-dir", dest="log_dir", action="append", metavar="DIR",
                         help="directory of worker logs (repeatable; env TRAINLOG_LOG_DIR)")
+    parser.add_argument("--log-file", dest="log_file", action="append", metavar="PATH",
+                        help="a single log file to follow, - for standard input (repeatable; env TRAINLOG_LOG_FILE)")
     parser.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
                         help="address to serve on (default :10042)")
     parser.add_argument("--run", help="run label (default: the log directory's parent name)")
@@ -82,12 +88,16 @@ def _escape_percent(text: str) -> str:
 
 def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["analyze"]:
+        return analyze_main(argv[1:])  # its own parser: without serve's settings it starts in half the time
     if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
         argv.insert(0, "serve")  # serve is the default command
     arguments = vars(build_parser().parse_args(argv))
     command = arguments.pop("command")
     if command == "simulate":
         return run_simulate(**arguments)
+    from exporter.settings import ConfigError, load_settings
+
     try:
         settings = load_settings(**arguments)
     except ConfigError as error:
@@ -95,9 +105,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         return 2
     logging.basicConfig(level=settings.log_level.upper(), format="%(asctime)s %(levelname)s %(name)s: %(message)s")
     if command == "serve":
-        if not settings.log_dir and not settings.demo:
-            print("trainlog-exporter: no log directory: give --log-dir DIR (or --demo) or set TRAINLOG_LOG_DIR",
-                  file=sys.stderr)
+        if not settings.log_dir and not settings.log_file and not settings.demo:
+            print("trainlog-exporter: no log directory: give --log-dir DIR, --log-file PATH (or --demo) or set "
+                  "TRAINLOG_LOG_DIR", file=sys.stderr)
             return 2
         from exporter.app import serve
 

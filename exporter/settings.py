@@ -145,6 +145,8 @@ class Settings(DetectorOptions):
 
     log_dir: Annotated[list[Path], NoDecode] = Field(
         default_factory=list, description="Directories holding the logs.")
+    log_file: Annotated[list[str], NoDecode] = Field(
+        default_factory=list, description="Single log files to follow; - for standard input.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
     node: str | None = Field(None, description="Value of the node label; default: NODE_NAME, then the host name.")
@@ -209,7 +211,7 @@ class Settings(DetectorOptions):
         5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")
     # The detector thresholds (docs/detectors.md) come from DetectorConfig, through DetectorOptions.
 
-    @field_validator("log_dir", mode="before")
+    @field_validator("log_dir", "log_file", mode="before")
     @classmethod
     def _split_dirs(cls, value: Any) -> Any:
         # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML.

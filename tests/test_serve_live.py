@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import subprocess
 import time
 
 from tests.support.exporter_process import ExporterProcess
@@ -84,3 +85,32 @@ def test_fifos_and_directories_named_like_logs_block_nothing(tmp_path):
                    what="the regular file read")
         output = exporter.stop()
     assert "worker_1.log: not a regular file" in output
+
+
+def test_log_file_follows_one_file_whatever_its_name(tmp_path):
+    """``--log-file train.out.current``: not a name a directory scan would follow; rank from the line prefixes."""
+    log = tmp_path / "train.out.current"
+    log.write_text(f"[rank2]:{STEP_LINE.format(step=7, loss=2.5)}")
+    (tmp_path / "worker_9.log").write_text(STEP_LINE.format(step=1, loss=9.0))  # beside it, not followed
+    with ExporterProcess("--log-file", str(log), "--run", "single") as exporter:
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="2", run="single") == 7, 10,
+                   what="step 7 of the single file")
+        with open(log, "a") as appending:
+            appending.write(f"[rank2]:{STEP_LINE.format(step=8, loss=2.25)}")
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="2") == 8, 5, what="step 8 appended")
+        assert sample(scrape(exporter.url), "training_step", rank="9") is None
+
+
+def test_log_file_dash_reads_standard_input(tmp_path):
+    """``kubectl logs -f pod | trainlog-exporter --log-file -``: lines arrive through a pipe as they are written."""
+    with ExporterProcess("--log-file", "-", "--node", "pod-a", stdin=subprocess.PIPE) as exporter:
+        pipe = exporter._running().stdin
+        assert pipe is not None
+        pipe.write(f"[rank0]:{STEP_LINE.format(step=41, loss=3.0)}".encode())
+        pipe.flush()
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="0", run="stdin", node="pod-a") == 41,
+                   5, what="step 41 from the pipe")
+        pipe.write(f"[rank0]:{STEP_LINE.format(step=42, loss=2.9)}".encode())
+        pipe.flush()
+        eventually(lambda: sample(scrape(exporter.url), "training_loss", rank="0") == 2.9, 5, what="step 42")
+        pipe.close()

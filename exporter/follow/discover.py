@@ -49,7 +49,10 @@ def classify(relative_path: str) -> LogFileRole:
 
 def run_label(directory: str, run: str | None = None) -> str:
     """The run label of a log directory's series: ``run`` (--run) when given, else the name
-    of the directory's parent (``/jobs/llama-70b/output/msrun_log`` -> ``output``)."""
+    of the directory's parent (``/jobs/llama-70b/output/msrun_log`` -> ``output``); ``stdin`` for
+    standard input (``-``)."""
     if run:
         return run
+    if directory == "-":
+        return "stdin"
     return Path(directory).resolve().parent.name or "default"

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -94,6 +94,7 @@ class Follower:
         directories: list[str],
         sink: Sink,
         *,
+        files: Sequence[str] = (),
         max_line_bytes: int = 1 << 20,
         poll_interval: float | None = None,
         rescan_interval: float = 2.0,
@@ -102,6 +103,8 @@ class Follower:
         symlinks_outside: bool = False,
     ) -> None:
         self._directories = [os.path.abspath(d) for d in directories]
+        # Single files (--log-file): followed whatever their name, waited for like a directory.
+        self._single_files = [os.path.abspath(f) for f in files]
         self._sink = sink
         self._max_line_bytes = max_line_bytes
         self._idle_flush_seconds = idle_flush_seconds
@@ -170,6 +173,18 @@ class Follower:
                 self._waiting.discard(directory)
             self._watch(directory)
             self._scan(directory)
+        for path in self._single_files:
+            if path in self._tailers:
+                continue
+            if not os.path.isfile(path):
+                all_present = False
+                if path not in self._waiting:
+                    log.info("waiting for the log file %s to appear (not ready until then)", path)
+                    self._waiting.add(path)
+                continue
+            self._waiting.discard(path)
+            self._watch(os.path.dirname(path), recursive=False)
+            self._discover(os.path.dirname(path), path, explicit=True)
         for path in list(self._tailers):
             self._guarded(self._read, path, True)  # one unreadable file must not hold up the others
         self._sink.files_followed(len(self._tailers))
@@ -226,11 +241,11 @@ class Follower:
             self._log_polling_fallback("cannot watch for changes", error)
             return None
 
-    def _watch(self, directory: str) -> None:
+    def _watch(self, directory: str, recursive: bool = True) -> None:
         if self._observer is None or directory in self._watched:
             return
         try:
-            self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=True,
+            self._observer.schedule(_DirtyPaths(self._mark_dirty), directory, recursive=recursive,
                                     event_filter=_STRUCTURE_EVENTS if self._appends is not None else None)
         except OSError as error:
             # The per-user inotify watch limit (ENOSPC): watch nothing, poll everything.
@@ -269,6 +284,11 @@ class Follower:
             # A write to a file just rotated away (its writer has not reopened yet).
             self._read(base)
             return
+        if path in self._single_files and os.path.isfile(path):
+            self._discover(os.path.dirname(path), path, explicit=True)
+            self._read(path)
+            self._sink.files_followed(len(self._tailers))
+            return
         directory = self._directory_of(path)
         if directory is not None and os.path.isfile(path):
             self._discover(directory, path)
@@ -282,9 +302,10 @@ class Follower:
                 return directory
         return None
 
-    def _discover(self, directory: str, path: str) -> None:
+    def _discover(self, directory: str, path: str, explicit: bool = False) -> None:
+        """Start following ``path``; ``explicit``: named by --log-file, followed whatever its name."""
         relative = Path(path).relative_to(directory).as_posix()
-        if not is_followed(relative, self._include):
+        if not explicit and not is_followed(relative, self._include):
             return
         if not self._symlinks_outside and _leaves(path, directory):
             self._say_once(f"not following {path}: a symbolic link out of the log directory {directory} "

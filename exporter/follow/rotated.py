@@ -5,8 +5,9 @@ logrotate (and Python's RotatingFileHandler) move ``worker_3.log`` to ``worker_3
 the follower finds that the path names new content, the lines it has not read yet are in
 one of these siblings: the file it was reading (found by inode after a rename, by
 fingerprint after a copy), followed by any newer sibling from a rotation it did not see.
-Compressed siblings (``.gz``, ...) are never read: by the time logrotate compresses a
-generation (``delaycompress``), it was read through its uncompressed name.
+The follower never reads compressed siblings (``.gz``): by the time logrotate compresses a
+generation (``delaycompress``), it was read through its uncompressed name. A finished log
+read from its start (``analyze``) takes every generation, compressed or not: ``generations``.
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ from exporter.follow.identity import FilePosition, is_same_file
 
 # Date first: ".20240101" must not be taken for generation number 20240101.
 _ROTATED_SUFFIX = re.compile(r"^(?:[-.](?P<date>\d{8,10})|\.(?P<number>\d{1,6}))$")
+_COMPRESSED_SUFFIX = re.compile(r"^(?:[-.](?P<date>\d{8,10})|\.(?P<number>\d{1,6}))(?:\.gz)?$")
 
 
 # Listing, opening and checking the names again can race a rotation in progress; this many
@@ -58,8 +60,9 @@ class Located:
         self.opened = []
 
 
-def rotated_siblings(path: str) -> list[str]:
-    """Uncompressed rotated generations of ``path``, oldest first."""
+def rotated_siblings(path: str, *, compressed: bool = False) -> list[str]:
+    """Rotated generations of ``path``, oldest first: the uncompressed ones, with ``compressed`` the ``.gz`` too."""
+    suffix = _COMPRESSED_SUFFIX if compressed else _ROTATED_SUFFIX
     directory, base = os.path.split(path)
     try:
         names = os.listdir(directory)
@@ -67,17 +70,24 @@ def rotated_siblings(path: str) -> list[str]:
         return []
     found = []
     for name in names:
-        match = _ROTATED_SUFFIX.match(name[len(base) :]) if name.startswith(base) else None
+        match = suffix.match(name[len(base) :]) if name.startswith(base) else None
         if match is not None:
             found.append((_age_order(match), os.path.join(directory, name)))
     return [sibling for _, sibling in sorted(found)]
 
 
-def rotated_base(path: str) -> str | None:
-    """``worker_3.log`` for ``worker_3.log.1``; None when ``path`` is not a rotated name."""
+def generations(path: str) -> list[str]:
+    """Every generation of a log, oldest first: ``.2.gz``, ``.1``, then ``path`` itself."""
+    return [*rotated_siblings(path, compressed=True), path]
+
+
+def rotated_base(path: str, *, compressed: bool = False) -> str | None:
+    """``worker_3.log`` for ``worker_3.log.1`` (and, with ``compressed``, ``worker_3.log.2.gz``);
+    None when ``path`` is not a rotated name."""
+    suffix = _COMPRESSED_SUFFIX if compressed else _ROTATED_SUFFIX
     directory, name = os.path.split(path)
     for match in re.finditer(r"[-.]", name):
-        if _ROTATED_SUFFIX.match(name[match.start() :]):
+        if suffix.match(name[match.start() :]):
             return os.path.join(directory, name[: match.start()])
     return None
 

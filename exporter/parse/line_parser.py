@@ -25,7 +25,7 @@ from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.ranks import RANK_PREFIX, strip_rank_prefixes
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
-from exporter.parse.step_batch import StepBatchBuilder
+from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
 
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
@@ -49,19 +49,29 @@ class ParsedBlock:
     unparsed: int = 0  # lines that matched no format, no signature and no open failure block
     lines_by_format: dict[str, int] = field(default_factory=dict)  # lines a format's parser read a record from
     rejected: dict[str, int] = field(default_factory=dict)  # lines skipped because reading them failed, by reason
+    # With LineParser(line_offsets=True): for each record, where in the block the line it was
+    # read from (or that ended it) starts, for readers that look at the line again (analyze's timestamps).
+    offsets: list[int] | None = None
 
 
 class LineParser:
     """Turns one file's bytes into records."""
 
     def __init__(self, candidates: Iterable[Format] = BUILTIN_FORMATS, *, forced: Format | None = None,
-                 rank_offset: int = 0, rows_per_batch: int | None = None) -> None:
-        """``rows_per_batch``: at most that many step lines per StepBatch (1: a batch per line, as tests read them)."""
+                 rank_offset: int = 0, rows_per_batch: int | None = None, line_offsets: bool = False,
+                 series_fields: tuple[str, ...] = SERIES_FIELDS) -> None:
+        """``rows_per_batch``: at most that many step lines per StepBatch (1: a batch per line, as tests read
+        them); ``line_offsets``: fill ``ParsedBlock.offsets`` and ``StepBatch.line_starts`` (analyze looks at
+        the lines again for their timestamps); ``series_fields``: the gauges whose every value a StepBatch
+        keeps (the detectors need loss and grad_norm; analyze keeps them all)."""
         self._candidates = tuple(candidates)
         self._format: Format | None = None  # final: no more detection
         self._provisional: Format | None = None  # detected, but its lines carry no loss
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
+        self._line_offsets = line_offsets
+        self._series_fields = series_fields
+        self._line_start = 0  # where the line being parsed starts in its block (kept for ParsedBlock.offsets)
         self._blocks: dict[int | None, Block] = {}
         self._thrown: dict[int | None, str] = {}
         self._watchdog_seen: set[tuple[object, object]] = set()
@@ -90,7 +100,7 @@ class LineParser:
         rank anyway. The block's end ends its step batches and its open failure blocks: a
         crash is often the last thing a rank writes, and nothing may come to close it.
         """
-        parsed = ParsedBlock()
+        parsed = ParsedBlock(offsets=[] if self._line_offsets else None)
         scanner = self._scanner
         if scanner is None:
             self._parse_lines(data, parsed)
@@ -103,6 +113,8 @@ class LineParser:
                 unprefixed = lines - sum(parsed.lines_by_rank.values())
                 if unprefixed:
                     parsed.lines_by_rank[None] = unprefixed
+        # What the block's end closes belongs to its last line.
+        self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1
         for builder in self._batches.values():
             self._end_batch(builder, parsed)
         if len(self._batches) > 1:
@@ -116,8 +128,10 @@ class LineParser:
     def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
         """Every line, one at a time."""
         lines_by_rank = parsed.lines_by_rank
+        self._line_start = 0
         for line in data.split(b"\n")[:-1]:
             rank, recognized = self._parse_line_isolated(line, parsed)
+            self._line_start += len(line) + 1
             lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
             if not recognized:
                 parsed.unparsed += 1
@@ -143,6 +157,7 @@ class LineParser:
                     index += 1
                 if index == count:
                     break
+                self._line_start = starts[index]
                 taken = self._read_step_run(data, starts, index, parsed)
                 if taken:  # a run of step lines, without a Python operation per line
                     index += taken
@@ -150,11 +165,14 @@ class LineParser:
                     position = data.find(b"\n", starts[index - 1]) + 1 or size
                     if index == count:
                         break
+                    if self._rows_per_batch:
+                        continue  # the run may have ended at the batch size, not at a line the kernel declines
                 # The kernel declined this line: the line parser reads it.
                 start = starts[index]
             end = data.find(b"\n", start)
             end = size if end < 0 else end
             position = end + 1
+            self._line_start = start
             rank, found = self._parse_line_isolated(data[start:end], parsed)
             recognized += found
             if rank is not None:
@@ -217,20 +235,25 @@ class LineParser:
         _check_step_line(record)
         parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
         builder = self._builder(rank)
-        if builder.add_line(record) or (self._rows_per_batch and len(builder) >= self._rows_per_batch):
+        full = builder.add_line(record, self._line_start)
+        if full or (self._rows_per_batch and len(builder) >= self._rows_per_batch):
             self._end_batch(builder, parsed)
 
     def _builder(self, rank: int | None) -> StepBatchBuilder:
         builder = self._batches.get(rank)
         if builder is None:
-            builder = self._batches[rank] = StepBatchBuilder(rank)
+            builder = self._batches[rank] = StepBatchBuilder(rank, self._series_fields, self._line_offsets)
         return builder
 
-    @staticmethod
-    def _end_batch(builder: StepBatchBuilder, parsed: ParsedBlock) -> None:
+    def _end_batch(self, builder: StepBatchBuilder, parsed: ParsedBlock) -> None:
         batch = builder.take()
         if batch is not None:
-            parsed.records.append(batch)
+            self._append(batch, parsed)
+
+    def _append(self, record: Record, parsed: ParsedBlock) -> None:
+        parsed.records.append(record)
+        if parsed.offsets is not None:
+            parsed.offsets.append(self._line_start)
 
     def _banner(self, banner: Banner, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
         info = banner.parse(body.decode("utf-8", "replace"))
@@ -270,7 +293,10 @@ class LineParser:
         self._format = fmt
         self._scanner = scanner_for((fmt,))
         if fmt.step_table is not None:
-            self._builder(None).read_by(native.step_reader(fmt.step_table.kernel_table), fmt.step_table.gauges)
+            table = fmt.step_table
+            kernel_table = (table.kernel_table if self._series_fields == SERIES_FIELDS
+                            else table.kernel_table_keeping(self._series_fields))
+            self._builder(None).read_by(native.step_reader(kernel_table), table.gauges)
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
@@ -325,7 +351,7 @@ class LineParser:
             if observed is None:
                 return
             record = observed
-        parsed.records.append(record)
+        self._append(record, parsed)
 
 
 def _check_step_line(line: StepLine) -> None:

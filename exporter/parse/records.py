@@ -65,6 +65,8 @@ class StepBatch:
     # ends at such a line, so they count at its step, after the losses before them.
     unprinted_nonfinite_losses: int = 0
     rank: int | None = None
+    # Where each line starts in the block it was read from (LineParser(line_offsets=True)), else None.
+    line_starts: list[int] | None = None
 
 
 @dataclass(slots=True)

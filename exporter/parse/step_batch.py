@@ -30,9 +30,15 @@ class StepBatchBuilder:
     _units: dict[str, str]
     _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
     _unprinted_nonfinite_losses: int
+    _line_starts: list[int]
 
-    def __init__(self, rank: int | None) -> None:
+    def __init__(self, rank: int | None, series_fields: tuple[str, ...] = SERIES_FIELDS,
+                 line_starts: bool = False) -> None:
+        """``series_fields``: the gauges whose every value a batch keeps; ``line_starts``: keep where each
+        line starts."""
         self.rank = rank
+        self._series_fields = series_fields
+        self._keep_starts = line_starts
         self._reader: native.StepReader | None = None
         self._gauges: tuple[str, ...] = ()
         self._clear()
@@ -47,12 +53,18 @@ class StepBatchBuilder:
 
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> int:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``); how many lines it took."""
-        return self._reader.read(data, starts, index, limit) if self._reader is not None else 0
+        taken = self._reader.read(data, starts, index, limit) if self._reader is not None else 0
+        if taken and self._keep_starts:
+            self._line_starts += starts[index : index + taken]
+        return taken
 
-    def add_line(self, line: StepLine) -> bool:
-        """Add one line's values; True when the batch must end after it (see unprinted_nonfinite_losses)."""
+    def add_line(self, line: StepLine, start: int = 0) -> bool:
+        """Add one line's values (``start``: where the line starts in its block); True when the batch must end
+        after it (see unprinted_nonfinite_losses)."""
         self._merge_reader()
         self._steps.append(line.step)
+        if self._keep_starts:
+            self._line_starts.append(start)
         if line.step is not None:
             self._known_step = line.step
         for name, value in line.values.items():
@@ -60,7 +72,7 @@ class StepBatchBuilder:
             unit = line.units.get(name)
             if unit:
                 self._units[name] = unit
-            if name in SERIES_FIELDS and not (name == "loss" and line.unprinted_nonfinite_losses
+            if name in self._series_fields and not (name == "loss" and line.unprinted_nonfinite_losses
                                               and not math.isfinite(value)):
                 # A non-finite loss the line's interval count already holds would count twice.
                 series = self._series_of(name)
@@ -81,7 +93,8 @@ class StepBatchBuilder:
             return None
         named = {name: Named(value, lines, is_aux_loss(name)) for name, (value, lines) in self._named.items()}
         batch = StepBatch(self._steps, self._latest, self._series, self._units, named,
-                          self._unprinted_nonfinite_losses, self.rank)
+                          self._unprinted_nonfinite_losses, self.rank,
+                          self._line_starts if self._keep_starts else None)
         self._clear()
         return batch
 
@@ -127,6 +140,6 @@ class StepBatchBuilder:
         self._named[name] = (value, lines + (seen[1] if seen else 0))
 
     def _clear(self) -> None:
-        self._steps, self._known_step = [], None
+        self._steps, self._known_step, self._line_starts = [], None, []
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0

@@ -55,9 +55,13 @@ class StepTable:
     @cached_property
     def kernel_table(self) -> tuple:
         """The table as the kernel takes it: plain tuples of bytes and numbers (native/step_fields.py)."""
+        return self.kernel_table_keeping(SERIES_FIELDS)
+
+    def kernel_table_keeping(self, series: tuple[str, ...]) -> tuple:
+        """The kernel's table keeping every value of the gauges in ``series`` (analyze keeps them all)."""
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 self.step.encode(), LINE_TAG,
-                tuple((item.name.encode(), int(item.kind), int(item.sets in SERIES_FIELDS), item.absent.encode(),
+                tuple((item.name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
                        item.default_unit.encode()) for item in self.fields))
 
     def read_line(self, text: str) -> StepLine | None:

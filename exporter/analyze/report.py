@@ -1,0 +1,133 @@
+"""What an analysis found, as plain data: the report the renderers (text, JSON, Markdown) word.
+
+The JSON keys are a contract (DESIGN 3.6): ``runs[].steps``, ``loss``, ``ranks``,
+``findings`` with ``kind, step, rank, node, time, root_cause, message, context``.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+# The findings about the numbers (the others are errors, stops, restarts, slowdowns).
+ANOMALY_FINDINGS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "loss_plateau")
+CONTEXT_FIELDS = ("learning_rate", "grad_norm", "step_time_seconds")
+
+
+@dataclass(slots=True)
+class Finding:
+    """One thing that went wrong, where (step, rank, node) and when (the line's own time)."""
+
+    kind: str
+    step: int | None
+    rank: str
+    node: str
+    time: float | None
+    message: str
+    root_cause: bool = False
+    # For each of CONTEXT_FIELDS: [value before the finding's step, value at it] (None: not printed).
+    context: dict[str, list[float | None]] = field(default_factory=dict)
+    count: int = 1  # occurrences merged into this finding (consecutive non-finite steps, repeated errors)
+    last_step: int | None = None  # the last step of those occurrences
+
+    def to_json(self) -> dict[str, object]:
+        found: dict[str, object] = {"kind": self.kind, "step": self.step, "rank": self.rank, "node": self.node,
+                                    "time": self.time, "root_cause": self.root_cause, "message": self.message,
+                                    "context": {name: [finite_or_none(value) for value in pair]
+                                                for name, pair in self.context.items()}}
+        if self.count > 1:
+            found["count"] = self.count
+            found["last_step"] = self.last_step
+        return found
+
+
+@dataclass(slots=True)
+class RankReport:
+    """One rank's log: where it came from, how far it got, when it last wrote."""
+
+    node: str
+    rank: str
+    role: str
+    files: list[str]
+    lines: int = 0
+    first_step: int | None = None
+    last_step: int | None = None
+    steps_total: int = 0
+    first_line_time: float | None = None
+    last_line_time: float | None = None
+    last_loss: float | None = None
+    errors: dict[str, int] = field(default_factory=dict)
+    anomalies: dict[str, int] = field(default_factory=dict)
+    median_step_time: float | None = None
+
+    def to_json(self) -> dict[str, object]:
+        return {"node": self.node, "rank": self.rank, "role": self.role, "files": self.files, "lines": self.lines,
+                "first_step": self.first_step, "last_step": self.last_step, "steps_total": self.steps_total,
+                "first_line_time": self.first_line_time, "last_line_time": self.last_line_time,
+                "last_loss": finite_or_none(self.last_loss), "errors": self.errors, "anomalies": self.anomalies,
+                "median_step_time_seconds": self.median_step_time}
+
+
+@dataclass(slots=True)
+class LossSummary:
+    first: float | None = None
+    last: float | None = None
+    min: float | None = None
+    max: float | None = None
+    # The 5th to 95th percentile of the last finite losses before the first anomaly (or the end).
+    normal_range: tuple[float, float] | None = None
+    last_nonfinite_ranks: list[str] = field(default_factory=list)  # ranks whose last loss is NaN or inf
+    outside_ranks: list[str] = field(default_factory=list)  # ranks whose last finite loss is outside the range
+
+    def to_json(self) -> dict[str, object]:
+        return {"first": finite_or_none(self.first), "last": finite_or_none(self.last),
+                "min": self.min, "max": self.max,
+                "normal_range": list(self.normal_range) if self.normal_range else None,
+                "last_nonfinite_ranks": self.last_nonfinite_ranks, "outside_normal_range_ranks": self.outside_ranks}
+
+
+@dataclass(slots=True)
+class RunReport:
+    run: str
+    first_step: int | None
+    last_step: int | None
+    steps_total: int
+    loss: LossSummary
+    ranks: list[RankReport]
+    findings: list[Finding]
+    median_step_time: float | None = None
+
+    @property
+    def root_cause(self) -> Finding | None:
+        return next((finding for finding in self.findings if finding.root_cause), None)
+
+    @property
+    def first_incident(self) -> Finding | None:
+        """Where the trouble started: the earliest finding by its time (by step when it has none)."""
+        return min(self.findings, key=finding_order, default=None)
+
+    def to_json(self) -> dict[str, object]:
+        return {"run": self.run,
+                "steps": {"first": self.first_step, "last": self.last_step, "total": self.steps_total},
+                "loss": self.loss.to_json(), "median_step_time_seconds": self.median_step_time,
+                "ranks": [rank.to_json() for rank in self.ranks],
+                "findings": [finding.to_json() for finding in self.findings]}
+
+
+@dataclass(slots=True)
+class Report:
+    runs: list[RunReport]
+    warnings: list[str] = field(default_factory=list)  # sources skipped in part or whole, one line each
+
+    def to_json(self) -> dict[str, object]:
+        return {"runs": [run.to_json() for run in self.runs], "warnings": self.warnings}
+
+
+def finding_order(finding: Finding) -> tuple:
+    """Earliest first: by time where known, then by step; a finding without either last."""
+    return (finding.time is None, finding.time or 0.0, finding.step is None, finding.step or 0)
+
+
+def finite_or_none(value: float | None) -> float | None:
+    """JSON has no NaN: a non-finite value is reported as null (the message says which it was)."""
+    return value if value is not None and math.isfinite(value) else None

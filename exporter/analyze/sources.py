@@ -1,0 +1,105 @@
+"""The command line's PATHs as log sources: which files, in which order, with which run, node and rank.
+
+A directory gives the files ``serve`` would follow there (discover.is_followed); a file
+gives itself; each with its rotated generations read first, oldest first (``.2.gz``,
+``.1``, then the live file). With several log directories (one ``msrun_log`` per node)
+the node label is each one's parent directory name and the run label the name of their
+common ancestor; with one, the node is unknown and the run is the directory's parent, as
+for ``serve``.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+from exporter.follow.discover import LogFileRole, classify, is_followed, run_label
+from exporter.follow.rotated import generations, rotated_base
+from exporter.follow.stream import STDIN
+
+_NUMBER = re.compile(r"(\d+)")
+
+
+@dataclass(frozen=True, slots=True)
+class Source:
+    """One log (a rank's worker log, a scheduler log, standard input) and its generations, oldest first."""
+
+    name: str  # as shown in the report: the path relative to its log directory, or "-"
+    generations: tuple[str, ...]
+    run: str
+    node: str
+    role: LogFileRole
+
+
+@dataclass(frozen=True, slots=True)
+class Resolved:
+    sources: list[Source]
+    problems: list[str]  # one line per PATH that gave nothing to read
+
+
+def resolve(paths: list[str], run: str | None = None) -> Resolved:
+    """The sources the PATHs name; a PATH that is missing or holds no log becomes a problem line."""
+    found: list[tuple[str, str]] = []  # (log directory, live file path), or (STDIN, STDIN)
+    problems = []
+    for path in paths:
+        if path == STDIN:
+            found.append((STDIN, STDIN))
+        elif os.path.isdir(path):
+            files = _logs_in(path)
+            if not files:
+                problems.append(f"{path}: no log files in this directory (*.log, *.out, *.jsonl, *.txt)")
+            found += [(path, file) for file in files]
+        elif os.path.exists(path):
+            found.append((os.path.dirname(path) or ".", rotated_base(path, compressed=True) or path))
+        else:
+            problems.append(f"{path}: no such file or directory")
+    return Resolved(_sources(found, run), problems)
+
+
+def _logs_in(directory: str) -> list[str]:
+    files = []
+    for root, _dirs, names in os.walk(directory):
+        for name in names:
+            path = os.path.join(root, name)
+            if is_followed(os.path.relpath(path, directory)):
+                files.append(path)
+    return files
+
+
+def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
+    directories = sorted({os.path.abspath(directory) for directory, _ in found if directory != STDIN})
+    nodes = _node_labels(directories)
+    run_of_directories = run or (os.path.basename(os.path.commonpath(directories)) if len(directories) > 1
+                                 else run_label(directories[0]) if directories else "stdin")
+    sources: dict[str, Source] = {}
+    for directory, path in found:
+        if path == STDIN:
+            sources[STDIN] = Source(STDIN, (STDIN,), run or "stdin", "", LogFileRole("", "worker"))
+            continue
+        key = os.path.abspath(path)
+        if key in sources:
+            continue
+        relative = os.path.relpath(path, directory)
+        # Generations whose live file is gone (rotated away at the end of the run) are read all the same.
+        chain = [file for file in generations(path) if os.path.exists(file)] or [path]
+        sources[key] = Source(relative, tuple(chain), run_of_directories,
+                              nodes.get(os.path.abspath(directory), ""), classify(relative))
+    return sorted(sources.values(), key=_order)
+
+
+def _node_labels(directories: list[str]) -> dict[str, str]:
+    """Several log directories: each one's parent name (``node1/msrun_log`` -> ``node1``), or its own
+    name when the parents coincide; one directory: no node label."""
+    if len(directories) < 2:
+        return {}
+    parents = {directory: os.path.basename(os.path.dirname(directory)) for directory in directories}
+    if len(set(parents.values())) < len(directories):
+        return {directory: os.path.basename(directory) for directory in directories}
+    return parents
+
+
+def _order(source: Source) -> tuple:
+    rank = source.role.rank
+    return (source.node, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
+            [int(part) if part.isdigit() else part for part in _NUMBER.split(source.name)])

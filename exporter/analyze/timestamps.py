@@ -1,0 +1,100 @@
+"""When a line was written, from its own timestamp: the clock analyze orders ranks and errors by.
+
+Recognized near the start of a line (after a launcher's ``[rank3]:`` prefix or a logger's
+level): ``2026-06-09 10:20:30``, with ``,123`` or ``.123456`` fractions, MindSpore's
+``2026-06-09-10:20:30.123.456``, ISO 8601 with ``T`` and a zone, and glog's
+``E1129 10:42:07.271503`` (no year: the reference year given, the file's). A timestamp
+without a zone is local time, as the trainer's logger wrote it.
+"""
+
+from __future__ import annotations
+
+import calendar
+import re
+import time
+
+# Only this many bytes of a line are searched: the timestamp is in its prefix.
+PREFIX_BYTES = 120
+_DATE_TIME = re.compile(
+    rb"(\d{4})-(\d\d)-(\d\d)[ T-](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?(?![\d:])")
+_GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\b")
+_MAX_CACHED = 1 << 14
+
+
+class LineClock:
+    """Timestamps of lines; ``reference_year`` fills in glog's missing year."""
+
+    def __init__(self, reference_year: int | None = None) -> None:
+        self._year = reference_year or time.localtime().tm_year
+        self._seconds: dict[bytes, float | None] = {}  # "date time" as printed -> epoch seconds
+
+    def at(self, data: bytes, start: int) -> float | None:
+        """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
+        prefix = data[start : start + PREFIX_BYTES]
+        match = _DATE_TIME.search(prefix)
+        if match is not None:
+            return self._date_time(match)
+        match = _GLOG.search(prefix)
+        return self._glog(match) if match is not None else None
+
+    def last_in(self, data: bytes, lines: int = 64) -> float | None:
+        """The timestamp of the last of the block's last ``lines`` lines that has one."""
+        end = len(data)
+        for _ in range(lines):
+            if end <= 0:
+                break
+            start = data.rfind(b"\n", 0, end - 1) + 1
+            found = self.at(data, start)
+            if found is not None:
+                return found
+            end = start
+        return None
+
+    def first_in(self, data: bytes, lines: int = 64) -> float | None:
+        """The timestamp of the first of the block's first ``lines`` lines that has one."""
+        start = 0
+        for _ in range(lines):
+            if start >= len(data):
+                break
+            found = self.at(data, start)
+            if found is not None:
+                return found
+            start = data.find(b"\n", start) + 1 or len(data)
+        return None
+
+    def _date_time(self, match: re.Match[bytes]) -> float | None:
+        key = match.group(0)[:19]
+        zone = match.group(8)
+        seconds = self._seconds.get(key) if zone is None else None
+        if seconds is None:
+            if len(self._seconds) >= _MAX_CACHED:
+                self._seconds.clear()
+            year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
+            seconds = _epoch(year, month, day, hour, minute, second, zone)
+            if seconds is None:
+                return None
+            if zone is None:
+                self._seconds[key] = seconds
+        return seconds + _fraction(match.group(7))
+
+    def _glog(self, match: re.Match[bytes]) -> float | None:
+        month, day, hour, minute, second = (int(part) for part in match.groups()[:5])
+        seconds = _epoch(self._year, month, day, hour, minute, second, None)
+        return None if seconds is None else seconds + _fraction(match.group(6))
+
+
+def _epoch(year: int, month: int, day: int, hour: int, minute: int, second: int, zone: bytes | None) -> float | None:
+    if not (1 <= month <= 12 and 1 <= day <= 31 and hour < 24 and minute < 60 and second < 61):
+        return None
+    fields = (year, month, day, hour, minute, second, 0, 0, -1)
+    if zone is None:
+        return time.mktime(fields)
+    offset = 0
+    if zone != b"Z":
+        digits = zone[1:].replace(b":", b"")
+        offset = (int(digits[:2]) * 60 + int(digits[2:])) * 60 * (-1 if zone[:1] == b"-" else 1)
+    return float(calendar.timegm(fields) - offset)
+
+
+def _fraction(digits: bytes | None) -> float:
+    return int(digits) / 10 ** len(digits) if digits else 0.0

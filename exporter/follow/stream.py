@@ -1,0 +1,137 @@
+"""Sources that are read once from start to end: finished files, ``.gz`` generations, standard input.
+
+They hand on the same blocks of whole lines (``ReadBatch``) as a followed file, cut by the
+same ``_LineCutter`` (partial lines, the line cap), so ``serve --log-file -`` and ``analyze``
+parse exactly what the follower would. Memory is one chunk whatever the source's size:
+a ``.gz`` is decompressed as it is read.
+"""
+
+from __future__ import annotations
+
+import gzip
+import logging
+import os
+import sys
+import threading
+import zlib
+from collections.abc import Callable, Iterator
+from typing import BinaryIO
+
+from exporter.follow.discover import LogFileRole
+from exporter.follow.follower import FollowedFile, Sink
+from exporter.follow.tailer import CHUNK_BYTES, ReadBatch, _LineCutter
+
+log = logging.getLogger(__name__)
+
+STDIN = "-"
+GZIP_MAGIC = b"\x1f\x8b"
+# Bytes looked at to tell a log from binary junk: a NUL byte there means it is no text log.
+SNIFF_BYTES = 1 << 16
+
+
+class SourceError(Exception):
+    """A source that cannot be read as a log: the message names it and says why, in one line."""
+
+
+def read_blocks(stream: BinaryIO, max_line_bytes: int = 1 << 20, *, partial_reads: bool = False,
+                chunk_bytes: int = CHUNK_BYTES) -> Iterator[ReadBatch]:
+    """Blocks of whole lines from ``stream`` to its end; a last line without newline is handed out too.
+
+    ``partial_reads``: hand on whatever a read returns at once (a pipe: ``kubectl logs -f``),
+    instead of waiting for full chunks.
+    """
+    cutter = _LineCutter(max_line_bytes)
+    read = stream.read1 if partial_reads and hasattr(stream, "read1") else stream.read
+    while True:
+        chunk = read(chunk_bytes)
+        if not chunk:
+            break
+        batch = cutter.cut(chunk)
+        if batch.data:
+            yield batch
+    rest = cutter.take_partial()
+    if rest:
+        yield ReadBatch(rest + b"\n", bytes_read=0)
+
+
+def open_log(path: str) -> BinaryIO:
+    """A finished log, or one of its ``.gz`` generations decompressed as read; SourceError when it is none.
+
+    Looks at the first bytes: a ``.gz`` must start like one, and a NUL byte in plain text
+    marks binary junk (a core dump, a checkpoint shard named ``*.log``).
+    """
+    try:
+        raw = open(path, "rb")  # noqa: SIM115 - handed to the caller, who closes it
+    except IsADirectoryError:
+        raise SourceError(f"{path}: is a directory where a log file was expected") from None
+    except OSError as error:
+        raise SourceError(f"{path}: cannot read it: {error.strerror or error}") from None
+    try:
+        head = raw.peek(SNIFF_BYTES)[:SNIFF_BYTES]
+        if path.endswith(".gz"):
+            if not head.startswith(GZIP_MAGIC):
+                raise SourceError(f"{path}: not gzip data although named .gz")
+            raw.close()
+            return gzip.open(path, "rb")  # type: ignore[return-value]
+        if b"\0" in head:
+            raise SourceError(f"{path}: binary data (NUL bytes), not a text log")
+        return raw
+    except SourceError:
+        raw.close()
+        raise
+    except OSError as error:
+        raw.close()
+        raise SourceError(f"{path}: cannot read it: {error.strerror or error}") from None
+
+
+def read_log(path: str, max_line_bytes: int = 1 << 20) -> Iterator[ReadBatch]:
+    """The blocks of a finished log file (``.gz`` included); SourceError, naming the path, when it breaks."""
+    with open_log(path) as stream:
+        try:
+            yield from read_blocks(stream, max_line_bytes)
+        except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+            raise SourceError(f"{path}: corrupt compressed data ({error}): the rest of it was skipped") from None
+        except OSError as error:
+            raise SourceError(f"{path}: read failed: {error.strerror or error}") from None
+
+
+def stdin_file(rank: str = "") -> FollowedFile:
+    """Standard input as a followed file: rank from the line prefixes, else ``rank``."""
+    return FollowedFile(STDIN, STDIN, STDIN, LogFileRole(rank, "worker"))
+
+
+class StreamFollower:
+    """``serve --log-file -``: standard input read on its own thread into the sink, until it ends."""
+
+    def __init__(self, sink: Sink, stream: BinaryIO | None = None, max_line_bytes: int = 1 << 20,
+                 on_end: Callable[[], None] | None = None) -> None:
+        self._sink = sink
+        self._stream = stream if stream is not None else sys.stdin.buffer
+        self._max_line_bytes = max_line_bytes
+        self._on_end = on_end
+        self._thread = threading.Thread(target=self._run, name="stdin", daemon=True)
+        self.file = stdin_file()
+
+    def start(self) -> None:
+        self._sink.file_discovered(self.file, None)
+        self._thread.start()
+
+    def join(self, timeout: float | None = None) -> None:
+        self._thread.join(timeout)
+
+    def _run(self) -> None:
+        try:
+            for batch in read_blocks(self._stream, self._max_line_bytes, partial_reads=True):
+                self._sink.lines_read(self.file, batch)
+        except (OSError, ValueError) as error:  # ValueError: the stream was closed under us
+            log.warning("standard input: read failed: %s", error)
+        log.info("standard input ended: its series keep their last values")
+        if self._on_end is not None:
+            self._on_end()
+
+
+def file_mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None

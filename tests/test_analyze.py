@@ -1,0 +1,286 @@
+"""`analyze`: the post-mortem over finished logs, from simulated runs and logs written here by hand.
+
+The hand-written lines are synthetic (not claimed to be real): they carry their own
+timestamps so that each finding's step, rank and time can be checked exactly.
+"""
+
+from __future__ import annotations
+
+import csv
+import gzip
+import io
+import json
+import subprocess
+from datetime import datetime
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from exporter.analyze.command import run_analyze
+from exporter.simulate.texts import nccl_watchdog_lines
+from tests.support.exporter_process import REPO, exporter_command, exporter_environment
+from tests.support.simulated import run_config, write_simulated
+
+START = datetime(2026, 6, 9, 10, 20, 30)
+
+
+def analyze_json(*paths: Path | str, **options: Any) -> dict:
+    out, err = io.StringIO(), io.StringIO()
+    status = run_analyze([str(path) for path in paths], "json", stdout=out, stderr=err, **options)
+    assert status == 0, err.getvalue()
+    return json.loads(out.getvalue())
+
+
+def only_run(report: dict) -> dict:
+    (run,) = report["runs"]
+    return run
+
+
+def findings(run: dict, kind: str) -> list[dict]:
+    return [finding for finding in run["findings"] if finding["kind"] == kind]
+
+
+def line_time(log: Path, marker: str) -> float:
+    """The timestamp a simulated line prints (``[INFO] 2026-06-09 10:20:40 [...``), read here independently."""
+    line = next(line for line in log.read_text().splitlines() if marker in line)
+    assert line.startswith("[INFO] ")
+    return datetime.strptime(line[7:26], "%Y-%m-%d %H:%M:%S").timestamp()
+
+
+def keyvalue_lines(rank: int, steps: range, start: datetime, seconds_per_step: float = 1.0,
+                   loss: float = 2.5) -> list[str]:
+    lines = []
+    for step in steps:
+        when = start.timestamp() + (step - steps.start) * seconds_per_step
+        stamp = datetime.fromtimestamp(when)
+        lines.append(f"{stamp:%Y-%m-%d %H:%M:%S},{stamp.microsecond // 1000:03d} INFO rank {rank} "
+                     f"step={step} loss={loss - step * 1e-4:.4f} lr=0.0001 grad_norm=1.5 step_time=1.0")
+    return lines
+
+
+def write(path: Path, lines: list[str]) -> Path:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text("".join(line + "\n" for line in lines))
+    return path
+
+
+def test_simulated_incidents_each_at_its_step_rank_and_time(tmp_path):
+    log_dir = write_simulated(tmp_path, run_config("spike@80", "nan:1@150", "oom:3@200", ranks=4, steps=300))
+    run = only_run(analyze_json(log_dir))
+    assert run["run"] == "drill"
+    assert run["steps"] == {"first": 1, "last": 199, "total": 4 * 199}
+    spikes = findings(run, "loss_spike")
+    assert sorted(finding["rank"] for finding in spikes) == ["0", "1", "2", "3"]
+    assert {finding["step"] for finding in spikes} == {80}
+    spike_time = line_time(log_dir / "worker_2.log", "step:[   80/")
+    assert next(f for f in spikes if f["rank"] == "2")["time"] == spike_time
+    context = spikes[0]["context"]
+    assert context["grad_norm"][1] > 4 * context["grad_norm"][0]  # the grad norm jumped with the loss
+    assert context["learning_rate"][0] == pytest.approx(context["learning_rate"][1], rel=0.01)
+    (nan,) = findings(run, "loss_nonfinite")
+    assert (nan["rank"], nan["step"], nan["count"], nan["last_step"]) == ("1", 150, 50, 199)
+    assert nan["time"] == line_time(log_dir / "worker_1.log", "step:[  150/")
+    (oom,) = findings(run, "oom")
+    assert (oom["rank"], oom["step"], oom["root_cause"]) == ("3", 199, True)
+    assert run["loss"]["last_nonfinite_ranks"] == ["1"]
+    assert run["findings"][0]["kind"] in ("loss_spike", "grad_norm_spike")  # ordered by time: the spike first
+
+
+def test_healthy_run_has_no_findings(tmp_path):
+    log_dir = write_simulated(tmp_path, run_config(ranks=4, steps=400))
+    run = only_run(analyze_json(log_dir))
+    assert run["findings"] == []
+    assert run["steps"]["last"] == 400
+    low, high = run["loss"]["normal_range"]
+    assert low <= run["loss"]["last"] <= high * 1.05
+    assert run["loss"]["last_nonfinite_ranks"] == run["loss"]["outside_normal_range_ranks"] == []
+    text = io.StringIO()
+    assert run_analyze([str(log_dir)], "text", stdout=text) == 0
+    assert "1. Is the loss in a normal range?\n   Yes." in text.getvalue()
+    assert "Nothing went wrong that the log shows" in text.getvalue()
+
+
+def test_nccl_error_is_the_root_cause_of_the_watchdog_timeouts(tmp_path):
+    log_dir = write_simulated(tmp_path, run_config("nccl:2@100", ranks=4, steps=200))
+    run = only_run(analyze_json(log_dir))
+    (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"]) == ("nccl", "2")
+    timeouts = findings(run, "nccl_timeout")
+    assert sorted(finding["rank"] for finding in timeouts) == ["0", "1", "3"]
+    assert all(finding["time"] > cause["time"] for finding in timeouts)
+
+
+@pytest.mark.parametrize("with_csv", [False, True])  # --csv reads a batch per line: same findings
+def test_straggler_is_a_slowdown_at_its_first_slow_step(tmp_path, with_csv):
+    log_dir = write_simulated(tmp_path, run_config("straggler:2@100", ranks=3, steps=200))
+    run = only_run(analyze_json(log_dir, csv=str(tmp_path / "steps.csv") if with_csv else None))
+    (slow,) = findings(run, "slowdown")
+    assert (slow["rank"], slow["step"]) == ("2", 100)
+    assert slow["context"]["step_time_seconds"][1] > 2 * slow["context"]["step_time_seconds"][0]
+
+
+def test_two_nodes_first_stopped_rank_on_the_second(tmp_path):
+    job = tmp_path / "job-42"
+    for node, ranks in (("node1", (0, 1)), ("node2", (2, 3))):
+        for rank in ranks:
+            steps = range(1, 201) if rank != 3 else range(1, 121)  # rank 3 stops 80 s before the others
+            write(job / node / "msrun_log" / f"worker_{rank}.log", keyvalue_lines(rank, steps, START))
+    report = analyze_json(job / "node1" / "msrun_log", job / "node2" / "msrun_log")
+    run = only_run(report)
+    assert run["run"] == "job-42"
+    assert {(rank["node"], rank["rank"]) for rank in run["ranks"]} == {
+        ("node1", "0"), ("node1", "1"), ("node2", "2"), ("node2", "3")}
+    (stopped,) = findings(run, "first_stopped_rank")
+    assert (stopped["node"], stopped["rank"], stopped["step"]) == ("node2", "3", 120)
+    assert stopped["time"] == START.timestamp() + 119
+    rank_0 = next(rank for rank in run["ranks"] if rank["rank"] == "0")
+    assert rank_0["first_line_time"] == START.timestamp() and rank_0["last_line_time"] == START.timestamp() + 199
+
+
+def test_oom_on_one_rank_is_the_root_cause_of_the_others_collective_timeouts(tmp_path):
+    log_dir = tmp_path / "job" / "logs"
+    oom_at = datetime(2026, 6, 9, 10, 22, 10, 500000)
+    for rank in range(4):
+        lines = keyvalue_lines(rank, range(1, 101), START)
+        if rank == 1:
+            lines += [f"{oom_at:%Y-%m-%d %H:%M:%S},500 ERROR rank 1 torch.OutOfMemoryError: CUDA out of memory. "
+                      "Tried to allocate 2.00 GiB. GPU 1 has a total capacity of 79.15 GiB"]
+        else:
+            lines += nccl_watchdog_lines(datetime(2026, 6, 9, 10, 32, 10, 271503 + rank), rank, 4711)
+        write(log_dir / f"worker_{rank}.log", lines)
+    run = only_run(analyze_json(log_dir))
+    (oom,) = findings(run, "oom")
+    assert (oom["rank"], oom["step"], oom["root_cause"]) == ("1", 100, True)
+    assert oom["time"] == oom_at.timestamp()
+    timeouts = findings(run, "nccl_timeout")
+    assert sorted(finding["rank"] for finding in timeouts) == ["0", "2", "3"]
+    assert not any(finding["root_cause"] for finding in timeouts)
+    # glog's [E0609 10:32:10.271503 ...] carries no year: the file's year is taken.
+    assert {finding["time"] for finding in timeouts if finding["rank"] == "2"} == {
+        datetime(2026, 6, 9, 10, 32, 10, 271505).timestamp()}
+    markdown = io.StringIO()
+    assert run_analyze([str(log_dir)], "markdown", stdout=markdown) == 0
+    assert "Root cause: oom on rank 1 at 2026-06-09 10:22:10.500" in markdown.getvalue()
+    assert "| oom (root cause) | 100 | - | 1 |" in markdown.getvalue()
+
+
+def test_restart_after_steps_is_found_with_its_cost(tmp_path):
+    before = keyvalue_lines(0, range(1, 501), START)
+    resumed_at = datetime(2026, 6, 9, 10, 40, 0)
+    after = keyvalue_lines(0, range(401, 601), resumed_at)
+    log = write(tmp_path / "run" / "logs" / "worker_0.log", before + after)
+    run = only_run(analyze_json(log))
+    (restart,) = findings(run, "restart")
+    assert (restart["step"], restart["time"]) == (401, resumed_at.timestamp())
+    assert "100 steps done again" in restart["message"]
+    assert f"{(resumed_at.timestamp() - START.timestamp() - 499) / 60:.0f} min without a step" in restart["message"]
+
+
+def test_rotated_generations_are_read_oldest_first_gz_included(tmp_path):
+    log_dir = tmp_path / "run" / "logs"
+    lines = keyvalue_lines(0, range(1, 301), START)
+    log_dir.mkdir(parents=True)
+    with gzip.open(log_dir / "worker_0.log.2.gz", "wt") as oldest:
+        oldest.write("".join(line + "\n" for line in lines[:100]))
+    write(log_dir / "worker_0.log.1", lines[100:200])
+    write(log_dir / "worker_0.log", lines[200:])
+    steps_csv = tmp_path / "steps.csv"
+    out = io.StringIO()
+    assert run_analyze([str(log_dir / "worker_0.log")], "json", csv=str(steps_csv), stdout=out) == 0
+    run = only_run(json.loads(out.getvalue()))
+    assert run["findings"] == []  # in order: no step went back, so no restart
+    (rank,) = run["ranks"]
+    assert rank["files"] == ["worker_0.log"] and rank["steps_total"] == 300 and rank["lines"] == 300
+    rows = list(csv.DictReader(steps_csv.open()))
+    assert [int(row["step"]) for row in rows] == list(range(1, 301))
+    assert float(rows[0]["time"]) == START.timestamp()
+    assert list(rows[0])[:10] == ["run", "node", "rank", "step", "time", "loss", "learning_rate", "grad_norm",
+                                  "step_time_seconds", "throughput"]
+
+
+def test_csv_has_a_column_per_aux_loss(tmp_path):
+    record = ("2026-06-09 10:20:{second:02d},000 - mindformers - INFO - {{ step:[{step:5d}/  100], loss: {loss}, "
+              "per_step_time: 850ms, lr: 1e-04, grad_norm: 1.5, throughput: 12.3T{aux} }}")
+    lines = [record.format(second=step, step=step, loss=2.5, aux="") for step in (1, 2)]
+    lines += [record.format(second=3, step=3, loss=2.4, aux=", load_balancing_loss: 0.01, mtp_1_loss: 2.6")]
+    log = write(tmp_path / "r" / "logs" / "worker_5.log", lines)
+    steps_csv = tmp_path / "steps.csv"
+    assert run_analyze([str(log)], "json", csv=str(steps_csv), stdout=io.StringIO()) == 0
+    rows = list(csv.DictReader(steps_csv.open()))
+    assert [row["rank"] for row in rows] == ["5", "5", "5"]
+    assert (rows[0]["load_balancing_loss"], rows[2]["load_balancing_loss"], rows[2]["mtp_1_loss"]) == ("", "0.01",
+                                                                                                       "2.6")
+    assert (rows[2]["step_time_seconds"], rows[2]["throughput"]) == ("0.85", "12.3")
+
+
+def test_standard_input_with_rank_prefixes(tmp_path):
+    lines = [f"[rank{rank}]:{line}" for rank in (0, 1) for line in keyvalue_lines(rank, range(1, 51), START)]
+    result = subprocess.run(exporter_command("analyze", "-", "--format", "json", "--run", "piped"),
+                            input="".join(line + "\n" for line in lines), capture_output=True, text=True,
+                            env=exporter_environment(), cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 0, result.stderr
+    run = only_run(json.loads(result.stdout))
+    assert run["run"] == "piped"
+    by_rank = {rank["rank"]: rank for rank in run["ranks"] if rank["rank"]}
+    assert {name: (rank["last_step"], rank["last_line_time"]) for name, rank in by_rank.items()} == {
+        "0": (50, START.timestamp() + 49), "1": (50, START.timestamp() + 49)}
+
+
+@pytest.mark.parametrize(("name", "content", "says"), [
+    ("missing.log", None, "no such file or directory"),
+    ("worker_0.log.1.gz", b"\x1f\x8b\x08\x00" + b"\x00" * 6 + b"garbage", "corrupt compressed data"),
+    ("worker_0.log", b"\x7fELF\x02\x01\x01\x00\x00\x00" * 20, "binary data"),
+    ("worker_0.log.gz", b"plain text\n", "not gzip data"),
+])
+def test_bad_input_exits_2_with_one_line_naming_the_path(tmp_path, name, content, says):
+    path = tmp_path / name
+    if content is not None:
+        path.write_bytes(content)
+    result = subprocess.run(exporter_command("analyze", str(path)), capture_output=True, text=True,
+                            env=exporter_environment(), cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 2
+    assert result.stdout == ""
+    (line,) = result.stderr.splitlines()
+    assert str(path) in line and says in line and "Traceback" not in result.stderr
+
+
+def test_one_bad_file_among_many_is_a_warning(tmp_path):
+    log_dir = tmp_path / "run" / "logs"
+    write(log_dir / "worker_0.log", keyvalue_lines(0, range(1, 11), START))
+    (log_dir / "worker_1.log").write_bytes(b"\0\1\2 core dump")
+    out, err = io.StringIO(), io.StringIO()
+    assert run_analyze([str(log_dir), str(tmp_path / "gone")], "json", stdout=out, stderr=err) == 0
+    warnings = err.getvalue().splitlines()
+    assert len(warnings) == 2 and "worker_1.log: binary data" in warnings[1] and "gone: no such file" in warnings[0]
+    assert json.loads(out.getvalue())["warnings"] == [line.split("warning: ", 1)[1] for line in warnings]
+
+
+def test_plot_without_matplotlib_says_how_to_install(tmp_path):
+    log = write(tmp_path / "r" / "l" / "worker_0.log", keyvalue_lines(0, range(1, 5), START))
+    code = ("import sys; sys.modules['matplotlib'] = None; from exporter.cli import main; "
+            f"sys.exit(main(['analyze', {str(log)!r}, '--plot', {str(tmp_path / 'x.png')!r}]))")
+    result = subprocess.run([*exporter_command()[:1], "-c", code], capture_output=True, text=True,
+                            env=exporter_environment(), cwd=REPO, timeout=60, check=False)
+    assert result.returncode == 2
+    (line,) = result.stderr.splitlines()
+    assert "pip install 'trainlog-exporter[plot]'" in line
+    assert not (tmp_path / "x.png").exists()
+
+
+@pytest.mark.parametrize("ranks", [4, 20])
+def test_plot_is_written_with_findings_marked(tmp_path, ranks):
+    from matplotlib import image
+
+    log_dir = write_simulated(tmp_path, run_config("spike@150", "straggler:1@250", "oom:2@400", ranks=ranks,
+                                                   steps=500))
+    png = tmp_path / f"analyze-{ranks}.png"
+    out = io.StringIO()
+    assert run_analyze([str(log_dir)], "text", plot_file=str(png), stdout=out) == 0
+    pixels = image.imread(str(png))
+    assert pixels.shape[0] > 1000 and pixels.shape[1] > 1300
+    # Findings are drawn as dashed lines in red (anomalies) and black (the root cause): both colours present.
+    rgb = pixels[..., :3]
+    red = ((rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3)).sum()
+    black = (rgb.max(axis=-1) < 0.05).sum()
+    assert red > 500 and black > 500
