@@ -88,8 +88,9 @@ def step_time_chart(bars: Sequence[tuple[str, float | None, bool]]) -> str:
             parts.append(f'<rect class="{css}" x="{x + slot * 0.15:.1f}" y="{height - bottom - bar_height:.1f}" '
                          f'width="{max(slot * 0.7, 0.5):.1f}" height="{bar_height:.1f}"><title>{title}</title></rect>')
             if slow:
-                parts.append(f'<text class="slow-label" x="{x + slot / 2:.1f}" y="{height - bottom - bar_height - 3:.1f}"'
-                             f' text-anchor="middle">slow</text>')
+                label_y = height - bottom - bar_height - 3
+                parts.append(f'<text class="slow-label" x="{x + slot / 2:.1f}" y="{label_y:.1f}" text-anchor="middle">'
+                             "slow</text>")
         if labelled:
             parts.append(f'<text class="axis" x="{x + slot / 2:.1f}" y="{height - 8}" text-anchor="middle">'
                          f"{html.escape(label)}</text>")

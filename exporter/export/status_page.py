@@ -167,7 +167,8 @@ def _incidents(ranks: Sequence[_Rank], slow: Mapping[str, float]) -> list[_Incid
         for kind, (count, step) in rank.errors.items():
             grouped[kind, step, rank.failures.get(kind, "")].append((rank.label, count))
         if rank.label in slow:
-            grouped["slow", rank.step, f"slow rank: {slow[rank.label]:.1f}x the run's median step time"].append((rank.label, 1))
+            what = f"slow rank: {slow[rank.label]:.1f}x the run's median step time"
+            grouped["slow", rank.step, what].append((rank.label, 1))
     incidents = [_Incident(kind, step, tuple(label for label, _ in members), sum(count for _, count in members), what)
                  for (kind, step, what), members in grouped.items()]
     return sorted(incidents, key=lambda incident: (incident.step is not None, incident.step or 0), reverse=True)
@@ -298,7 +299,8 @@ def _same_failure(traceback: Mapping[str, str | int | float], at: float | None,
                   facts: Mapping[str, Mapping[str, str | int | float]], timestamps: Mapping[str, float]) -> bool:
     if set(traceback) - {"exception"}:
         return False
-    return any(kind != "traceback" and timestamps.get(kind) == at and detail.get("exception") == traceback.get("exception")
+    exception = traceback.get("exception")
+    return any(kind != "traceback" and timestamps.get(kind) == at and detail.get("exception") == exception
                for kind, detail in facts.items())
 
 
