@@ -90,6 +90,6 @@ def test_memory_stays_bounded_at_1024_ranks():
         tracemalloc.stop()
     ring_bytes = sum(stat.size_diff for stat in after.compare_to(before, "filename")
                      if stat.traceback[0].filename.endswith(("state/recent.py", "test_recent_steps.py")))
-    print(f"rings of {RANKS} ranks nearly at their fullest: {ring_bytes / 1e6:.2f} MB, {ring_bytes / RANKS:.0f} B a rank")
+    print(f"rings of {RANKS} ranks, nearly full: {ring_bytes / 1e6:.2f} MB, {ring_bytes / RANKS:.0f} B a rank")
     assert all(len(ring) == RECENT_STEPS for ring in rings)
     assert RANKS * RECENT_STEPS * 16 <= ring_bytes <= RANKS * BYTES_PER_RANK_BOUND
