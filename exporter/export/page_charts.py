@@ -20,6 +20,7 @@ _LOG_SCALE_RATIO = 4.0  # a loss range wider than this is drawn on a log scale (
 # otherwise flatten the curve into a line. A value far above it is cut off at the top edge,
 # where it still reads as a spike, and the axis says how high it went.
 _ROBUST_QUANTILE = 0.99
+_CHARACTER_WIDTH = 6.2  # about, at the page's 11 px: enough to put a marker's words on the side they fit
 SMOOTHING_STEPS = 25  # the smoothed line: a trailing median over this many steps, which a one-step spike cannot move
 # Tableau 10 and six more: sixteen ranks, sixteen colours told apart.
 PALETTE = ("#4e79a7", "#f28e2b", "#e15759", "#76b7b2", "#59a14f", "#edc948", "#b07aa1", "#ff9da7",
@@ -162,7 +163,8 @@ def _points(scale: _Scale, points: Sequence[Point]) -> str:
 
 def _marker(scale: _Scale, marker: Marker) -> str:
     x = scale.x(marker.step)
-    anchor = "end" if x > WIDTH * 0.75 else "start"
+    fits_right = x + 4 + len(marker.text) * _CHARACTER_WIDTH < WIDTH - _RIGHT
+    anchor = "start" if fits_right else "end"
     offset = -4 if anchor == "end" else 4
     return (f'<g class="marker {html.escape(marker.css_class)}" data-step="{marker.step}">'
             f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{HEIGHT - _BOTTOM}"/>'
