@@ -21,7 +21,7 @@ from itertools import groupby
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
 from exporter.state import RankState, SeriesKey, TrainingState
 
-DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"
+DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"  # --runbook-url
 _STALE_AFTER_SECONDS = 600  # the troubleshooting guide's "no log line for 10 minutes"
 # An anomaly this many steps behind the rank's step is in the past: the row says at which
 # step it was, without staying red for the rest of the run.
