@@ -79,7 +79,7 @@ class Exporter:
             port,
             functools.partial(text_format.render, self.state, scrape_time),
             is_ready=lambda: self.follower.ready,
-            status_page=lambda: render_status_page(self.state, self.follower.ready),
+            status_page=lambda: render_status_page(self.state, self.follower.ready, runbook_url=settings.runbook_url),
         )
 
     def start(self) -> None:

@@ -72,6 +72,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--process-pattern", dest="process_pattern", metavar="REGEX",
                         help="expose training_process_up: 1 while a process whose command line matches runs "
                              "(sidecar sharing the pod's process namespace)")
+    parser.add_argument("--runbook-url", dest="runbook_url", metavar="URL",
+                        help="base URL of the runbooks the status page links, <URL>/<AlertName>.md "
+                             "(default: docs/runbooks/ on GitHub)")
     parser.add_argument("--demo", action="store_true",
                         help="also follow a live simulated run written to a temporary directory")
     detectors = parser.add_argument_group("detector thresholds (see docs/detectors.md)")

@@ -30,6 +30,7 @@ from pydantic import (
 from pydantic_core import PydanticUseDefault
 from pydantic_settings import BaseSettings, NoDecode, SettingsConfigDict, YamlConfigSettingsSource
 
+from exporter.export.status_page import DEFAULT_RUNBOOK_URL
 from exporter.parse.custom_regex import compile_pattern
 from exporter.parse.formats import BUILTIN_NAMES
 from exporter.state.detectors import DetectorConfig
@@ -206,6 +207,9 @@ class Settings(DetectorOptions):
         None, validation_alias=AliasChoices("XDG_STATE_HOME"), description="State home.")
 
     demo: bool = Field(False, description="Also follow a live simulated run written to a temporary directory.")
+    runbook_url: str = Field(
+        DEFAULT_RUNBOOK_URL,
+        description="Base URL of the runbooks the status page links (<base>/<AlertName>.md), e.g. an internal mirror.")
     process_pattern: str | None = Field(None, description="Regex over process command lines: training_process_up.")
     process_check_interval: float = Field(
         5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")

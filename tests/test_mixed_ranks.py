@@ -39,7 +39,8 @@ def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
     assert {rank: {kind: n for kind, n in series[rank].errors.items() if n} for rank in series} == {
         "": {"elastic": 1}, "5": {"oom": 1, "traceback": 1}, **{rank: {} for rank in "0123467"}}
     assert error_summary(series[""].last_error_facts["elastic"]) == "ChildFailedError (root_cause_rank 5, exitcode 1)"
-    assert error_summary(series["5"].last_error_facts["oom"]) == "torch.OutOfMemoryError"
+    assert error_summary(series["5"].last_error_facts["oom"]) == (
+        "torch.OutOfMemoryError (device cuda, requested 2.00 GiB)")
     # Lines by rank: rank 4 also printed a warning (two lines); the launcher printed the rest.
     assert series["4"].lines_total == 5 and series["0"].lines_total == 3
     assert sum(rank.lines_total for rank in series.values()) == 66

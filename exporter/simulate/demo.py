@@ -35,7 +35,11 @@ class DemoRun:
     def start(self) -> None:
         self._thread.start()
 
-    def stop(self) -> None:
+    def pause(self) -> None:
+        """Stop writing and keep the files (a test looks at the run as it stands)."""
         self._stop.set()
         self._thread.join(5)
+
+    def stop(self) -> None:
+        self.pause()
         shutil.rmtree(self._root, ignore_errors=True)

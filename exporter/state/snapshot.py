@@ -1,7 +1,9 @@
 """A TrainingState as JSON-ready data and back: what a checkpoint keeps of the state.
 
 Every RankState field is kept, the detectors' internals included, so after a restart the
-gauges, counters and detectors carry on where they stood. Reading back validates every
+gauges, counters and detectors carry on where they stood; only the status page's own
+fields (``recent``, its ring of recent steps, and ``last_error_step``, marked
+``checkpoint: False``) start empty again. Reading back validates every
 value against the field's type before anything is changed: a damaged dump is refused
 whole (ValueError), never half applied. Values of the right type but no sense are
 repaired, and said so: an integer beyond the state's range (a step of hundreds of digits
@@ -138,10 +140,15 @@ def _repair(data: Any, into: Any = None, *, counts: bool = False, path: str = ""
 
 def _dump_rank(rank: RankState) -> dict[str, Any]:
     values = {}
-    for item in dataclasses.fields(RankState):
+    for item in _CHECKPOINTED_FIELDS:
         value = getattr(rank, item.name)
         values[item.name] = value.snapshot() if isinstance(value, (SpikeDetector, PlateauTracker)) else _plain(value)
     return values
+
+
+# The status page's own fields (marked checkpoint: False) are not kept: the ring of recent
+# steps (RankState.recent) fills again after a restart, last_error_step is approximate.
+_CHECKPOINTED_FIELDS = tuple(item for item in dataclasses.fields(RankState) if item.metadata.get("checkpoint", True))
 
 
 def _plain(value: Any) -> Any:
@@ -188,7 +195,9 @@ def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
     from pydantic import TypeAdapter
 
     adapters = {}
-    for name, hint in typing.get_type_hints(RankState).items():
+    hints = typing.get_type_hints(RankState)
+    for name in (item.name for item in _CHECKPOINTED_FIELDS):
+        hint = hints[name]
         detector = next((cls for cls in _DETECTORS if cls in typing.get_args(hint)), None)
         dumped: Any = _DETECTORS[detector] | None if detector else hint
         adapters[name] = (detector, TypeAdapter(dumped))

@@ -15,6 +15,7 @@ from exporter.parse.fields import label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
+from exporter.state.recent import RecentSteps
 
 ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
 ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "other")
@@ -51,6 +52,10 @@ class RankState:
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
+    # For the status page: the step the rank had reached when its failure was read. Lines read
+    # in one block apply their steps as one batch, so this may be a few steps late (never kept
+    # in checkpoints, whose state must not depend on how the lines were cut into blocks).
+    last_error_step: dict[str, int] = field(default_factory=dict, metadata={"checkpoint": False})
     # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said
     # anything. int spelled out: a checkpoint read back must give exitcode -6, not -6.0.
     last_error_facts: dict[str, dict[str, str | int | float]] = field(default_factory=dict)
@@ -60,6 +65,8 @@ class RankState:
     loss_spikes: SpikeDetector | None = None
     grad_norm_spikes: SpikeDetector | None = None
     plateau: PlateauTracker | None = None
+    # The status page's charts; a checkpoint leaves it out (metadata), a restart fills it again.
+    recent: RecentSteps = field(default_factory=RecentSteps, metadata={"checkpoint": False})
 
     @property
     def total_steps(self) -> int | None:
@@ -197,8 +204,13 @@ class TrainingState:
         for name, (value, _lines, aux_loss) in batch.named.items():
             self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         losses = batch.series.get("loss")
+        step_time = batch.latest.get("step_time_seconds")
         if losses:
-            self._check_losses(rank, _at_known_steps(losses.steps, step_before), losses.values)
+            loss_steps = _at_known_steps(losses.steps, step_before)
+            self._check_losses(rank, loss_steps, losses.values)
+            rank.recent.add(loss_steps, losses.values, step_time)
+        elif step_time is not None:
+            rank.recent.add((rank.step,), (math.nan,), step_time)
         if batch.unprinted_nonfinite_losses:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
             self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
@@ -237,6 +249,8 @@ class TrainingState:
         kind = event.kind if event.kind in rank.errors else "other"
         rank.errors[kind] += 1
         rank.last_error_timestamp[kind] = now
+        if rank.step is not None:
+            rank.last_error_step[kind] = rank.step
         if event.detail:
             rank.last_error_facts[kind] = dict(event.detail)
 

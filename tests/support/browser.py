@@ -7,11 +7,11 @@ from pathlib import Path
 
 from tests.support.tools import require_tool
 
-_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
+FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
           "--disable-background-networking", "--disable-component-update", "--disable-sync"]
 
 
 def chromium(url: str, profile: Path, *args: str) -> subprocess.CompletedProcess:
     binary = require_tool("chromium", "Debian package 'chromium'; scripts/install-system-deps.sh installs it")
-    return subprocess.run([binary, *_FLAGS, f"--user-data-dir={profile}", *args, url],
+    return subprocess.run([binary, *FLAGS, f"--user-data-dir={profile}", *args, url],
                           capture_output=True, text=True, timeout=60, check=True)
