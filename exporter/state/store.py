@@ -15,7 +15,8 @@ from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, 
 from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
 
 ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
-ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "other")
+ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "killed", "hardware",
+               "other")
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
 
 SeriesKey = tuple[str, str, str]  # (run, node, rank)
