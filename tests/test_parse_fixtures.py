@@ -28,6 +28,11 @@ DETECTED_FORMAT = {
     "formats/msrun_scheduler": "msrun_scheduler",
     "formats/torchrun_tee": "keyvalue",
     "formats/torchtitan": "torchtitan",
+    "real/errors_ascend": None,
+    "real/errors_host": None,
+    "real/errors_nccl": None,
+    "real/errors_torchelastic": None,
+    "real/healthy_noise": None,
     "real/megatron_tflops": "megatron",
     "real/torchtitan_tflops": "torchtitan",
 }

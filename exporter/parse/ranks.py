@@ -37,13 +37,14 @@ def global_rank(rank: int, local: bool, rank_offset: int) -> int:
 def strip_host_prefix(line: bytes) -> tuple[str | None, bytes]:
     """The host a pdsh prefix names (``worker-1: ``) and the line without it; (None, line) without one.
 
-    A host name holds a digit, a dash or a dot: ``stderr: `` and ``Solution: `` are text.
+    A host name holds a digit or a dash: ``stderr: ``, ``Solution: `` and a logger's
+    ``torch.distributed.elastic.multiprocessing.api: `` are text.
     """
     match = LAUNCHER_PREFIX.match(line)
     if match is None or match.group("host") is None:
         return None, line
     host = match.group("host").decode("ascii")
-    if not any(char.isdigit() or char in "-." for char in host) or _NOT_A_HOST.fullmatch(host):
+    if not any(char.isdigit() or char == "-" for char in host) or _NOT_A_HOST.fullmatch(host):
         return None, line
     return host, line[match.end():]
 
