@@ -108,7 +108,8 @@ def test_a_srun_labelled_traceback_is_one_failure_of_its_rank():
 
 def test_words_before_a_colon_are_not_hosts():
     for line in (b"stderr: RuntimeError: CUDA error: x", b"EI9999: Inner Error!",
-                 b"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 1)"):
+                 b"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 1)",
+                 ):
         assert all("host" not in detail for _, _, detail in _events([line]))
 
 

@@ -441,23 +441,28 @@ SIGNATURES: tuple[Signature, ...] = (
               _nccl_timeout, _NCCL,
               "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
               "OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out."),
-    Signature("nccl_watchdog_short", ("nccl_timeout", "nccl"), (b"detected by watchdog at work", b"Timeout at NCCL work"),
+    Signature("nccl_watchdog_short", ("nccl_timeout", "nccl"),
+              (b"detected by watchdog at work", b"Timeout at NCCL work"),
               _watchdog_short, _NCCL,
               "[80749] [rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an "
-              "error or timeout) detected by watchdog at work: 1580, last enqueued NCCL work: 1582, last completed NCCL "
+              "error or timeout) detected by watchdog at work: 1580, last "
+              "enqueued NCCL work: 1582, last completed NCCL "
               "work: 1579."),
     Signature("device_oom", ("oom",), (b"out of memory",), _device_oom, _ASCEND_WRITTEN,
-              "torch.OutOfMemoryError: NPU out of memory. Tried to allocate 674.00 MiB (NPU 3; 60.96 GiB total capacity; "
+              "torch.OutOfMemoryError: NPU out of memory. Tried to allocate "
+              "674.00 MiB (NPU 3; 60.96 GiB total capacity; "
               "59.80 GiB already allocated; 59.80 GiB current active; 311.27 MiB free; 60.12 GiB reserved in total by "
               "PyTorch)"),
     Signature("mindspore_oom", ("oom",), (b"Out of Memory!!!", b"memory isn't enough", b"more than total mem size"),
               _mindspore_oom, _ASCEND,
               "[ERROR] PRE_ACT(54175,fffdbcff91e0,python):2024-10-22-11:24:55.301.443 [mindspore/ccsrc/backend/common/"
               "mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : "
-              "29356337664 plus TotalUsedByEventMemStatistics : 0 and plus alloc size : 301990400 is more than total mem "
+              "29356337664 plus TotalUsedByEventMemStatistics : 0 and plus "
+              "alloc size : 301990400 is more than total mem "
               "size : 29464985600."),
     Signature("minddata_pinned_oom", ("oom",), (b"cudaHostAlloc failed",), _host_pinned_oom, _ASCEND,
-              "[ERROR] MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/"
+              "[ERROR] "
+              "MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/"
               "arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory"),
     Signature("nvidia_xid", ("hardware",), (b"NVRM: Xid", b"fallen off the bus"), _xid, _HOST,
               "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"),
@@ -481,7 +486,8 @@ SIGNATURES: tuple[Signature, ...] = (
     Signature("hccl", ("hccl",), (b"HCCL", b"hccl api failed", b"function error: Hccl", b"HcclCommInitRootInfo",
                                   b"fftsplus", b"Stream synchronize timeout"),
               _hccl, _ASCEND,
-              "[ERROR] HCCL(36035,mindie_llm_backend_connector):2025-05-13-02:25:58.068.817 [op_base.cc:974][36818][Init]"
+              "[ERROR] "
+              "HCCL(36035,mindie_llm_backend_connector):2025-05-13-02:25:58.068.817 [op_base.cc:974][36818][Init]"
               "[CommRootInfoConfig]errNo[0x0000000005000002]HcclCommInitRootInfo failed.", continued=True),
     # A CANN code is E, a letter or digit and four digits. Three-byte anchors for the HCCL
     # families ("EI"/"EJ" appear in ordinary words, and a two-byte anchor slows the block scanner
@@ -520,7 +526,8 @@ SIGNATURES: tuple[Signature, ...] = (
               _deepspeed_exit, _HOST,
               "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', "
               "'--local_rank=0', '--data_path', 'Dahoas/rm-static', 'Dahoas/full-hh-rlhf', "
-              "'Dahoas/synthetic-instruct-gptj-pairwise', 'yitingxie/rlhf-reward-datasets', 'openai/webgpt_comparisons', "
+              "'Dahoas/synthetic-instruct-gptj-pairwise', "
+              "'yitingxie/rlhf-reward-datasets', 'openai/webgpt_comparisons', "
               "'stanfordnlp/SHP', '--data_split', '2,4,4', '--model_name_or_path', 'facebook/opt-125m', "
               "'--per_device_train_batch_size', '2', '--per_device_eval_batch_size', '8', '--max_seq_len', '512', "
               "'--learning_rate', '9.65e-6', '--weight_decay', '0.1', '--num_train_epochs', '2', "
