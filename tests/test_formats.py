@@ -195,7 +195,7 @@ def test_an_elastic_summary_cut_by_a_batch_counts_once():
             b"Root Cause (first observed failure):", b"[0]:", b"  rank      : 3 (local_rank: 3)",
             b"  exitcode  : -9 (pid: 77)"]
     (event,) = parse_lines(parser, head).records
-    assert (event.kind, event.detail["root_cause_rank"], event.detail["signal"]) == ("elastic", 3, "SIGKILL")
+    assert (event.kind, event.detail["root_cause_rank"], event.detail["signal"]) == ("killed", 3, "SIGKILL")
     assert parse_lines(parser, [b"  traceback : Signal 9 (SIGKILL) received by PID 77", b"=" * 40]).records == []
 
 

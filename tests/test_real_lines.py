@@ -3,6 +3,7 @@ exporter's serving path: a worker log in a log directory, the exporter process, 
 
 from __future__ import annotations
 
+import json
 import shutil
 from pathlib import Path
 
@@ -31,3 +32,40 @@ def test_model_tflops_per_device_is_one_gauge_for_every_framework(tmp_path, fixt
         # Not also a training_metric: the value has its gauge.
         assert not [labels for metric, labels in metrics
                     if metric == "training_metric" and ("name", "tflops") in labels]
+
+
+def _expected_errors(fixture: str) -> dict[tuple[str, str], int]:
+    """(rank label, kind) -> count, from the fixture's expected events (no rank: the file's, 0)."""
+    counts: dict[tuple[str, str], int] = {}
+    for record in json.loads((REAL / f"{fixture}.expected.json").read_text()):
+        if record["type"] == "error":
+            key = (str(record["rank"] if record["rank"] is not None else 0), record["kind"])
+            counts[key] = counts.get(key, 0) + 1
+    return counts
+
+
+def _served_errors(samples) -> dict[tuple[str, str], int]:
+    """(rank label, kind) -> count of every non-zero training_errors_total sample."""
+    served = {}
+    for (metric, labels), value in samples.items():
+        if metric == "training_errors_total" and value:
+            named = dict(labels)
+            served[(named["rank"], named["kind"])] = int(value)
+    return served
+
+
+@pytest.mark.parametrize("fixture", ["errors_torchelastic", "errors_nccl", "errors_ascend", "errors_host",
+                                     "healthy_noise"])
+def test_each_failure_family_counts_by_kind_and_rank_through_the_exporter(tmp_path, fixture):
+    log_dir = tmp_path / "job" / "logs"
+    log_dir.mkdir(parents=True)
+    shutil.copy(REAL / f"{fixture}.log", log_dir / "worker_0.log")
+    expected = _expected_errors(fixture)
+    lines = (REAL / f"{fixture}.log").read_bytes().count(b"\n")
+    with ExporterProcess("--log-dir", str(log_dir), "--run", "job") as exporter:
+        eventually(lambda: exporter.total("training_log_lines_total") == lines, 10, what="every line read")
+        assert _served_errors(exporter.samples()) == expected
+    if fixture == "healthy_noise":
+        assert expected == {}
+    else:
+        assert expected, "a failure fixture without failures proves nothing"

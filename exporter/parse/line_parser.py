@@ -7,8 +7,9 @@ framework noise that makes up most of a worker log costs nothing. A format with 
 table has its runs of step lines read by the step-field kernel. Step lines leave as
 StepBatch (step_batch.py), one per rank and block unless a line ends one. The only state
 kept between lines is what spans lines: open tracebacks (one per rank stream of a tee'd
-file), the exception a C++ ``terminate`` announced, NCCL watchdog timeouts already
-counted, and the scheduler's node table.
+file), the exception a C++ ``terminate`` announced, failures already counted that print
+again (a watchdog timeout, a child's exit; ``signatures.failure_key``), and the
+scheduler's node table.
 """
 
 from __future__ import annotations
@@ -22,15 +23,18 @@ from exporter.parse import signatures
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
-from exporter.parse.ranks import RANK_PREFIX, strip_rank_prefixes
+from exporter.parse.ranks import RANK_PREFIX, has_srun_label, strip_host_prefix, strip_rank_prefixes
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
 
 _THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
-# Watchdog timeouts remembered for de-duplication; a run never has this many distinct ones.
-_MAX_WATCHDOG_KEYS = 4096
+# Failures remembered for de-duplication; a run never has this many distinct ones.
+_MAX_FAILURE_KEYS = 4096
+# The first bytes of a line that may start with a rank prefix (torchrun's, a bracketed PID,
+# ``srun --label``'s task number, padded with spaces): other lines skip the prefix search.
+_RANK_PREFIX_STARTS = frozenset({b"[", b" ", *(str(digit).encode() for digit in range(10))})
 # Open failure blocks and announced exceptions, each kept per rank prefix of a tee'd file: a log
 # with more distinct prefixes than this (a million ``[rankN]:``) holds no more state than that.
 MAX_OPEN_PER_PREFIX = 1024
@@ -74,7 +78,11 @@ class LineParser:
         self._line_start = 0  # where the line being parsed starts in its block (kept for ParsedBlock.offsets)
         self._blocks: dict[int | None, Block] = {}
         self._thrown: dict[int | None, str] = {}
-        self._watchdog_seen: set[tuple[object, object]] = set()
+        self._failures_seen: set[tuple[object, ...]] = set()
+        # A child's exit reported on one line (torchrun's agent: ``failed (exitcode: -9)``), held
+        # until the block ends: the ChildFailedError summary that usually follows reports the
+        # same exit with more detail (root-cause rank, host) and replaces it.
+        self._held_exits: dict[tuple[object, ...], tuple[ErrorEvent, int | None]] = {}
         self._scheduler_log = SchedulerLog()
         self._batches: dict[int | None, StepBatchBuilder] = {}
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
@@ -123,6 +131,9 @@ class LineParser:
         for rank, block in list(self._blocks.items()):
             for event in block.flush():
                 self._emit(event, rank, parsed)
+        held, self._held_exits = self._held_exits, {}
+        for event, rank in held.values():
+            self._emit(event, rank, parsed)
         return parsed
 
     def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
@@ -207,10 +218,11 @@ class LineParser:
             return None, True  # counted as rejected, so neither unparsed nor lost
 
     def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
-        rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] == b"[" else (None, line)
+        host, line = strip_host_prefix(line) if line[:1].isalpha() else (None, line)
+        rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] in _RANK_PREFIX_STARTS else (None, line)
         if self._blocks:
             block = self._blocks.get(rank)
-            if block is not None and self._feed_block(block, rank, body, parsed):
+            if block is not None and self._feed_block(block, rank, body, parsed, host):
                 return rank, True
         fmt = self._format
         if fmt is not None:
@@ -224,7 +236,7 @@ class LineParser:
         for banner in (fmt.banner,) if fmt is not None else self._banners:
             if banner is not None and banner.prefilter in body and self._banner(banner, body, rank, parsed):
                 return rank, True
-        return rank, self._failure(body, rank, parsed)
+        return rank, self._failure(body, rank, parsed, host)
 
     def _take(self, fmt: Format, record: StepLine | SchedulerEvent, rank: int | None, parsed: ParsedBlock) -> None:
         """A record a format's parser read from a line."""
@@ -262,14 +274,15 @@ class LineParser:
         self._emit(info, rank, parsed)
         return True
 
-    def _feed_block(self, block: Block, rank: int | None, body: bytes, parsed: ParsedBlock) -> bool:
+    def _feed_block(self, block: Block, rank: int | None, body: bytes, parsed: ParsedBlock,
+                    host: str | None) -> bool:
         fmt = self._format
         starts_record = fmt is not None and bool(fmt.prefilter) and fmt.prefilter in body
         found, consumed = block.feed(body, starts_record)
         if block.finished:
             del self._blocks[rank]
         for event in found:
-            self._emit(event, rank, parsed)
+            self._emit(_on_host(event, host), rank, parsed)
         return consumed
 
     def _detect(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
@@ -298,23 +311,35 @@ class LineParser:
                             else table.kernel_table_keeping(self._series_fields))
             self._builder(None).read_by(native.step_reader(kernel_table), table.gauges)
 
-    def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
+    def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
         if signatures.FAILURE_GATE.search(body) is None:
             return False
         if body.startswith(signatures.TRACEBACK_START):
             self._open_block(rank, Block(), parsed)
             return True
-        event = signatures.classify(body)
-        if event is not None:
+        found = signatures.match(body)
+        if found is not None:
+            signature, event = found
+            text = body.decode("utf-8", "replace")
             exception = self._thrown.pop(rank, None) if signatures.WHAT in body else None
-            exception = exception or signatures.standalone_exception_type(body.decode("utf-8", "replace"))
+            exception = exception or signatures.standalone_exception_type(text)
             if exception:
                 event.detail = {"exception": exception, **event.detail}
-            self._emit(event, rank, parsed)
+            if exception or signature.continued:
+                self._open_block(rank, Block.continuation(), parsed)  # its detail lines are not failures of their own
+            named_rank = rank if rank is not None else _rank_in_message(body)
+            key = signatures.failure_key(event, named_rank)
+            if key is not None and signature.superseded:
+                self._held_exits[key] = (_on_host(event, host), named_rank)
+            else:
+                self._emit(_on_host(event, host), named_rank, parsed)
             return True
         if signatures.CHILD_FAILED in body:
             self._open_block(rank, Block(elastic=True), parsed)
+            return True
+        if signatures.ROOT_CAUSE in body:
+            self._open_block(rank, Block.root_cause(), parsed)
             return True
         if signatures.TERMINATE in body:
             thrown = _THROWN.search(body)
@@ -338,14 +363,15 @@ class LineParser:
             _drop_out_of_range(record.detail)
         if rank is not None:
             record.rank = rank
-        if type(record) is ErrorEvent and record.kind == "nccl_timeout":
-            # Each timed-out work prints three times or more (log line, watchdog exception, what()).
-            key = (record.detail.get("pg_rank", rank), record.detail.get("seq_num"))
-            if key in self._watchdog_seen:
-                return
-            if len(self._watchdog_seen) >= _MAX_WATCHDOG_KEYS:
-                self._watchdog_seen.clear()
-            self._watchdog_seen.add(key)
+        if type(record) is ErrorEvent:
+            key = signatures.failure_key(record, rank)
+            if key is not None:
+                self._held_exits.pop(key, None)  # this report of the same exit replaces the held one
+                if key in self._failures_seen:
+                    return
+                if len(self._failures_seen) >= _MAX_FAILURE_KEYS:
+                    self._failures_seen.clear()
+                self._failures_seen.add(key)
         elif type(record) is SchedulerEvent:
             observed = self._scheduler_log.observe(record)
             if observed is None:
@@ -374,4 +400,23 @@ def _drop_out_of_range(detail: dict[str, str | float]) -> None:
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:
     """True when the block's first line, or a line beginning with a prefix anchor, starts with a prefix."""
-    return RANK_PREFIX.match(data) is not None or any(RANK_PREFIX.match(data, start) for start in prefixed)
+    return (RANK_PREFIX.match(data) is not None or has_srun_label(data)
+            or any(RANK_PREFIX.match(data, start) for start in prefixed))
+
+
+# torch < 2.2 names the rank inside a c10 message instead of a line prefix:
+# ``[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread terminated with exception``.
+_RANK_IN_MESSAGE = re.compile(rb"\] \[Rank (\d+)\] ")
+
+
+def _rank_in_message(body: bytes) -> int | None:
+    """The rank a c10 log message names after its header, for a line without a rank prefix."""
+    match = _RANK_IN_MESSAGE.search(body)
+    return None if match is None else int(match.group(1))
+
+
+def _on_host(event: ErrorEvent, host: str | None) -> ErrorEvent:
+    """The event, with the host a pdsh prefix named (the launcher's log mixes the nodes' lines)."""
+    if host is not None:
+        event.detail = {**event.detail, "host": host}
+    return event

@@ -1,4 +1,9 @@
-"""Which global rank a line belongs to: torchrun's per-line prefixes and the node's rank offset."""
+"""Which global rank a line belongs to: launcher prefixes and the node's rank offset.
+
+A line may carry, outermost first: a launcher's prefix (``srun --label``'s task number
+``3: ``, pdsh's host ``worker-1: ``), a bracketed number some collectors put first
+(``[80746] ``), and torchrun's prefixes (``[default3]:``, ``[rank3]: ``).
+"""
 
 from __future__ import annotations
 
@@ -13,6 +18,14 @@ PREFIX_ANCHORS = (b"[default", b"[rank")
 # What the step-field kernel declines as another stream's line: ``[`` name bytes ``]:`` at its
 # start (a superset of RANK_PREFIX: a line declined for nothing is only read the slower way).
 LINE_TAG = (b"[", b"]:")
+# ``srun --label``: the task number, which is the global rank with one task per rank (padded
+# to the width of the largest); pdsh (DeepSpeed's multi-node launcher): the host name.
+LAUNCHER_PREFIX = re.compile(rb"(?: *(?P<task>\d{1,6})|(?P<host>[A-Za-z][A-Za-z0-9.-]*)): ")
+# A bracketed number before everything else: a PID or a line number (``[80746] [rank0]:``).
+_PROCESS_PREFIX = re.compile(rb"\[\d+\] ")
+# Words that end in ": " at the start of a line without being a host: exception types,
+# CANN codes (``EI9999: ``), ``ERR02200``.
+_NOT_A_HOST = re.compile(r"[\w.]*(?:Error|Exception|Warning|Exit)|E[A-Z0-9]\d{4}|ERR\d+")
 
 
 def global_rank(rank: int, local: bool, rank_offset: int) -> int:
@@ -21,16 +34,43 @@ def global_rank(rank: int, local: bool, rank_offset: int) -> int:
     return rank + rank_offset if local else rank
 
 
+def strip_host_prefix(line: bytes) -> tuple[str | None, bytes]:
+    """The host a pdsh prefix names (``worker-1: ``) and the line without it; (None, line) without one.
+
+    A host name holds a digit or a dash: ``stderr: ``, ``Solution: `` and a logger's
+    ``torch.distributed.elastic.multiprocessing.api: `` are text.
+    """
+    match = LAUNCHER_PREFIX.match(line)
+    if match is None or match.group("host") is None:
+        return None, line
+    host = match.group("host").decode("ascii")
+    if not any(char.isdigit() or char == "-" for char in host) or _NOT_A_HOST.fullmatch(host):
+        return None, line
+    return host, line[match.end():]
+
+
 def strip_rank_prefixes(line: bytes, rank_offset: int) -> tuple[int | None, bytes]:
     """The global rank a line's prefixes name (None: none, the file's rank) and the line without them."""
-    match = RANK_PREFIX.match(line)
     found: dict[bool, int] = {}  # local -> the rank of that kind, the last prefix of each kind wins
     end = 0
+    label = LAUNCHER_PREFIX.match(line)
+    if label is not None and label.group("task") is not None:
+        found[False], end = int(label.group("task")), label.end()
+    process = _PROCESS_PREFIX.match(line, end)
+    if process is not None:
+        end = process.end()
+    match = RANK_PREFIX.match(line, end)
     while match is not None:
         found[match.group(1) != b"rank"] = int(match.group(2))
         end = match.end()
         match = RANK_PREFIX.match(line, end)
     if not found:
-        return None, line
+        return None, line[end:]
     local = False not in found  # a global rank, when one is printed, says it all
     return global_rank(found[local], local, rank_offset), line[end:]
+
+
+def has_srun_label(line: bytes) -> bool:
+    """True when a line starts with ``srun --label``'s task number."""
+    match = LAUNCHER_PREFIX.match(line)
+    return match is not None and match.group("task") is not None

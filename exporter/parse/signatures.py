@@ -1,10 +1,15 @@
-"""Failure signatures: one matcher per error kind, cheap byte prefilters first.
+"""Failure signatures: the registry of every failure line the exporter recognizes.
 
-``classify`` looks at one line on its own. Tracebacks and torchrun's ChildFailedError
-summary span several lines: exporter/parse/tracebacks.py assembles those and uses the helpers
-here for their exception and continuation lines. The rules are those of
-docs/formats-research.md section 0 (one event per traceback, ``NCCL error in:`` rather than
-a bare "NCCL error", ...).
+``SIGNATURES`` is the one table: each ``Signature`` names the kinds it can give, the byte
+literals (anchors) a line must hold before its matcher runs, the matcher, and the real
+line that shows it (in ``fixture`` under tests/fixtures/, tests/test_signatures.py checks
+both). The first signature in table order whose matcher accepts a line names the failure,
+so specific signatures (a watchdog timeout, an out-of-memory reported as a CUDA error, an
+AI Core exception reported with a CANN code) come before generic ones.
+
+``classify`` looks at one line on its own. Tracebacks, torchrun's ChildFailedError summary
+and the detail lines below an exception span several lines: exporter/parse/tracebacks.py
+assembles those and uses the helpers here for their exception and continuation lines.
 """
 
 from __future__ import annotations
@@ -12,6 +17,7 @@ from __future__ import annotations
 import re
 import signal
 from collections.abc import Callable
+from dataclasses import dataclass
 
 from exporter.parse.records import ErrorEvent
 
@@ -21,11 +27,84 @@ except ImportError:  # pragma: no cover - a platform without the wheel
     BytesAhoCorasick = None  # type: ignore[misc,assignment]
 
 Detail = dict[str, str | float]
+Matcher = Callable[[str], ErrorEvent | None]
 
 TRACEBACK_START = b"Traceback (most recent call last):"
 CHILD_FAILED = b"ChildFailedError:"
+ROOT_CAUSE = b"Root Cause (first observed failure)"
 TERMINATE = b"terminate called after throwing an instance of '"
 WHAT = b"what():"
+
+
+@dataclass(frozen=True, slots=True)
+class Signature:
+    """One failure signature: what it names, when it is tried, and the real line that shows it."""
+
+    name: str
+    kinds: tuple[str, ...]  # the kinds its matcher can give (a signal exit names one by its signal)
+    anchors: tuple[bytes, ...]  # the matcher runs only on lines holding one of these (parse/scan.py)
+    match: Matcher
+    fixture: str  # the fixture file, under tests/fixtures/, holding ``example``
+    example: str  # a line a real program printed, byte for byte
+    # Lines below it belong to the same failure (an exception's message, CANN's "TraceBack"
+    # lines, NCCL's "Last error:"): they add detail, never a second event.
+    continued: bool = False
+    # A fuller report of the same failure usually follows (torchrun's ChildFailedError summary
+    # after its agent's ``failed (exitcode: ...)`` line): the event waits for it, to the block's end.
+    superseded: bool = False
+
+
+# --- signal exits -------------------------------------------------------------------------
+
+# The kind a process ended by a signal counts as; other signals (SIGABRT, SIGTERM, ...) and
+# plain non-zero exits are child failures, ``elastic``, with the signal in the detail.
+_SIGNAL_KINDS = {"SIGKILL": "killed", "SIGSEGV": "segfault", "SIGBUS": "hardware"}
+
+
+def signal_name(exitcode: int) -> str | None:
+    """The signal a negative exit code names (SIGABRT for -6): torch < 2.6 does not print it."""
+    if exitcode >= 0:
+        return None
+    try:
+        return signal.Signals(-exitcode).name
+    except ValueError:
+        return None
+
+
+def exit_kind(signal_name: str | None) -> str:
+    """The kind of a child that exited, by the signal that ended it (None: a non-zero exit code)."""
+    return _SIGNAL_KINDS.get(signal_name or "", "elastic")
+
+
+def _exit_event(exitcode: int, detail: Detail) -> ErrorEvent:
+    name = signal_name(exitcode)
+    if name:
+        detail["signal"] = name
+    return ErrorEvent(exit_kind(name), {"exitcode": exitcode, **detail})
+
+
+# --- torch elastic, DeepSpeed launcher ----------------------------------------------------
+
+# torchrun's agent, every logger layout: ``ERROR:torch.distributed.elastic.multiprocessing.api:failed``,
+# ``... api: [ERROR] failed``, glog ``E0325 ... api.py:869] failed``.
+_ELASTIC_FAILED = re.compile(r"\bfailed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_DEEPSPEED_EXIT = re.compile(r"sigkill_handler\] .* exits with return code = (-?\d+)")
+
+
+def _elastic_failed(text: str) -> ErrorEvent | None:
+    match = _ELASTIC_FAILED.search(text)
+    if match is None:
+        return None
+    code, local_rank, pid = match.groups()
+    return _exit_event(int(code), {"local_rank": int(local_rank), "pid": int(pid)})
+
+
+def _deepspeed_exit(text: str) -> ErrorEvent | None:
+    match = _DEEPSPEED_EXIT.search(text)
+    return None if match is None else _exit_event(int(match.group(1)), {"launcher": "deepspeed"})
+
+
+# --- NCCL ---------------------------------------------------------------------------------
 
 _WATCHDOG = re.compile(
     r"Watchdog caught collective operation timeout: "
@@ -33,60 +112,111 @@ _WATCHDOG = re.compile(
 _WATCHDOG_RANK = re.compile(r"\[Rank (\d+)\] Watchdog caught")
 _WORK_ARG = re.compile(r"(\w+(?:\(ms\))?)=(\[[^\]]*\]|[^,]*)")
 _WORK_FIELDS = {"SeqNum": "seq_num", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out"}
-
-_DEVICE_OOM = re.compile(r"\b(CUDA|NPU|HIP|XPU|MPS)\b(?: error:)? out of memory")
-_REQUESTED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGTP]?i?B)")
-_DEVICE_INDEX = re.compile(r"\b(GPU|NPU) (\d+)\b")
-_MINDSPORE_OOM = re.compile(r"Out of Memory!!! Request memory size: (\d+)B")
-_MINDSPORE_ALLOC = re.compile(r"memory isn't enough and alloc failed.*?alloc size: (\d+)B")
-
+# torch >= 2.2 also prints the short forms, with the process group's rank in ``[PG ... Rank N]``.
+_WATCHDOG_SHORT = re.compile(
+    r"Rank (?P<rank>\d+)\]\s+(?:(?P<timeout>Timeout at NCCL work)|Exception \(either an error or timeout\) "
+    r"detected by watchdog at work): (?P<seq>\d+)")
+_ASYNC_EXCEPTION = re.compile(r"Collective Work[NH]CCL\((?P<args>.*?)\) raised the following async exception")
 _NCCL_ERROR_IN = re.compile(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_CODE = re.compile(
     r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
+_DIST_BACKEND = re.compile(r"DistBackendError: (?P<message>\S.*?)\s*$")
 
-# ``\b(E[IJ]\d{4})\b``, written to start with its literal: ``re`` then skips to each "E"
-# instead of trying every position (20 times faster on a line without a code).
-_CANN_CODE = re.compile(r"(E(?<!\wE)[IJ]\d{4})\b")
-_HCCL_TEXT = re.compile(r"HCCL function error|HCCL error in:|call hccl api failed|function error: Hccl\w*")
-_HCCL_RET = re.compile(r"error code is (\d+)")
-_ERR_CODE = re.compile(r"\b(ERR\d{5})\b")
 
-_CUDA_ERROR = re.compile(r"CUDA error: (?P<message>.*?)\s*$")
-
-_FATAL_PYTHON = re.compile(r"Fatal Python error: (?P<what>.+?)\s*$")
-# What faulthandler names the signal, and the kind that crash counts as.
-_FATAL_SIGNALS = {
-    "Segmentation fault": ("segfault", "SIGSEGV"),
-    "Bus error": ("segfault", "SIGBUS"),
-    "Aborted": ("other", "SIGABRT"),
-    "Floating point exception": ("other", "SIGFPE"),
-    "Illegal instruction": ("other", "SIGILL"),
-}
-_SHELL_SEGFAULT = re.compile(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
-_SIGSEGV = re.compile(r"Signal 11 \(SIGSEGV\)")
-
-# ``module.ErrorType: message`` or a bare type, as Python prints the last line of a traceback.
-_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|[A-Z]\w*)(?::|$)")
-# Standalone lines only count as exception lines when the type says so (not "Solution:").
-_STANDALONE_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):")
+def _work_detail(args: str, detail: Detail) -> Detail:
+    for name, raw in _WORK_ARG.findall(args):
+        value = raw.strip()
+        if name == "Timeout(ms)" and value.isdigit():
+            detail["timeout_seconds"] = int(value) / 1000
+        elif name in _WORK_FIELDS:
+            detail[_WORK_FIELDS[name]] = int(value) if value.isdigit() else value
+    return detail
 
 
 def _nccl_timeout(text: str) -> ErrorEvent | None:
     match = _WATCHDOG.search(text)
     if match is None:
         return None
-    detail: Detail = {"elapsed_seconds": int(match.group("ms")) / 1000}
-    for name, raw in _WORK_ARG.findall(match.group("args")):
-        value = raw.strip()
-        if name == "Timeout(ms)" and value.isdigit():
-            detail["timeout_seconds"] = int(value) / 1000
-        elif name in _WORK_FIELDS:
-            detail[_WORK_FIELDS[name]] = int(value) if value.isdigit() else value
+    detail = _work_detail(match.group("args"), {"elapsed_seconds": int(match.group("ms")) / 1000})
     rank = _WATCHDOG_RANK.search(text)
     if rank is not None:
         detail["pg_rank"] = int(rank.group(1))
     # torch_npu's ProcessGroupHCCL prints the same watchdog text for HCCL work.
     return ErrorEvent("nccl_timeout" if match.group("backend") == "NCCL" else "hccl", detail)
+
+
+def _watchdog_short(text: str) -> ErrorEvent | None:
+    match = _WATCHDOG_SHORT.search(text)
+    if match is None:
+        return None
+    # "error or timeout": only "Timeout at" says which.
+    kind = "nccl_timeout" if match.group("timeout") else "nccl"
+    return ErrorEvent(kind, {"seq_num": int(match.group("seq")), "pg_rank": int(match.group("rank"))})
+
+
+def _async_exception(text: str) -> ErrorEvent | None:
+    match = _ASYNC_EXCEPTION.search(text)
+    if match is None:
+        return None
+    detail = _work_detail(match.group("args"), {})
+    version = _NCCL_ERROR_IN.search(text) or re.search(r"NCCL version ([\w.+-]+)", text)
+    if version is not None:
+        detail["nccl_version"] = version.group(version.lastindex or 1)
+    return ErrorEvent("nccl", detail)
+
+
+def _nccl(text: str) -> ErrorEvent | None:
+    match = _NCCL_ERROR_IN.search(text)
+    if match is None:
+        return None
+    detail: Detail = {"reason": match.group("reason")}
+    if match.group("version"):
+        detail["nccl_version"] = match.group("version")
+    return ErrorEvent("nccl", detail)
+
+
+def _dist_backend(text: str) -> ErrorEvent | None:
+    match = _DIST_BACKEND.search(text)
+    return None if match is None else ErrorEvent("nccl", {"message": match.group("message")[:200]})
+
+
+def _nccl_code(text: str) -> ErrorEvent | None:
+    match = _NCCL_CODE.search(text)
+    return None if match is None else ErrorEvent("nccl", {"nccl_error": match.group(1)})
+
+
+# --- c10d store, rendezvous ---------------------------------------------------------------
+
+_STORE_TIMEOUT = re.compile(
+    r"DistStoreError: Timed out after (?P<seconds>\d+) seconds waiting for (?:clients|workers)\. "
+    r"(?P<joined>\d+)/(?P<expected>\d+)"
+    r"|(?P<rendezvous>RendezvousTimeoutError)"
+    r"|client socket has timed out after (?P<client_seconds>\d+)")
+
+
+def _store_timeout(text: str) -> ErrorEvent | None:
+    match = _STORE_TIMEOUT.search(text)
+    if match is None:
+        return None
+    detail: Detail = {"reason": "rendezvous" if match.group("rendezvous") else "store"}
+    seconds = match.group("seconds") or match.group("client_seconds")
+    if seconds:
+        detail["timeout_seconds"] = int(seconds)
+    if match.group("joined"):
+        detail["joined"], detail["expected"] = int(match.group("joined")), int(match.group("expected"))
+    return ErrorEvent("nccl_timeout", detail)
+
+
+# --- device memory ------------------------------------------------------------------------
+
+_DEVICE_OOM = re.compile(r"\b(CUDA|NPU|HIP|XPU|MPS)\b(?: error:)? out of memory")
+_REQUESTED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGTP]?i?B)")
+_DEVICE_INDEX = re.compile(r"\b(GPU|NPU) (\d+)\b")
+_MINDSPORE_OOM = re.compile(
+    r"Out of Memory!!! Request memory size: (?P<requested>\d+)B"
+    r"|memory isn't enough and alloc failed.*?alloc size: (?P<alloc>\d+)B"
+    r"|alloc size : (?P<size>\d+) is more than total mem size : (?P<total>\d+)")
+_HOST_PINNED_OOM = re.compile(r"cudaHostAlloc failed, ret\[(\d+)\], out of memory")
 
 
 def _device_oom(text: str) -> ErrorEvent | None:
@@ -104,41 +234,126 @@ def _device_oom(text: str) -> ErrorEvent | None:
 
 
 def _mindspore_oom(text: str) -> ErrorEvent | None:
-    match = _MINDSPORE_OOM.search(text) or _MINDSPORE_ALLOC.search(text)
+    match = _MINDSPORE_OOM.search(text)
     if match is None:
         return None
-    return ErrorEvent("oom", {"device": "npu", "requested_bytes": int(match.group(1))})
+    detail: Detail = {"device": "npu", "requested_bytes": int(match.group("requested") or match.group("alloc")
+                                                              or match.group("size"))}
+    if match.group("total"):
+        detail["total_bytes"] = int(match.group("total"))
+    return ErrorEvent("oom", detail)
 
 
-def _nccl(text: str) -> ErrorEvent | None:
-    match = _NCCL_ERROR_IN.search(text)
+def _host_pinned_oom(text: str) -> ErrorEvent | None:
+    # minddata's pinned host buffer for the device queue: the data pipeline stops with it.
+    match = _HOST_PINNED_OOM.search(text)
+    return None if match is None else ErrorEvent("oom", {"device": "host_pinned", "ret": int(match.group(1))})
+
+
+# --- Ascend: CANN codes, runtime codes, HCCL ----------------------------------------------
+
+# A CANN error code (``EI0006``, ``EZ9999``, ``EL0004``, ``E39009``), written to start with its
+# literal: ``re`` then skips to each "E" instead of trying every position.
+_CANN_CODE = re.compile(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
+# CANN 8 names the code: ``Memory_Allocation_Failure(EL0004):``.
+_CANN_NAMED = re.compile(r"\b([A-Z][\w/]*?)\((E[A-Z0-9]\d{4})\)")
+# The kind a CANN code gives, by its name, its code, or its family (the letter after "E").
+_CANN_NAME_KINDS = {"Memory_Allocation_Failure": "oom", "Device_Absent/Abnormal": "hardware",
+                    "Inner_Error_Device_Status_Abnormal": "hardware"}
+_CANN_CODE_KINDS = {"EL0004": "oom", "EL0001": "hardware", "E39009": "hardware"}
+_CANN_FAMILY_KINDS = {"I": "hccl", "J": "hccl"}  # HCCL, HCCP
+_HCCL_TEXT = re.compile(r"HCCL function error|HCCL error in:|call hccl api failed|function error: Hccl\w*"
+                        r"|HcclCommInitRootInfo fail|hccl fftsplus (?:task )?timeout|Stream synchronize timeout")
+_HCCL_RET = re.compile(r"error code is (\d+)")
+_ERR_CODE = re.compile(r"\b(ERR\d{5})\b")
+# ACL runtime codes as torch_npu and the ACL samples print them.
+_RUNTIME_CODE = re.compile(r"(?:error code is |error code:|failed: |runtime result = )(\d{6})\b")
+_RUNTIME_CODE_KINDS = {
+    507014: ("hardware", "AI Core execution timeout"),
+    507015: ("hardware", "AI Core trap exception"),
+    507010: ("hardware", "device heartbeat lost"),
+    507048: ("hccl", "task execution timeout"),
+    107020: ("hccl", "task timeout"),
+}
+_DEVICE_FAULT = re.compile(
+    r"there is an (?:exception of )?(?P<core>aicore|aivec) error|(?P<heartbeat>lost heartbeat)")
+
+
+def _cann_code_kind(code: str, name: str | None) -> str:
+    return (_CANN_NAME_KINDS.get(name or "") or _CANN_CODE_KINDS.get(code)
+            or _CANN_FAMILY_KINDS.get(code[1], "other"))
+
+
+def _ascend_detail(text: str, detail: Detail) -> Detail:
+    """The codes a line adds to an Ascend failure: CANN code, HCCL return code, ERRxxxxx."""
+    code = _CANN_CODE.search(text)
+    if code is not None:
+        detail.setdefault("code", code.group(1))
+    ret = _HCCL_RET.search(text)
+    if ret is not None and len(ret.group(1)) < 6:
+        detail.setdefault("hccl_ret", int(ret.group(1)))
+    err = _ERR_CODE.search(text)
+    if err is not None:
+        detail.setdefault("err_code", err.group(1))
+    return detail
+
+
+def _runtime_code(text: str) -> ErrorEvent | None:
+    match = _RUNTIME_CODE.search(text)
+    if match is None or int(match.group(1)) not in _RUNTIME_CODE_KINDS:
+        return None
+    code = int(match.group(1))
+    kind, reason = _RUNTIME_CODE_KINDS[code]
+    return ErrorEvent(kind, _ascend_detail(text, {"runtime_code": code, "reason": reason}))
+
+
+def _device_fault(text: str) -> ErrorEvent | None:
+    match = _DEVICE_FAULT.search(text)
     if match is None:
         return None
-    detail: Detail = {"reason": match.group("reason")}
-    if match.group("version"):
-        detail["nccl_version"] = match.group("version")
-    return ErrorEvent("nccl", detail)
-
-
-def _nccl_code(text: str) -> ErrorEvent | None:
-    match = _NCCL_CODE.search(text)
-    return None if match is None else ErrorEvent("nccl", {"nccl_error": match.group(1)})
+    reason = "device heartbeat lost" if match.group("heartbeat") else f"{match.group('core')} exception"
+    return ErrorEvent("hardware", _ascend_detail(text, {"reason": reason}))
 
 
 def _hccl(text: str) -> ErrorEvent | None:
-    code = _CANN_CODE.search(text)
-    if code is None and _HCCL_TEXT.search(text) is None:
+    match = _HCCL_TEXT.search(text)
+    if match is None:
         return None
-    detail: Detail = {}
-    if code is not None:
-        detail["code"] = code.group(1)
-    ret = _HCCL_RET.search(text)
-    if ret is not None:
-        detail["hccl_ret"] = int(ret.group(1))
-    err = _ERR_CODE.search(text)
-    if err is not None:
-        detail["err_code"] = err.group(1)
-    return ErrorEvent("hccl", detail)
+    return ErrorEvent("hccl", _ascend_detail(text, {"reason": match.group(0)}))
+
+
+def _cann_code(text: str) -> ErrorEvent | None:
+    named = _CANN_NAMED.search(text)
+    code = named.group(2) if named else None
+    if code is None:
+        found = _CANN_CODE.search(text)
+        code = found.group(1) if found else None
+    if code is None:
+        return None
+    detail = _ascend_detail(text, {"code": code})
+    if named is not None:
+        detail["error"] = named.group(1)
+    return ErrorEvent(_cann_code_kind(code, named.group(1) if named else None), detail)
+
+
+# --- CUDA, the host, the hardware ---------------------------------------------------------
+
+_CUDA_ERROR = re.compile(r"CUDA error: (?P<message>.*?)\s*$")
+_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)")
+_FALLEN_OFF = re.compile(r"fallen off the bus")
+_WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[^.]+)\.")
+# How strsignal and faulthandler name a signal, and the signal that is.
+_SIGNAL_TEXTS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL",
+                 "Aborted": "SIGABRT", "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
+_OOM_KILLER = re.compile(r"Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<process>[^)]*)\)")
+# A shell's report of a job it lost to SIGKILL, bare or as ``run.sh: line 66: 777016 Killed  cmd``;
+# "Killed" inside a sentence is not one (nor "Killed process", the kernel's second line).
+_SHELL_KILLED = re.compile(
+    r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\]))(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
+
+_FATAL_PYTHON = re.compile(r"Fatal Python error: (?P<what>.+?)\s*$")
+_SHELL_SEGFAULT = re.compile(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
+_SIGSEGV = re.compile(r"Signal 11 \(SIGSEGV\)(?: received by PID (\d+))?")
 
 
 def _cuda(text: str) -> ErrorEvent | None:
@@ -148,109 +363,272 @@ def _cuda(text: str) -> ErrorEvent | None:
     return ErrorEvent("cuda") if "torch.AcceleratorError" in text else None
 
 
+def _xid(text: str) -> ErrorEvent | None:
+    match = _XID.search(text)
+    if match is not None:
+        return ErrorEvent("hardware", {"xid": int(match.group("xid")), "pci": match.group("pci")})
+    return ErrorEvent("hardware", {"reason": "fallen off the bus"}) if _FALLEN_OFF.search(text) else None
+
+
+def _signal_kind(what: str) -> tuple[str, str | None]:
+    """A crash by a signal, named as strsignal names it: its kind (``other`` unless it has one) and signal."""
+    name = _SIGNAL_TEXTS.get(what)
+    return _SIGNAL_KINDS.get(name or "", "other"), name
+
+
+def _worker_signal(text: str) -> ErrorEvent | None:
+    match = _WORKER_SIGNAL.search(text)
+    if match is None:
+        return None
+    kind, name = _signal_kind(match.group("what"))
+    detail: Detail = {"pid": int(match.group("pid")), "process": "dataloader_worker"}
+    if name:
+        detail["signal"] = name
+    return ErrorEvent(kind, detail)
+
+
+def _oom_killer(text: str) -> ErrorEvent | None:
+    match = _OOM_KILLER.search(text)
+    if match is None:
+        return None
+    return ErrorEvent("killed", {"signal": "SIGKILL", "reason": "oom_killer", "pid": int(match.group("pid")),
+                                 "process": match.group("process")})
+
+
+def _shell_killed(text: str) -> ErrorEvent | None:
+    match = _SHELL_KILLED.search(text)
+    if match is None:
+        return None
+    detail: Detail = {"signal": "SIGKILL"}
+    if match.group("pid"):
+        detail["pid"] = int(match.group("pid"))
+    return ErrorEvent("killed", detail)
+
+
 def _fatal_python(text: str) -> ErrorEvent | None:
     match = _FATAL_PYTHON.search(text)
     if match is None:
         return None
-    kind, signal_name = _FATAL_SIGNALS.get(match.group("what"), ("other", None))
+    kind, name = _signal_kind(match.group("what"))
     detail: Detail = {"message": match.group(0).strip()}
-    if signal_name:
-        detail["signal"] = signal_name
+    if name:
+        detail["signal"] = name
     return ErrorEvent(kind, detail)
 
 
 def _segfault(text: str) -> ErrorEvent | None:
     match = _SHELL_SEGFAULT.search(text)
-    if match is None:
-        return ErrorEvent("segfault", {"signal": "SIGSEGV"}) if _SIGSEGV.search(text) else None
     detail: Detail = {"signal": "SIGSEGV"}
+    if match is None:
+        received = _SIGSEGV.search(text)
+        if received is None:
+            return None
+        if received.group(1):
+            detail["pid"] = int(received.group(1))
+        return ErrorEvent("segfault", detail)
     if match.group("pid"):
         detail["pid"] = int(match.group("pid"))
     return ErrorEvent("segfault", detail)
 
 
-# (byte prefilter, matcher). Order matters: the first match wins, so specific signatures
-# (a watchdog timeout, an out-of-memory reported as a CUDA error) come before generic ones.
-_SIGNATURES: tuple[tuple[bytes, Callable[[str], ErrorEvent | None]], ...] = (
-    (b"Watchdog caught collective operation timeout", _nccl_timeout),
-    (b"out of memory", _device_oom),
-    (b"Out of Memory!!!", _mindspore_oom),
-    (b"memory isn't enough", _mindspore_oom),
-    (b"NCCL error in:", _nccl),
-    (b"nccl", _nccl_code),
-    # A CANN code is E[IJ] and four digits. Three bytes rather than "EI"/"EJ": those appear in
-    # ordinary words, and a two-byte anchor slows the block scanner five times (parse/scan.py).
-    *((f"E{series}{digit}".encode(), _hccl) for series in "IJ" for digit in "0123456789"),
-    (b"HCCL", _hccl),
-    (b"hccl api failed", _hccl),
-    (b"function error: Hccl", _hccl),
-    (b"CUDA error", _cuda),
-    (b"AcceleratorError", _cuda),
-    (b"Fatal Python error: ", _fatal_python),
-    (b"Segmentation fault", _segfault),
-    (b"SIGSEGV", _segfault),
+# --- the registry ---------------------------------------------------------------------------
+
+_TORCH, _ELASTIC, _NCCL = "formats/errors_torch.log", "real/errors_torchelastic.log", "real/errors_nccl.log"
+_ASCEND, _HOST, _ASCEND_WRITTEN = "real/errors_ascend.log", "real/errors_host.log", "formats/errors_ascend.log"
+
+SIGNATURES: tuple[Signature, ...] = (
+    Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl"), (b"Watchdog caught collective operation timeout",),
+              _nccl_timeout, _NCCL,
+              "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
+              "OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out."),
+    Signature("nccl_watchdog_short", ("nccl_timeout", "nccl"),
+              (b"detected by watchdog at work", b"Timeout at NCCL work"),
+              _watchdog_short, _NCCL,
+              "[80749] [rank3]:[E321 02:07:08.465224069 ProcessGroupNCCL.cpp:1664] [PG 1 Rank 3] Exception (either an "
+              "error or timeout) detected by watchdog at work: 1580, last "
+              "enqueued NCCL work: 1582, last completed NCCL "
+              "work: 1579."),
+    Signature("device_oom", ("oom",), (b"out of memory",), _device_oom, _ASCEND_WRITTEN,
+              "torch.OutOfMemoryError: NPU out of memory. Tried to allocate "
+              "674.00 MiB (NPU 3; 60.96 GiB total capacity; "
+              "59.80 GiB already allocated; 59.80 GiB current active; 311.27 MiB free; 60.12 GiB reserved in total by "
+              "PyTorch)"),
+    Signature("mindspore_oom", ("oom",), (b"Out of Memory!!!", b"memory isn't enough", b"more than total mem size"),
+              _mindspore_oom, _ASCEND,
+              "[ERROR] PRE_ACT(54175,fffdbcff91e0,python):2024-10-22-11:24:55.301.443 [mindspore/ccsrc/backend/common/"
+              "mem_reuse/mem_dynamic_allocator.cc:392] AddMemBlockAndMemBufByEagerFree] TotalUsedMemStatistics : "
+              "29356337664 plus TotalUsedByEventMemStatistics : 0 and plus "
+              "alloc size : 301990400 is more than total mem "
+              "size : 29464985600."),
+    Signature("minddata_pinned_oom", ("oom",), (b"cudaHostAlloc failed",), _host_pinned_oom, _ASCEND,
+              "[ERROR] "
+              "MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/"
+              "arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory"),
+    Signature("nvidia_xid", ("hardware",), (b"NVRM: Xid", b"fallen off the bus"), _xid, _HOST,
+              "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"),
+    Signature("dataloader_worker_signal", ("hardware", "killed", "segfault", "other"), (b"is killed by signal: ",),
+              _worker_signal, _HOST,
+              "RuntimeError: DataLoader worker (pid 56811) is killed by signal: Bus error. It is possible that "
+              "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."),
+    Signature("acl_runtime_code", ("hardware", "hccl"), (b"507014", b"507015", b"507010", b"507048", b"107020"),
+              _runtime_code, _ASCEND,
+              "[ERROR] aclrtSynchronizeStream(stream) failed: 507014 (/home/zhongxuan/ptoas-board-monitor/runtime/runs/"
+              "20260627_182124_manual_pr864/npu_validation/Qwen3DecodeA3/qwen3_decode_incore_6/main.cpp:126)",
+              continued=True),
+    Signature("ascend_device_fault", ("hardware",), (b"aicore error", b"aivec error", b"lost heartbeat"),
+              _device_fault, _ASCEND,
+              "        Device[1] lost heartbeat.[FUNC:SyncTask][FILE:direct_hwts_engine.cc][LINE:407]"),
+    Signature("cann_named_code", ("oom", "hardware", "hccl", "other"),
+              (b"Memory_Allocation_Failure", b"Device_Absent", b"Inner_Error_Device", b"AclNN_Inner_Error"),
+              _cann_code, _ASCEND,
+              "[ERROR] RecentErrMsg: [PID: 1613532] 2026-03-24-12:14:45.885.234 Memory_Allocation_Failure(EL0004): "
+              "Failed to allocate memory.", continued=True),
+    Signature("hccl", ("hccl",), (b"HCCL", b"hccl api failed", b"function error: Hccl", b"HcclCommInitRootInfo",
+                                  b"fftsplus", b"Stream synchronize timeout"),
+              _hccl, _ASCEND,
+              "[ERROR] "
+              "HCCL(36035,mindie_llm_backend_connector):2025-05-13-02:25:58.068.817 [op_base.cc:974][36818][Init]"
+              "[CommRootInfoConfig]errNo[0x0000000005000002]HcclCommInitRootInfo failed.", continued=True),
+    # A CANN code is E, a letter or digit and four digits. Three-byte anchors for the HCCL
+    # families ("EI"/"EJ" appear in ordinary words, and a two-byte anchor slows the block scanner
+    # five times, parse/scan.py); the other families by the codes CANN prints for inner errors.
+    Signature("cann_code", ("hccl", "oom", "hardware", "other"),
+              (*(f"E{series}{digit}".encode() for series in "IJ" for digit in "0123456789"),
+               b"EE9999", b"EZ9999", b"EH9999", b"EL0004", b"EE1002"),
+              _cann_code, _ASCEND,
+              "[rank1]: EE9999: Inner Error!", continued=True),
+    Signature("nccl_error_in", ("nccl",), (b"NCCL error in:",), _nccl, _NCCL,
+              "torch.distributed.DistBackendError: NCCL error in: ../torch/csrc/distributed/c10d/ProcessGroupNCCL.cpp"
+              ":1333, unhandled system error (run with NCCL_DEBUG=INFO for details), NCCL version 2.18.6",
+              continued=True),
+    Signature("nccl_async_exception", ("nccl",), (b"raised the following async exception",), _async_exception, _NCCL,
+              "Collective WorkNCCL(SeqNum=2, OpType=ALLREDUCE, NumelIn=1, NumelOut=1, Timeout(ms)=1000000) raised the "
+              "following async exception: NCCL error: unhandled system error (run with NCCL_DEBUG=INFO for details), "
+              "NCCL version 2.25.1", continued=True),
+    Signature("dist_backend_error", ("nccl",), (b"DistBackendError: ",), _dist_backend, _TORCH,
+              "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
+              "ProcessGroupNCCL.cpp:3356, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version "
+              "2.26.2", continued=True),
+    Signature("nccl_code", ("nccl",), (b"nccl",), _nccl_code, _NCCL,
+              "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. "),
+    Signature("store_timeout", ("nccl_timeout",),
+              (b"DistStoreError: Timed out", b"RendezvousTimeoutError", b"client socket has timed out"),
+              _store_timeout, _HOST,
+              "torch.distributed.DistStoreError: Timed out after 901 seconds waiting for clients. 1/3 clients joined."),
+    Signature("cuda_error", ("cuda",), (b"CUDA error", b"AcceleratorError"), _cuda, _NCCL,
+              "(RayWorkerVllm pid=5304) [E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread terminated with "
+              "exception: CUDA error: unknown error"),
+    Signature("oom_killer", ("killed",), (b"Out of memory: Kill",), _oom_killer, _HOST,
+              "[3017506.733819] Out of memory: Kill process 25635 (python) score 974 or sacrifice child"),
+    Signature("shell_killed", ("killed",), (b"Killed", "已杀死".encode()), _shell_killed, _HOST,
+              "run.sh: line 66: 777016 Killed                  CUDA_VISIBLE_DEVICES=$gpu python train.py"),
+    Signature("deepspeed_launcher_exit", ("killed", "segfault", "hardware", "elastic"), (b"sigkill_handler",),
+              _deepspeed_exit, _HOST,
+              "[2023-04-14 13:11:27,885] [ERROR] [launch.py:434:sigkill_handler] ['/usr/bin/python3', '-u', 'main.py', "
+              "'--local_rank=0', '--data_path', 'Dahoas/rm-static', 'Dahoas/full-hh-rlhf', "
+              "'Dahoas/synthetic-instruct-gptj-pairwise', "
+              "'yitingxie/rlhf-reward-datasets', 'openai/webgpt_comparisons', "
+              "'stanfordnlp/SHP', '--data_split', '2,4,4', '--model_name_or_path', 'facebook/opt-125m', "
+              "'--per_device_train_batch_size', '2', '--per_device_eval_batch_size', '8', '--max_seq_len', '512', "
+              "'--learning_rate', '9.65e-6', '--weight_decay', '0.1', '--num_train_epochs', '2', "
+              "'--gradient_accumulation_steps', '1', '--lr_scheduler_type', 'cosine', '--num_warmup_steps', '0', "
+              "'--seed', '1234', '--zero_stage', '2', '--deepspeed', '--output_dir', "
+              "'/content/DeepSpeedExamples/applications/DeepSpeed-Chat/output/actor-models/125m'] exits with return "
+              "code = -9"),
+    Signature("torchelastic_failed", ("killed", "segfault", "hardware", "elastic"), (b"failed (exitcode: ",),
+              _elastic_failed, _ELASTIC,
+              "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) "
+              "of binary:", superseded=True),
+    Signature("fatal_python_error", ("segfault", "hardware", "killed", "other"), (b"Fatal Python error: ",),
+              _fatal_python, _TORCH, "Fatal Python error: Segmentation fault"),
+    Signature("segfault", ("segfault",), (b"Segmentation fault", b"SIGSEGV"), _segfault, _ELASTIC,
+              "  traceback : Signal 11 (SIGSEGV) received by PID 6421"),
 )
 
+
+# (anchor, index of its signature in SIGNATURES): one anchor may serve several signatures.
+_ANCHORS: tuple[tuple[bytes, int], ...] = tuple(
+    (anchor, index) for index, sig in enumerate(SIGNATURES) for anchor in sig.anchors)
 
 # One search for every literal above: most lines contain none, and one regular expression
 # scan costs about half of the separate substring tests.
 FAILURE_LITERALS = tuple(sorted(
-    {prefilter for prefilter, _ in _SIGNATURES} | {TRACEBACK_START, CHILD_FAILED, TERMINATE}, key=len, reverse=True))
+    {anchor for anchor, _ in _ANCHORS} | {TRACEBACK_START, CHILD_FAILED, ROOT_CAUSE, TERMINATE}, key=len, reverse=True))
 FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in FAILURE_LITERALS))
 
 
-def _present_prefilters() -> Callable[[bytes], set[int] | None]:
-    """The indexes in _SIGNATURES of the prefilters a line holds, in one pass (overlaps included)."""
+def _present_signatures() -> Callable[[bytes], set[int] | None]:
+    """The indexes in SIGNATURES of the signatures whose anchors a line holds, in one pass."""
     if BytesAhoCorasick is None:
         return lambda line: None
-    automaton = BytesAhoCorasick([prefilter for prefilter, _ in _SIGNATURES])
-    return lambda line: {index for index, _, _ in automaton.find_matches_as_indexes(line, overlapping=True)}
+    automaton = BytesAhoCorasick([anchor for anchor, _ in _ANCHORS])
+    owners = [index for _, index in _ANCHORS]
+    return lambda line: {owners[found] for found, _, _ in automaton.find_matches_as_indexes(line, overlapping=True)}
 
 
-_present = _present_prefilters()
+_present = _present_signatures()
+
+
+def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
+    """The first signature (in table order) that matches a raw line, with its event; None if none does."""
+    present = _present(line)  # one pass instead of a substring test per anchor
+    if present is None:
+        present = {index for anchor, index in _ANCHORS if anchor in line}
+    text = None
+    for index in sorted(present):
+        text = text if text is not None else line.decode("utf-8", "replace")
+        event = SIGNATURES[index].match(text)
+        if event is not None:
+            return SIGNATURES[index], event
+    return None
 
 
 def classify(line: bytes) -> ErrorEvent | None:
-    """The first failure signature in a raw line (a launcher prefix already removed), or None."""
-    present = _present(line)  # one pass instead of a substring test per signature
-    if present is None:
-        present = {index for index, (prefilter, _) in enumerate(_SIGNATURES) if prefilter in line}
-    for index in sorted(present):  # in the order of _SIGNATURES: the first that matches names the failure
-        event = _SIGNATURES[index][1](line.decode("utf-8", "replace"))
-        if event is not None:
-            return event
-    return None
+    """The failure a raw line (a launcher prefix already removed) names, or None."""
+    found = match(line)
+    return None if found is None else found[1]
+
+
+# ``module.ErrorType: message`` or a bare type, as Python prints the last line of a traceback.
+_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|[A-Z]\w*)(?::|$)")
+# Standalone lines only count as exception lines when the type says so (not "Solution:").
+_STANDALONE_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):")
 
 
 def exception_type(text: str) -> str | None:
     """The exception type of a traceback's final line, or None if the line is not one."""
     if text[:1].isspace():
         return None
-    match = _EXCEPTION_LINE.match(text)
-    return match.group("type") if match else None
+    found = _EXCEPTION_LINE.match(text)
+    return found.group("type") if found else None
 
 
 def standalone_exception_type(text: str) -> str | None:
     """The type of an exception printed outside a traceback (``torch.OutOfMemoryError: ...``)."""
-    match = _STANDALONE_EXCEPTION.match(text)
-    return match.group("type") if match else None
+    found = _STANDALONE_EXCEPTION.match(text)
+    return found.group("type") if found else None
 
 
 def continuation_detail(text: str) -> Detail:
     """What a line after an exception adds to its event: NCCL code, CANN codes."""
     detail: Detail = {}
     for name, pattern in (("nccl_error", _NCCL_CODE), ("code", _CANN_CODE), ("err_code", _ERR_CODE)):
-        match = pattern.search(text)
-        if match is not None:
-            detail[name] = match.group(1)
+        found = pattern.search(text)
+        if found is not None:
+            detail[name] = found.group(1)
     return detail
 
 
-def signal_name(exitcode: int) -> str | None:
-    """SIGABRT for a child that exited with -6: torch < 2.6 does not print the name."""
-    if exitcode >= 0:
-        return None
-    try:
-        return signal.Signals(-exitcode).name
-    except ValueError:
-        return None
+def failure_key(event: ErrorEvent, rank: int | None) -> tuple[object, ...] | None:
+    """What identifies one failure among the lines that report it, or None when each line is one.
+
+    A timed-out collective prints three lines or more (the watchdog line, its short forms,
+    the exception, ``what():``); a child killed by a signal is reported by the agent's
+    ``failed (exitcode: -9)`` line and again in its ChildFailedError summary.
+    """
+    detail = event.detail
+    if "seq_num" in detail and event.kind in ("nccl", "nccl_timeout"):
+        return "work", detail.get("pg_rank", rank), detail["seq_num"]
+    if "pid" in detail and ("exitcode" in detail or "signal" in detail):
+        return "exit", detail["pid"]
+    return None

@@ -1,4 +1,5 @@
-"""Multi-line failures: Python tracebacks and torchrun's ChildFailedError summary.
+"""Multi-line failures: Python tracebacks, torchrun's ChildFailedError summary, and the
+detail lines below a failure printed outside a traceback.
 
 One ``Block`` follows one rank stream of a file (tee'd files interleave the tracebacks of
 several ranks). A traceback yields one ``traceback`` event plus at most one event of a
@@ -8,6 +9,10 @@ empty ``RuntimeError: `` and the cause below) or chain it to the next traceback 
 handling of the above exception ..."), which makes the pair one failure. ``flush`` emits a
 pending failure at the end of a read batch, so a crash that is the last thing a rank
 writes is never held back; lines of the same block read later are absorbed, not counted.
+A failure line outside a traceback (``torch.distributed.DistBackendError: NCCL error in:``,
+a CANN code) counts when it is read; the block that follows it (``Block.continuation``)
+only absorbs its detail lines (``ncclSystemError: ...``, CANN's ``TraceBack`` lines), so
+that they never count as failures of their own.
 """
 
 from __future__ import annotations
@@ -19,9 +24,11 @@ from exporter.parse.records import ErrorEvent
 
 # Lines that start a new log record end the continuation of an exception: timestamped
 # logger lines, glog/c10 (``W0801 16:07:20``, ``[W801 16:07:20``), MindSpore
-# (``[ERROR] MODULE(pid,``). CANN's ``[ERROR] 2025-03-26-17:01:03 (PID:159`` is a continuation.
+# (``[ERROR] MODULE(pid,``), a crash's own report (``Fatal Python error:``, C++ ``terminate``).
+# CANN's ``[ERROR] 2025-03-26-17:01:03 (PID:159`` is a continuation.
 _NEW_RECORD = re.compile(
-    r"^\s?(?:\[?\d{4}-\d\d-\d\d[ T_-]\d|\[?[IWEF]\d{3,4} \d|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] [A-Z_]+\(\d)")
+    r"^\s?(?:\[?\d{4}-\d\d-\d\d[ T_-]\d|\[?[IWEF]\d{3,4} \d|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] [A-Z_]+\(\d"
+    r"|Fatal Python error: |terminate called )")
 _CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
 _ELASTIC_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*: (.*?)\s*$")
 _RANK_FIELD = re.compile(r"(-?\d+) \(local_rank: (\d+)\)")
@@ -44,6 +51,20 @@ class Block:
 
     def __init__(self, elastic: bool = False) -> None:
         self._reset(_ELASTIC if elastic else _FRAMES)
+
+    @classmethod
+    def root_cause(cls) -> Block:
+        """A ChildFailedError summary read from its ``Root Cause`` line on (its header was not in the log)."""
+        block = cls(elastic=True)
+        block._section, block._separators = "root", 1  # the closing separator ends it
+        return block
+
+    @classmethod
+    def continuation(cls) -> Block:
+        """The detail lines below a failure already counted: absorbed up to a blank line or a new record."""
+        block = cls()
+        block._state, block._emitted = _AFTER, True
+        return block
 
     def _reset(self, state: int) -> None:
         self.finished = False
@@ -153,9 +174,12 @@ class Block:
         return self._events() if self._state != _FRAMES else []
 
     def _elastic_event(self) -> ErrorEvent:
+        """One event for the summary, named by its root cause's signal: SIGKILL is ``killed``, SIGSEGV ``segfault``."""
         detail = dict(self._elastic)
-        return ErrorEvent("elastic", {"exception": detail.pop("exception"), "other_failures": self._other_failures,
-                                      **detail})
+        signal = detail.get("signal")
+        kind = signatures.exit_kind(signal if isinstance(signal, str) else None)
+        return ErrorEvent(kind, {"exception": detail.pop("exception"), "other_failures": self._other_failures,
+                                 **detail})
 
     def _feed_elastic(self, text: str) -> tuple[list[ErrorEvent], bool]:
         stripped = text.strip()
@@ -189,10 +213,10 @@ class Block:
         elif name == "exitcode":
             exit_match = _EXITCODE_FIELD.match(value)
             if exit_match is not None:
-                code, pid, signal_name = exit_match.groups()
+                code, pid, printed_signal = exit_match.groups()
                 detail["exitcode"] = int(code)
                 if pid:
                     detail["pid"] = int(pid)
-                signal_name = signal_name or signatures.signal_name(int(code))
+                signal_name = printed_signal or signatures.signal_name(int(code))
                 if signal_name:
                     detail["signal"] = signal_name

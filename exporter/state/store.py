@@ -18,7 +18,8 @@ from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetect
 from exporter.state.recent import RecentSteps
 
 ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
-ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "other")
+ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "killed", "hardware",
+               "other")
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
 
 SeriesKey = tuple[str, str, str]  # (run, node, rank)

@@ -1,0 +1,118 @@
+"""The failure signature registry: every signature shown by a real line, in its fixture; no
+event from healthy lines; one event per failure; the rank or host a line's prefix names."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from exporter.parse import ErrorEvent, LineParser, signatures
+from exporter.state.store import ERROR_KINDS
+from tests.support.records import fixture_lines, fixture_parser, parse_lines
+
+FIXTURES = Path(__file__).parent / "fixtures"
+
+
+@pytest.mark.parametrize("signature", signatures.SIGNATURES, ids=lambda signature: signature.name)
+def test_each_signature_is_shown_by_a_line_of_its_fixture(signature):
+    assert signature.example.encode() in (FIXTURES / signature.fixture).read_bytes().split(b"\n")
+    assert set(signature.kinds) <= set(ERROR_KINDS)
+    event = signature.match(signature.example)
+    assert event is not None and event.kind in signature.kinds
+    assert signatures.classify(signature.example.encode()).kind in signature.kinds
+    assert all(len(anchor) >= 3 for anchor in signature.anchors)  # the scanner's fingerprint
+
+
+def _healthy_fixtures() -> list[Path]:
+    """Fixture logs whose expectations hold no error: every step-format fixture and the real noise."""
+    return sorted(log for log in FIXTURES.glob("*/*.log")
+                  if not any(record["type"] == "error"
+                             for record in json.loads(log.with_name(log.stem + ".expected.json").read_text())))
+
+
+def test_the_healthy_fixtures_are_the_step_formats_and_the_noise():
+    names = [f"{path.parent.name}/{path.stem}" for path in _healthy_fixtures()]
+    assert "real/healthy_noise" in names and "real/megatron_tflops" in names and "formats/megatron" in names
+    assert not [name for name in names if "errors_" in name]
+
+
+@pytest.mark.parametrize("log", _healthy_fixtures(), ids=lambda path: f"{path.parent.name}/{path.stem}")
+def test_no_healthy_fixture_raises_an_event(log):
+    lines = fixture_lines(log)
+    as_a_file = parse_lines(fixture_parser(log), lines).records
+    line_by_line = [record for line in lines for record in parse_lines(LineParser(), [line]).records]
+    assert [record for record in as_a_file + line_by_line if isinstance(record, ErrorEvent)] == []
+
+
+@pytest.mark.parametrize("line", [
+    b"The training process was Killed by the scheduler, see above",  # a sentence
+    b"[3256824.391743] Killed process 9666 (python) total-vm:53893188kB, anon-rss:23892380kB, file-rss:152808kB",
+    b"[2023-05-30 20:29:14,854] [INFO] [launch.py:428:sigkill_handler] Killing subprocess 19380",
+    b"terminate called after throwing an instance of 'c10::DistBackendError'",
+    b"NCCL_DEBUG=WARN is set; errors like 'NCCL error' will be reported",
+    b"[2024-03-18 17:38:50,208] torch.distributed.elastic.multiprocessing.api: [ERROR] failed",
+])
+def test_lines_that_only_mention_a_failure_are_none(line):  # synthetic and real lines alike
+    assert signatures.classify(line) is None
+
+
+def _events(lines: list[bytes]) -> list[tuple[str, int | None, dict]]:
+    return [(record.kind, record.rank, record.detail) for record in parse_lines(LineParser(), lines).records
+            if isinstance(record, ErrorEvent)]
+
+
+def test_the_agent_line_and_its_summary_are_one_failure_named_by_the_summary():
+    # Synthetic, in torch's layouts: the agent's line, the launcher's traceback, the summary.
+    lines = [b"E0801 16:07:21.020000 1648 api.py:874] failed (exitcode: -9) local_rank: 5 (pid: 1669) of binary: x",
+             b"Traceback (most recent call last):", b'  File "torchrun", line 8, in <module>',
+             b"torch.distributed.elastic.multiprocessing.errors.ChildFailedError: ",
+             b"=" * 20, b"train.py FAILED", b"-" * 20, b"Failures:", b"  <NO_OTHER_FAILURES>", b"-" * 20,
+             b"Root Cause (first observed failure):", b"[0]:", b"  host      : node-7",
+             b"  rank      : 13 (local_rank: 5)", b"  exitcode  : -9 (pid: 1669)", b"=" * 20]
+    [(kind, _, detail)] = _events(lines)
+    assert (kind, detail["root_cause_rank"], detail["signal"], detail["host"]) == ("killed", 13, "SIGKILL", "node-7")
+
+
+def test_an_agent_line_alone_is_an_event_of_its_signal():
+    lines = [b"ERROR:torch.distributed.elastic.multiprocessing.api:failed (exitcode: -11) local_rank: 0 (pid: 7)"]
+    assert [(kind, detail["signal"]) for kind, _, detail in _events(lines)] == [("segfault", "SIGSEGV")]
+
+
+def test_detail_lines_below_a_failure_are_not_failures_of_their_own():
+    lines = [b"torch.distributed.DistBackendError: NCCL error in: x.cpp:1, unhandled system error, NCCL version 2.18.6",
+             b"ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. ",
+             b"Last error:", b"", b"ncclSystemError: a second failure after a blank line"]
+    assert [kind for kind, _, _ in _events(lines)] == ["nccl", "nccl"]
+
+
+@pytest.mark.parametrize(("prefix", "rank", "host"), [
+    (b"3: ", 3, None),  # srun --label
+    (b" 12: ", 12, None),  # srun --label, padded
+    (b"worker-1: ", None, "worker-1"),  # pdsh
+    (b"[80746] [rank5]:", 5, None),  # a bracketed number before torchrun's prefix
+    (b"3: [default1]:", 3, None),  # srun's task number is global, torchrun's default prefix local
+])
+def test_a_launcher_prefix_gives_the_rank_or_host_it_names(prefix, rank, host):
+    line = prefix + b"RuntimeError: CUDA error: an illegal memory access was encountered"
+    [(kind, event_rank, detail)] = _events([line])
+    assert (kind, event_rank, detail.get("host")) == ("cuda", rank, host)
+
+
+def test_a_srun_labelled_traceback_is_one_failure_of_its_rank():
+    lines = [b"2: Traceback (most recent call last):", b'2:   File "train.py", line 3, in <module>',
+             b"1: step=7 loss=2.0", b"2: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
+    assert [(kind, rank) for kind, rank, _ in _events(lines)] == [("oom", 2), ("traceback", 2)]
+
+
+def test_words_before_a_colon_are_not_hosts():
+    for line in (b"stderr: RuntimeError: CUDA error: x", b"EI9999: Inner Error!",
+                 b"torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 1)",
+                 ):
+        assert all("host" not in detail for _, _, detail in _events([line]))
+
+
+def test_torch_2_0_names_the_rank_inside_the_message():
+    line = b"[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: x"
+    assert [(kind, rank) for kind, rank, _ in _events([line])] == [("cuda", 7)]
