@@ -59,11 +59,11 @@ class OtlpConfig:
     """Everything the push needs: where, with which headers, how often, as which resource."""
 
     endpoint: str  # the full URL of the metrics endpoint (metrics_url)
-    protocol: str = "http/protobuf"  # or "grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)
     headers: Mapping[str, str] = field(default_factory=dict)
     timeout_seconds: float = 10.0  # one export, retries included, before it counts as failed
     interval_seconds: float = 60.0
     resource_attributes: Mapping[str, str] = field(default_factory=dict)
+    protocol: str = "http/protobuf"  # or "grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)
 
 
 def metrics_url(endpoint: str | None, metrics_endpoint: str | None, base_endpoint: str | None,
