@@ -24,4 +24,6 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["catchup"]["exporter"]["lines_per_second"] > 0
     assert results["steady"]["latency_samples"] > 0
     assert results["scale"]["metrics_samples"] > 0
-    assert len(results["targets"]) == 7
+    assert results["scrapers"]["exporter"]["requests"] > 0
+    assert results["scrapers"]["prometheus_client"]["requests"] > 0
+    assert len(results["targets"]) == 9
