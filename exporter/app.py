@@ -129,8 +129,9 @@ def _http_server(settings: Settings, exporter: Exporter) -> ExporterHTTPServer:
     path = settings.web_config_file
     web_config = load_web_config(path) if path is not None else WebConfig()
     host, port = settings.listen_host_port
-    return ExporterHTTPServer(host, port, exporter.metrics, exporter.ready, exporter.status_page, telemetry_path=settings.web_telemetry_path,
-                              web_config=web_config, web_config_path=str(path))
+    return ExporterHTTPServer(host, port, exporter.metrics, exporter.ready, exporter.status_page,
+                              telemetry_path=settings.web_telemetry_path, web_config=web_config,
+                              web_config_path=path or Path("-"))
 
 
 def _report_speedups() -> None:

@@ -47,8 +47,8 @@ def test_prometheus_scrapes_over_mutual_tls_with_basic_auth_and_nobody_else_gets
     web_config = _web_config(tmp_path / "pki", pki, client_ca_file="ca.crt",
                              client_auth_type="RequireAndVerifyClientCert")
     log_dir = copy_example(tmp_path / "logs", mtime=None)
-    scrape = {"scheme": "https",
-              "tls_config": {"ca_file": str(pki.ca), "cert_file": str(pki.client_cert), "key_file": str(pki.client_key)},
+    client_files = {"cert_file": str(pki.client_cert), "key_file": str(pki.client_key)}
+    scrape = {"scheme": "https", "tls_config": {"ca_file": str(pki.ca), **client_files},
               "basic_auth": {"username": USER, "password": PASSWORD}}
     with ExporterProcess("--log-dir", str(log_dir), "--node", "node-a", "--web.config.file", web_config,
                          tls=_client_context(pki), headers=_basic(USER, PASSWORD)) as exporter, \

@@ -8,6 +8,7 @@ keep-alive connections. With a web config it adds TLS and basic auth (web_config
 
 from __future__ import annotations
 
+import contextlib
 import gzip
 import logging
 import ssl
@@ -15,6 +16,7 @@ import threading
 import time
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 from cheroot import wsgi
@@ -28,7 +30,7 @@ log = logging.getLogger(__name__)
 BACKLOG = 128  # connections the kernel queues before accept (http.server's was 5)
 WORKERS = 8  # requests served at once; more would only contend for the GIL
 QUEUED = 256  # accepted connections waiting for a worker; beyond, 503
-TIMEOUT_SECONDS = 10.0  # a read that stalls this long, or a keep-alive connection idle this long, is closed
+TIMEOUT_SECONDS = 10  # a read that stalls this long, or a keep-alive connection idle this long, is closed
 HEALTH_RENDER_MAX_AGE = 30.0  # /-/healthy renders /metrics itself when nobody did for this long
 TEXT = "text/plain; charset=utf-8"
 
@@ -67,10 +69,8 @@ class RenderHealth:
     def failure(self) -> str | None:
         """None while /metrics renders; else what went wrong."""
         if self.clock() - self._checked_at > self.max_age:
-            try:
+            with contextlib.suppress(Exception):  # recorded by metrics(); the probe answers with it
                 self.metrics(False)
-            except Exception:  # noqa: BLE001 - recorded by metrics(); the probe answers with it
-                pass
         return self._failure
 
     def _record(self, failure: str | None) -> None:
@@ -142,7 +142,7 @@ class ExporterHTTPServer:
         *,
         telemetry_path: str = "/metrics",
         web_config: WebConfig | None = None,
-        web_config_path: str = "",
+        web_config_path: Path = Path("-"),
     ) -> None:
         web_config = web_config or WebConfig()
         app = application(metrics, is_ready, status_page, telemetry_path=telemetry_path,
@@ -192,7 +192,7 @@ class _Server(wsgi.Server):
         # bytes to read (or is closed after the timeout, like them).
         if not getattr(conn, "spoke", False):
             conn.spoke = True
-            self._connections.put(conn)
+            self._connections.put(conn)  # type: ignore[attr-defined] # cheroot's, set by prepare()
             return
         super().process_conn(conn)
 
