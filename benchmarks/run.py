@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, scale, steady
+from benchmarks import catchup, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
 from benchmarks.measure import run_measured
 from tests.support.exporter_process import exporter_command
@@ -49,12 +49,15 @@ class Size:
     steady_ranks: int
     noise_per_second: int
     scale_files: int
+    scrape_clients: int
+    scrape_seconds: float
+    scrape_ranks: int
 
 
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
-            scale_files=1024)
+            scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
-             scale_files=16)
+             scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8)
 
 
 @dataclass(frozen=True, slots=True)
@@ -93,6 +96,9 @@ def targets(results: Results) -> list[Target]:
         Target(f"scale: RSS with {results['scale']['files']} files", results["scale"]["rss_mb"], 80, False, " MB"),
         Target(f"scale: /metrics render with {results['scale']['files']} files", results["scale"]["render_median_ms"],
                50, False, " ms"),
+        Target(f"scrapers: /metrics p99 with {results['scrapers']['exporter']['clients']} scrapers",
+               results["scrapers"]["exporter"]["p99_ms"], 1000, False, " ms"),
+        Target("scrapers: failed scrapes", results["scrapers"]["exporter"]["errors"], 1, False, ""),
         Target("analyze: wall seconds / grep|awk wall seconds",
                results["analyze"]["wall_seconds"] / results["catchup"]["grep_awk"]["wall_seconds"], 2, False, "x"),
     ]
@@ -151,6 +157,9 @@ def run(size: Size, workdir: Path) -> Results:
                                        size.steady_seconds)
     print("scale ...", file=sys.stderr)
     results["scale"] = scale.measure(workdir / "scale", size.scale_files)
+    print("scrapers ...", file=sys.stderr)
+    results["scrapers"] = scrapers.measure(workdir / "scrapers", size.scrape_ranks, size.scrape_clients,
+                                           size.scrape_seconds)
     print("analyze ...", file=sys.stderr)
     results["analyze"] = measure_analyze(log, shape, size.catchup_rounds)
     results["seconds"] = time.time() - started
@@ -168,6 +177,7 @@ def report(results: Results, judged: list[Target]) -> str:
         _exporter_summary(results["catchup"]["exporter"], results["log"]["lines"]),
         _steady_summary(results["steady"]),
         _scale_summary(results["scale"]),
+        _scrapers_summary(results["scrapers"]),
         _analyze_summary(results["analyze"], results["catchup"]),
         "",
         "| target | measured | limit | verdict |",
@@ -197,6 +207,15 @@ def _scale_summary(row: dict) -> str:
     return (f"scale: {row['files']} files: RSS {row['rss_mb']:.1f} MB, /metrics ({row['metrics_samples']} samples, "
             f"{row['metrics_bytes'] / 1e6:.1f} MB) median {row['render_median_ms']:.1f} ms, "
             f"max {row['render_max_ms']:.1f} ms")
+
+
+def _scrapers_summary(row: dict) -> str:
+    def one(name: str, load: dict) -> str:
+        return (f"{name} {load['requests']} scrapes, p50 {load['p50_ms']:.0f} ms, p99 {load['p99_ms']:.0f} ms, "
+                f"max {load['max_ms']:.0f} ms, {load['errors']} errors")
+    exporter, peer = row["exporter"], row["prometheus_client"]
+    return (f"scrapers: {exporter['clients']} for {exporter['seconds']:g} s on {row['ranks']} ranks: "
+            f"{one('exporter', exporter)}; {one('prometheus-client start_http_server', peer)}")
 
 
 def _analyze_summary(row: dict, catchup: dict) -> str:

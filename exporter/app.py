@@ -8,16 +8,19 @@ import logging
 import resource
 import signal
 import socket
+import sys
 import threading
 from pathlib import Path
 
 from exporter import checkpoint, native
 from exporter.export import text_format
+from exporter.export.collector import runtime_registry
 from exporter.export.families import STATE_ONLY, ScrapeTime
-from exporter.export.http import ExporterHTTPServer
+from exporter.export.http import ExporterHTTPServer, ListenError
 from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
+from exporter.export.web_config import WebConfig, WebConfigError, load_web_config
 from exporter.follow import Follower, run_label
 from exporter.follow.stream import STDIN, StreamFollower
 from exporter.parse.fields import label_value
@@ -39,6 +42,9 @@ class Exporter:
     """One running exporter: state, follower and HTTP server."""
 
     def __init__(self, settings: Settings) -> None:
+        # The server first: a bad web config or a busy port ends the start before anything
+        # else is set up (the demo's directory, the checkpoint). It serves once started.
+        self.http = _http_server(settings, self)
         self.demo = DemoRun() if settings.demo else None
         if self.demo is not None:
             settings = settings.model_copy(update={"log_dir": [*settings.log_dir, self.demo.log_dir]})
@@ -73,14 +79,18 @@ class Exporter:
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
             scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
-        host, port = settings.listen_host_port
-        self.http = ExporterHTTPServer(
-            host,
-            port,
-            functools.partial(text_format.render, self.state, scrape_time),
-            is_ready=lambda: self.follower.ready,
-            status_page=lambda: render_status_page(self.state, self.follower.ready, runbook_url=settings.runbook_url),
-        )
+        self.scrape_time = scrape_time
+        self.runtime = runtime_registry()
+
+    def metrics(self, openmetrics: bool) -> bytes:
+        """/metrics: the walk's families and the process's own."""
+        return text_format.render(self.state, self.scrape_time, openmetrics=openmetrics, runtime=self.runtime)
+
+    def ready(self) -> bool:
+        return self.follower.ready
+
+    def status_page(self) -> str:
+        return render_status_page(self.state, self.follower.ready, runbook_url=self.settings.runbook_url)
 
     def start(self) -> None:
         self.http.start()
@@ -94,7 +104,8 @@ class Exporter:
             log.info("demo: writing a simulated run to %s", self.demo.log_dir)
         if self.checkpointer is not None:
             self.checkpointer.start()
-        log.info("listening on %s, following %s", self.settings.web_listen_address,
+        log.info("listening on %s (%s%s), following %s", self.settings.web_listen_address,
+                 "TLS" if self.http.tls else "plain HTTP", ", basic auth" if self.http.auth else "",
                  ", ".join([*(str(d) for d in self.settings.log_dir), *self.settings.log_file]))
         _report_speedups()
 
@@ -112,7 +123,11 @@ class Exporter:
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT; returns the exit status."""
     _raise_file_limit()
-    exporter = Exporter(settings)
+    try:
+        exporter = Exporter(settings)
+    except (WebConfigError, ListenError) as error:
+        print(f"trainlog-exporter: {error}", file=sys.stderr)
+        return 2
     stopping = threading.Event()
     for signum in (signal.SIGTERM, signal.SIGINT):
         signal.signal(signum, lambda *_: stopping.set())
@@ -121,6 +136,16 @@ def serve(settings: Settings) -> int:
     log.info("shutting down")
     exporter.stop()
     return 0
+
+
+def _http_server(settings: Settings, exporter: Exporter) -> ExporterHTTPServer:
+    """The bound (not yet serving) server; raises WebConfigError or ListenError."""
+    path = settings.web_config_file
+    web_config = load_web_config(path) if path is not None else WebConfig()
+    host, port = settings.listen_host_port
+    return ExporterHTTPServer(host, port, exporter.metrics, exporter.ready, exporter.status_page,
+                              telemetry_path=settings.web_telemetry_path, web_config=web_config,
+                              web_config_path=path or Path("-"))
 
 
 def _report_speedups() -> None:
@@ -146,23 +171,29 @@ def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
 
 def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:
     """The OTLP push's configuration from the settings, or None when no endpoint is set."""
+    protocol = settings.otel_exporter_otlp_protocol
     endpoint = metrics_url(settings.otlp_endpoint, settings.otel_exporter_otlp_metrics_endpoint,
-                           settings.otel_exporter_otlp_endpoint)
+                           settings.otel_exporter_otlp_endpoint, protocol)
     if endpoint is None:
         return None
     attributes = resource_attributes(host_name, service_name=settings.otel_service_name, pod_name=settings.pod_name,
                                      pod_namespace=settings.pod_namespace, node_name=settings.node_name,
                                      overrides=settings.otel_resource_attributes)
     # The OTEL_* variables are in milliseconds, as the specification says.
-    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers,
+    return OtlpConfig(endpoint, settings.otel_exporter_otlp_headers, protocol=protocol,
                       timeout_seconds=settings.otel_exporter_otlp_timeout / 1000,
                       interval_seconds=settings.otel_metric_export_interval / 1000, resource_attributes=attributes)
 
 
 def _state_file(settings: Settings) -> Path | None:
-    """--state-file, else the checkpoint module's default in the state home."""
+    """--state-file, else the checkpoint module's default in the state home; with --demo, none."""
     if settings.state_file is not None:
         return settings.state_file
+    if settings.demo:
+        # The demo's run lives in a new temporary directory each time: a checkpoint named
+        # after it would be a new file per start, never read again.
+        log.info("demo: no checkpoint without --state-file")
+        return None
     # Named after everything followed: two exporters on one host following different files never share one.
     followed = [*settings.log_dir, *(Path(file) for file in settings.log_file if file != STDIN)]
     path = checkpoint.default_state_file(followed, settings.state_home)

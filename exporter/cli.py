@@ -11,16 +11,15 @@ from exporter import __version__
 from exporter.analyze.command import DESCRIPTION, add_analyze_options, analyze_main
 from exporter.simulate.command import add_simulate_options, run_simulate
 
-SUBCOMMANDS = ("serve", "analyze", "simulate")
-
 
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(
         prog="trainlog-exporter",
         description="Follow training worker logs and expose per-rank Prometheus metrics.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
     )
     parser.add_argument("--version", action="version", version=f"%(prog)s {__version__}")
-    commands = parser.add_subparsers(dest="command")
+    commands = parser.add_subparsers(dest="command", metavar="COMMAND")
     # SUPPRESS: an option not given must not hide the environment or the config file.
     serve = commands.add_parser(
         "serve", help="follow logs and serve /metrics (the default)", argument_default=argparse.SUPPRESS
@@ -32,6 +31,9 @@ def build_parser() -> argparse.ArgumentParser:
         "simulate", help="write a simulated msrun run with injected incidents (fire drills)"
     )
     add_simulate_options(simulate)
+    # The top-level help is where a first-time user looks: it shows how to serve.
+    parser.epilog = ("serve is the default command: 'trainlog-exporter --log-dir DIR' runs "
+                     "'trainlog-exporter serve --log-dir DIR'.\n\n" + serve.format_help())
     return parser
 
 
@@ -45,6 +47,10 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="a single log file to follow, - for standard input (repeatable; env TRAINLOG_LOG_FILE)")
     parser.add_argument("--web.listen-address", dest="web_listen_address", metavar="HOST:PORT",
                         help="address to serve on (default :10042)")
+    parser.add_argument("--web.telemetry-path", dest="web_telemetry_path", metavar="PATH",
+                        help="path of the metrics (default /metrics)")
+    parser.add_argument("--web.config.file", dest="web_config_file", metavar="FILE",
+                        help="exporter-toolkit web configuration: TLS and basic auth (docs/security.md)")
     parser.add_argument("--run", help="run label (default: the log directory's parent name)")
     parser.add_argument("--node", help="node label (default: $NODE_NAME, then the host name)")
     parser.add_argument("--config", metavar="FILE", help="YAML configuration file")
@@ -65,8 +71,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",
                         help="debug, info, warning or error")
     parser.add_argument("--otlp-endpoint", dest="otlp_endpoint", metavar="URL",
-                        help="also push metrics to this OTLP/HTTP collector, e.g. http://otel-collector:4318 "
-                             "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off)")
+                        help="also push metrics to this OTLP collector, e.g. http://otel-collector:4318 "
+                             "(default: $OTEL_EXPORTER_OTLP_[METRICS_]ENDPOINT, else off; "
+                             "OTEL_EXPORTER_OTLP_PROTOCOL=grpc for OTLP/gRPC, port 4317)")
     parser.add_argument("--rank-offset", dest="rank_offset", type=int, metavar="N",
                         help="global rank of this node's local rank 0, for torchrun's local ranks (default 0)")
     parser.add_argument("--process-pattern", dest="process_pattern", metavar="REGEX",
@@ -93,8 +100,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv[:1] == ["analyze"]:
         return analyze_main(argv[1:])  # its own parser: without serve's settings it starts in half the time
-    if not argv or argv[0] not in (*SUBCOMMANDS, "-h", "--help", "--version"):
-        argv.insert(0, "serve")  # serve is the default command
+    if not argv or (argv[0].startswith("-") and argv[0] not in ("-h", "--help", "--version")):
+        argv.insert(0, "serve")  # serve is the default command; a mistyped command is argparse's "invalid choice"
     arguments = vars(build_parser().parse_args(argv))
     command = arguments.pop("command")
     if command == "simulate":

@@ -12,7 +12,7 @@ import re
 import socket
 import typing
 from pathlib import Path
-from typing import TYPE_CHECKING, Annotated, Any, NamedTuple
+from typing import TYPE_CHECKING, Annotated, Any, Literal, NamedTuple
 from urllib.parse import unquote, urlsplit
 
 import yaml
@@ -40,6 +40,7 @@ DEFAULT_PORT = 10042
 # Variables of other standards (OpenTelemetry, the Kubernetes downward API, XDG), read under their own names.
 _STANDARD_VARIABLES = (
     "otlp_endpoint", "otel_exporter_otlp_metrics_endpoint", "otel_exporter_otlp_endpoint", "otel_exporter_otlp_headers",
+    "otel_exporter_otlp_protocol",
     "otel_exporter_otlp_timeout", "otel_metric_export_interval", "otel_service_name", "otel_resource_attributes",
     "pod_name", "pod_namespace", "node_name", "xdg_state_home",
 )
@@ -149,6 +150,10 @@ class Settings(DetectorOptions):
     log_file: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Single log files to follow; - for standard input.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
+    web_telemetry_path: str = Field("/metrics", pattern=r"^/[^?#\s]*$",
+                                    description="Path of the metrics; /, /-/healthy and /-/ready stay where they are.")
+    web_config_file: Path | None = Field(
+        None, description="exporter-toolkit web configuration: TLS and basic auth (docs/security.md).")
     run: str | None = Field(None, description="Value of the run label; default: the log directory's parent name.")
     node: str | None = Field(None, description="Value of the node label; default: NODE_NAME, then the host name.")
     config: Path | None = Field(None, description="YAML configuration file.")
@@ -181,6 +186,10 @@ class Settings(DetectorOptions):
     otel_exporter_otlp_endpoint: str | None = Field(
         None, validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_ENDPOINT"),
         description="OTLP base URL (+ /v1/metrics).")
+    otel_exporter_otlp_protocol: Literal["http/protobuf", "grpc"] = Field(
+        "http/protobuf",
+        validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", "OTEL_EXPORTER_OTLP_PROTOCOL"),
+        description="http/protobuf (port 4318) or grpc (port 4317); http/json is not supported.")
     otel_exporter_otlp_headers: Annotated[dict[str, str], NoDecode] = Field(
         default_factory=dict,
         validation_alias=AliasChoices("OTEL_EXPORTER_OTLP_METRICS_HEADERS", "OTEL_EXPORTER_OTLP_HEADERS"),
@@ -258,6 +267,13 @@ class Settings(DetectorOptions):
         if match is None or not 0 <= int(match.group("port")) <= 65535:
             raise ValueError(
                 f"expected HOST:PORT such as ':{DEFAULT_PORT}' or '127.0.0.1:{DEFAULT_PORT}', got {value!r}")
+        return value
+
+    @field_validator("web_telemetry_path")
+    @classmethod
+    def _free_telemetry_path(cls, value: str) -> str:
+        if value in ("/", "/-/healthy", "/-/ready"):
+            raise ValueError(f"{value} is taken by another endpoint: choose another path such as /metrics")
         return value
 
     @field_validator(*_STANDARD_VARIABLES, mode="before")
@@ -392,6 +408,9 @@ def load_settings(**command_line: Any) -> Settings:
         raise ConfigError(f"invalid value for {field!r} ({_spellings(field)}): {first['msg']}") from None
 
 
+# The exporter-toolkit's spellings (--web.listen-address), by field.
+_DOTTED_FLAGS = {"web_listen_address": "--web.listen-address", "web_telemetry_path": "--web.telemetry-path",
+                 "web_config_file": "--web.config.file"}
 # Options set only in the config file (or as JSON in the environment), never on the command line.
 _CONFIG_FILE_ONLY = ("custom_formats", "formats")
 
@@ -406,5 +425,5 @@ def _spellings(field: str) -> str:
         aliases = [alias for alias in choices if isinstance(alias, str)]
         if name in aliases or (aliases and name == field_name):  # standard variables such as OTEL_*
             return " or ".join(aliases)
-    flag = "--web.listen-address" if name == "web_listen_address" else "--" + name.replace("_", "-")
+    flag = _DOTTED_FLAGS.get(name) or "--" + name.replace("_", "-")
     return f"{flag} or {ENV_PREFIX}{name.upper()}"

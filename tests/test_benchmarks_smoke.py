@@ -26,5 +26,7 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["steady"]["latency_samples"] > 0
     assert results["scale"]["metrics_samples"] > 0
     assert results["analyze"]["lines_per_second"] > 0  # its report was checked against the generated log
-    assert len(results["targets"]) == 8
+    assert results["scrapers"]["exporter"]["requests"] > 0
+    assert results["scrapers"]["prometheus_client"]["requests"] > 0
+    assert len(results["targets"]) == 10
     assert results["targets"][-1]["name"] == "analyze: wall seconds / grep|awk wall seconds"

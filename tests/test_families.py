@@ -2,13 +2,24 @@
 
 from __future__ import annotations
 
+import platform
+import re
 from dataclasses import dataclass, field
 
 from prometheus_client import CollectorRegistry, generate_latest
 
+from exporter import __version__
 from exporter.export.collector import TrainingCollector
 from exporter.export.families import ScrapeTime, walk
-from exporter.export.metrics_table import COUNTER, EXPORTER, METRICS, OTLP_EXPORT_FAILURES, PROCESS_UP, MetricSpec
+from exporter.export.metrics_table import (
+    BUILD_INFO,
+    COUNTER,
+    EXPORTER,
+    METRICS,
+    OTLP_EXPORT_FAILURES,
+    PROCESS_UP,
+    MetricSpec,
+)
 from exporter.export.text_format import render
 from exporter.parse.records import StepLine
 from exporter.state import ExporterStats, TrainingState
@@ -54,7 +65,19 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
 def test_without_readers_the_failures_are_0_and_there_is_no_process_family():
     families = walk(TrainingState(), values)
     assert [family.spec for family in families] == [spec for spec in METRICS if spec is not PROCESS_UP]
-    assert families[-1].samples == [({}, "", 0)]
+    by_name = {family.spec.name: family for family in families}
+    assert by_name[OTLP_EXPORT_FAILURES.name].samples == [({}, "", 0)]
+
+
+def test_build_info_is_one_series_of_1_with_the_version_revision_and_python():
+    pinned = ScrapeTime(build_info=lambda: {"version": "1.2.3", "revision": "abc", "python": "3.11.7"})
+    (family,) = walk(TrainingState(), values, pinned, [BUILD_INFO])
+    assert family.samples == [({"python": "3.11.7", "revision": "abc", "version": "1.2.3"}, "", 1)]
+    (real,) = walk(TrainingState(), values, specs=[BUILD_INFO])
+    labels = real.samples[0][0]
+    assert labels["version"] == __version__
+    assert labels["python"] == platform.python_version()
+    assert re.fullmatch(r"[0-9a-f]{12}|unknown", labels["revision"])
 
 
 @dataclass

@@ -223,3 +223,40 @@ def test_sidecar_for_older_clusters_is_a_regular_container(tmp_path):
 def test_sidecar_snippet_in_the_notes_is_the_injected_container(tmp_path):
     (job,) = of_kind(rendered_objects(render(example_training_chart(tmp_path), name="llama")), "Job")
     assert pod_spec(job)["initContainers"][0] == sidecar_container()
+
+
+def test_sidecar_mode_with_a_service_monitor_fails_clearly_instead_of_rendering_nothing():
+    with pytest.raises(Exception, match="serviceMonitor.enabled needs mode: standalone") as error:
+        render(values={"mode": "sidecar", "serviceMonitor": {"enabled": True}})
+    assert "podMonitor.enabled=true" in str(error.value)
+
+
+def test_web_config_mounts_the_secret_and_switches_probes_and_monitors_to_https():
+    scrape = {"basicAuth": {"username": {"name": "prom-auth", "key": "user"},
+                            "password": {"name": "prom-auth", "key": "password"}}}
+    objects = rendered_objects(render(values={
+        "webConfig": {"secretName": "trainlog-web", "tls": True, "scrape": scrape},
+        "serviceMonitor": {"enabled": True}, "podMonitor": {"enabled": True}}))
+    for obj in objects:
+        validate(obj)
+    (container,) = exporter_containers(objects)
+    assert "--web.config.file=/etc/trainlog-exporter/web/web-config.yml" in container["args"]
+    mount = next(mount for mount in container["volumeMounts"] if mount["name"] == "trainlog-web-config")
+    assert mount == {"name": "trainlog-web-config", "mountPath": "/etc/trainlog-exporter/web", "readOnly": True}
+    (workload,) = [obj for obj in objects if obj["kind"] in WORKLOADS]
+    volume = next(volume for volume in pod_spec(workload)["volumes"] if volume["name"] == "trainlog-web-config")
+    assert volume["secret"] == {"secretName": "trainlog-web"}
+    assert container["livenessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    assert container["readinessProbe"]["httpGet"]["scheme"] == "HTTPS"
+    (service_monitor,) = of_kind(objects, "ServiceMonitor")
+    (pod_monitor,) = of_kind(objects, "PodMonitor")
+    for endpoint in (service_monitor["spec"]["endpoints"][0], pod_monitor["spec"]["podMetricsEndpoints"][0]):
+        assert endpoint["scheme"] == "https"
+        assert endpoint["basicAuth"] == scrape["basicAuth"]
+        assert endpoint["interval"] == "30s"
+
+
+def test_without_web_config_nothing_changes_for_the_probes():
+    (container,) = exporter_containers(rendered_objects(render()))
+    assert "scheme" not in container["livenessProbe"]["httpGet"]
+    assert not any(arg.startswith("--web.config.file") for arg in container["args"])

@@ -101,3 +101,21 @@ def test_drift_is_reported_and_repaired(tmp_path):
     assert sync("--rules-dir", str(rules_dir), "--out", str(out)).returncode == 0
     assert sorted(path.name for path in out.iterdir()) == ["kustomization.yaml", "placeholder.yaml"]
     assert sync("--rules-dir", str(rules_dir), "--out", str(out), "--check").returncode == 0
+
+
+def test_tls_example_mounts_the_web_config_and_scrapes_over_https_with_credentials():
+    objects = kustomize(KUBERNETES / "examples" / "msrun-2node-tls")
+    for obj in objects:
+        validate(obj)
+    (job,) = of_kind(objects, "Job")
+    (monitor,) = of_kind(objects, "PodMonitor")
+    spec = pod_spec(job)
+    exporter = containers_by_name(spec)["trainlog-exporter"]
+    assert "--web.config.file=/etc/trainlog-exporter/web/web-config.yml" in exporter["args"]
+    assert {"name": "trainlog-web-config", "mountPath": "/etc/trainlog-exporter/web",
+            "readOnly": True} in exporter["volumeMounts"]
+    assert {"name": "trainlog-web-config", "secret": {"secretName": "trainlog-web"}} in spec["volumes"]
+    assert "tcpSocket" in exporter["livenessProbe"] and "tcpSocket" in exporter["readinessProbe"]
+    endpoint = monitor["spec"]["podMetricsEndpoints"][0]
+    assert endpoint["scheme"] == "https"
+    assert endpoint["basicAuth"]["password"] == {"name": "trainlog-scrape-auth", "key": "password"}

@@ -21,7 +21,7 @@ from exporter.export import metrics_table
 from exporter.export.otlp import ExportHealth, OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.settings import ConfigError, load_settings
 from tests.support.net import eventually
-from tests.support.otlp import HangingReceiver, OtlpReceiver, refused_url
+from tests.support.otlp import GrpcOtlpReceiver, HangingReceiver, OtlpReceiver, refused_url
 from tests.support.runs import copy_example, read_once
 
 REPO = Path(__file__).resolve().parents[1]
@@ -170,7 +170,9 @@ def test_followed_run_arrives_with_names_units_values_and_attributes(tmp_path):
     prometheus_names = {spec.otel_name: spec.name + ("_total" if spec in COUNTER_SPECS else "") for spec in ALL_SPECS}
     pushed = {(prometheus_names[name], frozenset(attributes(point).items())): value(point)
               for name, (_, data_points) in metrics.items() for point in data_points}
-    assert sorted(pushed.keys() ^ prometheus.keys(), key=str) == []
+    # The sidecar's own process_* and python_info (prometheus-client's collectors) are /metrics only.
+    table = {key: number for key, number in prometheus.items() if key[0] in prometheus_names.values()}
+    assert sorted(pushed.keys() ^ table.keys(), key=str) == []
     for key, number in pushed.items():
         assert number == pytest.approx(prometheus[key], nan_ok=True), key
 
@@ -264,6 +266,29 @@ def test_process_liveness_is_pushed_per_run_and_node(tmp_path):
     finally:
         trainer.kill()
         trainer.wait()
+
+
+def test_grpc_protocol_pushes_to_a_grpc_receiver_with_the_headers(tmp_path, monkeypatch):
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
+    log_dir = write_run(tmp_path)
+    with GrpcOtlpReceiver() as receiver:
+        exporter = start_exporter(log_dir, receiver.base_url, otel_exporter_otlp_headers="x-tenant=ml")
+        try:
+            headers, request = eventually(
+                lambda: next(((h, r) for h, r in reversed(receiver.received())
+                              if point_value(r, "training.steps", rank="1") == 3), None),
+                10, what="a gRPC push with rank 1 at step 3")
+            assert headers["x-tenant"] == "ml"
+            assert point_value(request, "trainlog.otlp_export_failures") == 0
+        finally:
+            stop_within(exporter, 10)
+
+
+def test_grpc_takes_the_endpoint_as_is_and_http_json_exits_2_naming_the_variable(tmp_path, monkeypatch, capsys):
+    assert metrics_url(None, None, "http://collector:4317", "grpc") == "http://collector:4317"
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/json")
+    assert main(["--log-dir", str(tmp_path)]) == 2
+    assert "OTEL_EXPORTER_OTLP_PROTOCOL" in capsys.readouterr().err
 
 
 def test_docs_map_every_metric():

@@ -9,8 +9,9 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 
+from prometheus_client import PlatformCollector, ProcessCollector
 from prometheus_client.core import Metric
-from prometheus_client.registry import Collector
+from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.export.families import STATE_ONLY, Family, ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER, INFO
@@ -42,3 +43,20 @@ def _metric(family: Family[dict[str, str]]) -> Metric:
     for labels, label_value, value in family.samples:
         metric.add_sample(sample_name, labels if spec.label is None else {**labels, spec.label: label_value}, value)
     return metric
+
+
+def runtime_registry() -> CollectorRegistry:
+    """The sidecar's own ``process_*`` (CPU, memory, open files) and ``python_info``, from
+    prometheus-client's collectors, on a private registry."""
+    registry = CollectorRegistry(auto_describe=False)
+    ProcessCollector(registry=registry)
+    PlatformCollector(registry=registry)
+    return registry
+
+
+def exporter_registry(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY) -> CollectorRegistry:
+    """Everything /metrics serves, on a private registry: the walk's families, then the runtime's."""
+    registry = CollectorRegistry(auto_describe=False)
+    registry.register(TrainingCollector(state, scrape_time))
+    registry.register(runtime_registry())
+    return registry

@@ -18,7 +18,9 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Generic, TypeVar
 
+from exporter.export.build_info import build_info
 from exporter.export.metrics_table import (
+    BUILD,
     COUNTER,
     EXPORTER,
     INFO,
@@ -70,6 +72,8 @@ class ScrapeTime:
     otlp_export_failures: Callable[[], int] = _no_export_failures
     # (run, node) -> whether a matching process runs; None when not checked.
     process_up: Callable[[], Mapping[tuple[str, str], bool] | None] = _no_process_check
+    # trainlog_build_info's labels (a test pins them: the revision changes with every commit).
+    build_info: Callable[[], Mapping[str, str]] = build_info
 
 
 # Nothing outside the state: no OTLP push, no --process-pattern.
@@ -95,6 +99,10 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
             if up is not None:
                 families.append(Family(spec, [(series_labels(PROCESS_LABELS, key), "", int(alive))
                                               for key, alive in sorted(up.items())]))
+        elif spec.source == BUILD:
+            info = sorted(getattr(scrape_time, spec.attribute)().items())
+            families.append(Family(spec, [(series_labels(tuple(name for name, _ in info),
+                                                         tuple(value for _, value in info)), "", 1)]))
     return families
 
 

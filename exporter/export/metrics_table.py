@@ -23,8 +23,10 @@ RANK_LABELS = ("run", "node", "rank")
 GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 # Where a family's values are read: a RankState attribute of every series, a value the
 # rank's log printed (RankState.printed, by the name a format parser gives it), an
-# ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter and /proc.
-RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES = "ranks", "printed", "exporter", "otlp adapter", "processes"
+# ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter, /proc and
+# the exporter's build.
+RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, BUILD = (
+    "ranks", "printed", "exporter", "otlp adapter", "processes", "build")
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
 _UNIT_SUFFIXES = {"s": "_seconds"}
@@ -132,6 +134,10 @@ OTLP_EXPORT_FAILURES = MetricSpec("trainlog_otlp_export_failures", "OTLP metric 
 PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up",
                         source=PROCESSES)
 
+# ... and the exporter's version, so a fleet's versions can be told apart.
+BUILD_INFO = MetricSpec("trainlog_build_info", "1, labeled with the exporter's version, source revision and Python version.",
+                        "build_info", type=INFO, source=BUILD)
+
 # Every family in exposition order; the ones read from the state come first (one lock hold).
 METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           OTLP_EXPORT_FAILURES, PROCESS_UP)
+           OTLP_EXPORT_FAILURES, PROCESS_UP, BUILD_INFO)

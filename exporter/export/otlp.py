@@ -1,4 +1,4 @@
-"""OpenTelemetry: push the same metrics to a collector over OTLP/HTTP.
+"""OpenTelemetry: push the same metrics to a collector over OTLP/HTTP or OTLP/gRPC.
 
 Observable instruments whose callbacks read ``families.walk``, the way /metrics does at
 scrape time: no second bookkeeping. The SDK's periodic reader collects and exports on its
@@ -43,10 +43,12 @@ log = logging.getLogger(__name__)
 INSTRUMENTATION_SCOPE = "trainlog-exporter"
 DEFAULT_SERVICE_NAME = "trainlog-exporter"
 METRICS_PATH = "v1/metrics"
+GRPC = "grpc"
 _REPEAT_FAILURE_LOG_SECONDS = 60.0
-# Where the OTLP/HTTP exporter logs every failed attempt; we fold those into our own,
-# rarer messages.
-_SDK_EXPORT_LOGGER = OTLPMetricExporter.__module__
+# Where the OTLP exporters log every failed attempt; we fold those into our own, rarer messages.
+_SDK_EXPORT_LOGGERS = {"http/protobuf": (OTLPMetricExporter.__module__,),
+                       GRPC: ("opentelemetry.exporter.otlp.proto.grpc.exporter",
+                              "opentelemetry.exporter.otlp.proto.grpc.metric_exporter")}
 _MAX_REASON_CHARS = 400
 
 Attributes = dict[str, str]
@@ -61,15 +63,20 @@ class OtlpConfig:
     timeout_seconds: float = 10.0  # one export, retries included, before it counts as failed
     interval_seconds: float = 60.0
     resource_attributes: Mapping[str, str] = field(default_factory=dict)
+    protocol: str = "http/protobuf"  # or "grpc" (OTEL_EXPORTER_OTLP_PROTOCOL)
 
 
-def metrics_url(endpoint: str | None, metrics_endpoint: str | None, base_endpoint: str | None) -> str | None:
-    """Where to POST metrics, or None when OTLP is off.
+def metrics_url(endpoint: str | None, metrics_endpoint: str | None, base_endpoint: str | None,
+                protocol: str = "http/protobuf") -> str | None:
+    """Where to send metrics, or None when OTLP is off.
 
     ``endpoint`` (--otlp-endpoint: a base URL, or a full URL when it has a path) wins; then
     ``metrics_endpoint`` (OTEL_EXPORTER_OTLP_METRICS_ENDPOINT), used as is; then
     ``base_endpoint`` (OTEL_EXPORTER_OTLP_ENDPOINT) plus /v1/metrics, as the specification says.
+    Over gRPC the URL names the server only (the service, not a path, selects the metrics).
     """
+    if protocol == GRPC:
+        return endpoint or metrics_endpoint or base_endpoint
     if endpoint:
         return endpoint if urlsplit(endpoint).path.strip("/") else _join_url(endpoint, METRICS_PATH)
     if metrics_endpoint:
@@ -237,10 +244,10 @@ class OtlpPush:
 
     def start(self) -> None:
         config = self._config
-        delegate = OTLPMetricExporter(endpoint=self.endpoint, headers=dict(config.headers),
-                                      timeout=config.timeout_seconds)
-        exporter = _CountingExporter(delegate, self._count_failure, ExportHealth(self.endpoint), self._sdk_log)
-        logging.getLogger(_SDK_EXPORT_LOGGER).addFilter(self._sdk_log)
+        exporter = _CountingExporter(_sdk_exporter(config), self._count_failure, ExportHealth(self.endpoint),
+                                     self._sdk_log)
+        for name in _SDK_EXPORT_LOGGERS[config.protocol]:
+            logging.getLogger(name).addFilter(self._sdk_log)
         # The reader starts its export thread on construction.
         reader = PeriodicExportingMetricReader(exporter, export_interval_millis=config.interval_seconds * 1000,
                                                export_timeout_millis=config.timeout_seconds * 1000)
@@ -248,11 +255,24 @@ class OtlpPush:
                                        shutdown_on_exit=False)
         meter = self._provider.get_meter(INSTRUMENTATION_SCOPE, __version__)
         register_instruments(meter, self._state, self._scrape_time)
-        log.info("pushing metrics over OTLP to %s every %gs", self.endpoint, config.interval_seconds)
+        log.info("pushing metrics over OTLP (%s) to %s every %gs", config.protocol, self.endpoint,
+                 config.interval_seconds)
 
     def stop(self) -> None:
         """One last push, bounded by the export timeout, then release the connection."""
         if self._provider is not None:
             self._provider.shutdown(timeout_millis=self._config.timeout_seconds * 1000)
             self._provider = None
-        logging.getLogger(_SDK_EXPORT_LOGGER).removeFilter(self._sdk_log)
+        for name in _SDK_EXPORT_LOGGERS[self._config.protocol]:
+            logging.getLogger(name).removeFilter(self._sdk_log)
+
+
+def _sdk_exporter(config: OtlpConfig) -> MetricExporter:
+    """The OpenTelemetry SDK's exporter for the configured protocol."""
+    if config.protocol == GRPC:
+        # Imported only when asked for: grpcio is a large import.
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as GrpcExporter
+
+        # insecure: from the URL's scheme (http:// plain, https:// TLS), as the SDK decides it.
+        return GrpcExporter(endpoint=config.endpoint, headers=dict(config.headers), timeout=config.timeout_seconds)
+    return OTLPMetricExporter(endpoint=config.endpoint, headers=dict(config.headers), timeout=config.timeout_seconds)

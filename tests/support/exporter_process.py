@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import signal
+import ssl
 import subprocess
 import sys
 import tempfile
@@ -37,13 +38,16 @@ class ExporterProcess:
     """
 
     def __init__(self, *args: str, program: Sequence[str] | None = None, env: dict[str, str] | None = None,
-                 cwd: Path = REPO, wait_for: str = "/-/healthy", ready_within: float = 15.0, **popen: Any) -> None:
+                 cwd: Path = REPO, wait_for: str = "/-/healthy", ready_within: float = 15.0,
+                 tls: ssl.SSLContext | None = None, headers: dict[str, str] | None = None, **popen: Any) -> None:
         self._command = [*(program or exporter_command()), *args]
         self._environment = exporter_environment(**(env or {}))
         self._cwd = cwd
         self._wait_for = wait_for
         self._ready_within = ready_within
         self._popen = popen
+        self.tls = tls  # with --web.config.file: the client's context (the test CA) and credentials
+        self.headers = headers or {}
         # A file, not a pipe: nobody reads a pipe while the exporter runs, and a full one would block its
         # logging. Every start writes on at the file's shared offset; output() reads with pread, which
         # leaves that offset alone.
@@ -54,7 +58,7 @@ class ExporterProcess:
 
     @property
     def url(self) -> str:
-        return f"http://127.0.0.1:{self.port}"
+        return f"{'https' if self.tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def pid(self) -> int:
@@ -78,7 +82,8 @@ class ExporterProcess:
     def _answers_or_exited(self) -> str | None:
         if self._running().poll() is not None:
             return "exited"
-        return "answers" if http_get(self.url + self._wait_for, timeout=1)[0] == 200 else None
+        answered = http_get(self.url + self._wait_for, timeout=1, headers=self.headers, context=self.tls)[0]
+        return "answers" if answered == 200 else None
 
     def _not_ready(self) -> str:
         return f"the exporter's {self._wait_for}:\n{self.output()}"
@@ -96,7 +101,7 @@ class ExporterProcess:
         return os.pread(self._output.fileno(), size, 0).decode(errors="replace")
 
     def metrics(self) -> str:
-        status, body = http_get(self.url + "/metrics")
+        status, body = http_get(self.url + "/metrics", headers=self.headers, context=self.tls)
         if status != 200:
             raise AssertionError(f"/metrics answered {status}: {body}")
         return body

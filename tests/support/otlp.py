@@ -107,3 +107,42 @@ def refused_url() -> str:
     with socket.create_server(("127.0.0.1", 0)) as probe:
         port = probe.getsockname()[1]
     return f"http://127.0.0.1:{port}"
+
+
+class GrpcOtlpReceiver:
+    """A real gRPC server on 127.0.0.1 implementing OTLP's MetricsService (opentelemetry-proto's stubs)."""
+
+    def __init__(self) -> None:
+        from concurrent import futures
+
+        import grpc
+        from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2_grpc
+
+        receiver = self
+        self.requests: list[tuple[dict[str, str], ExportMetricsServiceRequest]] = []
+        self._lock = threading.Lock()
+
+        class Service(metrics_service_pb2_grpc.MetricsServiceServicer):
+            def Export(self, request, context):  # noqa: N802 - the generated service's naming
+                with receiver._lock:
+                    receiver.requests.append((dict(context.invocation_metadata()), request))
+                return ExportMetricsServiceResponse()
+
+        self._server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
+        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(Service(), self._server)
+        self.port = self._server.add_insecure_port("127.0.0.1:0")
+
+    @property
+    def base_url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    def received(self) -> list[tuple[dict[str, str], ExportMetricsServiceRequest]]:
+        with self._lock:
+            return list(self.requests)
+
+    def __enter__(self) -> GrpcOtlpReceiver:
+        self._server.start()
+        return self
+
+    def __exit__(self, *exc_info: object) -> None:
+        self._server.stop(grace=None)

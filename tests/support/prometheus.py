@@ -37,6 +37,7 @@ class PrometheusServer:
         scrape_interval: str = "1s",
         rule_files: Sequence[Path] = (),
         start_timeout: float = 30.0,
+        scrape_settings: dict[str, Any] | None = None,
     ) -> None:
         self.directory = Path(directory)
         self.job = job
@@ -44,6 +45,7 @@ class PrometheusServer:
         self._scrape_interval = scrape_interval
         self._rule_files = [str(path) for path in rule_files]
         self._start_timeout = start_timeout
+        self._scrape_settings = scrape_settings or {}  # more of the job's scrape_config: scheme, tls_config, ...
         self._process: subprocess.Popen | None = None
         self._binary = require_binary("prometheus")
         self.url = ""
@@ -89,6 +91,10 @@ class PrometheusServer:
                 self._process.wait(timeout=10)
         self._process = None
 
+    def targets(self) -> list[dict[str, Any]]:
+        """The active scrape targets with their health and last error."""
+        return self.api("targets")["activeTargets"]
+
     def log(self) -> str:
         path = self.directory / "prometheus.log"
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
@@ -97,7 +103,8 @@ class PrometheusServer:
         return {
             "global": {"scrape_interval": self._scrape_interval, "evaluation_interval": self._scrape_interval},
             "rule_files": self._rule_files,
-            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self._targets}]}],
+            "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self._targets}],
+                                **self._scrape_settings}],
         }
 
     def _ready(self) -> bool:

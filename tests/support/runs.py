@@ -9,6 +9,7 @@ from pathlib import Path
 from prometheus_client import CollectorRegistry, generate_latest
 
 from exporter.export.collector import TrainingCollector
+from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.follow import Follower
 from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
@@ -42,7 +43,7 @@ def read_once(log_dir: Path, node: str = "node-0", run: str | None = None, clock
     return state
 
 
-def exposition(state: TrainingState) -> str:
+def exposition(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY) -> str:
     registry = CollectorRegistry(auto_describe=False)
-    registry.register(TrainingCollector(state))
+    registry.register(TrainingCollector(state, scrape_time))
     return generate_latest(registry).decode()

@@ -79,6 +79,9 @@ The command line: every followed directory, then the user's extra options.
 {{- if .Values.stateFile.enabled }}
 - {{ printf "--state-file=%s/state.json" (trimSuffix "/" .Values.stateFile.mountPath) | quote }}
 {{- end }}
+{{- if .Values.webConfig.secretName }}
+- {{ printf "--web.config.file=%s/web-config.yml" (trimSuffix "/" .Values.webConfig.mountPath) | quote }}
+{{- end }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
 {{- end }}
@@ -129,11 +132,11 @@ ports:
     protocol: TCP
 {{- with .Values.livenessProbe }}
 livenessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "trainlog-exporter.probe" (list $ .) | nindent 2 }}
 {{- end }}
 {{- with .Values.readinessProbe }}
 readinessProbe:
-  {{- toYaml . | nindent 2 }}
+  {{- include "trainlog-exporter.probe" (list $ .) | nindent 2 }}
 {{- end }}
 resources:
   {{- toYaml .Values.resources | nindent 2 }}
@@ -147,6 +150,24 @@ volumeMounts:
   - name: trainlog-state
     mountPath: {{ .Values.stateFile.mountPath }}
   {{- end }}
+  {{- if .Values.webConfig.secretName }}
+  - name: trainlog-web-config
+    mountPath: {{ .Values.webConfig.mountPath }}
+    readOnly: true
+  {{- end }}
+{{- end }}
+
+{{/*
+A probe from values: an httpGet probe switches to HTTPS when the web config serves TLS.
+Takes (list scope probe).
+*/}}
+{{- define "trainlog-exporter.probe" -}}
+{{- $scope := index . 0 }}
+{{- $probe := deepCopy (index . 1) }}
+{{- if and $scope.Values.webConfig.tls $probe.httpGet }}
+{{- $_ := set $probe.httpGet "scheme" "HTTPS" }}
+{{- end }}
+{{- toYaml $probe }}
 {{- end }}
 
 {{/*
@@ -170,6 +191,11 @@ The pod's volumes: the logs (read by the exporter) and the state file's emptyDir
 {{- if .Values.stateFile.enabled }}
 - name: trainlog-state
   emptyDir: {}
+{{- end }}
+{{- with .Values.webConfig.secretName }}
+- name: trainlog-web-config
+  secret:
+    secretName: {{ . }}
 {{- end }}
 {{- end }}
 
@@ -232,6 +258,15 @@ Labels of a Prometheus Operator object: the chart's plus the user's selector lab
 Scrape settings shared by the ServiceMonitor and PodMonitor endpoints.
 */}}
 {{- define "trainlog-exporter.scrapeSettings" -}}
+{{- $scope := index . 0 }}
+{{- $monitor := index . 1 }}
+{{- if $scope.Values.webConfig.tls }}
+scheme: https
+{{- end }}
+{{- with $scope.Values.webConfig.scrape }}
+{{ toYaml . }}
+{{- end }}
+{{- with $monitor }}
 interval: {{ .interval }}
 scrapeTimeout: {{ .scrapeTimeout }}
 {{- with .relabelings }}
@@ -241,5 +276,6 @@ relabelings:
 {{- with .metricRelabelings }}
 metricRelabelings:
   {{- toYaml . | nindent 2 }}
+{{- end }}
 {{- end }}
 {{- end }}
