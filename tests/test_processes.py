@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import os
 import re
 import subprocess
 import sys
@@ -78,8 +77,13 @@ def test_asks_within_max_age_reuse_the_last_check(trainer):
 
 
 def test_liveness_never_counts_its_own_process():
-    own_command_line = re.escape(dict(command_lines())[os.getpid()])
-    assert ProcessLiveness(f"^{own_command_line}$", [("r", "n")]).process_up() == {("r", "n"): False}
+    # In a process of its own whose command line no other process has (a pytest beside this one would).
+    marker = f"liveness-self-check-{uuid.uuid4().hex}"
+    probe = ("import re, sys; from exporter.export.process_liveness import ProcessLiveness; "
+             "print(ProcessLiveness(re.escape(sys.argv[1]), [('r', 'n')]).process_up())")
+    result = subprocess.run([sys.executable, "-c", probe, marker], capture_output=True, text=True, timeout=60,
+                            check=True)
+    assert result.stdout.strip() == "{('r', 'n'): False}"
 
 
 def test_unreadable_proc_gives_no_answer(tmp_path):
