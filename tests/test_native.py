@@ -263,6 +263,8 @@ def _series(rng: random.Random, length: int) -> tuple[list, list]:
         roll = rng.random()
         if roll < 0.03:
             values.append(rng.choice([math.nan, math.inf, -math.inf]))
+        elif roll < 0.04:  # finite, but near float's limit: the smoothing overflows
+            values.append(rng.choice([1e308, -1e308, 1.7976931348623157e308, -1.5e308]))
         elif roll < 0.08:
             values.append(level * rng.uniform(3, 30))  # a spike
         else:
@@ -308,3 +310,19 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     result = native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result == detectors_twin.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result[:4] == (1, huge + 2, 1, huge + 1)
+
+
+@pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
+def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
+    # 1e308 held for 10 steps becomes the baseline; -1e308 then overflows it and the noise level
+    # (an infinite baseline no value exceeds). Both start afresh, so after a new warm-up a jump
+    # is a spike again and the plateau tracker sees progress again.
+    config = kernel_config(DetectorConfig(spike_warmup_steps=5, plateau_window_steps=10))
+    values = [2.0] * 20 + [1e308] * 10 + [-1e308] + [2.0 - 0.01 * index for index in range(30)] + [40.0] + [1.5] * 7
+    steps = list(range(len(values)))
+    nonfinite, _, spiked, spike_step, spikes, plateau = check(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    assert (nonfinite, spiked, spike_step) == (0, 2, 61)  # the first 1e308, then 40.0 at step 61
+    mean, deviation, *_ = spikes
+    assert math.isfinite(mean) and math.isfinite(deviation)
+    smoothed, change, *_, best_step = plateau
+    assert math.isfinite(smoothed) and math.isfinite(change) and best_step > 40
