@@ -219,3 +219,26 @@ def test_symlinks_out_of_the_log_directory_and_unreadable_directories_are_skippe
             wait_for(exporter, "training_steps_total", 5, rank="1")
     finally:
         locked.chmod(0o755)
+
+
+def test_two_rank_less_files_of_one_directory_are_two_series(tmp_path, log_dir):
+    # Before, both went to rank "": their losses alternated in one series, a false spike each time.
+    (log_dir / "train.log").write_text("".join(f"step={step} loss=2.5\n" for step in range(1, 41)))
+    (log_dir / "eval.log").write_text("".join(f"step={step} loss=50.0\n" for step in range(1, 41)))
+    with serve(tmp_path, log_dir) as exporter:
+        wait_for(exporter, "training_steps_total", 40, rank="train.log")
+        wait_for(exporter, "training_steps_total", 40, rank="eval.log")
+        assert exporter.total("training_loss", rank="eval.log") == 50.0
+        assert exporter.total("training_anomalies_total", kind="loss_spike") == 0
+
+
+def test_a_value_with_thousands_separators_is_read_whole(tmp_path, log_dir):
+    # Synthetic lines in MindFormers' record layout (the numbers made large on purpose).
+    (log_dir / "worker_0.log").write_text("".join(
+        f"[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: {{ step:[{step:5d}/60001], "
+        f"loss: 1,234.5, per_step_time: 851ms, lr: 4.000000e-05, throughput: 1,012.5T }}\n" for step in range(1, 11)))
+    with serve(tmp_path, log_dir) as exporter:
+        wait_for(exporter, "training_steps_total", 10, rank="0")
+        assert exporter.total("training_loss", rank="0") == 1234.5
+        assert exporter.total("training_step_duration_seconds", rank="0") == 0.851
+        assert exporter.total("training_throughput", rank="0") == 1012.5

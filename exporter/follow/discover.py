@@ -22,7 +22,9 @@ _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log
 class LogFileRole:
     """What a followed file is: a rank's worker log or the scheduler's log."""
 
-    rank: str  # global rank (local rank when local_rank is set), or "" when unknown
+    # The global rank (local rank when local_rank is set); for a worker log whose name holds no
+    # rank, the path itself: two rank-less files of a directory are two series, not one.
+    rank: str
     role: str  # "worker" or "scheduler"
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
@@ -44,7 +46,7 @@ def classify(relative_path: str) -> LogFileRole:
     if torchrun:
         return LogFileRole(torchrun.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
-    return LogFileRole(match.group(1) if match else "", "worker")
+    return LogFileRole(match.group(1) if match else relative_path, "worker")
 
 
 def run_label(directory: str, run: str | None = None) -> str:
