@@ -63,7 +63,8 @@ class Exporter:
             idle_flush_seconds=settings.idle_flush_seconds,
             symlinks_outside=settings.follow_symlinks_outside,
         )
-        scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
+        scrape_time = dataclasses.replace(_scrape_time(settings, [run_of(directory) for directory in directories]),
+                                          file_lag_bytes=functools.partial(_file_lags, self.follower))
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
@@ -114,6 +115,11 @@ def serve(settings: Settings) -> int:
     log.info("shutting down")
     exporter.stop()
     return 0
+
+
+def _file_lags(follower: Follower) -> dict[str, int]:
+    """trainlog_file_lag_bytes: each followed path, made a label value, with the bytes not read yet."""
+    return {label_value(path): lag for path, lag in follower.lag_bytes().items()}
 
 
 def _report_speedups() -> None:

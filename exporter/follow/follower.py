@@ -128,6 +128,10 @@ class Follower:
         """True once every directory exists and was scanned once."""
         return self._ready.is_set()
 
+    def lag_bytes(self) -> dict[str, int]:
+        """Per followed path, the bytes its file holds beyond what was read. From any thread (a scrape's)."""
+        return {path: tailer.lag_bytes() for path, tailer in list(self._tailers.items())}
+
     def start(self) -> None:
         if self._observer is not None:
             # Growth comes from batched inotify reads instead of one watchdog event per write.

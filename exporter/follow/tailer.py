@@ -169,6 +169,19 @@ class Tailer:
         """Where reading stands (None before the file was opened)."""
         return self._position_in(self._current) if self._current else None
 
+    def lag_bytes(self) -> int:
+        """Bytes the path's file holds beyond what was read; all of it when the path names a file not
+        opened yet (a rotation not followed yet, or not opened at all). Safe from any thread: one stat,
+        no descriptor of the follow thread's."""
+        current = self._current
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return 0
+        if current is None or not current.is_at(stat):
+            return stat.st_size
+        return max(0, stat.st_size - current.offset)
+
     def poll(self, rescan: bool = False) -> Iterator[ReadBatch]:
         """Yield batches of complete lines up to the end of the file, following rotations.
 
