@@ -19,10 +19,11 @@ from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_att
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.follow import Follower, run_label
+from exporter.follow.discover import DEFAULT_INCLUDE, DirectoryRules
 from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
-from exporter.settings import Settings
+from exporter.settings import LogDirectory, Settings
 from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
 
@@ -40,7 +41,8 @@ class Exporter:
     def __init__(self, settings: Settings) -> None:
         self.demo = DemoRun() if settings.demo else None
         if self.demo is not None:
-            settings = settings.model_copy(update={"log_dir": [*settings.log_dir, self.demo.log_dir]})
+            demo = LogDirectory.model_validate({"path": self.demo.log_dir})
+            settings = settings.model_copy(update={"log_dir": [*settings.log_dir, demo]})
         self.settings = settings
         self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
@@ -61,7 +63,7 @@ class Exporter:
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
-            symlinks_outside=settings.follow_symlinks_outside,
+            rules={str(directory): _rules(directory, settings) for directory in settings.log_dir},
         )
         scrape_time = dataclasses.replace(_scrape_time(settings, [run_of(directory) for directory in directories]),
                                           file_lag_bytes=functools.partial(_file_lags, self.follower))
@@ -117,6 +119,13 @@ def serve(settings: Settings) -> int:
     return 0
 
 
+def _rules(directory: LogDirectory, settings: Settings) -> DirectoryRules:
+    """Which files of a log directory are followed: its own patterns and symlink policy, else the defaults."""
+    symlinks = directory.follow_symlinks_outside
+    return DirectoryRules(tuple(directory.include or DEFAULT_INCLUDE), tuple(directory.exclude),
+                          settings.follow_symlinks_outside if symlinks is None else symlinks)
+
+
 def _file_lags(follower: Follower) -> dict[str, int]:
     """trainlog_file_lag_bytes: each followed path, made a label value, with the bytes not read yet."""
     return {label_value(path): lag for path, lag in follower.lag_bytes().items()}
@@ -162,7 +171,7 @@ def _state_file(settings: Settings) -> Path | None:
     """--state-file, else the checkpoint module's default in the state home."""
     if settings.state_file is not None:
         return settings.state_file
-    path = checkpoint.default_state_file(settings.log_dir, settings.state_home)
+    path = checkpoint.default_state_file(settings.log_dir_paths, settings.state_home)
     if path is None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")

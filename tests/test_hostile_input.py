@@ -239,7 +239,8 @@ def test_two_rank_less_files_of_one_directory_are_two_series(tmp_path, log_dir):
 def test_a_value_with_thousands_separators_is_read_whole(tmp_path, log_dir):
     # Synthetic lines in MindFormers' record layout (the numbers made large on purpose).
     (log_dir / "worker_0.log").write_text("".join(
-        f"[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: {{ step:[{step:5d}/60001], "
+        "[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: "
+        f"{{ step:[{step:5d}/60001], "
         f"loss: 1,234.5, per_step_time: 851ms, lr: 4.000000e-05, throughput: 1,012.5T }}\n" for step in range(1, 11)))
     with serve(tmp_path, log_dir) as exporter:
         wait_for(exporter, "training_steps_total", 10, rank="0")

@@ -39,7 +39,8 @@ def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
     # Rank 5's out-of-memory traceback went to rank 5, interleaved with the other ranks' steps.
     assert {rank: {kind: n for kind, n in series[rank].errors.items() if n} for rank in series} == {
         "train.log": {"elastic": 1}, "5": {"oom": 1, "traceback": 1}, **{rank: {} for rank in "0123467"}}
-    assert error_summary(series["train.log"].last_error_facts["elastic"]) == "ChildFailedError (root_cause_rank 5, exitcode 1)"
+    launcher = series["train.log"]
+    assert error_summary(launcher.last_error_facts["elastic"]) == "ChildFailedError (root_cause_rank 5, exitcode 1)"
     assert error_summary(series["5"].last_error_facts["oom"]) == "torch.OutOfMemoryError"
     # Lines by rank: rank 4 also printed a warning (two lines); the launcher printed the rest.
     assert series["4"].lines_total == 5 and series["0"].lines_total == 3
@@ -49,7 +50,8 @@ def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
 def test_the_rank_offset_makes_local_prefixes_global(tmp_path):
     state = read_once(tee_run(tmp_path), rank_offset=8)
     ranks = sorted(key[2] for key in state.series)
-    assert ranks == ["10", "11", "12", "13", "14", "15", "5", "8", "9", "train.log"]  # [rank5]: lines are global already
+    # [rank5]: lines are global already
+    assert ranks == ["10", "11", "12", "13", "14", "15", "5", "8", "9", "train.log"]
     assert state.series[("job", "node-0", "13")].errors["oom"] == 0
     assert state.series[("job", "node-0", "5")].errors["oom"] == 1
 

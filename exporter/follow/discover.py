@@ -30,12 +30,45 @@ class LogFileRole:
     local_rank: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class DirectoryRules:
+    """Which files of one log directory are followed.
+
+    A pattern (shell-style, ``fnmatch``) matches a file or directory by its name or by its
+    path relative to the log directory (``debug-*``, ``old/*``; a trailing ``/`` is ignored).
+    A file is followed when an include pattern matches it and no exclude pattern matches it
+    or a directory above it; an excluded directory is not walked at all.
+    """
+
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = ()
+    follow_symlinks_outside: bool = False  # follow symbolic links that lead out of the log directory
+
+    def follows(self, relative_path: str) -> bool:
+        """True for a log file to follow: included, not excluded, and not a rotated copy."""
+        name = relative_path.rsplit("/", 1)[-1]
+        if _ROTATED.search(name) or not _any_matches(self.include, relative_path):
+            return False
+        parts = relative_path.split("/")
+        return not any(self.excluding("/".join(parts[:depth])) for depth in range(1, len(parts) + 1))
+
+    def excluding(self, relative_path: str) -> str | None:
+        """The exclude pattern that matches a file or directory, None when none does."""
+        return next((pattern for pattern in self.exclude if _any_matches((pattern,), relative_path)), None)
+
+
+DEFAULT_RULES = DirectoryRules()
+
+
+def _any_matches(patterns: tuple[str, ...], relative_path: str) -> bool:
+    name = relative_path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, pattern.rstrip("/")) or fnmatch.fnmatchcase(relative_path, pattern.rstrip("/"))
+               for pattern in patterns)
+
+
 def is_followed(relative_path: str, include: tuple[str, ...] = DEFAULT_INCLUDE) -> bool:
     """True for a log file to follow: matches an include pattern and is not a rotated copy."""
-    name = relative_path.rsplit("/", 1)[-1]
-    if _ROTATED.search(name):
-        return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in include)
+    return DirectoryRules(include).follows(relative_path)
 
 
 def classify(relative_path: str) -> LogFileRole:
