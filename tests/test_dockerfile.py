@@ -11,7 +11,7 @@ from pathlib import Path
 import tomllib
 
 from exporter.settings import DEFAULT_PORT
-from tests.support.dockerfile import arg_default, global_args, stages
+from tests.support.dockerfile import arg_default, build_stage_copies, global_args, stages
 from tests.support.exporter_process import REPO
 from tests.support.tools import require_tool
 
@@ -34,12 +34,26 @@ def test_hadolint_finds_nothing():
     assert result.returncode == 0, result.stdout + result.stderr
 
 
-def test_multi_stage_on_a_slim_python_base():
+def test_multi_stage_on_a_slim_python_base_pinned_by_digest():
     all_stages = stages(DOCKERFILE)
     assert len(all_stages) >= 2
     base = arg_default(global_args(DOCKERFILE), "PYTHON_IMAGE")
-    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?", base), base
+    assert re.fullmatch(r"python:3\.\d+-slim(-\w+)?@sha256:[0-9a-f]{64}", base), base
     assert all(stage[0].value[0] == "${PYTHON_IMAGE}" for stage in all_stages)
+
+
+def test_the_build_is_held_to_constraints_that_pin_every_runtime_dependency():
+    from scripts.lock_constraints import runtime_pins
+
+    build = " ".join(" ".join(command.value) for command in stages(DOCKERFILE)[0] if command.cmd == "RUN")
+    assert "PIP_CONSTRAINT=/src/constraints.txt pip wheel" in build
+    assert "constraints.txt" in build_stage_copies(DOCKERFILE)
+    pins = dict(line.split("==") for line in (REPO / "constraints.txt").read_text().splitlines()
+                if line and not line.startswith("#"))
+    assert pins.items() >= runtime_pins().items(), "constraints.txt is stale: run scripts/lock_constraints.py"
+    assert "setuptools" in pins  # the build backend too
+    ignored = (REPO / ".dockerignore").read_text().splitlines()
+    assert all(f"!{source}" in ignored or f"!{source}/" in ignored for source in build_stage_copies(DOCKERFILE))
 
 
 def test_runs_as_a_numeric_non_root_user():
