@@ -265,8 +265,9 @@ class Follower:
         if pattern is not None:
             self._say_once(f"not following the logs under {path}: excluded by the pattern {pattern!r}", logging.INFO)
             return False
-        if os.path.islink(path):  # os.walk does not go into linked directories: say so
-            self._say_once(f"not following the logs under {path}: a symbolic link to a directory")
+        if os.path.islink(path):  # os.walk does not go into linked directories: say so, louder when it leads out
+            self._say_once(f"not following the logs under {path}: a symbolic link to a directory",
+                           logging.WARNING if _leaves(path, directory) else logging.INFO)
             return False
         return True
 
