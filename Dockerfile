@@ -5,8 +5,16 @@
 # dependencies; stage 2 installs them into a virtual environment with no network and no
 # compiler, so the final image carries neither build tools nor the source tree. tests/test_wheel_install.py runs the
 # same two steps (wheel, fresh venv, console script) because CI has no Docker engine.
+#
+# Reproducible: the base image is pinned by digest, and every Python package (runtime
+# dependencies and the build backend) by constraints.txt (scripts/lock_constraints.py).
+# The digest is the multi-platform index of python:3.11-slim-bookworm (Python 3.11.16,
+# Debian 12, built 2026-08-25) as docker-library/repo-info lists it in
+# repos/python/remote/3.11-slim-bookworm.md (commit bc9bbb47fc70); it was not pulled and
+# checked here (no Docker engine). To update: docker buildx imagetools inspect
+# python:3.11-slim-bookworm, and put the index digest it prints below.
 
-ARG PYTHON_IMAGE=python:3.11-slim-bookworm
+ARG PYTHON_IMAGE=python:3.11-slim-bookworm@sha256:fe556eaffd0d96abd8685b83bb8a69addd0dc730fa193669a7df0d49ddcfac02
 
 FROM ${PYTHON_IMAGE} AS build
 # A C compiler for the native kernels (exporter/native/*.c), in this stage only. Debian's
@@ -16,11 +24,13 @@ RUN apt-get update \
  && apt-get install -y --no-install-recommends gcc libc6-dev \
  && rm -rf /var/lib/apt/lists/*
 WORKDIR /src
-COPY pyproject.toml setup.py README.md LICENSE ./
+COPY pyproject.toml setup.py README.md LICENSE constraints.txt ./
 COPY exporter ./exporter
 # The kernels are optional for pip (a machine without a compiler still installs the
-# package), not for the image: the build fails if the wheel lacks one.
-RUN pip wheel --no-cache-dir --wheel-dir /wheels . \
+# package), not for the image: the build fails if the wheel lacks one. PIP_CONSTRAINT, not
+# --constraint: the isolated build environment (setuptools) is held to it too. The final
+# stage installs from these wheels alone, so it gets exactly these versions.
+RUN PIP_CONSTRAINT=/src/constraints.txt pip wheel --no-cache-dir --wheel-dir /wheels . \
  && python -c "import glob, sys, zipfile; names = zipfile.ZipFile(glob.glob('/wheels/trainlog_exporter-*.whl')[0]).namelist(); sys.exit(0 if sum(name.startswith('exporter/native/_') and name.endswith('.so') for name in names) == 3 else 'native kernels missing from the wheel')"
 
 FROM ${PYTHON_IMAGE}

@@ -22,11 +22,12 @@ from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.export.web_config import WebConfig, WebConfigError, load_web_config
 from exporter.follow import Follower, run_label
+from exporter.follow.discover import DEFAULT_INCLUDE, DirectoryRules
 from exporter.follow.stream import STDIN, StreamFollower
 from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
-from exporter.settings import Settings
+from exporter.settings import LogDirectory, Settings
 from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
 
@@ -47,7 +48,8 @@ class Exporter:
         self.http = _http_server(settings, self)
         self.demo = DemoRun() if settings.demo else None
         if self.demo is not None:
-            settings = settings.model_copy(update={"log_dir": [*settings.log_dir, self.demo.log_dir]})
+            demo = LogDirectory.model_validate({"path": self.demo.log_dir})
+            settings = settings.model_copy(update={"log_dir": [*settings.log_dir, demo]})
         self.settings = settings
         self.state = TrainingState(settings.detector_config)
         directories = [str(directory) for directory in settings.log_dir]
@@ -69,12 +71,13 @@ class Exporter:
             poll_interval=settings.poll_interval,
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
-            symlinks_outside=settings.follow_symlinks_outside,
+            rules={str(directory): _rules(directory, settings) for directory in settings.log_dir},
         )
         # --log-file -: standard input through the same pipeline (kubectl logs -f pod | trainlog-exporter ...).
         self.stdin = StreamFollower(pipeline, max_line_bytes=settings.max_line_bytes) if STDIN in settings.log_file \
             else None
-        scrape_time = _scrape_time(settings, [run_of(directory) for directory in directories])
+        scrape_time = dataclasses.replace(_scrape_time(settings, [run_of(directory) for directory in directories]),
+                                          file_lag_bytes=functools.partial(_file_lags, self.follower))
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
@@ -148,6 +151,18 @@ def _http_server(settings: Settings, exporter: Exporter) -> ExporterHTTPServer:
                               web_config_path=path or Path("-"))
 
 
+def _rules(directory: LogDirectory, settings: Settings) -> DirectoryRules:
+    """Which files of a log directory are followed: its own patterns and symlink policy, else the defaults."""
+    symlinks = directory.follow_symlinks_outside
+    return DirectoryRules(tuple(directory.include or DEFAULT_INCLUDE), tuple(directory.exclude),
+                          settings.follow_symlinks_outside if symlinks is None else symlinks)
+
+
+def _file_lags(follower: Follower) -> dict[str, int]:
+    """trainlog_file_lag_bytes: each followed path, made a label value, with the bytes not read yet."""
+    return {label_value(path): lag for path, lag in follower.lag_bytes().items()}
+
+
 def _report_speedups() -> None:
     # Without the C speedups (installed where no compiler was) everything works, only
     # catch-up is several times slower: say so once rather than leave it to be guessed.
@@ -195,7 +210,7 @@ def _state_file(settings: Settings) -> Path | None:
         log.info("demo: no checkpoint without --state-file")
         return None
     # Named after everything followed: two exporters on one host following different files never share one.
-    followed = [*settings.log_dir, *(Path(file) for file in settings.log_file if file != STDIN)]
+    followed = [*settings.log_dir_paths, *(Path(file) for file in settings.log_file if file != STDIN)]
     path = checkpoint.default_state_file(followed, settings.state_home)
     if path is None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "

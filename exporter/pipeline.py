@@ -79,7 +79,7 @@ class Pipeline:
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
         """Start a file's series; where to resume reading it (a restored position), None: at its start."""
         role = file.role
-        rank = role.rank
+        rank = label_value(role.rank)  # a rank-less file's rank is its path, which need not be UTF-8
         if role.local_rank and rank:
             rank = str(global_rank(int(rank), True, self._rank_offset))
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(file.relative_path, role.role),

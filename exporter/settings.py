@@ -67,6 +67,28 @@ class CustomFormat(BaseModel):
         return value
 
 
+class LogDirectory(BaseModel):
+    """A log directory and which of its files are followed (docs/configuration.md): ``--log-dir DIR``
+    gives one with the defaults; the config file can give each its own patterns and symlink policy."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    path: Path = Field(description="The directory holding the logs.")
+    include: list[str] | None = Field(
+        None, min_length=1, description="Patterns of the files to follow (name or relative path); "
+                                        "default *.log, *.out, *.jsonl, *.txt.")
+    exclude: list[str] = Field(
+        default_factory=list, description="Patterns of files and subdirectories not to follow (name or relative path).")
+    follow_symlinks_outside: bool | None = Field(
+        None, description="Follow symbolic links out of this directory; default: --follow-symlinks-outside.")
+
+    def __fspath__(self) -> str:
+        return os.fspath(self.path)
+
+    def __str__(self) -> str:
+        return str(self.path)
+
+
 class FormatOverride(BaseModel):
     """Files whose path matches get this format instead of auto-detection."""
 
@@ -145,8 +167,9 @@ class Settings(DetectorOptions):
         env_prefix=ENV_PREFIX, extra="forbid", validate_default=True, populate_by_name=True
     )
 
-    log_dir: Annotated[list[Path], NoDecode] = Field(
-        default_factory=list, description="Directories holding the logs.")
+    log_dir: Annotated[list[LogDirectory], NoDecode] = Field(
+        default_factory=list, description="Directories holding the logs (in the config file also "
+                                          "{path, include, exclude, follow_symlinks_outside} each).")
     log_file: Annotated[list[str], NoDecode] = Field(
         default_factory=list, description="Single log files to follow; - for standard input.")
     web_listen_address: str = Field(f":{DEFAULT_PORT}", description="HOST:PORT to serve /metrics on.")
@@ -227,18 +250,21 @@ class Settings(DetectorOptions):
     @field_validator("log_dir", "log_file", mode="before")
     @classmethod
     def _split_dirs(cls, value: Any) -> Any:
-        # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML.
+        # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML; a bare path
+        # (--log-dir DIR) is a directory with the default rules.
         if isinstance(value, str):
-            return [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
+            value = [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
+        if isinstance(value, list):
+            return [{"path": item} if isinstance(item, (str, os.PathLike)) else item for item in value]
         return value
 
     @field_validator("log_dir")
     @classmethod
-    def _no_files(cls, value: list[Path]) -> list[Path]:
+    def _no_files(cls, value: list[LogDirectory]) -> list[LogDirectory]:
         # A directory that does not exist yet is waited for; a file in its place is a mistake.
-        for path in value:
-            if path.exists() and not path.is_dir():
-                raise ValueError(f"{path} is a file, not a directory: give the directory that holds the logs")
+        for directory in value:
+            if directory.path.exists() and not directory.path.is_dir():
+                raise ValueError(f"{directory.path} is a file, not a directory: give the directory that holds the logs")
         return value
 
     @field_validator("custom_formats")
@@ -335,10 +361,15 @@ class Settings(DetectorOptions):
         # Imported here: the checkpoint module brings the follower (and watchdog) along.
         from exporter.checkpoint import containing_log_dir
 
-        directory = containing_log_dir(value, info.data.get("log_dir", []))
+        directory = containing_log_dir(value, [directory.path for directory in info.data.get("log_dir", [])])
         if directory is not None:
             raise ValueError(f"{value} is inside the log directory {directory}: put the state file elsewhere")
         return value
+
+    @property
+    def log_dir_paths(self) -> list[Path]:
+        """The log directories' paths, without their rules."""
+        return [directory.path for directory in self.log_dir]
 
     @property
     def state_home(self) -> Path:
@@ -393,7 +424,12 @@ class _YamlFile(YamlConfigSettingsSource):
             raise ConfigError(f"config file {file_path}: not valid YAML: {error}") from error
         if not isinstance(loaded, dict):
             raise ConfigError(f"config file {file_path}: expected a mapping of option names to values")
-        return {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
+        options = {str(key).replace(".", "_").replace("-", "_"): value for key, value in loaded.items()}
+        if "log_dirs" in options:  # the plural reads better over a list of mappings
+            if "log_dir" in options:
+                raise ConfigError(f"config file {file_path}: give log_dir or log_dirs, not both")
+            options["log_dir"] = options.pop("log_dirs")
+        return options
 
 
 def load_settings(**command_line: Any) -> Settings:

@@ -534,8 +534,9 @@ def rank_error_panels() -> Iterator:
 def exporter_health() -> dashboard.Dashboard:
     board = new_dashboard(
         EXPORTER_UID, "Training log exporter health",
-        "The trainlog-exporter sidecars themselves: files followed, bytes read, rotations, truncations, lines it "
-        "could not parse or had to truncate, series dropped by the cardinality guard, scrape duration.",
+        "The trainlog-exporter sidecars themselves: files followed, bytes read and bytes still to read, rotations, "
+        "truncations, lines it could not parse or dropped (by reason), series dropped by the cardinality guard, "
+        "scrape duration.",
         [
             datasource_variable(),
             label_variable("job", "Job", "trainlog_files_followed", all_value=".*"),
@@ -550,19 +551,27 @@ BY_INSTANCE = "sum by (instance) "
 
 
 def exporter_now_panels() -> Iterator:
-    yield stat_panel("Exporters up", "Scraped exporters that answered the last scrape.", 4, "none",
+    yield stat_panel("Exporters up", "Scraped exporters that answered the last scrape.", 3, "none",
                      (f"sum(up{{{EXPORTERS}}})", "up"))
-    yield stat_panel("Files followed", "Log files followed now, all exporters.", 4, "none",
+    yield stat_panel("Files followed", "Log files followed now, all exporters.", 3, "none",
                      (f"sum(trainlog_files_followed{{{EXPORTERS}}})", "files"))
-    yield stat_panel("Ranks served", "Rank series exposed, all exporters.", 4, "none",
+    yield stat_panel("Ranks served", "Rank series exposed, all exporters.", 3, "none",
                      (f'count(training_log_lines_total{{{EXPORTERS}, rank!=""}}) or vector(0)', "ranks"))
+    yield (stat_panel("Bytes behind", "Bytes the followed files hold beyond what the exporters have read: near 0 "
+                      "when they keep up, large during a catch-up, growing when they fall behind.", 3, "bytes",
+                      (f"sum(trainlog_file_lag_bytes{{{EXPORTERS}}}) or vector(0)", "behind"))
+           .thresholds(steps((None, "green"), (64 << 20, "orange"))))
+    yield (stat_panel("Lines dropped", "Lines whose content never reached the state, whole or in part, all reasons "
+                      "(see Lines dropped by reason).", 3, "none",
+                      (f"sum(trainlog_lines_dropped_total{{{EXPORTERS}}})", "dropped"))
+           .thresholds(steps((None, "green"), (1, "orange"))))
     yield (stat_panel("Series dropped", "Series or values not created because a cardinality limit was reached.",
-                      4, "none", (f"sum(trainlog_series_dropped_total{{{EXPORTERS}}})", "dropped"))
+                      3, "none", (f"sum(trainlog_series_dropped_total{{{EXPORTERS}}})", "dropped"))
            .thresholds(steps((None, "green"), (1, "red"))))
-    yield (stat_panel("Bytes lost", "Bytes possibly lost to a truncation with a partial line pending.", 4, "bytes",
+    yield (stat_panel("Bytes lost", "Bytes possibly lost to a truncation with a partial line pending.", 3, "bytes",
                       (f"sum(trainlog_bytes_lost_total{{{EXPORTERS}}})", "lost"))
            .thresholds(steps((None, "green"), (1, "orange"))))
-    yield stat_panel("Scrape duration", "Slowest scrape of the selected exporters.", 4, "s",
+    yield stat_panel("Scrape duration", "Slowest scrape of the selected exporters.", 3, "s",
                      (f"max(scrape_duration_seconds{{{EXPORTERS}}})", "max"))
 
 
@@ -587,6 +596,17 @@ def exporter_reading_panels() -> Iterator:
                        (per_instance("rate", "trainlog_lines_truncated_total"), "truncated {{instance}}"))
     yield series_panel("Series dropped", "Cardinality guard: raise the limits or fix the label source.", 8, 8, "none",
                        (per_instance("increase", "trainlog_series_dropped_total"), "{{instance}}"))
+    yield series_panel("Lines dropped by reason", "Lines whose content never reached the state: number_out_of_range "
+                       "and parse_error (rejected, the rest of their read went on), truncated (the rest of a line "
+                       "over the line cap), series_limit (lines of series the cardinality guard keeps out).",
+                       12, 8, "cps",
+                       (f"sum by (instance, reason) (rate(trainlog_lines_dropped_total{{{EXPORTERS}}}"
+                        "[$__rate_interval]))", "{{reason}} {{instance}}"))
+    yield series_panel("Bytes behind", "Bytes not read yet, per exporter, and the files furthest behind: an "
+                       "exporter that cannot keep up falls further behind here before anything is lost.",
+                       12, 8, "bytes",
+                       (BY_INSTANCE + f"(trainlog_file_lag_bytes{{{EXPORTERS}}})", "{{instance}}"),
+                       (f"topk(5, trainlog_file_lag_bytes{{{EXPORTERS}}})", "{{file}}"))
 
 
 def exporter_scrape_panels() -> Iterator:

@@ -30,7 +30,8 @@ def test_rotated_siblings_are_never_new_ranks(path, followed):
         ("scheduler.log", "", "scheduler"),
         ("logs/rank_5.log", "5", "worker"),
         ("train-rank3.log", "3", "worker"),
-        ("train.log", "", "worker"),
+        ("train.log", "train.log", "worker"),  # no rank in the name: the name itself tells files apart
+        ("node1/train.log", "node1/train.log", "worker"),
     ],
 )
 def test_rank_from_file_name(path, rank, role):

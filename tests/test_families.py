@@ -15,6 +15,7 @@ from exporter.export.metrics_table import (
     BUILD_INFO,
     COUNTER,
     EXPORTER,
+    FILE_LAG,
     METRICS,
     OTLP_EXPORT_FAILURES,
     PROCESS_UP,
@@ -45,7 +46,8 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
         state.ingest(KEY, 1, in_batches(StepLine(7, {"loss": 2.5})), log_timestamp=None, now=1.7e9)
     failures = iter(range(1, 100))
     scrape_time = ScrapeTime(otlp_export_failures=lambda: next(failures),
-                             process_up=lambda: {("run", "node-0"): True, ("other", "node-0"): False})
+                             process_up=lambda: {("run", "node-0"): True, ("other", "node-0"): False},
+                             file_lag_bytes=lambda: {"/logs/worker_3.log": 120, "/logs/worker_1.log": 0})
     families = walk(state, values, scrape_time)
     assert [family.spec for family in families] == list(METRICS)
     by_name = {family.spec.name: family for family in families}
@@ -53,18 +55,21 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
     assert by_name[OTLP_EXPORT_FAILURES.name].samples == [({}, "", 1)]
     assert by_name[PROCESS_UP.name].samples == [({"run": "other", "node": "node-0"}, "", 0),
                                                ({"run": "run", "node": "node-0"}, "", 1)]
+    assert by_name[FILE_LAG.name].samples == [({}, "/logs/worker_1.log", 0), ({}, "/logs/worker_3.log", 120)]
     assert walk(state, values, scrape_time, [OTLP_EXPORT_FAILURES])[0].samples == [({}, "", 2)]  # asked again
-    fixed = ScrapeTime(otlp_export_failures=lambda: 3, process_up=scrape_time.process_up)
+    fixed = ScrapeTime(otlp_export_failures=lambda: 3, process_up=scrape_time.process_up,
+                       file_lag_bytes=scrape_time.file_lag_bytes)
     text = render(state, fixed)
     assert text == reference(state, fixed)
     assert b'trainlog_otlp_export_failures_total 3.0\n' in text
     assert (b'training_process_up{node="node-0",run="other"} 0.0\n'
             b'training_process_up{node="node-0",run="run"} 1.0\n') in text
+    assert b'trainlog_file_lag_bytes{file="/logs/worker_3.log"} 120.0\n' in text
 
 
-def test_without_readers_the_failures_are_0_and_there_is_no_process_family():
+def test_without_readers_the_failures_are_0_and_there_is_no_process_or_lag_family():
     families = walk(TrainingState(), values)
-    assert [family.spec for family in families] == [spec for spec in METRICS if spec is not PROCESS_UP]
+    assert [family.spec for family in families] == [spec for spec in METRICS if spec not in (PROCESS_UP, FILE_LAG)]
     by_name = {family.spec.name: family for family in families}
     assert by_name[OTLP_EXPORT_FAILURES.name].samples == [({}, "", 0)]
 

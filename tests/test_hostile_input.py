@@ -193,6 +193,10 @@ def test_distinct_rank_prefixes_by_the_hundred_thousand_stay_far_below_the_chart
                    what=lambda: f"read {exporter.total('trainlog_bytes_read_total')}\n{exporter.output()[-2000:]}")
         peak = exporter.memory_kb("VmHWM")
         assert exporter.total("trainlog_series_dropped_total") == prefixes + 1 - 4096  # each series once
+        # Their lines are counted as dropped: with the lines counted in the kept series, every line read.
+        dropped = exporter.total("trainlog_lines_dropped_total", reason="series_limit")
+        assert dropped == prefixes + 1 - 4096
+        assert dropped + exporter.total("training_log_lines_total") == prefixes
         # Under the chart's limit with room to spare: about 115-140 MB here, half of it the interpreter, its
         # libraries and the read buffers, whatever the load of the machine does to the allocator's peak.
         assert peak < CHART_MEMORY_LIMIT_KB * 3 / 4, f"peak RSS {peak} kB"
@@ -221,3 +225,45 @@ def test_symlinks_out_of_the_log_directory_and_unreadable_directories_are_skippe
             wait_for(exporter, "training_steps_total", 5, rank="1")
     finally:
         locked.chmod(0o755)
+
+
+def test_two_rank_less_files_of_one_directory_are_two_series(tmp_path, log_dir):
+    # Before, both went to rank "": their losses alternated in one series, a false spike each time.
+    (log_dir / "train.log").write_text("".join(f"step={step} loss=2.5\n" for step in range(1, 41)))
+    (log_dir / "eval.log").write_text("".join(f"step={step} loss=50.0\n" for step in range(1, 41)))
+    with serve(tmp_path, log_dir) as exporter:
+        wait_for(exporter, "training_steps_total", 40, rank="train.log")
+        wait_for(exporter, "training_steps_total", 40, rank="eval.log")
+        assert exporter.total("training_loss", rank="eval.log") == 50.0
+        assert exporter.total("training_anomalies_total", kind="loss_spike") == 0
+
+
+def test_a_value_with_thousands_separators_is_read_whole(tmp_path, log_dir):
+    # Synthetic lines in MindFormers' record layout (the numbers made large on purpose).
+    (log_dir / "worker_0.log").write_text("".join(
+        "[INFO] 2026-06-09 10:20:40 [mindformers/core/callback/callback.py:231] _print_log: "
+        f"{{ step:[{step:5d}/60001], "
+        f"loss: 1,234.5, per_step_time: 851ms, lr: 4.000000e-05, throughput: 1,012.5T }}\n" for step in range(1, 11)))
+    with serve(tmp_path, log_dir) as exporter:
+        wait_for(exporter, "training_steps_total", 10, rank="0")
+        assert exporter.total("training_loss", rank="0") == 1234.5
+        assert exporter.total("training_step_duration_seconds", rank="0") == 0.851
+        assert exporter.total("training_throughput", rank="0") == 1012.5
+
+
+def test_bytes_not_read_yet_show_per_file_and_dropped_lines_by_reason(tmp_path, log_dir):
+    (log_dir / "worker_0.log").write_text(steps(1, 10))
+    (log_dir / "worker_1.log").write_text(steps(1, 10) + "x" * 3000 + "\n" + f"step={'9' * 40} loss=2.5\n")
+    # Polling every 60 s: what is appended after the first read waits, and shows as lag.
+    with serve(tmp_path, log_dir, extra=("--poll-interval", "60", "--max-line-bytes", "1024")) as exporter:
+        wait_for(exporter, "training_steps_total", 10, rank="1")
+        worker_0 = str(log_dir / "worker_0.log")
+        assert exporter.total("trainlog_file_lag_bytes", file=worker_0) == 0
+        appended = steps(11, 20)
+        with open(worker_0, "a") as handle:
+            handle.write(appended)
+        assert exporter.total("trainlog_file_lag_bytes", file=worker_0) == len(appended)
+        assert exporter.total("trainlog_file_lag_bytes", file=str(log_dir / "worker_1.log")) == 0
+        assert exporter.total("trainlog_lines_dropped_total", reason="truncated") == 1
+        assert exporter.total("trainlog_lines_dropped_total", reason="number_out_of_range") == 1
+        assert exporter.total("trainlog_lines_dropped_total", reason="series_limit") == 0

@@ -130,7 +130,8 @@ TOKENS = ["1.0", "2.345678", "10.483969", "nan", "NaN", "inf", "-inf", "+inf", "
           "1E-5", "4.000000e-05", "1_000", "1__0", "5.", ".5", "+.5", ".", "-", "e5", "1e", "1e999", "-0.0",
           "0x10", "12345678901234567890.5", "0." + "1" * 70, "", " ", "  7  ", "850ms", "851 ms", "1.2s", "5sec",
           "5 seconds", "3us", "2MS", "nanms", "inf s", "12.34T", "12.20T", "1.5 samples/s", "99%", "nanT", "infT",
-          "5eT", "1,234", "7 x", "3.0\t", "\x1f4.5", "1\x002"]
+          "5eT", "1,234", "7 x", "3.0\t", "\x1f4.5", "1\x002", "1,234.5", "12,345,678", "1,23", "1,2345", ",123",
+          "1,234ms", "-1,000.25", "1,000T", "1,000,0"]
 NAMES = ["loss", "lr", "grad_norm", "per_step_time", "throughput", "load_balancing_loss", "mtp_1_loss",
          "loss_scale", "_x", "a1", "1bad", "mtp_loss", "loss", "rate", "t", "tok", "gn", "step"]
 
@@ -227,6 +228,21 @@ def test_the_mindformers_reference_line():
     assert reader.take() == ([], None, empty, [])
 
 
+@pytest.mark.parametrize("reader", [_step_fields.StepReader, step_fields_twin.StepReader], ids=["native", "twin"])
+def test_a_thousands_separator_is_part_of_the_value(reader):
+    # A comma followed by exactly three digits and a non-digit cannot start a pair (a name starts
+    # with a letter): 1,234.5 is 1234.5, not 1.0; '1,23' and '1,2345' end at their comma.
+    data = (b"{ step:[1/9], loss: 1,234.5, lr: 1,000, mtp_1_loss: 12,345,678 }\n"
+            b"{ step:[2/9], loss: 1,23, x: 5 }\n{ step:[3/9], loss: 1,2345, y: 1,000}\n")
+    compiled = reader(MINDFORMERS)
+    assert compiled.read(data, [0, data.index(b"\n") + 1, data.index(b"{ step:[3")], 0, 3) == 3
+    _steps, _total, fields, named = compiled.take()
+    by_name = dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))
+    assert by_name["loss"][3] == [1234.5, 1.0, 1.0]
+    assert by_name["lr"][0] == 1000.0
+    assert [(name, value) for name, value, *_ in named] == [("mtp_1_loss", 12345678.0), ("x", 5.0), ("y", 1000.0)]
+
+
 def test_named_values_count_lines_and_remember_where_they_first_appeared():
     data = b"{ step:[1/9], a: 1, b: 2, a: 3 }\n{ step:[2/9], c: 4, b: 5 }\n{ step:[3/9], zz: junk }\n"
     for reader in (_step_fields.StepReader(MINDFORMERS), step_fields_twin.StepReader(MINDFORMERS)):
@@ -263,6 +279,8 @@ def _series(rng: random.Random, length: int) -> tuple[list, list]:
         roll = rng.random()
         if roll < 0.03:
             values.append(rng.choice([math.nan, math.inf, -math.inf]))
+        elif roll < 0.04:  # finite, but near float's limit: the smoothing overflows
+            values.append(rng.choice([1e308, -1e308, 1.7976931348623157e308, -1.5e308]))
         elif roll < 0.08:
             values.append(level * rng.uniform(3, 30))  # a spike
         else:
@@ -308,3 +326,19 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     result = native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result == detectors_twin.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result[:4] == (1, huge + 2, 1, huge + 1)
+
+
+@pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
+def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
+    # 1e308 held for 10 steps becomes the baseline; -1e308 then overflows it and the noise level
+    # (an infinite baseline no value exceeds). Both start afresh, so after a new warm-up a jump
+    # is a spike again and the plateau tracker sees progress again.
+    config = kernel_config(DetectorConfig(spike_warmup_steps=5, plateau_window_steps=10))
+    values = [2.0] * 20 + [1e308] * 10 + [-1e308] + [2.0 - 0.01 * index for index in range(30)] + [40.0] + [1.5] * 7
+    steps = list(range(len(values)))
+    nonfinite, _, spiked, spike_step, spikes, plateau = check(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    assert (nonfinite, spiked, spike_step) == (0, 2, 61)  # the first 1e308, then 40.0 at step 61
+    mean, deviation, *_ = spikes
+    assert math.isfinite(mean) and math.isfinite(deviation)
+    smoothed, change, *_, best_step = plateau
+    assert math.isfinite(smoothed) and math.isfinite(change) and best_step > 40

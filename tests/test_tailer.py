@@ -267,6 +267,31 @@ def test_resume_after_a_copytruncate_while_stopped(tmp_path):
     assert sum(batch.truncated for batch in batches) == 1
 
 
+def copytruncate(log, generations: int) -> None:
+    """logrotate's copytruncate with ``generations`` copies kept: shift .N up, copy to .1, truncate."""
+    for number in range(generations, 0, -1):
+        older = log.with_name(f"{log.name}.{number}")
+        if older.exists():
+            os.rename(older, log.with_name(f"{log.name}.{number + 1}"))
+    shutil.copyfile(log, log.with_name(f"{log.name}.1"))
+    os.truncate(log, 0)
+
+
+def test_a_kill_right_after_a_copytruncate_then_another_one_while_stopped_loses_nothing(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 3))
+    append(log, numbered("a", 4, 5))
+    copytruncate(log, 1)
+    lines, batches = read(tailer)  # the truncation recovered; the file is empty
+    assert lines == [b"a line 4", b"a line 5"]
+    saved = batches[-1].position  # what a checkpoint right now holds; then the exporter is killed
+    tailer.close()
+    append(log, numbered("b", 1, 2))  # while stopped: written, copied away, truncated
+    copytruncate(log, 2)
+    append(log, numbered("c", 1, 1))
+    lines, _ = read(Tailer(str(log), resume=saved), rescan=True)
+    assert lines == [b"b line 1", b"b line 2", b"c line 1"]
+
+
 def test_resume_when_the_old_file_is_gone_starts_the_new_one_from_its_start(tmp_path):
     log, position = stopped(tmp_path, numbered("a", 1, 2))
     log.unlink()

@@ -27,10 +27,12 @@ from tests.support.runs import copy_example
 ISOLATED = {"PYTHONPATH": "", "PYTHONDONTWRITEBYTECODE": "1", "HOME": "/nonexistent"}
 
 
-def pip(python: Path | str, *args: str, quiet: bool = True) -> str:
-    """Run pip; returns what it printed (the build backend's warnings too, unless quiet)."""
+def pip(python: Path | str, *args: str, quiet: bool = True, constraint: Path | None = None) -> str:
+    """Run pip; returns what it printed (the build backend's warnings too, unless quiet). ``constraint``:
+    as the Dockerfile gives it, in PIP_CONSTRAINT, which the isolated build environment sees too."""
+    environment = {**os.environ, "PIP_CONSTRAINT": str(constraint)} if constraint else None
     result = subprocess.run([str(python), "-m", "pip", "--disable-pip-version-check", *(["--quiet"] * quiet), *args],
-                            capture_output=True, text=True, timeout=300)
+                            capture_output=True, text=True, timeout=300, env=environment)
     assert result.returncode == 0, result.stdout + result.stderr
     return result.stdout + result.stderr
 
@@ -48,7 +50,8 @@ def wheel_build(tmp_path_factory) -> tuple[Path, str]:
         else:
             shutil.copy2(REPO / source, context / source)
     wheels = root / "wheels"
-    output = pip(sys.executable, "wheel", "--wheel-dir", str(wheels), str(context), quiet=False)
+    output = pip(sys.executable, "wheel", "--wheel-dir", str(wheels), str(context), quiet=False,
+                 constraint=context / "constraints.txt")
     return wheels, output
 
 

@@ -23,6 +23,7 @@ from exporter.export.metrics_table import (
     BUILD,
     COUNTER,
     EXPORTER,
+    FOLLOWER,
     INFO,
     METRICS,
     OTLP_ADAPTER,
@@ -61,12 +62,17 @@ def _no_process_check() -> None:
     return None
 
 
+def _no_follower() -> None:
+    return None
+
+
 @dataclass(frozen=True, slots=True)
 class ScrapeTime:
     """Readers of the values that live outside the state, called at each walk.
 
-    The defaults stand for an exporter without OTLP push (no failed export: 0) and without
-    --process-pattern (no ``training_process_up`` family at all).
+    The defaults stand for an exporter without OTLP push (no failed export: 0), without
+    --process-pattern (no ``training_process_up`` family at all) and without a follower (no
+    ``trainlog_file_lag_bytes``).
     """
 
     otlp_export_failures: Callable[[], int] = _no_export_failures
@@ -74,6 +80,8 @@ class ScrapeTime:
     process_up: Callable[[], Mapping[tuple[str, str], bool] | None] = _no_process_check
     # trainlog_build_info's labels (a test pins them: the revision changes with every commit).
     build_info: Callable[[], Mapping[str, str]] = build_info
+    # followed file (as a label value) -> bytes it holds beyond what was read; None when nothing is followed.
+    file_lag_bytes: Callable[[], Mapping[str, int] | None] = _no_follower
 
 
 # Nothing outside the state: no OTLP push, no --process-pattern.
@@ -103,6 +111,11 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
             info = sorted(getattr(scrape_time, spec.attribute)().items())
             families.append(Family(spec, [(series_labels(tuple(name for name, _ in info),
                                                          tuple(value for _, value in info)), "", 1)]))
+        elif spec.source == FOLLOWER:
+            lags = getattr(scrape_time, spec.attribute)()
+            if lags is not None:
+                labels = series_labels((), ())
+                families.append(Family(spec, [(labels, file, lag) for file, lag in sorted(lags.items())]))
     return families
 
 

@@ -23,13 +23,13 @@ RANK_LABELS = ("run", "node", "rank")
 GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 # Where a family's values are read: a RankState attribute of every series, a value the
 # rank's log printed (RankState.printed, by the name a format parser gives it), an
-# ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter, /proc and
-# the exporter's build.
-RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, BUILD = (
-    "ranks", "printed", "exporter", "otlp adapter", "processes", "build")
+# ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter, /proc, the
+# follower and the exporter's build.
+RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, FOLLOWER, BUILD = (
+    "ranks", "printed", "exporter", "otlp adapter", "processes", "follower", "build")
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
-_UNIT_SUFFIXES = {"s": "_seconds"}
+_UNIT_SUFFIXES = {"s": "_seconds", "By": "_bytes"}
 
 
 @dataclass(frozen=True, slots=True)
@@ -125,11 +125,19 @@ STATS_COUNTERS = _group(
                "{line}", "format"),
     MetricSpec("trainlog_lines_rejected", "Lines skipped because reading them failed (a number beyond 18 digits, a parser error), by reason; "
                "the rest of their read goes on.", "lines_rejected_total", "{line}", "reason"),
+    MetricSpec("trainlog_lines_dropped", "Lines read whose content, whole or in part, never reached the state, by reason: "
+               "number_out_of_range and parse_error (trainlog_lines_rejected_total), truncated (the rest of a line over "
+               "the line cap, trainlog_lines_truncated_total), series_limit (lines of a series the cardinality limit keeps out).",
+               "lines_dropped_total", "{line}", "reason"),
 )
 
 # Read at scrape time, outside the state: the OTLP adapter's own count (0 without OTLP)...
 OTLP_EXPORT_FAILURES = MetricSpec("trainlog_otlp_export_failures", "OTLP metric exports that failed (collector down, slow or refusing).",
                                   "otlp_export_failures", "{export}", type=COUNTER, source=OTLP_ADAPTER)
+# ... the bytes each followed file holds beyond what was read (its path as the label: one series per file,
+# as many as files are followed, at most the open-file limit) ...
+FILE_LAG = MetricSpec("trainlog_file_lag_bytes", "Bytes a followed file holds beyond what the exporter has read (at scrape time).",
+                      "file_lag_bytes", "By", "file", source=FOLLOWER)
 # ... and, only with --process-pattern, per (run, node): not a rank's series.
 PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up",
                         source=PROCESSES)
@@ -140,4 +148,4 @@ BUILD_INFO = MetricSpec("trainlog_build_info", "1, labeled with the exporter's v
 
 # Every family in exposition order; the ones read from the state come first (one lock hold).
 METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           OTLP_EXPORT_FAILURES, PROCESS_UP, BUILD_INFO)
+           OTLP_EXPORT_FAILURES, FILE_LAG, PROCESS_UP, BUILD_INFO)

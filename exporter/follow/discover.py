@@ -22,18 +22,53 @@ _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log
 class LogFileRole:
     """What a followed file is: a rank's worker log or the scheduler's log."""
 
-    rank: str  # global rank (local rank when local_rank is set), or "" when unknown
+    # The global rank (local rank when local_rank is set); for a worker log whose name holds no
+    # rank, the path itself: two rank-less files of a directory are two series, not one.
+    rank: str
     role: str  # "worker" or "scheduler"
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
 
 
+@dataclass(frozen=True, slots=True)
+class DirectoryRules:
+    """Which files of one log directory are followed.
+
+    A pattern (shell-style, ``fnmatch``) matches a file or directory by its name or by its
+    path relative to the log directory (``debug-*``, ``old/*``; a trailing ``/`` is ignored).
+    A file is followed when an include pattern matches it and no exclude pattern matches it
+    or a directory above it; an excluded directory is not walked at all.
+    """
+
+    include: tuple[str, ...] = DEFAULT_INCLUDE
+    exclude: tuple[str, ...] = ()
+    follow_symlinks_outside: bool = False  # follow symbolic links that lead out of the log directory
+
+    def follows(self, relative_path: str) -> bool:
+        """True for a log file to follow: included, not excluded, and not a rotated copy."""
+        name = relative_path.rsplit("/", 1)[-1]
+        if _ROTATED.search(name) or not _any_matches(self.include, relative_path):
+            return False
+        parts = relative_path.split("/")
+        return not any(self.excluding("/".join(parts[:depth])) for depth in range(1, len(parts) + 1))
+
+    def excluding(self, relative_path: str) -> str | None:
+        """The exclude pattern that matches a file or directory, None when none does."""
+        return next((pattern for pattern in self.exclude if _any_matches((pattern,), relative_path)), None)
+
+
+DEFAULT_RULES = DirectoryRules()
+
+
+def _any_matches(patterns: tuple[str, ...], relative_path: str) -> bool:
+    name = relative_path.rsplit("/", 1)[-1]
+    return any(fnmatch.fnmatchcase(name, pattern.rstrip("/")) or fnmatch.fnmatchcase(relative_path, pattern.rstrip("/"))
+               for pattern in patterns)
+
+
 def is_followed(relative_path: str, include: tuple[str, ...] = DEFAULT_INCLUDE) -> bool:
     """True for a log file to follow: matches an include pattern and is not a rotated copy."""
-    name = relative_path.rsplit("/", 1)[-1]
-    if _ROTATED.search(name):
-        return False
-    return any(fnmatch.fnmatchcase(name, pattern) for pattern in include)
+    return DirectoryRules(include).follows(relative_path)
 
 
 def classify(relative_path: str) -> LogFileRole:
@@ -44,7 +79,7 @@ def classify(relative_path: str) -> LogFileRole:
     if torchrun:
         return LogFileRole(torchrun.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
-    return LogFileRole(match.group(1) if match else "", "worker")
+    return LogFileRole(match.group(1) if match else relative_path, "worker")
 
 
 def run_label(directory: str, run: str | None = None) -> str:

@@ -15,7 +15,7 @@ import logging
 import os
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Protocol
@@ -34,7 +34,7 @@ from watchdog.observers import Observer
 from watchdog.observers.api import BaseObserver
 
 from exporter.follow.appends import AppendWatcher
-from exporter.follow.discover import DEFAULT_INCLUDE, LogFileRole, classify, is_followed
+from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, classify
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -91,7 +91,7 @@ class Follower:
 
     def __init__(
         self,
-        directories: list[str],
+        directories: Sequence[str],
         sink: Sink,
         *,
         files: Sequence[str] = (),
@@ -99,18 +99,18 @@ class Follower:
         poll_interval: float | None = None,
         rescan_interval: float = 2.0,
         idle_flush_seconds: float | None = None,
-        include: tuple[str, ...] = DEFAULT_INCLUDE,
-        symlinks_outside: bool = False,
+        rules: DirectoryRules | Mapping[str, DirectoryRules] = DEFAULT_RULES,
     ) -> None:
+        """``rules``: which files to follow, for every directory or per directory (as given in ``directories``)."""
         self._directories = [os.path.abspath(d) for d in directories]
         # Single files (--log-file): followed whatever their name, waited for like a directory.
         self._single_files = [os.path.abspath(f) for f in files]
+        self._rules = {os.path.abspath(d): rules if isinstance(rules, DirectoryRules) else rules.get(d, DEFAULT_RULES)
+                       for d in directories}
         self._sink = sink
         self._max_line_bytes = max_line_bytes
         self._idle_flush_seconds = idle_flush_seconds
         self._rescan_interval = poll_interval or rescan_interval
-        self._include = include
-        self._symlinks_outside = symlinks_outside
         self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
@@ -130,6 +130,10 @@ class Follower:
     def ready(self) -> bool:
         """True once every directory exists and was scanned once."""
         return self._ready.is_set()
+
+    def lag_bytes(self) -> dict[str, int]:
+        """Per followed path, the bytes its file holds beyond what was read. From any thread (a scrape's)."""
+        return {path: tailer.lag_bytes() for path, tailer in list(self._tailers.items())}
 
     def start(self) -> None:
         if self._observer is not None:
@@ -260,20 +264,36 @@ class Follower:
                     self._rescan_interval)
 
     def _scan(self, directory: str) -> None:
-        for root, _dirs, names in os.walk(directory, onerror=self._say_skipped):
+        rules = self._rules[directory]
+        for root, subdirectories, names in os.walk(directory, onerror=self._say_skipped):
+            subdirectories[:] = [name for name in subdirectories
+                                 if self._walks_into(directory, rules, os.path.join(root, name))]
             for name in names:
                 path = os.path.join(root, name)
                 if path not in self._tailers:
                     self._discover(directory, path)
 
+    def _walks_into(self, directory: str, rules: DirectoryRules, path: str) -> bool:
+        """Whether the scan goes into a subdirectory; a skipped one is said once."""
+        relative = Path(path).relative_to(directory).as_posix()
+        pattern = rules.excluding(relative)
+        if pattern is not None:
+            self._say_once(f"not following the logs under {path}: excluded by the pattern {pattern!r}", logging.INFO)
+            return False
+        if os.path.islink(path):  # os.walk does not go into linked directories: say so, louder when it leads out
+            self._say_once(f"not following the logs under {path}: a symbolic link to a directory",
+                           logging.WARNING if _leaves(path, directory) else logging.INFO)
+            return False
+        return True
+
     def _say_skipped(self, error: OSError) -> None:
         """A subdirectory os.walk cannot list: its files are not followed; said once per directory."""
         self._say_once(f"cannot read directory {error.filename} ({error.strerror}): its logs are not followed")
 
-    def _say_once(self, message: str) -> None:
+    def _say_once(self, message: str, level: int = logging.WARNING) -> None:
         if message not in self._said:
             self._said.add(message)
-            log.warning("%s", message)
+            log.log(level, "%s", message)
 
     def _on_dirty(self, path: str) -> None:
         if path in self._tailers:
@@ -305,11 +325,12 @@ class Follower:
     def _discover(self, directory: str, path: str, explicit: bool = False) -> None:
         """Start following ``path``; ``explicit``: named by --log-file, followed whatever its name."""
         relative = Path(path).relative_to(directory).as_posix()
-        if not explicit and not is_followed(relative, self._include):
+        rules = self._rules.get(directory, DEFAULT_RULES)
+        if not explicit and not rules.follows(relative):
             return
-        if not self._symlinks_outside and _leaves(path, directory):
+        if not rules.follow_symlinks_outside and _leaves(path, directory):
             self._say_once(f"not following {path}: a symbolic link out of the log directory {directory} "
-                           "(--follow-symlinks-outside allows it)")
+                           "(--follow-symlinks-outside, or follow_symlinks_outside for the directory, allows it)")
             return
         followed = FollowedFile(path, directory, relative, classify(relative))
         try:

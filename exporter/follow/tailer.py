@@ -21,7 +21,7 @@ import errno
 import logging
 import os
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from stat import S_ISREG
 
@@ -169,6 +169,19 @@ class Tailer:
         """Where reading stands (None before the file was opened)."""
         return self._position_in(self._current) if self._current else None
 
+    def lag_bytes(self) -> int:
+        """Bytes the path's file holds beyond what was read; all of it when the path names a file not
+        opened yet (a rotation not followed yet, or not opened at all). Safe from any thread: one stat,
+        no descriptor of the follow thread's."""
+        current = self._current
+        try:
+            stat = os.stat(self.path)
+        except OSError:
+            return 0
+        if current is None or not current.is_at(stat):
+            return stat.st_size
+        return max(0, stat.st_size - current.offset)
+
     def poll(self, rescan: bool = False) -> Iterator[ReadBatch]:
         """Yield batches of complete lines up to the end of the file, following rotations.
 
@@ -287,21 +300,32 @@ class Tailer:
                 yield self._shrink(current, size)
                 return
             if located.found is not None:
-                yield from self._read_sibling(located.found, current.offset, current.fingerprint, cut_tail=True)
+                position = yield from self._read_sibling(located.found, current.offset, current.fingerprint,
+                                                         cut_tail=True)
                 for newer in located.newer:
-                    yield from self._read_sibling(newer, 0, None, cut_tail=True)
+                    position = yield from self._read_sibling(newer, 0, None, cut_tail=True)
             else:
                 # Unread bytes of the old content are gone; the pending partial line is all we know of.
                 bytes_lost = len(self._cutter.take_partial())
         current.offset, current.fingerprint = 0, None
-        yield ReadBatch(b"", self._position_in(current), truncated=True, bytes_lost=bytes_lost)
+        if located.found is None:
+            position = self._position_in(current)
+        # With a copy, the position saved stays the end of the last copy read until the file has
+        # bytes of its own: offset 0 without a fingerprint would let a restart after another
+        # copytruncate read the file from its start and never look at the copy holding the lines
+        # written in between. From the copy's end, a restart reads the copies made since, then the file.
+        yield ReadBatch(b"", position, truncated=True, bytes_lost=bytes_lost)
 
     def _read_sibling(self, sibling: Sibling, offset: int, fingerprint: Fingerprint | None,
-                      *, cut_tail: bool) -> Iterator[ReadBatch]:
-        """Read a rotated sibling from ``offset`` to its end; its last partial line ends there."""
+                      *, cut_tail: bool) -> Generator[ReadBatch, None, FilePosition]:
+        """Read a rotated sibling from ``offset`` to its end; its last partial line ends there.
+
+        Returns the position at its end.
+        """
         opened = _OpenFile.of(sibling, offset, fingerprint)
         yield from self._read_to_end(opened, os.fstat(opened.fd).st_mtime)
         yield from self._end_of_file(opened, cut_tail=cut_tail)
+        return self._position_in(opened)
 
     def _end_of_file(self, opened: _OpenFile, *, cut_tail: bool) -> Iterator[ReadBatch]:
         """The file will not grow any more: its unterminated last line is final.

@@ -142,8 +142,16 @@ observe_spike(Spikes *s, const Config *c, double value)
         return 0;
     }
     s->excursion = 0;
-    s->deviation += c->alpha * (fabs(jump) - s->deviation);
-    s->mean += c->alpha * jump;
+    double deviation = s->deviation + c->alpha * (fabs(jump) - s->deviation);
+    double mean = s->mean + c->alpha * jump;
+    if (!(isfinite(deviation) && isfinite(mean))) { /* overflowed near DBL_MAX: start afresh */
+        s->mean = 0.0;
+        s->deviation = 0.0;
+        s->seen = 0;
+        return 0;
+    }
+    s->deviation = deviation;
+    s->mean = mean;
     s->seen += 1;
     return 0;
 }
@@ -157,8 +165,17 @@ observe_plateau(Plateau *p, const Config *c, int has_step, long long step, doubl
         p->smoothed = value;
         p->has_smoothed = 1;
     } else {
-        p->change += alpha * (fabs(value - p->previous) - p->change);
-        p->smoothed += alpha * (value - p->smoothed);
+        double change = p->change + alpha * (fabs(value - p->previous) - p->change);
+        double smoothed = p->smoothed + alpha * (value - p->smoothed);
+        if (!(isfinite(change) && isfinite(smoothed))) { /* overflowed near DBL_MAX: start afresh */
+            p->has_smoothed = 0;
+            p->change = 0.0;
+            p->previous = value;
+            p->head = p->tail;
+            return;
+        }
+        p->change = change;
+        p->smoothed = smoothed;
     }
     p->previous = value;
     if (!has_step) return;

@@ -87,8 +87,15 @@ class _Spikes:
             self.mean, self.excursion = value, 0
             return False
         self.excursion = 0
-        self.deviation += alpha * (abs(jump) - self.deviation)
-        self.mean += alpha * jump
+        deviation = self.deviation + alpha * (abs(jump) - self.deviation)
+        mean = self.mean + alpha * jump
+        if not (math.isfinite(deviation) and math.isfinite(mean)):
+            # Values near float's limit (1e308, then -1e308) overflow the baseline: an infinite
+            # one no value could exceed would switch the detector off for good. Start afresh
+            # (a new warm-up) without the value that overflowed it.
+            self.mean, self.deviation, self.seen = 0.0, 0.0, 0
+            return False
+        self.deviation, self.mean = deviation, mean
         self.seen += 1
         return False
 
@@ -123,8 +130,15 @@ class _Plateau:
         if self.smoothed is None:
             self.smoothed = value
         else:
-            self.change += alpha * (abs(value - self.previous) - self.change)
-            self.smoothed += alpha * (value - self.smoothed)
+            change = self.change + alpha * (abs(value - self.previous) - self.change)
+            smoothed = self.smoothed + alpha * (value - self.smoothed)
+            if not (math.isfinite(change) and math.isfinite(smoothed)):
+                # Overflowed near float's limit: an infinite noise level would hold progress off for
+                # good. Start afresh, the window too, without the value that overflowed it.
+                self.smoothed, self.change, self.previous = None, 0.0, value
+                self.history.clear()
+                return
+            self.change, self.smoothed = change, smoothed
         self.previous = value
         if step is None:
             return

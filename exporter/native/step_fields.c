@@ -70,6 +70,32 @@ skip_spaces(const uint8_t *at, const uint8_t *end)
 }
 
 static int
+is_digit(uint8_t byte)
+{
+    return byte >= '0' && byte <= '9';
+}
+
+/* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
+static int
+is_thousands_separator(const uint8_t *at, const uint8_t *end)
+{
+    return *at == ',' && end - at > 3 && is_digit(at[1]) && is_digit(at[2]) && is_digit(at[3])
+           && (end - at == 4 || !is_digit(at[4]));
+}
+
+/* Where a value starting at ``at`` ends: the first pair separator that is not a thousands separator. */
+static const uint8_t *
+value_end_of(const Table *table, const uint8_t *at, const uint8_t *end)
+{
+    while (at < end) {
+        const uint8_t *separator = memchr(at, table->pair_separator, (size_t)(end - at));
+        if (separator == NULL || !is_thousands_separator(separator, end)) return separator ? separator : end;
+        at = separator + 1;
+    }
+    return end;
+}
+
+static int
 same_text(const uint8_t *at, Py_ssize_t length, Text text)
 {
     return length == text.length && (length == 0 || memcmp(at, text.at, (size_t)length) == 0);
@@ -570,15 +596,14 @@ read_pairs(Run *run, const uint8_t *at, const uint8_t *end)
         }
         const uint8_t *value = skip_spaces(separator + 1, end);
         const uint8_t *value_end = value;
-        if (value == end || *value == table->pair_separator) {
+        if (value == end || (*value == table->pair_separator && !is_thousands_separator(value, end))) {
             if (value == separator + 1) { /* a value needs a byte: no pair here */
                 at++;
                 continue;
             }
             /* The spaces after the separator give one back: the value is blank. */
         } else {
-            value_end = memchr(value, table->pair_separator, (size_t)(end - value));
-            if (value_end == NULL) value_end = end;
+            value_end = value_end_of(table, value, end);
         }
         const uint8_t *stripped = value_end;
         while (stripped > value && is_space(stripped[-1])) stripped--;

@@ -21,10 +21,12 @@ A record is ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s*
 \\s* pair_separator body closer``, the first such in its line, where ``body`` holds neither
 opener nor closer. Its pairs are ``name \\s* name_separator \\s* value``, found anywhere in
 the body (``name``: ``[A-Za-z_][A-Za-z0-9_]*``; ``value``: up to the next pair separator,
-stripped). A pair of a table field sets the field: a later pair of the same name replaces
-it, a value that does not convert unsets it (a NUMBER_WITH_UNIT keeps what it had). Any
-other name with a float value is a named value: the line's named values in the order
-first printed, each with its latest value.
+stripped; a comma followed by exactly three digits and then a non-digit is a thousands
+separator, part of the value: ``loss: 1,234.5`` is 1234.5, not 1). A pair of a table
+field sets the field: a later pair of the same name replaces it, a value that does not
+convert unsets it (a NUMBER_WITH_UNIT keeps what it had). Any other name with a float
+value is a named value: the line's named values in the order first printed, each with its
+latest value.
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
@@ -218,6 +220,8 @@ def _grammar(table: tuple) -> _Grammar:
     o, c, p, n, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, name_separator,
                                                                      step_name))
     record = re.compile(rf"{o}\s*{step}{n}\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*{p}(?P<body>[^{o}{c}]*){c}")
-    pair = re.compile(rf"([A-Za-z_][A-Za-z0-9_]*)\s*{n}\s*([^{p}{c}]+)")
+    # A comma before exactly three digits cannot start a pair (a name starts with a letter): a thousands separator.
+    thousands = r"|,(?=[0-9]{3}(?![0-9]))" if p == "," else ""
+    pair = re.compile(rf"([A-Za-z_][A-Za-z0-9_]*)\s*{n}\s*((?:[^{p}{c}]{thousands})+)")
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     return _Grammar(record, pair, tagged, {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)})

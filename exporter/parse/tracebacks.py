@@ -6,9 +6,12 @@ several ranks). A traceback yields one ``traceback`` event plus at most one even
 specific kind (``oom``, ``nccl``, ...), both decided at the final exception line but
 emitted when the block ends: the lines after it may still classify it (MindSpore prints an
 empty ``RuntimeError: `` and the cause below) or chain it to the next traceback ("During
-handling of the above exception ..."), which makes the pair one failure. ``flush`` emits a
-pending failure at the end of a read batch, so a crash that is the last thing a rank
-writes is never held back; lines of the same block read later are absorbed, not counted.
+handling of the above exception ..."), which makes the pair one failure, of the first
+specific kind seen. ``flush`` emits what is known of a pending failure at the end of a
+read batch, so a crash that is the last thing a rank writes is never held back; the block
+stays open, and its end emits only the events not emitted yet (an ``oom`` its later lines
+showed). So what a failure counts as never depends on where a read split its lines; only
+the facts of an event emitted early are those known at the time.
 A failure line outside a traceback (``torch.distributed.DistBackendError: NCCL error in:``,
 a CANN code) counts when it is read; the block that follows it (``Block.continuation``)
 only absorbs its detail lines (``ncclSystemError: ...``, CANN's ``TraceBack`` lines), so
@@ -63,7 +66,7 @@ class Block:
     def continuation(cls) -> Block:
         """The detail lines below a failure already counted: absorbed up to a blank line or a new record."""
         block = cls()
-        block._state, block._emitted = _AFTER, True
+        block._state = _AFTER  # without an exception line of its own: it never emits an event
         return block
 
     def _reset(self, state: int) -> None:
@@ -73,7 +76,7 @@ class Block:
         self._exception: str | None = None
         self._kind: str | None = None  # the specific kind, once known
         self._detail: signatures.Detail = {}
-        self._emitted = False
+        self._emitted: set[str] = set()  # the kinds of the events handed out already
         self._chained_kind: str | None = None
         self._chained_detail: signatures.Detail = {}
         self._elastic: signatures.Detail = {"exception": "ChildFailedError"}
@@ -109,20 +112,18 @@ class Block:
             return [], True
         if blank:
             return [], True
-        if text.startswith(_CHAIN_MARKERS) and not self._emitted:
+        if text.startswith(_CHAIN_MARKERS):
             self._state = _CHAINED
             self._chained_kind, self._chained_detail = self._kind, self._detail
             return [], True
         return self._finish(), False
 
     def flush(self) -> list[ErrorEvent]:
-        """Emit a failure that is complete but still open to continuation lines."""
-        if self._state in (_AFTER, _BLANK_AFTER, _CHAINED) and not self._emitted:
-            self._emitted = True
-            return self._events()
-        if self._state == _ELASTIC and "exitcode" in self._elastic and not self._emitted:
-            self._emitted = True
-            return [self._elastic_event()]
+        """Emit what is known of a failure that is complete but still open to continuation lines."""
+        if self._state in (_AFTER, _BLANK_AFTER, _CHAINED):
+            return self._new_events()
+        if self._state == _ELASTIC and "exitcode" in self._elastic:
+            return self._new_elastic_event()
         return []
 
     def _feed_frames(self, text: str, body: bytes) -> tuple[list[ErrorEvent], bool]:
@@ -138,15 +139,13 @@ class Block:
         self._state = _AFTER
         self._exception = exception
         specific = signatures.classify(body)
-        if specific is None and self._chained_kind is not None:
+        if self._chained_kind is not None:  # the first failure is the cause, the chained one its consequence
             self._kind, self._detail = self._chained_kind, dict(self._chained_detail)
         elif specific is not None:
             self._kind, self._detail = specific.kind, specific.detail
         return [], True
 
     def _continue(self, text: str, body: bytes) -> None:
-        if self._emitted:
-            return
         if self._kind is None:
             specific = signatures.classify(body)
             if specific is not None:
@@ -155,31 +154,35 @@ class Block:
         for name, value in signatures.continuation_detail(text).items():
             self._detail.setdefault(name, value)
 
-    def _events(self) -> list[ErrorEvent]:
+    def _new_events(self) -> list[ErrorEvent]:
+        """The failure's events not emitted yet: its specific kind once known, and the traceback."""
         exception = self._exception
-        assert exception is not None  # set by the line that left the frames, as the state was
+        if exception is None:  # no exception line yet: no failure to report
+            return []
         found = []
-        if self._kind is not None:
+        if self._kind is not None and self._kind not in self._emitted:
             found.append(ErrorEvent(self._kind, {"exception": exception, **self._detail}))
-        found.append(ErrorEvent("traceback", {"exception": exception}))
+        if "traceback" not in self._emitted:
+            found.append(ErrorEvent("traceback", {"exception": exception}))
+        self._emitted.update(event.kind for event in found)
         return found
 
     def _finish(self) -> list[ErrorEvent]:
         self.finished = True
-        if self._emitted:
-            return []
-        self._emitted = True
         if self._state == _ELASTIC:
-            return [self._elastic_event()] if self._separators else []
-        return self._events() if self._state != _FRAMES else []
+            return self._new_elastic_event() if self._separators else []
+        return self._new_events()
 
-    def _elastic_event(self) -> ErrorEvent:
+    def _new_elastic_event(self) -> list[ErrorEvent]:
         """One event for the summary, named by its root cause's signal: SIGKILL is ``killed``, SIGSEGV ``segfault``."""
+        if "elastic" in self._emitted:
+            return []
+        self._emitted.add("elastic")
         detail = dict(self._elastic)
         signal = detail.get("signal")
         kind = signatures.exit_kind(signal if isinstance(signal, str) else None)
-        return ErrorEvent(kind, {"exception": detail.pop("exception"), "other_failures": self._other_failures,
-                                 **detail})
+        return [ErrorEvent(kind, {"exception": detail.pop("exception"), "other_failures": self._other_failures,
+                                  **detail})]
 
     def _feed_elastic(self, text: str) -> tuple[list[ErrorEvent], bool]:
         stripped = text.strip()

@@ -23,6 +23,7 @@ ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "trace
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
 
 SeriesKey = tuple[str, str, str]  # (run, node, rank)
+DROPPED_TRUNCATED, DROPPED_SERIES_LIMIT = "truncated", "series_limit"
 MAX_REMEMBERED_DROPS = 1 << 16
 
 
@@ -118,6 +119,14 @@ class ExporterStats:
     lines_parsed_total: dict[str, int] = field(default_factory=dict)  # by the format that read a record from them
     # Lines skipped because reading them failed, by reason (created at 0 for every reason).
     lines_rejected_total: dict[str, int] = field(default_factory=lambda: dict.fromkeys(REJECTED_REASONS, 0))
+    lines_out_of_series_total: int = 0  # lines of series the cardinality limit keeps out
+
+    @property
+    def lines_dropped_total(self) -> dict[str, int]:
+        """Every line whose content, whole or in part, never reached the state, by reason: one view of the
+        counts kept apart above (a line is counted under one reason only)."""
+        return {**self.lines_rejected_total, DROPPED_TRUNCATED: self.lines_truncated_total,
+                DROPPED_SERIES_LIMIT: self.lines_out_of_series_total}
 
 
 class TrainingState:
@@ -165,6 +174,7 @@ class TrainingState:
         """Apply one batch of a rank's lines. Call with the lock held."""
         rank = self._rank_state(key)
         if rank is None:
+            self.stats.lines_out_of_series_total += lines
             return
         rank.lines_total += lines
         if log_timestamp is not None:
