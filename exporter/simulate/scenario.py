@@ -119,10 +119,17 @@ def plan_run(config: RunConfig) -> Plan:
                 fatal.setdefault(rank, incident)
             if kind == "nccl":
                 delayed[step + TIMEOUT_SLOTS] += [("nccl_watchdog", other) for other in survivors]
+    # After every rank's fate is known: a rank that died at the step does not time out as well.
+    for incident in config.incidents:
+        if incident.kind == "watchdog":
+            waiting = [rank for rank in range(config.ranks) if incident.rank in (None, rank)
+                       and rank not in fatal and stop[rank] >= incident.step]
+            stop = [min(s, incident.step) if rank in waiting else s for rank, s in enumerate(stop)]
+            delayed[incident.step + TIMEOUT_SLOTS] += [("nccl_watchdog", rank) for rank in waiting]
     writes = [s - 1 + (rank in fatal) for rank, s in enumerate(stop)]
     last_slot = max([*writes, *delayed])
     stopped_early = any(s <= config.steps for s in stop)
-    timed_out = any(kind == "node_timeout" for late in delayed.values() for kind, _ in late)
+    timed_out = any(kind in ("node_timeout", "nccl_watchdog") for late in delayed.values() for kind, _ in late)
     return Plan(stop, fatal, dict(delayed), last_slot, hung=stopped_early and not (fatal or timed_out))
 
 
