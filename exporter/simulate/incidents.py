@@ -47,6 +47,10 @@ KINDS: dict[str, KindRule] = {
     "watchdog": KindRule(Target.OPTIONAL, True,
                          "the ranks still running at STEP (all, or RANK) time out in NCCL's watchdog a few steps later "
                          "(after oom, crash or hang: the cascade)"),
+    "diverge": KindRule(Target.REQUIRED, True,
+                        "RANK's device_local_norm (TrainingStateMonitor) is ~12x its own level from STEP on"),
+    "norm_shift": KindRule(Target.OPTIONAL, True,
+                           "every rank's (or RANK's) device_local_norm triples from STEP on, together"),
     "straggler": KindRule(Target.REQUIRED, False, "RANK's steps take ~2.5x longer from STEP (default 1) on"),
 }
 

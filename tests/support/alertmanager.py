@@ -7,7 +7,7 @@ import subprocess
 import urllib.parse
 import urllib.request
 from collections.abc import Mapping, Sequence
-from datetime import UTC, datetime, timedelta
+from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
@@ -88,7 +88,7 @@ class AlertmanagerServer:
 
     def post(self, alerts: Sequence[Mapping[str, str]], minutes: int = 10) -> None:
         """POST /api/v2/alerts: firing alerts with these label sets, as Prometheus sends them."""
-        now = datetime.now(UTC)
+        now = datetime.now(timezone.utc)
         body = [{"labels": dict(labels), "startsAt": now.isoformat(),
                  "endsAt": (now + timedelta(minutes=minutes)).isoformat()} for labels in alerts]
         request = urllib.request.Request(f"{self.url}/api/v2/alerts", data=json.dumps(body).encode(),
