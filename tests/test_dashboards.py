@@ -23,6 +23,7 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.app import Exporter
 from exporter.settings import load_settings
+from tests.support.drills import SHIPPED_RULES
 from tests.support.prometheus import PrometheusServer
 from tests.support.simulated import run_config, write_simulated
 
@@ -277,8 +278,9 @@ def stack(tmp_path_factory) -> Iterator[PrometheusServer]:
          "labels": {"severity": "critical"}},
     ]}]}))
     try:
+        # The shipped rules too: the dashboards read their run-level recording rules.
         with PrometheusServer(base / "prometheus", [f"127.0.0.1:{exporter.http.port}"],
-                              rule_files=[rules]) as prometheus:
+                              rule_files=[rules, SHIPPED_RULES]) as prometheus:
             # A few scrapes of the state before the incident, so increase() sees it happen.
             prometheus.wait_for_result(f'count_over_time(training_step{{run="{INCIDENT_RUN}", rank="3"}}[1m]) >= 3')
             write_incidents(healthy, incident)
