@@ -31,7 +31,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, scale, steady
+from benchmarks import catchup, fleet, scale, steady
 from benchmarks.generate import write_worker_log
 from benchmarks.measure import run_measured
 from tests.support.exporter_process import REPO, exporter_command, exporter_environment
@@ -50,12 +50,14 @@ class Size:
     steady_ranks: int
     noise_per_second: int
     scale_files: int
+    fleet_nodes: int  # exporter processes of 8 ranks each, scraped by one Prometheus
+    fleet_steps: int
 
 
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
-            scale_files=1024)
+            scale_files=1024, fleet_nodes=32, fleet_steps=200)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
-             scale_files=16)
+             scale_files=16, fleet_nodes=2, fleet_steps=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -147,6 +149,9 @@ def run(size: Size, workdir: Path) -> Results:
                                        size.steady_seconds)
     print("scale ...", file=sys.stderr)
     results["scale"] = scale.measure(workdir / "scale", size.scale_files)
+    print(f"fleet of {size.fleet_nodes} exporters ...", file=sys.stderr)
+    results["fleet"] = fleet.measure(workdir / "fleet", size.fleet_nodes, size.fleet_steps)
+    results["fleet"]["per_rank"] = fleet.per_rank(results["fleet"])
     if analyze_available():
         print("analyze ...", file=sys.stderr)
         results["analyze"] = measure_analyze(log, shape.lines)
@@ -167,6 +172,7 @@ def report(results: Results, judged: list[Target]) -> str:
         _exporter_summary(results["catchup"]["exporter"], results["log"]["lines"]),
         _steady_summary(results["steady"]),
         _scale_summary(results["scale"]),
+        _fleet_summary(results["fleet"]),
         _analyze_summary(results["analyze"]),
         "",
         "| target | measured | limit | verdict |",
@@ -196,6 +202,17 @@ def _scale_summary(row: dict) -> str:
     return (f"scale: {row['files']} files: RSS {row['rss_mb']:.1f} MB, /metrics ({row['metrics_samples']} samples, "
             f"{row['metrics_bytes'] / 1e6:.1f} MB) median {row['render_median_ms']:.1f} ms, "
             f"max {row['render_max_ms']:.1f} ms")
+
+
+def _fleet_summary(row: dict) -> str:
+    slowest = max(row["dashboards"].items(), key=lambda item: item[1]["total_ms"])
+    groups = ", ".join(f"{group} {ms:.1f}" for group, ms in sorted(row["rule_group_ms"].items()))
+    return (f"fleet: {row['nodes']} exporters x 8 ranks, one Prometheus: rule evaluation "
+            f"{row['rule_evaluation_ms']:.1f} ms per cycle ({groups}); "
+            f"dashboard {slowest[0]}: {slowest[1]['queries']} queries in {slowest[1]['total_ms']:.0f} ms "
+            f"(slowest {slowest[1]['max_ms']:.1f} ms); {row['per_rank']['series']:.1f} series and "
+            f"{row['per_rank']['samples_per_scrape']:.1f} samples per scrape per rank; Prometheus RSS "
+            f"{row['prometheus_rss_mb']:.0f} MB (idle {row['idle_prometheus_rss_mb']:.0f} MB)")
 
 
 def _analyze_summary(row: dict | None) -> str:
