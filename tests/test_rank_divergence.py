@@ -12,9 +12,11 @@ import math
 
 import pytest
 
+from exporter.parse.records import StepLine
 from exporter.simulate import RunConfig, parse_incident, simulate, write_run
 from exporter.state import DetectorConfig, Limits, TrainingState
 from exporter.state.detectors import NEW_DEPARTURE, check_departures
+from tests.support.records import in_batches
 from tests.support.runs import exposition, read_once
 
 CONFIG = DetectorConfig()
@@ -79,10 +81,7 @@ def test_values_that_cannot_be_a_norm_are_skipped():
     assert departures == 0 and state[2] == 26
 
 
-def test_rank_values_have_their_own_cap(tmp_path):
-    from exporter.parse.records import StepLine
-    from tests.support.records import in_batches
-
+def test_rank_values_have_their_own_cap():
     state = TrainingState(limits=Limits(max_rank_values_per_series=2))
     line = StepLine(1, {}, named={"device_local_norm": 1.0, "local_norm_a": 2.0, "local_norm_b": 3.0, "mfu": 0.4})
     key = ("run", "node", "0")
