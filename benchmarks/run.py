@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, scale, scrapers, steady
+from benchmarks import catchup, fleet, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
 from benchmarks.measure import run_measured
 from tests.support.exporter_process import exporter_command
@@ -52,12 +52,14 @@ class Size:
     scrape_clients: int
     scrape_seconds: float
     scrape_ranks: int
+    fleet_nodes: int  # exporter processes of 8 ranks each, scraped by one Prometheus
+    fleet_steps: int
 
 
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
-            scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8)
+            scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
-             scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8)
+             scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20)
 
 
 @dataclass(frozen=True, slots=True)
@@ -160,6 +162,9 @@ def run(size: Size, workdir: Path) -> Results:
     print("scrapers ...", file=sys.stderr)
     results["scrapers"] = scrapers.measure(workdir / "scrapers", size.scrape_ranks, size.scrape_clients,
                                            size.scrape_seconds)
+    print(f"fleet of {size.fleet_nodes} exporters ...", file=sys.stderr)
+    results["fleet"] = fleet.measure(workdir / "fleet", size.fleet_nodes, size.fleet_steps)
+    results["fleet"]["per_rank"] = fleet.per_rank(results["fleet"])
     print("analyze ...", file=sys.stderr)
     results["analyze"] = measure_analyze(log, shape, size.catchup_rounds)
     results["seconds"] = time.time() - started
@@ -178,6 +183,7 @@ def report(results: Results, judged: list[Target]) -> str:
         _steady_summary(results["steady"]),
         _scale_summary(results["scale"]),
         _scrapers_summary(results["scrapers"]),
+        _fleet_summary(results["fleet"]),
         _analyze_summary(results["analyze"], results["catchup"]),
         "",
         "| target | measured | limit | verdict |",
@@ -216,6 +222,17 @@ def _scrapers_summary(row: dict) -> str:
     exporter, peer = row["exporter"], row["prometheus_client"]
     return (f"scrapers: {exporter['clients']} for {exporter['seconds']:g} s on {row['ranks']} ranks: "
             f"{one('exporter', exporter)}; {one('prometheus-client start_http_server', peer)}")
+
+
+def _fleet_summary(row: dict) -> str:
+    slowest = max(row["dashboards"].items(), key=lambda item: item[1]["total_ms"])
+    groups = ", ".join(f"{group} {ms:.1f}" for group, ms in sorted(row["rule_group_ms"].items()))
+    return (f"fleet: {row['nodes']} exporters x 8 ranks, one Prometheus: rule evaluation "
+            f"{row['rule_evaluation_ms']:.1f} ms per cycle ({groups}); "
+            f"dashboard {slowest[0]}: {slowest[1]['queries']} queries in {slowest[1]['total_ms']:.0f} ms "
+            f"(slowest {slowest[1]['max_ms']:.1f} ms); {row['per_rank']['series']:.1f} series and "
+            f"{row['per_rank']['samples_per_scrape']:.1f} samples per scrape per rank; Prometheus RSS "
+            f"{row['prometheus_rss_mb']:.0f} MB (idle {row['idle_prometheus_rss_mb']:.0f} MB)")
 
 
 def _analyze_summary(row: dict, catchup: dict) -> str:

@@ -283,19 +283,18 @@ def training_overview() -> dashboard.Dashboard:
 
 
 def progress_panels() -> Iterator:
-    yield stat_panel("Step", "Latest global step of the run (the most advanced rank).", 4, "none",
-                     (f"max(training_step{{{RUN}}})", "step"))
-    yield stat_panel("Total steps", "Total printed with the step (step:[ x/ total]).", 4, "none",
-                     (f"max(training_total_steps{{{RUN}}})", "total"))
-    yield (stat_panel("Progress", "Step / total steps.", 4, "percentunit",
-                      (f"max(training_step{{{RUN}}}) / max(training_total_steps{{{RUN}}})", "progress"))
+    # Run-level numbers read the recording rules of deploy/prometheus/rules (one series per run,
+    # evaluated once for every viewer), not an aggregate over every rank's series per refresh.
+    step, total = f"trainlog:run:training_step:max{{{RUN}}}", f"trainlog:run:training_total_steps:max{{{RUN}}}"
+    yield stat_panel("Step", "Latest global step of the run (the most advanced rank).", 4, "none", (step, "step"))
+    yield stat_panel("Total steps", "Total printed with the step (step:[ x/ total]).", 4, "none", (total, "total"))
+    yield (stat_panel("Progress", "Step / total steps.", 4, "percentunit", (f"{step} / {total}", "progress"))
            .decimals(1))
     yield stat_panel("ETA", "Remaining steps times the median step time across ranks.", 4, "dtdurations",
-                     (f"(max(training_total_steps{{{RUN}}}) - max(training_step{{{RUN}}}))"
-                      f" * quantile(0.5, training_step_duration_seconds{{{RUN}}})", "eta"))
+                     (f"({total} - {step}) * trainlog:run:training_step_duration_seconds:median{{{RUN}}}", "eta"))
     yield (stat_panel("Ranks", "Ranks whose log is followed, and how many of them print steps "
                       "(with pipeline parallelism only the last stage prints the loss).", 4, "none",
-                      (f"count(training_log_lines_total{{{WORKERS}}})", "logging"),
+                      (f"trainlog:run:ranks:count{{{RUN}}}", "logging"),
                       (f"count(training_step{{{RUN}}}) or vector(0)", "printing steps"))
            .text_mode(common_models.BigValueTextMode.VALUE_AND_NAME)
            .links([ranks_panel_link()]))

@@ -1,8 +1,9 @@
 #!/bin/sh
 # Debian packages the test suite runs for real: gcc for the native kernels (and their ASan/UBSan build), the Prometheus server and promtool,
-# mtail (benchmarks), Chromium (status page screenshots), logrotate (rotation soak test). Installs only what is missing.
+# mtail (benchmarks), Chromium (status page screenshots), logrotate (rotation soak test), Alertmanager and amtool
+# (the inhibit rules of deploy/alertmanager/). Installs only what is missing.
 set -eu
-PACKAGES="gcc prometheus mtail chromium logrotate"
+PACKAGES="gcc prometheus prometheus-alertmanager mtail chromium logrotate"
 missing=""
 for package in $PACKAGES; do
     dpkg-query -W -f='${Status}' "$package" 2>/dev/null | grep -q "install ok installed" || missing="$missing $package"

@@ -17,7 +17,7 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     # Started as a file from elsewhere (as `python benchmarks/run.py`), with a path relative to there.
     output = tmp_path / "results.json"
     result = subprocess.run([sys.executable, str(REPO / "benchmarks" / "run.py"), "--smoke", "--output", output.name],
-                            cwd=tmp_path, capture_output=True, text=True, timeout=180, check=False)
+                            cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
     assert result.returncode == 0, result.stderr[-3000:]
     assert "| target | measured | limit | verdict |" in result.stdout
     results = json.loads(output.read_text())
@@ -29,4 +29,8 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["scrapers"]["exporter"]["requests"] > 0
     assert results["scrapers"]["prometheus_client"]["requests"] > 0
     assert len(results["targets"]) == 10
+    fleet = results["fleet"]  # several exporters, one real Prometheus with the shipped rules
+    assert fleet["nodes"] == 2 and fleet["head_series"] > fleet["rank_series"] > 0
+    assert {"trainlog.rules", "trainlog.alerts"} <= set(fleet["rule_group_ms"])
+    assert all(row["queries"] > 0 for row in fleet["dashboards"].values()) and len(fleet["dashboards"]) == 3
     assert results["targets"][-1]["name"] == "analyze: wall seconds / grep|awk wall seconds"

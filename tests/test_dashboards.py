@@ -23,6 +23,8 @@ from grafana_foundation_sdk.models.dashboard import Dashboard
 
 from exporter.app import Exporter
 from exporter.settings import load_settings
+from tests.support.dashboards import BUILTIN_VARIABLES, panels, queries, substitute
+from tests.support.drills import SHIPPED_RULES
 from tests.support.prometheus import PrometheusServer
 from tests.support.simulated import run_config, write_simulated
 
@@ -48,9 +50,6 @@ INCIDENT_ONLY = {
     "annotation: Errors",
     "annotation: Firing alerts",
 }
-
-# How Grafana fills its built-in interval variables; any of its choices is a duration.
-BUILTIN_VARIABLES = {"__interval": "1m", "__rate_interval": "1m", "__range": "5m"}
 
 
 def load_build_module():
@@ -124,22 +123,6 @@ def test_round_trip_check_catches_fields_the_schema_does_not_know():
 
 
 # ---------------------------------------------------------------- content
-
-
-def panels(dashboard: dict) -> Iterator[dict]:
-    for panel in dashboard.get("panels", []):
-        yield panel
-        yield from panel.get("panels", [])
-
-
-def queries(dashboard: dict) -> Iterator[tuple[str, str]]:
-    """(panel title or 'annotation: name', expr) for every PromQL expression."""
-    for panel in panels(dashboard):
-        for target in panel.get("targets", []):
-            yield panel["title"], target["expr"]
-    for item in dashboard["annotations"].get("list", []):
-        if "expr" in item:
-            yield f"annotation: {item['name']}", item["expr"]
 
 
 def test_training_dashboards_have_the_datasource_run_node_rank_variables():
@@ -277,8 +260,9 @@ def stack(tmp_path_factory) -> Iterator[PrometheusServer]:
          "labels": {"severity": "critical"}},
     ]}]}))
     try:
+        # The shipped rules too: the dashboards read their run-level recording rules.
         with PrometheusServer(base / "prometheus", [f"127.0.0.1:{exporter.http.port}"],
-                              rule_files=[rules]) as prometheus:
+                              rule_files=[rules, SHIPPED_RULES]) as prometheus:
             # A few scrapes of the state before the incident, so increase() sees it happen.
             prometheus.wait_for_result(f'count_over_time(training_step{{run="{INCIDENT_RUN}", rank="3"}}[1m]) >= 3')
             write_incidents(healthy, incident)
@@ -292,18 +276,7 @@ def stack(tmp_path_factory) -> Iterator[PrometheusServer]:
         exporter.stop()
 
 
-_VARIABLE = re.compile(r"\$(?:\{(\w+)(?::\w+)?\}|(\w+))")
 _LABEL_VALUES = re.compile(r"^label_values\((?P<match>.+),\s*(?P<label>\w+)\)$")
-
-
-def substitute(expr: str, values: dict[str, str]) -> str:
-    def replace(match: re.Match) -> str:
-        name = match.group(1) or match.group(2)
-        if name not in values:
-            raise AssertionError(f"unresolved variable ${name} in {expr}")
-        return values[name]
-
-    return _VARIABLE.sub(replace, expr)
 
 
 def grafana_regex_escape(value: str) -> str:

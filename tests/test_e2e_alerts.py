@@ -15,7 +15,8 @@ import re
 import pytest
 
 from tests.support.drill_rules import shorten_rules
-from tests.support.drills import SHIPPED_RULES, Drill, FireDrills, SeenAlert
+from tests.support.drills import SHIPPED_RULES, Drill, FireDrills, SeenAlert, seen_alert
+from tests.support.net import eventually
 from tests.support.prometheus import require_binary
 
 # One test value per key of the THRESHOLDS table of deploy/prometheus/rules/trainlog-alerts.yml
@@ -44,6 +45,10 @@ TEST_VALUES = {
     "exporter_job_regex": ".*trainlog.*",
     "exporter_down_for": "5s",       # 5m
     "exporter_vanished_lookback": "1m",  # 1h
+    "divergence_window": "30s",      # 10m
+    "divergence_settle": "3s",       # 1m: three scrapes
+    "divergence_lookback": "33s",    # 11m: window + settle
+    "divergence_max_share": "0.5",
 }
 STALL_SECONDS = float(TEST_VALUES["stall_seconds"])
 # The plateau tracker over a 60-step run (docs/detectors.md): a window of 10 steps and a
@@ -84,7 +89,22 @@ DRILLS = (
     Drill("crash", ("crash:1@12",), {"TrainingProcessCrashed": frozenset({"1"})}, RUN_GOES_SILENT),
     Drill("segfault", ("segfault:0@12",), {"TrainingProcessCrashed": frozenset({"0"})}, RUN_GOES_SILENT),
     Drill("node-timeout", ("node_timeout:2@12",), {"TrainingNodeTimedOut": NO_RANK}, RUN_GOES_SILENT),
+    # A bad card: rank 1's own local norm jumps 12x; when every rank's triples together, nothing.
+    Drill("diverge", ("diverge:1@40",), {"TrainingRankDivergence": frozenset({"1"})}),
+    Drill("norm-shift", ("norm_shift@40",), {}),
+    # The cascade: rank 2 runs out of memory, the others time out in the collective it never joins.
+    Drill("oom-cascade", ("oom:2@12", "watchdog@12"),
+          {"TrainingOutOfMemory": frozenset({"2"}), "TrainingCommunicationError": frozenset({"0", "1", "3"})},
+          dies_with_traceback("2")),
 )
+# What Alertmanager, with the shipped inhibit rules, leaves active of each cascade: (alertname, rank).
+CAUSES = {
+    "oom-cascade": {("TrainingOutOfMemory", "2")},
+    "crash": {("TrainingProcessCrashed", "1")},
+    # The NCCL error says why rank 1 crashed: its crash and the others' watchdog timeouts are held back.
+    "nccl": {("TrainingCommunicationError", "1")},
+    "hang": {("TrainingStalled", ""), ("TrainingFirstStalledRank", "1")},
+}
 INCIDENTS = [drill for drill in DRILLS if drill.alerts]
 FIRE_BUDGET = 45  # seconds from the simulators' start until every expected alert fired
 SETTLE = STALL_SECONDS + 3  # after the last run ended: long enough for a wrong stall alert to show
@@ -146,3 +166,32 @@ def test_no_other_alert_over_the_whole_drill(drills, drill):
     for name, ranks in drill.alerts.items():
         raised = {labels.get("rank", "") for labels in ever if labels["alertname"] == name}
         assert raised == ranks, f"{name} was pending or firing on ranks {sorted(raised)}, expected {sorted(ranks)}"
+
+
+@pytest.mark.parametrize("run", sorted(CAUSES))
+def test_alertmanager_shows_only_the_cause(drills, run):
+    """Prometheus sends every alert to a real Alertmanager running deploy/alertmanager/alertmanager.yml:
+    once every alert Prometheus fired for the run has arrived, only the cause is active, the rest inhibited."""
+    drills.wait_until_settled(SETTLE, budget=FIRE_BUDGET + 15)
+    fired = {(alert.name, alert.rank) for alert in map(seen_alert, drills.prometheus.api("alerts")["alerts"])
+             if alert.run == run and alert.state == "firing"}
+    assert CAUSES[run] <= fired, f"run {run}: Prometheus fires {sorted(fired)}"
+
+    def all_arrived() -> list[dict] | None:
+        alerts = drills.alertmanager.alerts(run=run)
+        return alerts if {(a["labels"]["alertname"], a["labels"].get("rank", "")) for a in alerts} >= fired else None
+
+    alerts = eventually(all_arrived, 20, interval=0.25, what=f"Alertmanager to hold the alerts {sorted(fired)}")
+    active = {(a["labels"]["alertname"], a["labels"].get("rank", "")) for a in alerts
+              if a["status"]["state"] == "active"}
+    assert active == CAUSES[run], f"run {run}: active in Alertmanager {sorted(active)}"
+    assert all(a["status"]["inhibitedBy"] for a in alerts if a["status"]["state"] != "active")
+
+
+def test_every_rank_departing_together_is_counted_but_not_alerted(drills):
+    """The quiet norm-shift drill is quiet because of the rule's cross-rank part: each rank's own
+    departure did reach Prometheus (the exporter compares a rank only with itself)."""
+    drills.wait_until_settled(SETTLE, budget=FIRE_BUDGET + 15)
+    for run, ranks in (("norm-shift", ALL_RANKS), ("diverge", {"1"})):
+        departed = drills.prometheus.query(f'training_anomalies_total{{kind="rank_divergence",run="{run}"}} > 0')
+        assert {sample["metric"]["rank"] for sample in departed} == ranks, (run, departed)

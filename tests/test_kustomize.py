@@ -15,6 +15,7 @@ KUBERNETES = REPO / "deploy" / "kubernetes"
 EXAMPLE = KUBERNETES / "examples" / "msrun-2node"
 SYNC = REPO / "scripts" / "sync_kubernetes_rules.py"
 RULES = REPO / "deploy" / "prometheus" / "rules"
+ALERTMANAGER = REPO / "deploy" / "alertmanager" / "alertmanager.yml"
 PLACEHOLDER_RULES = """\
 groups:
   - name: placeholder
@@ -82,10 +83,25 @@ def test_generated_prometheus_rules_embed_the_files_as_written(tmp_path):
     assert sync("--rules-dir", str(rules_dir), "--out", str(out)).returncode == 0
     assert "# A comment, kept in the generated object." in (out / "placeholder.yaml").read_text()
     objects = kustomize(out)
-    assert {obj["metadata"]["name"] for obj in objects} == {path.stem for path in rules_dir.glob("*.yml")}
     for obj in objects:
         validate(obj)
+    rules = of_kind(objects, "PrometheusRule")
+    assert {obj["metadata"]["name"] for obj in rules} == {path.stem for path in rules_dir.glob("*.yml")}
+    for obj in rules:
         assert obj["spec"] == yaml.safe_load((rules_dir / f"{obj['metadata']['name']}.yml").read_text())
+
+
+def test_the_inhibit_rules_become_an_alertmanager_config():
+    """Each inhibit rule of deploy/alertmanager/alertmanager.yml, matcher by matcher, in the CRD's spelling."""
+    (config,) = of_kind(kustomize(KUBERNETES / "base"), "AlertmanagerConfig")
+    validate(config)
+    shipped = yaml.safe_load(ALERTMANAGER.read_text())["inhibit_rules"]
+    generated = config["spec"]["inhibitRules"]
+    assert len(generated) == len(shipped)
+    for rule, crd in zip(shipped, generated, strict=True):
+        for side, crd_side in (("source_matchers", "sourceMatch"), ("target_matchers", "targetMatch")):
+            assert [f'{m["name"]}{m.get("matchType", "=")}"{m["value"]}"' for m in crd[crd_side]] == rule[side]
+        assert crd["equal"] == rule["equal"]
 
 
 def test_drift_is_reported_and_repaired(tmp_path):
@@ -99,7 +115,8 @@ def test_drift_is_reported_and_repaired(tmp_path):
     assert stale.returncode == 1 and "new.yaml" in stale.stderr and "placeholder.yaml" in stale.stderr
     (rules_dir / "new.yml").unlink()
     assert sync("--rules-dir", str(rules_dir), "--out", str(out)).returncode == 0
-    assert sorted(path.name for path in out.iterdir()) == ["kustomization.yaml", "placeholder.yaml"]
+    assert sorted(path.name for path in out.iterdir()) == ["kustomization.yaml", "placeholder.yaml",
+                                                          "trainlog-inhibit-rules.yaml"]
     assert sync("--rules-dir", str(rules_dir), "--out", str(out), "--check").returncode == 0
 
 

@@ -48,6 +48,7 @@ DESIGN_ALERTS = {
     "TrainingNodeTimedOut",
     "TrainingMetricsMissing",
     "TrainingExporterDown",
+    "TrainingRankDivergence",
 }
 # Alerts about a whole run (or the exporter) rather than one rank: their text
 # names the run and the node, not a rank.
@@ -156,6 +157,12 @@ MUTATIONS = {
         "severity: warning\n        annotations:\n          summary: \"Out of memory",
     ),
     "exporter job regex": ('up{job=~".*trainlog.*"} == 0', 'up{job="trainlog"} == 0'),
+    "divergence without the other ranks": (
+        "(trainlog:run:ranks_departed:count < 0.5 * trainlog:run:ranks_with_rank_values:count)",
+        "(trainlog:run:ranks_departed:count > 0)",
+    ),
+    "divergence without the settle": ('[10m] offset 1m) > 0', '[10m]) > 0'),
+    "divergence with a majority": ("ranks_departed:count < 0.5 *", "ranks_departed:count <= 0.5 *"),
 }
 
 

@@ -85,6 +85,7 @@ NAMED_GAUGES = _group(
     GAUGE, RANKS,
     MetricSpec("training_aux_loss", "Extra losses printed with the step (MoE load balancing, MTP, ...).", "aux_losses", label="name"),
     MetricSpec("training_metric", "Other numeric fields printed with the step (loss_scale, mfu, ...).", "extra", label="name"),
+    MetricSpec("training_rank_value", "Values the rank computed for itself (device_local_norm, local_norm/<parameter>, micro_local_loss).", "rank_values", label="name"),
     MetricSpec("training_last_anomaly_step", "Step of the latest anomaly of each kind.", "last_anomaly_step", "{step}", "kind"),
     MetricSpec("training_last_error_timestamp_seconds", "When the latest failure of each kind was seen (Unix seconds).", "last_error_timestamp", "s", "kind"),
 )

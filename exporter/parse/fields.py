@@ -54,6 +54,13 @@ def is_aux_loss(name: str) -> bool:
     return name.endswith("_loss") and not name.startswith(_EVALUATION_PREFIXES) and "local_loss" not in name
 
 
+def is_rank_value(name: str) -> bool:
+    """A value the rank computed for itself, not for the whole model (MindFormers' TrainingStateMonitor:
+    ``device_local_norm``, ``local_norm/<parameter>``, ``micro_local_loss``, ``device_accum_local_loss``):
+    exported as ``training_rank_value`` and watched for rank divergence."""
+    return "local_norm" in name or "local_loss" in name
+
+
 def set_value(line: StepLine, name: str, value: float | None) -> None:
     """The gauge ``name`` as the line printed it; None (not a number) unsets what the line had."""
     if value is None:

@@ -55,7 +55,7 @@ class StepBatch:
 
     steps: list[int | None]  # each line's step; None: the line printed none
     latest: dict[str, float]  # every gauge a line printed -> its latest value
-    series: dict[str, Series]  # loss, grad_norm: every value, for the detectors
+    series: dict[str, Series]  # loss, grad_norm and the rank values (device_local_norm): every value, for the detectors
     units: dict[str, str]  # gauge -> unit of the latest line that printed one
     # Named values in the order a line-by-line application first meets them (aux losses
     # of a line before its other values), with the lines holding each: every one of them

@@ -13,10 +13,11 @@ import math
 
 from exporter import native
 from exporter.native.step_fields import Run
-from exporter.parse.fields import is_aux_loss
+from exporter.parse.fields import is_aux_loss, is_rank_value
 from exporter.parse.records import Named, Series, StepBatch, StepLine
 
-# The gauges whose every value the state's detectors need; of the others the latest is enough.
+# The gauges whose every value the state's detectors need; of the others the latest is enough
+# (and of the named values, those a rank prints for itself: fields.is_rank_value).
 SERIES_FIELDS = ("loss", "grad_norm")
 
 
@@ -81,6 +82,10 @@ class StepBatchBuilder:
         # A line-by-line application sets a line's aux losses before its other named values.
         for name in sorted(line.named, key=lambda name: not is_aux_loss(name)):
             self._note_named(name, line.named[name], 1)
+            if is_rank_value(name):  # the rank-divergence detector needs every value
+                series = self._series_of(name)
+                series.steps.append(self._known_step)
+                series.values.append(line.named[name])
         if not line.unprinted_nonfinite_losses:
             return False
         self._unprinted_nonfinite_losses = line.unprinted_nonfinite_losses

@@ -44,6 +44,13 @@ KINDS: dict[str, KindRule] = {
     "hccl": KindRule(Target.REQUIRED, True, "RANK dies with an HCCL error (EI0006) at STEP, the others hang"),
     "node_timeout": KindRule(Target.REQUIRED, True,
                              "worker NODE goes silent at STEP; scheduler.log reports it timed out"),
+    "watchdog": KindRule(Target.OPTIONAL, True,
+                         "the ranks still running at STEP (all, or RANK) time out in NCCL's watchdog a few steps later "
+                         "(after oom, crash or hang: the cascade)"),
+    "diverge": KindRule(Target.REQUIRED, True,
+                        "RANK's device_local_norm (TrainingStateMonitor) is ~12x its own level from STEP on"),
+    "norm_shift": KindRule(Target.OPTIONAL, True,
+                           "every rank's (or RANK's) device_local_norm triples from STEP on, together"),
     "straggler": KindRule(Target.REQUIRED, False, "RANK's steps take ~2.5x longer from STEP (default 1) on"),
 }
 

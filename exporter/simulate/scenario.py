@@ -33,6 +33,9 @@ TOP_CELL_WARNING = 0.03      # chance per step of a harmless PyNative warning
 
 # Incidents.
 SPIKE_LOSS_FACTOR, SPIKE_GRAD_NORM_FACTOR = 10.0, 8.0
+DIVERGE_FACTOR, NORM_SHIFT_FACTOR = 12.0, 3.0
+LOCAL_NORM_NOISE = 0.05      # relative, per step and rank
+_LOCAL_NORM_KINDS = ("diverge", "norm_shift")  # a run with either prints TrainingStateMonitor values
 STRAGGLER_FACTOR = 2.5
 HANG_LEAD_STEPS = 3          # the hang's culprit stops this many steps before the others
 TIMEOUT_SLOTS = 5            # slots until watchdogs and the scheduler notice a dead peer
@@ -119,10 +122,17 @@ def plan_run(config: RunConfig) -> Plan:
                 fatal.setdefault(rank, incident)
             if kind == "nccl":
                 delayed[step + TIMEOUT_SLOTS] += [("nccl_watchdog", other) for other in survivors]
+    # After every rank's fate is known: a rank that died at the step does not time out as well.
+    for incident in config.incidents:
+        if incident.kind == "watchdog":
+            waiting = [rank for rank in range(config.ranks) if incident.rank in (None, rank)
+                       and rank not in fatal and stop[rank] >= incident.step]
+            stop = [min(s, incident.step) if rank in waiting else s for rank, s in enumerate(stop)]
+            delayed[incident.step + TIMEOUT_SLOTS] += [("nccl_watchdog", rank) for rank in waiting]
     writes = [s - 1 + (rank in fatal) for rank, s in enumerate(stop)]
     last_slot = max([*writes, *delayed])
     stopped_early = any(s <= config.steps for s in stop)
-    timed_out = any(kind == "node_timeout" for late in delayed.values() for kind, _ in late)
+    timed_out = any(kind in ("node_timeout", "nccl_watchdog") for late in delayed.values() for kind, _ in late)
     return Plan(stop, fatal, dict(delayed), last_slot, hung=stopped_early and not (fatal or timed_out))
 
 
@@ -156,7 +166,11 @@ class _RankEffects:
     nan_from: float = math.inf
     plateau_from: float = math.inf
     straggler_from: float = math.inf
+    local_norm_factors: list[tuple[int, float]] = field(default_factory=list)  # (from step, factor)
     spikes: set[int] = field(default_factory=set)
+
+    def local_norm_factor(self, step: int) -> float:
+        return math.prod(factor for start, factor in self.local_norm_factors if step >= start)
 
 
 def _effects(config: RunConfig, rank: int) -> _RankEffects:
@@ -172,6 +186,9 @@ def _effects(config: RunConfig, rank: int) -> _RankEffects:
             effects.straggler_from = min(effects.straggler_from, incident.step)
         elif incident.kind == "spike":
             effects.spikes.add(incident.step)
+        elif incident.kind in _LOCAL_NORM_KINDS:
+            factor = DIVERGE_FACTOR if incident.kind == "diverge" else NORM_SHIFT_FACTOR
+            effects.local_norm_factors.append((incident.step, factor))
     return effects
 
 
@@ -185,6 +202,9 @@ class _Rank:
         self.effects = _effects(config, rank)
         # A string seed hashes the same in every process (unlike hash() of a str).
         self._random = random.Random(f"{config.seed}/{rank}")
+        # TrainingStateMonitor values draw from their own generator: the other numbers stay as without them.
+        self._state_monitor = (random.Random(f"{config.seed}/{rank}/state-monitor")
+                               if any(incident.kind in _LOCAL_NORM_KINDS for incident in config.incidents) else None)
 
     def step_lines(self, step: int, when: datetime) -> list[str]:
         draw = self._random
@@ -206,13 +226,34 @@ class _Rank:
             step_ms = STEP_MS * (1 + STEP_TIME_NOISE * time_noise)
             if step >= effects.straggler_from:
                 step_ms *= STRAGGLER_FACTOR
-            lines.append(texts.step_line(when, step, config.steps, loss, round(step_ms),
-                                         learning_rate(step, config.steps), grad_norm, THROUGHPUT * STEP_MS / step_ms))
+            record = (texts.graph_step_lines if self.graph_mode else self._pynative_step_line)(
+                when, step, config.steps, loss, round(step_ms), learning_rate(step, config.steps), grad_norm,
+                THROUGHPUT * STEP_MS / step_ms)
+            lines += record
+        if self._state_monitor is not None:
+            lines.append(texts.state_monitor_line(when, step, config.steps, "device_local_norm",
+                                                  self._local_norm(step, self._state_monitor.gauss(0, 1))))
         if step % CHECKPOINT_EVERY == 0:
             lines.append(texts.checkpoint_line(when, step, self.rank))
         if chatter < TOP_CELL_WARNING:
             lines.append(texts.top_cell_warning(when, self.pid))
         return lines
+
+    @property
+    def graph_mode(self) -> bool:
+        """TrainingStateMonitor is a callback of graph-mode training: such a run prints MFLossMonitor records."""
+        return self._state_monitor is not None
+
+    @staticmethod
+    def _pynative_step_line(*values) -> list[str]:
+        return [texts.step_line(*values)]
+
+    def _local_norm(self, step: int, noise: float) -> float:
+        """This rank's share of the gradient norm: ranks of a sharded model hold different parts,
+        so each prints its own level (0.3 to 0.6 of the global norm here)."""
+        share = 0.3 + 0.3 * self.rank / max(1, self.config.ranks - 1)
+        return (expected_grad_norm(step, self.config.steps) * share * (1 + LOCAL_NORM_NOISE * noise)
+                * self.effects.local_norm_factor(step))
 
     def fatal_lines(self, incident: Incident, when: datetime) -> list[str]:
         kind = incident.kind
@@ -239,7 +280,7 @@ def simulate(config: RunConfig) -> Iterator[Slot]:
             lines[SCHEDULER_LOG] = _scheduler_startup(config, when, scheduler_pid)
             for rank in ranks:
                 lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid, config.steps, config.pp_stages,
-                                                                   config.ranks)
+                                                                   config.ranks, rank.graph_mode)
         elif index <= config.steps:
             for rank in ranks:
                 printed = _rank_lines(rank, plan, index, when)

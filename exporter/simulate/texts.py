@@ -44,12 +44,45 @@ def step_line(
     return python_log("INFO", when, _LOSS_CALLBACK, f"_print_log: {record}")
 
 
-def startup_lines(when: datetime, pid: int, total_steps: int, pp_stages: int, ranks: int) -> list[str]:
-    """What a worker prints before its first step: the PyNative banner and framework chatter."""
+def graph_log(when: datetime, source: str, message: str) -> str:
+    """A line of MindFormers' logger as a graph-mode run (run_mindformer.py, MFLossMonitor) prints it."""
+    return f"{when:%Y-%m-%d %H:%M:%S},{when.microsecond // 1000:03d} - [{source}] - INFO - {message}"
+
+
+_CALLBACK = "mindformers/core/callback/callback.py"
+
+
+def graph_step_lines(when: datetime, step: int, total: int, loss: float, step_ms: int, lr: float,
+                     grad_norm: float | None, throughput: float) -> list[str]:
+    """One MFLossMonitor record of a graph-mode run (one epoch) and the progress bar whose ``}`` ends it."""
+    norm = "" if grad_norm is None else f", global_norm: [{grad_norm:.6f}]"  # MindFormers' unobtained norm: left out
+    done = step / total
+    bar = "\u2588" * round(50 * done)
+    return [
+        graph_log(when, f"{_CALLBACK}:529", f"{{ Epoch:[{1:3d}/{1:3d}], step:[{step:5d}/{total:5d}], "
+                  f"loss: {loss:.3f}, "
+                  f"per_step_time: {step_ms}ms, lr: {lr:g}, overflow cond: False, loss_scale: 1.0{norm}, "
+                  f"train_throughput_per_npu: {throughput:.3f}T"),
+        graph_log(when, f"{_CALLBACK}:529",
+                  f"{100 * done:6.1f}% |{bar:<50}| {throughput / 10:.5f} samples/s/p  0:00:01 }}"),
+    ]
+
+
+def state_monitor_line(when: datetime, step: int, total: int, name: str, value: float) -> str:
+    """A value MindFormers' TrainingStateMonitor logs for this rank (its ``_to_log``; one epoch of ``total`` steps)."""
+    return graph_log(when, f"{_CALLBACK}:1211",
+                     f"Epoch:[{1:3d}/{1:3d}], step:[{step:5d}/{total:5d}] {name}: {value:.4f}")
+
+
+def startup_lines(when: datetime, pid: int, total_steps: int, pp_stages: int, ranks: int,
+                  graph_mode: bool = False) -> list[str]:
+    """What a worker prints before its first step: the mode banner and framework chatter."""
     tensor_parallel = 2 if ranks // pp_stages >= 2 else 1
     data_parallel = ranks // (pp_stages * tensor_parallel)
+    banner = (graph_log(when, "mindformers/run_mindformer.py:71", "Running MindFormers in GRAPH_MODE.") if graph_mode
+              else python_log("INFO", when, "mindformers/tools/logger.py:52", "Running MindFormers in PYNATIVE_MODE."))
     return [
-        python_log("INFO", when, "mindformers/tools/logger.py:52", "Running MindFormers in PYNATIVE_MODE."),
+        banner,
         glog("WARNING", "DEVICE", pid, when,
              "mindspore/ccsrc/plugin/device/ascend/hal/device/ascend_memory_adapter.cc:134", "Initialize",
              "Reserved memory size for other components(3221225472) is less than recommend size"

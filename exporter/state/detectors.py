@@ -9,6 +9,7 @@ the next batch and in checkpoints.
 
 from __future__ import annotations
 
+import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -36,6 +37,13 @@ class DetectorConfig:
     plateau_noise_deviations: float = 5.0
     plateau_window_steps: int = 100
     plateau_alpha: float = 0.03
+    # Rank divergence: a value a rank prints for itself (MindFormers' device_local_norm) departs
+    # when it is this many times above or below that rank's own smoothed level.
+    divergence_min_ratio: float = 2.0
+    # ... and this many smoothed deviations from it (on a log scale: levels differ between ranks).
+    divergence_deviations: float = 6.0
+    # Values of the rank (per name) seen before a departure can be declared.
+    divergence_warmup_values: int = 20
 
 
 def kernel_config(config: DetectorConfig) -> tuple:
@@ -121,3 +129,48 @@ def check_series(config: DetectorConfig, spikes: SpikeDetector | None, plateau: 
     if plateau is not None and plateau_state is not None:
         plateau.state = plateau_state
     return nonfinite, last_nonfinite, spiked, last_spike
+
+
+# (mean of log(value), smoothed |change| of log(value), values seen, length of the current excursion)
+DepartureState = tuple[float, float, int, int]
+NEW_DEPARTURE: DepartureState = (0.0, 0.0, 0, 0)
+
+
+def check_departures(config: DetectorConfig, state: DepartureState, steps: Sequence[int | None],
+                     values: Sequence[float]) -> tuple[int, int | None, DepartureState]:
+    """Feed one rank's values of one name in order: (departures begun, step of the last, new state).
+
+    The spike detector's rule on a log scale and in both directions: a value departs when it
+    is ``divergence_min_ratio`` times above or below the rank's own smoothed level and
+    ``divergence_deviations`` smoothed deviations away from it. One count per excursion;
+    departed values stay out of the level, until a departure held for
+    ``spike_max_excursion_steps`` values becomes the new level. Whether the other ranks
+    departed too is the alert's question (TrainingRankDivergence), not this one's: each
+    exporter sees only its node's ranks. Values that are not positive and finite are skipped.
+    """
+    mean, deviation, seen, excursion = state
+    departures, last_step = 0, None
+    threshold = math.log(config.divergence_min_ratio)
+    for step, value in zip(steps, values, strict=True):
+        if not (value > 0 and math.isfinite(value)):
+            continue
+        level = math.log(value)
+        if seen == 0:
+            mean, seen = level, 1
+            continue
+        change = level - mean
+        if (seen >= config.divergence_warmup_values and abs(change) > threshold
+                and abs(change) > config.divergence_deviations * deviation):
+            excursion += 1
+            if excursion < config.spike_max_excursion_steps:
+                if excursion == 1:
+                    departures += 1
+                    last_step = step if step is not None else last_step
+                continue
+            mean, excursion = level, 0  # a level held this long is the rank's new normal
+            continue
+        excursion = 0
+        deviation += config.spike_baseline_alpha * (abs(change) - deviation)
+        mean += config.spike_baseline_alpha * change
+        seen += 1
+    return departures, last_step, (mean, deviation, seen, excursion)

@@ -11,13 +11,21 @@ import operator
 import threading
 from dataclasses import dataclass, field
 
-from exporter.parse.fields import label_value
+from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
-from exporter.state.detectors import DetectorConfig, PlateauTracker, SpikeDetector, check_series
+from exporter.state.detectors import (
+    NEW_DEPARTURE,
+    DepartureState,
+    DetectorConfig,
+    PlateauTracker,
+    SpikeDetector,
+    check_departures,
+    check_series,
+)
 from exporter.state.recent import RecentSteps
 
-ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike")
+ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "rank_divergence")
 ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "killed", "hardware",
                "other")
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
@@ -33,6 +41,9 @@ class Limits:
 
     max_series: int = 4096
     max_named_values_per_series: int = 64  # aux losses + extra fields + event kinds
+    # Values a rank prints for itself (training_rank_value): MindFormers prints a local norm
+    # per parameter, hundreds of names; the first ones printed are kept (device_local_norm first).
+    max_rank_values_per_series: int = 64
 
 
 @dataclass(slots=True)
@@ -50,6 +61,8 @@ class RankState:
     steps_total: int = 0
     aux_losses: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
+    rank_values: dict[str, float] = field(default_factory=dict)  # fields.is_rank_value, by name
+    rank_value_departures: dict[str, DepartureState] = field(default_factory=dict)  # their detectors' state
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
@@ -213,7 +226,10 @@ class TrainingState:
         for name, unit in batch.units.items():
             rank.info[f"{name}_unit"] = label_value(unit)
         for name, (value, _lines, aux_loss) in batch.named.items():
-            self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
+            if is_rank_value(name):
+                self._apply_rank_value(key, rank, name, value, batch, step_before)
+            else:
+                self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         losses = batch.series.get("loss")
         step_time = batch.latest.get("step_time_seconds")
         if losses:
@@ -228,6 +244,22 @@ class TrainingState:
         grad_norms = batch.series.get("grad_norm")
         if grad_norms:
             self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
+
+    def _apply_rank_value(self, key: SeriesKey, rank: RankState, name: str, latest: float, batch: StepBatch,
+                          step_before: int | None) -> None:
+        """Set the gauge and feed the rank's own departure detector (within the cap of names)."""
+        label = label_value(name)
+        if label not in rank.rank_values and len(rank.rank_values) >= self._limits.max_rank_values_per_series:
+            self._dropped_once((*key, label))
+            return
+        rank.rank_values[label] = latest
+        series = batch.series.get(name)  # none when the native step reader read the lines: the latest only
+        steps, values = ((_at_known_steps(series.steps, step_before), series.values) if series
+                         else ([rank.step], [latest]))
+        departures, step, rank.rank_value_departures[label] = check_departures(
+            self._detectors, rank.rank_value_departures.get(label, NEW_DEPARTURE), steps, values)
+        if departures:
+            self._anomaly(rank, "rank_divergence", step, departures)
 
     def _check_losses(self, rank: RankState, steps: list[int | None], losses: list[float]) -> None:
         if rank.loss_spikes is None and any(map(math.isfinite, losses)):

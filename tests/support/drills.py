@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import NamedTuple
 
+from tests.support.alertmanager import AlertmanagerServer
 from tests.support.drill_rules import write_shortened_rules
 from tests.support.exporter_process import REPO, ExporterProcess, exporter_command
 from tests.support.net import eventually
@@ -89,7 +90,8 @@ class AlertPoller:
 
 
 class FireDrills:
-    """Exporter, Prometheus with the test's copy of the rules, one live `simulate` per drill."""
+    """Exporter, Prometheus with the test's copy of the rules and the shipped Alertmanager configuration,
+    one live `simulate` per drill."""
 
     def __init__(self, workdir: Path, drills: Sequence[Drill], test_values: Mapping[str, str],
                  exporter_options: Sequence[str] = (), ranks: int = 4, step_interval: float = 0.25) -> None:
@@ -110,8 +112,10 @@ class FireDrills:
             self.exporter = self._running.enter_context(ExporterProcess(
                 *arguments, "--node", "drill-node", "--rescan-interval", "0.5",
                 "--state-file", str(workdir / "exporter-state.json"), *exporter_options))
+            self.alertmanager = self._running.enter_context(AlertmanagerServer(workdir / "alertmanager"))
             self.prometheus = self._running.enter_context(PrometheusServer(
-                workdir / "prometheus", [f"127.0.0.1:{self.exporter.port}"], rule_files=[self.rules]))
+                workdir / "prometheus", [f"127.0.0.1:{self.exporter.port}"], rule_files=[self.rules],
+                alertmanagers=[self.alertmanager.address]))
             # Counters must be scraped at 0 before the incidents, or increase() sees nothing.
             eventually(lambda: self.prometheus.query('up{job="trainlog-exporter"} == 1'), 30, interval=0.2,
                        what="a first scrape")

@@ -42,10 +42,11 @@ def validate(obj: dict) -> None:
 
 
 def _validate_operator_object(obj: dict, where: str) -> None:
-    from cloudcoil.models.prometheus_operator import v1
+    from cloudcoil.models import prometheus_operator
     from pydantic import ValidationError
 
-    model = getattr(v1, obj["kind"], None)
+    version = getattr(prometheus_operator, obj["apiVersion"].removeprefix(OPERATOR_GROUP), None)  # v1, v1alpha1
+    model = getattr(version, obj["kind"], None)
     assert model is not None, f"{where}: unknown Prometheus Operator kind"
     try:
         parsed = model.model_validate(obj)

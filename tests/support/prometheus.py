@@ -36,6 +36,7 @@ class PrometheusServer:
         job: str = "trainlog-exporter",
         scrape_interval: str = "1s",
         rule_files: Sequence[Path] = (),
+        alertmanagers: Sequence[str] = (),
         start_timeout: float = 30.0,
         scrape_settings: dict[str, Any] | None = None,
     ) -> None:
@@ -44,6 +45,7 @@ class PrometheusServer:
         self._targets = list(targets)
         self._scrape_interval = scrape_interval
         self._rule_files = [str(path) for path in rule_files]
+        self._alertmanagers = list(alertmanagers)  # host:port of each Alertmanager that receives the alerts
         self._start_timeout = start_timeout
         self._scrape_settings = scrape_settings or {}  # more of the job's scrape_config: scheme, tls_config, ...
         self._process: subprocess.Popen | None = None
@@ -100,12 +102,15 @@ class PrometheusServer:
         return path.read_text(encoding="utf-8", errors="replace") if path.exists() else ""
 
     def _config(self) -> dict[str, Any]:
-        return {
+        config: dict[str, Any] = {
             "global": {"scrape_interval": self._scrape_interval, "evaluation_interval": self._scrape_interval},
             "rule_files": self._rule_files,
             "scrape_configs": [{"job_name": self.job, "static_configs": [{"targets": self._targets}],
                                 **self._scrape_settings}],
         }
+        if self._alertmanagers:
+            config["alerting"] = {"alertmanagers": [{"static_configs": [{"targets": self._alertmanagers}]}]}
+        return config
 
     def _ready(self) -> bool:
         if self._process is None or self._process.poll() is not None:

@@ -1,0 +1,92 @@
+"""Rank divergence: a value a rank prints for itself departs from that rank's own history.
+
+The exporter counts each rank's departure (``training_anomalies_total{kind="rank_divergence"}``);
+whether the other ranks stayed is the alert's part (TrainingRankDivergence, tests/rules/ and
+the fire drills in tests/test_e2e_alerts.py). Runs here are written by ``simulate`` and read
+by the real pipeline.
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from exporter.parse.records import StepLine
+from exporter.simulate import RunConfig, parse_incident, simulate, write_run
+from exporter.state import DetectorConfig, Limits, TrainingState
+from exporter.state.detectors import NEW_DEPARTURE, check_departures
+from tests.support.records import in_batches
+from tests.support.runs import exposition, read_once
+
+CONFIG = DetectorConfig()
+
+
+def divergences(tmp_path, *specs: str, ranks: int = 4, steps: int = 60) -> dict[str, int]:
+    """rank -> rank_divergence count after following a simulated run with these incidents."""
+    log_dir = tmp_path / "msrun_log"
+    write_run(simulate(RunConfig(ranks=ranks, steps=steps, incidents=tuple(map(parse_incident, specs)))), log_dir)
+    state = read_once(log_dir)
+    return {rank: values.anomalies["rank_divergence"] for (_, _, rank), values in state.series.items() if rank}
+
+
+def test_one_rank_jumping_12x_departs_on_that_rank_only(tmp_path):
+    assert divergences(tmp_path, "diverge:1@40") == {"0": 0, "1": 1, "2": 0, "3": 0}
+
+
+def test_every_rank_tripling_departs_on_every_rank(tmp_path):
+    """Each rank compared with itself: every one departed. The alert then sees no divergence."""
+    assert divergences(tmp_path, "norm_shift@40") == {"0": 1, "1": 1, "2": 1, "3": 1}
+
+
+def test_the_rank_values_are_exposed_per_rank(tmp_path):
+    log_dir = tmp_path / "msrun_log"
+    write_run(simulate(RunConfig(ranks=2, steps=30, incidents=(parse_incident("norm_shift@30"),))), log_dir)
+    text = exposition(read_once(log_dir))
+    values = [line for line in text.splitlines() if line.startswith("training_rank_value{")]
+    assert len(values) == 2 and all('name="device_local_norm"' in line for line in values), values
+    assert "device_local_norm" not in "".join(line for line in text.splitlines() if line.startswith("training_metric"))
+
+
+def series(values, start: int = 1):
+    return list(range(start, start + len(values))), values
+
+
+def test_levels_of_different_ranks_do_not_matter_and_noise_never_departs():
+    for level in (0.001, 1.0, 5000.0):
+        noisy = [level * (1 + 0.05 * math.sin(step * 1.7)) for step in range(200)]
+        assert check_departures(CONFIG, NEW_DEPARTURE, *series(noisy))[0] == 0
+
+
+@pytest.mark.parametrize("factor", [12.0, 1 / 12.0])
+def test_a_departure_up_or_down_counts_once_at_its_step(factor):
+    values = [1.0 + 0.01 * (step % 3) for step in range(30)] + [factor] * 5 + [1.0] * 10
+    departures, step, _ = check_departures(CONFIG, NEW_DEPARTURE, *series(values))
+    assert (departures, step) == (1, 31)
+
+
+def test_a_held_level_becomes_the_new_normal():
+    values = [1.0] * 30 + [3.0] * 40
+    departures, _, state = check_departures(CONFIG, NEW_DEPARTURE, *series(values))
+    assert departures == 1 and math.isclose(math.exp(state[0]), 3.0) and state[3] == 0
+
+
+def test_no_departure_before_the_warm_up():
+    assert check_departures(CONFIG, NEW_DEPARTURE, *series([1.0] * 5 + [12.0]))[0] == 0
+
+
+def test_values_that_cannot_be_a_norm_are_skipped():
+    values = [1.0] * 25 + [math.nan, 0.0, -1.0, math.inf, 1.0]
+    departures, _, state = check_departures(CONFIG, NEW_DEPARTURE, *series(values))
+    assert departures == 0 and state[2] == 26
+
+
+def test_rank_values_have_their_own_cap():
+    state = TrainingState(limits=Limits(max_rank_values_per_series=2))
+    line = StepLine(1, {}, named={"device_local_norm": 1.0, "local_norm_a": 2.0, "local_norm_b": 3.0, "mfu": 0.4})
+    key = ("run", "node", "0")
+    with state.lock:
+        state.ingest(key, 1, in_batches(line), None, 0.0)
+    rank = state.series[key]
+    assert rank.rank_values == {"device_local_norm": 1.0, "local_norm_a": 2.0}
+    assert rank.extra == {"mfu": 0.4} and state.stats.series_dropped_total == 1
