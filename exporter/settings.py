@@ -247,15 +247,21 @@ class Settings(DetectorOptions):
         5.0, gt=0, description="Scrapes within this many seconds of a --process-pattern check reuse its answer.")
     # The detector thresholds (docs/detectors.md) come from DetectorConfig, through DetectorOptions.
 
-    @field_validator("log_dir", "log_file", mode="before")
+    @field_validator("log_dir", mode="before")
     @classmethod
-    def _split_dirs(cls, value: Any) -> Any:
-        # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML; a bare path
-        # (--log-dir DIR) is a directory with the default rules.
-        if isinstance(value, str):
-            value = [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
+    def _bare_directories(cls, value: Any) -> Any:
+        # A bare path (--log-dir DIR) is a directory with the default rules. (pydantic runs the
+        # "before" validators last defined first: this one after _split_paths.)
         if isinstance(value, list):
             return [{"path": item} if isinstance(item, (str, os.PathLike)) else item for item in value]
+        return value
+
+    @field_validator("log_dir", "log_file", mode="before")
+    @classmethod
+    def _split_paths(cls, value: Any) -> Any:
+        # TRAINLOG_LOG_DIR=/a,/b (or os.pathsep-separated), and a single string in YAML.
+        if isinstance(value, str):
+            return [part for part in re.split(rf"[,{re.escape(os.pathsep)}]", value) if part.strip()]
         return value
 
     @field_validator("log_dir")
