@@ -194,12 +194,14 @@ def test_step_lines_read_in_runs_match_the_twin(table):
 
 @pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
 def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
-    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any."""
+    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any.
+    (Each line read alone: a step below the one read before it since the last take is declined too, below.)"""
     tag_open, tag_close = (re.escape(part) for part in table[5])
     tagged = re.compile(tag_open + rb"\w+" + tag_close)
     reader = native.step_reader(table)
     declined = 0
     for line in _record_lines(table, seed=6):
+        reader.take()
         taken = reader.read(line + b"\n", [0], 0, 1)
         record = native.read_record(table, line.decode("utf-8", "replace"))
         if taken:
@@ -208,6 +210,20 @@ def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
             assert not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line), line
             declined += 1
     assert declined > 100
+
+
+@pytest.mark.parametrize("make_reader", [native.step_reader, step_fields_twin.StepReader], ids=["native", "twin"])
+def test_a_run_ends_where_the_step_goes_back(make_reader):
+    """A restart (the step going back) ends a run, also across runs not taken yet: a batch's steps never go back."""
+    data = b"".join(b"{ step:[ %d/ 9], loss: 2.5 }\n" % step for step in (4, 5, 5, 3, 4))
+    starts = [index * 28 for index in range(5)]
+    assert all(data[start:start + 1] == b"{" for start in starts)
+    reader = make_reader(MINDFORMERS)
+    assert reader.read(data, starts, 0, 2) == 2
+    assert reader.read(data, starts, 2, 10) == 1  # 5 again is no restart, 3 is
+    assert reader.take()[0] == [4, 5, 5]
+    assert reader.read(data, starts, 3, 10) == 2  # after a take, the run starts afresh
+    assert reader.take()[0] == [3, 4]
 
 
 def test_the_mindformers_reference_line():
@@ -223,7 +239,9 @@ def test_the_mindformers_reference_line():
     assert by_name["grad_norm"] == (None, None, [], [])  # NaN: not obtained this step
     assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
     assert named == [("load_balancing_loss", 0.0013, 1, 0, 0), ("mtp_1_loss", 10.983969, 1, 0, 1)]
-    empty = ((None, None, [], []), (None, None, [], []), *[(None, None, None, None)] * 3)
+    assert by_name["per_step_time"][2:] == ([1], [0.851])  # a series: goodput and the slowdown detector
+    series, latest_only = (None, None, [], []), (None, None, None, None)
+    empty = (series, series, latest_only, series, latest_only)  # loss, grad_norm, lr, per_step_time, throughput
     assert reader.take() == ([], None, empty, [])
 
 

@@ -16,8 +16,9 @@ from exporter.native.step_fields import Run
 from exporter.parse.fields import is_aux_loss
 from exporter.parse.records import Named, Series, StepBatch, StepLine
 
-# The gauges whose every value the state's detectors need; of the others the latest is enough.
-SERIES_FIELDS = ("loss", "grad_norm")
+# The gauges whose every value the state's detectors and time accounting need; of the others the
+# latest is enough.
+SERIES_FIELDS = ("loss", "grad_norm", "step_time_seconds")
 
 
 class StepBatchBuilder:
@@ -45,9 +46,20 @@ class StepBatchBuilder:
         self._merge_reader()
         self._reader, self._gauges = reader, gauges
 
+    @property
+    def has_lines_read_alone(self) -> bool:
+        """True when lines were added one by one since the last take (the reader cannot see their steps)."""
+        return bool(self._steps)
+
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> int:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``); how many lines it took."""
         return self._reader.read(data, starts, index, limit) if self._reader is not None else 0
+
+    def goes_back(self, step: int | None) -> bool:
+        """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch
+        (a batch's steps never go back, so the state tells replayed steps by their number alone)."""
+        self._merge_reader()
+        return step is not None and self._known_step is not None and step < self._known_step
 
     def add_line(self, line: StepLine) -> bool:
         """Add one line's values; True when the batch must end after it (see unprinted_nonfinite_losses)."""
