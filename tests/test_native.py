@@ -326,3 +326,59 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     result = native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result == detectors_twin.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result[:4] == (1, huge + 2, 1, huge + 1)
+
+
+def _step_times(rng: random.Random, length: int) -> tuple[list, list]:
+    """Step times with noise, one-step blips (saves), sustained slowdowns and values that are no times."""
+    steps, values, level = [], [], rng.uniform(0.2, 5)
+    slow_left = 0
+    for index in range(length):
+        steps.append(None if rng.random() < 0.05 else index * rng.choice([1, 1, 2]))
+        roll = rng.random()
+        if slow_left == 0 and roll < 0.02:
+            slow_left = rng.choice([1, 2, 5, 30])
+        if roll > 0.98:
+            values.append(rng.choice([math.nan, math.inf, 0.0, -1.0]))
+        elif slow_left:
+            slow_left -= 1
+            values.append(level * rng.uniform(1.6, 40))
+        else:
+            values.append(level * (1 + rng.gauss(0, 0.03)))
+    return steps, values
+
+
+FRESH_SLOWDOWN = (0.0, 0, 0, 0.0, False, [])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_check_step_times_native_matches_the_twin_bit_for_bit(seed):
+    rng = random.Random(seed)
+    config = (rng.choice([1.2, 1.5, 3.0]), rng.choice([1, 2, 5, 20]), rng.choice([1, 4, 20]), rng.choice([0.05, 1.0]))
+    state, productive, checkpoint = FRESH_SLOWDOWN, 0.0, 0.0
+    for _ in range(8):
+        steps, values = _step_times(rng, rng.choice([1, 7, 300]))
+        compiled = _detectors.check_step_times(config, state, steps, values, productive, checkpoint)
+        twin = detectors_twin.check_step_times(config, state, steps, values, productive, checkpoint)
+        assert _bits(compiled) == _bits(twin)
+        _, _, productive, checkpoint, state = compiled
+    assert productive > 0
+
+
+def test_check_step_times_tells_a_save_from_a_slowdown():
+    config = (1.5, 5, 4, 0.1)
+    steps = list(range(1, 21))
+    values = [1.0] * 6 + [11.0] + [1.0] * 5 + [2.0] * 8  # a 10 s save at step 7, slow from step 13
+    for check in (_detectors.check_step_times, detectors_twin.check_step_times):
+        slowdowns, step, productive, checkpoint, state = check(config, FRESH_SLOWDOWN, steps, values, 0.0, 0.0)
+        assert (slowdowns, step, checkpoint) == (1, 17, 10.0)
+        assert productive == sum(values) - 10.0
+        assert state == (1.0, 11, 8, 0.0, True, [])
+
+
+def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
+    huge = 10**30
+    config = (1.5, 1, 1, 0.1)
+    with pytest.raises(OverflowError):
+        _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
+    result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
+    assert result[:2] == (1, huge + 1)

@@ -180,5 +180,5 @@ def test_a_checkpoint_keeps_restarts_goodput_and_the_slowdown_baseline():
     assert restore_state(restored, dump_state(rank.state)) == []
     assert dump_state(restored) == dump_state(rank.state)
     again = restored.series[KEY]
-    assert (again.restarts_total, again.replay_until, again.slowdown.baseline) == (1, None, rank.rank.slowdown.baseline)
+    assert (again.restarts_total, again.replay_until, again.slowdown.state) == (1, None, rank.rank.slowdown.state)
     assert again.lost_seconds_total == rank.rank.lost_seconds_total

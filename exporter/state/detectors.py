@@ -9,13 +9,11 @@ the next batch and in checkpoints.
 
 from __future__ import annotations
 
-import math
-import statistics
 from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import native
-from exporter.native.detectors import PlateauState, SpikeState
+from exporter.native.detectors import PlateauState, SlowdownState, SpikeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -123,78 +121,45 @@ class SlowdownDetector:
     own history, never with the others. A run of slow steps shorter than
     ``slowdown_steps`` is a blip and stays out of the baseline. A one-step blip is what a
     checkpoint save looks like: the detector, which alone can tell one, also splits the step
-    time into productive and checkpoint time (the time of a first slow step is held until
-    the next step tells which it was).
+    time into productive and checkpoint time (the kernel, native/detectors.py, says how).
     """
 
-    __slots__ = ("baseline", "seen", "slow_run", "held", "in_slowdown", "warmup")
+    __slots__ = ("state",)
 
-    def __init__(self, baseline: float = 0.0, seen: int = 0, slow_run: int = 0, held: float = 0.0,
-                 in_slowdown: bool = False, warmup: list[float] | None = None) -> None:
-        self.baseline, self.seen, self.slow_run, self.held = baseline, seen, slow_run, held
-        self.in_slowdown = in_slowdown
-        self.warmup = warmup if warmup is not None else []  # the first step times, until their median is the baseline
+    def __init__(self, state: SlowdownState = (0.0, 0, 0, 0.0, False, [])) -> None:
+        # (baseline, steps seen, length of the current slow run, time held of its first step,
+        # in a slowdown, the warm-up's step times until their median is the baseline)
+        self.state = state
+
+    @property
+    def baseline(self) -> float:
+        return self.state[0]
+
+    @property
+    def seen(self) -> int:
+        return self.state[1]
 
     def check(self, config: DetectorConfig, steps: Sequence[int | None], seconds: Sequence[float],
               time_split: tuple[float, float]) -> tuple[int, int | None, tuple[float, float]]:
         """Feed step times in order: (slowdowns begun, step of the last, ``time_split`` — productive and
-        checkpoint seconds so far — with these steps' time added).
-
-        The seconds are added one step at a time, so a batch adds up exactly as its lines one by
-        one; one plain loop with the state in locals, as it runs for every step line.
-        """
-        factor, needed, warmup_steps = config.slowdown_factor, config.slowdown_steps, config.slowdown_warmup_steps
-        alpha = config.slowdown_baseline_alpha
-        baseline, seen, slow_run, held, in_slowdown = (self.baseline, self.seen, self.slow_run, self.held,
-                                                       self.in_slowdown)
-        productive, checkpoint = time_split
-        slowdowns, last_step = 0, None
-        for step, value in zip(steps, seconds, strict=False):
-            if not 0 < value < math.inf:  # not a time (NaN fails every comparison)
-                continue
-            if seen < warmup_steps:
-                productive += value
-                self.warmup.append(value)
-                seen += 1
-                if seen == warmup_steps:
-                    baseline, self.warmup = statistics.median(self.warmup), []
-            elif value > factor * baseline:
-                slow_run += 1
-                if slow_run == 1:
-                    held = value
-                    continue
-                if slow_run == 2:  # not a one-step blip: slow training, but training
-                    productive += held
-                    held = 0.0
-                productive += value
-                if slow_run == needed and not in_slowdown:
-                    in_slowdown = True
-                    slowdowns += 1
-                    last_step = step if step is not None else last_step
-            else:
-                if slow_run == 1:  # a one-step blip: its time above the baseline saved a checkpoint
-                    productive += baseline
-                    checkpoint += held - baseline
-                    held = 0.0
-                slow_run, in_slowdown = 0, False
-                productive += value
-                baseline += alpha * (value - baseline)
-                seen += 1
-        self.baseline, self.seen, self.slow_run, self.held, self.in_slowdown = (baseline, seen, slow_run, held,
-                                                                               in_slowdown)
+        checkpoint seconds so far — with these steps' time added, one step at a time)."""
+        slowdowns, last_step, productive, checkpoint, self.state = native.check_step_times(
+            (config.slowdown_factor, config.slowdown_steps, config.slowdown_warmup_steps,
+             config.slowdown_baseline_alpha), self.state, steps, seconds, *time_split)
         return slowdowns, last_step, (productive, checkpoint)
 
     def snapshot(self) -> dict[str, object]:
         """Internal state for a checkpoint."""
-        return {"baseline": self.baseline, "seen": self.seen, "slow_run": self.slow_run, "held": self.held,
-                "in_slowdown": self.in_slowdown, "warmup": list(self.warmup)}
+        baseline, seen, slow_run, held, in_slowdown, warmup = self.state
+        return {"baseline": baseline, "seen": seen, "slow_run": slow_run, "held": held, "in_slowdown": in_slowdown,
+                "warmup": list(warmup)}
 
     @classmethod
     def restored(cls, snapshot: dict) -> SlowdownDetector:
         """A detector in the state ``snapshot`` recorded (KeyError when a value is missing)."""
-        return cls(float(snapshot["baseline"]), int(snapshot["seen"]), int(snapshot["slow_run"]),
-                   float(snapshot["held"]), bool(snapshot["in_slowdown"]),
-                   [float(value) for value in snapshot["warmup"]])
+        return cls((float(snapshot["baseline"]), int(snapshot["seen"]), int(snapshot["slow_run"]),
+                    float(snapshot["held"]), bool(snapshot["in_slowdown"]),
+                    [float(value) for value in snapshot["warmup"]]))
 
 
 SeriesCheck = tuple[int, int | None, int, int | None]
