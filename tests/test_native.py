@@ -347,7 +347,7 @@ def _step_times(rng: random.Random, length: int) -> tuple[list, list]:
     return steps, values
 
 
-FRESH_SLOWDOWN = (0.0, 0, 0, 0.0, False, [])
+FRESH_SLOWDOWN: tuple = (0.0, 0, 0, 0.0, False, [])
 
 
 @pytest.mark.parametrize("seed", range(12))
