@@ -6,11 +6,15 @@ tests/fixtures/formats/mindformers_pynative.log), not lines a real program print
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from exporter.follow import Follower
 from exporter.parse import LineParser
 from exporter.parse.formats import BUILTIN_FORMATS
 from exporter.parse.formats.msrun_scheduler import FORMAT as SCHEDULER_FORMAT
+from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
 from exporter.state.detectors import DetectorConfig
 from exporter.state.snapshot import dump_state, restore_state
@@ -182,3 +186,60 @@ def test_a_checkpoint_keeps_restarts_goodput_and_the_slowdown_baseline():
     again = restored.series[KEY]
     assert (again.restarts_total, again.replay_until, again.slowdown.state) == (1, None, rank.rank.slowdown.state)
     assert again.lost_seconds_total == rank.rank.lost_seconds_total
+
+
+# --- through the real follower: how restarts reach a rank's log --------------------------
+
+
+class Followed:
+    """A log directory followed by the real follow -> parse -> state path, read again on demand."""
+
+    def __init__(self, log_dir: Path, rank_offset: int = 0) -> None:
+        self.state = TrainingState()
+        pipeline = Pipeline(self.state, "node-0", lambda _: "job", rank_offset=rank_offset)
+        self.follower = Follower([str(log_dir)], pipeline)
+
+    def read(self) -> None:
+        self.follower.run_once()
+
+    def rank(self, rank: str):
+        return self.state.series[("job", "node-0", rank)]
+
+
+def write(path: Path, lines: list[str], mode: str = "w") -> None:
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with path.open(mode) as file:
+        file.write("".join(f"{line}\n" for line in lines))
+
+
+def test_a_new_torchrun_attempt_resuming_from_a_checkpoint_is_a_restart(tmp_path):
+    """torchrun --log-dir: attempt_1's files feed the same global rank as attempt_0's."""
+    log_dir = tmp_path / "logs"
+    write(log_dir / "run-7" / "attempt_0" / "1" / "stdout.log", run(1, 60))
+    followed = Followed(log_dir, rank_offset=8)
+    try:
+        followed.read()
+        write(log_dir / "run-7" / "attempt_1" / "1" / "stdout.log", run(41, 70))
+        followed.read()
+        rank = followed.rank("9")
+    finally:
+        followed.follower.stop()
+    assert (rank.restarts_total, rank.step) == (1, 70)
+    assert rank.lost_seconds_total["replayed"] == pytest.approx(20.0)
+
+
+def test_a_worker_log_the_launcher_recreates_is_a_restart(tmp_path):
+    """msrun's `>`: the same file starts over, from the banner, with steps from the checkpoint on."""
+    log = tmp_path / "msrun_log" / "worker_0.log"
+    write(log, [BANNER, *run(1, 60)])
+    followed = Followed(log.parent)
+    try:
+        followed.read()
+        write(log, [BANNER, NOISE, *run(51, 65)])  # shorter than before: read from its start again
+        followed.read()
+        rank = followed.rank("0")
+    finally:
+        followed.follower.stop()
+    assert (rank.restarts_total, rank.step, rank.highest_step) == (1, 65, 65)
+    assert rank.lost_seconds_total["replayed"] == pytest.approx(10.0)
+    assert followed.state.stats.truncations_total == 1
