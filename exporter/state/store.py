@@ -224,34 +224,27 @@ class TrainingState:
         replay_before = rank.replay_until
         losses = batch.series.get("loss")
         if losses:
-            losses = Series(*_not_replayed(losses.steps, losses.values, replay_until, replay_before))
+            losses, _ = _split_replayed(losses, replay_until, replay_before)
             self._check_losses(rank, _at_known_steps(losses.steps, step_before), losses.values)
         if batch.unprinted_nonfinite_losses:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
             self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
         grad_norms = batch.series.get("grad_norm")
         if grad_norms:
-            grad_norms = Series(*_not_replayed(grad_norms.steps, grad_norms.values, replay_until, replay_before))
+            grad_norms, _ = _split_replayed(grad_norms, replay_until, replay_before)
             self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
         step_times = batch.series.get("step_time_seconds")
         printed = 0.0
         if step_times:
             printed = sum(_times(step_times.values))
-            fresh = Series(*_not_replayed(step_times.steps, step_times.values, replay_until, replay_before))
-            if fresh.values is not step_times.values:
-                self._add_replayed(rank, step_times, fresh)
+            fresh, replayed = _split_replayed(step_times, replay_until, replay_before)
+            if replayed:
+                lost = rank.lost_seconds_total
+                lost["replayed"] = functools.reduce(operator.add, _times(replayed), lost["replayed"])
             self._account_step_times(rank, _at_known_steps(fresh.steps, step_before), fresh.values)
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.restarts_total += restarted
         rank.attempt_step, rank.highest_step, rank.replay_until = after
-
-    @staticmethod
-    def _add_replayed(rank: RankState, step_times: Series, fresh: Series) -> None:
-        """The step time of the replayed lines: the batch's lines not in ``fresh`` (a batch's steps never go
-        back, so they are the ones before the first line kept)."""
-        replayed = step_times.values[:len(step_times.values) - len(fresh.values)]
-        rank.lost_seconds_total["replayed"] = functools.reduce(operator.add, _times(replayed),
-                                                               rank.lost_seconds_total["replayed"])
 
     def _account_step_times(self, rank: RankState, steps: list[int | None], seconds: list[float]) -> None:
         """Productive and checkpoint time of the step times not replayed, as the slowdown detector tells them."""
@@ -378,15 +371,16 @@ def _progress(steps: list[int | None], before: Progress) -> tuple[bool, int | No
     return restarted, until, after
 
 
-def _not_replayed(steps: list[int | None], values: list[float], replay_until: int | None,
-                  replay_before: int | None) -> tuple[list[int | None], list[float]]:
-    """A series without its replayed values. A line of the batch before any printed step (step None)
-    is at the replay state before the batch."""
+def _split_replayed(series: Series, replay_until: int | None, replay_before: int | None) -> tuple[Series, list[float]]:
+    """A series without its replayed values, and those values. A line of the batch before any printed step
+    (step None) is at the replay state before the batch."""
     if replay_until is None and replay_before is None:
-        return steps, values
-    kept = [index for index, step in enumerate(steps)
-            if (replay_before is None if step is None else replay_until is None or step > replay_until)]
-    return [steps[index] for index in kept], [values[index] for index in kept]
+        return series, []
+    replayed = [(replay_before is not None) if step is None else (replay_until is not None and step <= replay_until)
+                for step in series.steps]
+    kept = Series([step for step, out in zip(series.steps, replayed, strict=True) if not out],
+                  [value for value, out in zip(series.values, replayed, strict=True) if not out])
+    return kept, [value for value, out in zip(series.values, replayed, strict=True) if out]
 
 
 def _times(seconds: list[float]) -> list[float]:
