@@ -82,7 +82,7 @@ class RunConfig:
             raise ValueError(f"--inject: {' and '.join(sorted(kinds & set(_RESTARTS)))} cannot be combined with "
                              f"{', '.join(sorted(kinds & set(_SILENCES)))} (a restart replays steps; those stop ranks "
                              "at a step)")
-        if "restart-loop" in kinds and len([kind for kind in self.incidents if kind.kind in _RESTARTS]) > 1:
+        if "restart-loop" in kinds and sum(incident.kind in _RESTARTS for incident in self.incidents) > 1:
             raise ValueError("--inject: restart-loop is the only restart of its run")
 
     def prints_loss(self, rank: int) -> bool:
