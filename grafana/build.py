@@ -278,7 +278,7 @@ def training_overview() -> dashboard.Dashboard:
              .annotation(annotation("Firing alerts", "purple", FIRING)))
     board = with_sections(board, (("Progress", progress_panels()), ("Loss", loss_panels()),
                                   ("Optimizer", optimizer_panels()), ("Speed", speed_panels()),
-                                  ("Incidents", incident_panels())))
+                                  ("Goodput and restarts", goodput_panels()), ("Incidents", incident_panels())))
     return board.with_row(dashboard.Row("Runbooks").with_panel(runbooks_panel()))
 
 
@@ -356,6 +356,44 @@ def speed_panels() -> Iterator:
                         (f"quantile(0.5, training_throughput{{{SELECTED}}})", "median"),
                         (f"bottomk({TOP_RANKS}, training_throughput{{{SELECTED}}})", "rank {{rank}} ({{node}})"))
            .data_links([rank_drilldown()]))
+
+
+def goodput(window: str) -> str:
+    """Productive / (productive + lost) step time of the selected ranks over ``window`` (DESIGN 3.3)."""
+    productive = f"sum(increase(training_productive_seconds_total{{{SELECTED}}}[{window}]))"
+    return f"{productive} / ({productive} + sum(increase(training_lost_seconds_total{{{SELECTED}}}[{window}])))"
+
+
+def goodput_panels() -> Iterator:
+    lost = f"training_lost_seconds_total{{{SELECTED}}}"
+    # Every rank of a synchronous job restarts together: the job's restarts are the most any rank counted.
+    restarts = f"training_restarts_total{{{SELECTED}}}"
+    yield (stat_panel("Goodput", "Share of the selected ranks' step time in the time range that trained the model: "
+                      "productive / (productive + lost). Lost: replayed steps after restarts, start-up, checkpoint "
+                      "saves, stalls (TrainingGoodputLow).", 6, "percentunit", (goodput("$__range"), "goodput"))
+           .decimals(1).thresholds(steps((None, "red"), (0.5, "orange"), (0.9, "green"))))
+    yield stat_panel("Productive time", "Step time of the selected ranks in the time range that moved past the "
+                     "highest step reached before, summed over the ranks.", 6, "s",
+                     (f"sum(increase(training_productive_seconds_total{{{SELECTED}}}[$__range]))", "productive"))
+    yield stat_panel("Lost time", "Step and wall time of the selected ranks in the time range that trained nothing, "
+                     "summed over the ranks and the kinds.", 6, "s",
+                     (f"sum(increase({lost}[$__range]))", "lost"))
+    yield (stat_panel("Restarts", "Times the job started again in the time range (a start banner after steps, the "
+                      "step going back, msrun's workers registering again): the most any selected rank counted "
+                      "(TrainingRestartLoop).", 6, "none",
+                      (f"max(round(increase({restarts}[$__range])))", "restarts"))
+           .thresholds(steps((None, "green"), (1, "orange"), (3, "red"))))
+    yield (series_panel("Goodput over the last hour", "Productive share of the selected ranks' step time over a "
+                        "sliding hour.", 8, 8, "percentunit", (goodput("1h"), "goodput"))
+           .min(0).max(1))
+    yield (series_panel("Lost time by kind", "Seconds lost per interval, summed over the selected ranks: replayed "
+                        "(steps re-run after a restart), startup (a (re)start to its first step), checkpoint (a "
+                        "one-step save above the baseline), stall (gaps between step records).", 8, 8, "s",
+                        (f"sum by (kind) (increase({lost}[$__rate_interval]))", "{{kind}}"))
+           .draw_style(common_models.GraphDrawStyle.BARS).fill_opacity(80)
+           .stacking(common.StackingConfig().mode(common_models.StackingMode.NORMAL)))
+    yield (bars_panel("Restarts", "Restarts per interval: the most any selected rank counted.", 8, 8,
+                      (f"max(increase({restarts}[$__rate_interval]))", "restarts")))
 
 
 def incident_panels() -> Iterator:

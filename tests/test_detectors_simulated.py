@@ -116,10 +116,35 @@ def test_errors_land_on_the_failing_rank(tmp_path):
     assert all(rank.step == 399 for rank in ranks.values())
 
 
-def test_straggler_step_time(tmp_path):
-    ranks = read_simulated(tmp_path, "straggler:2")
-    assert ranks["2"].step_time_seconds > 1.8 * ranks["1"].step_time_seconds
-    assert not any(rank.anomalies["loss_spike"] for rank in ranks.values())
+@pytest.mark.parametrize("spec", ["straggler:2@300", "slowdown@300"])
+def test_a_run_slowing_down_together_is_one_slowdown_per_rank(tmp_path, spec):
+    """Every rank waits for the slowest: each counts the slowdown against its own baseline, after the
+    configured run of slow steps."""
+    ranks = read_simulated(tmp_path, spec)
+    for rank in ranks.values():
+        assert rank.anomalies["slowdown"] == 1
+        assert rank.last_anomaly_step["slowdown"] == 300 + DetectorConfig().slowdown_steps - 1
+        assert rank.anomalies["loss_spike"] == 0
+    times = [rank.step_time_seconds for rank in ranks.values()]
+    assert max(times) < 1.15 * min(times)  # no rank stands out: only the step-to-step noise
+
+
+def test_a_long_checkpoint_step_is_no_slowdown_and_its_time_is_lost(tmp_path):
+    ranks = read_simulated(tmp_path, "checkpoint@400")
+    for rank in ranks.values():
+        assert rank.anomalies["slowdown"] == 0
+        # ~30x a 0.85 s step, less the step's own time
+        assert rank.lost_seconds_total["checkpoint"] == pytest.approx(29 * 0.85, rel=0.1)
+
+
+def test_a_resume_replays_its_steps_without_anomalies(tmp_path):
+    ranks = read_simulated(tmp_path, "restart@350")
+    for rank in ranks.values():
+        assert rank.restarts_total == 1
+        assert rank.lost_seconds_total["replayed"] == pytest.approx(49 * 0.85, rel=0.05)  # steps 301..349 again
+        assert rank.productive_seconds_total == pytest.approx(STEPS * 0.85, rel=0.05)
+        assert rank.anomalies == dict.fromkeys(ANOMALY_KINDS, 0)
+        assert rank.loss_best_step >= STEPS - 100
 
 
 def test_spike_detector_ignores_a_doubling_but_not_a_tenfold_jump():

@@ -195,12 +195,14 @@ def test_step_lines_read_in_runs_match_the_twin(table):
 
 @pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
 def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
-    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any."""
+    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any.
+    (Each line read alone: a step below the one read before it since the last take is declined too, below.)"""
     tag_open, tag_close = (re.escape(part) for part in table[5])
     tagged = re.compile(tag_open + rb"\w+" + tag_close)
     reader = native.step_reader(table)
     declined = 0
     for line in _record_lines(table, seed=6):
+        reader.take()
         taken = reader.read(line + b"\n", [0], 0, 1)
         record = native.read_record(table, line.decode("utf-8", "replace"))
         if taken:
@@ -209,6 +211,20 @@ def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
             assert not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line), line
             declined += 1
     assert declined > 100
+
+
+@pytest.mark.parametrize("make_reader", [native.step_reader, step_fields_twin.StepReader], ids=["native", "twin"])
+def test_a_run_ends_where_the_step_goes_back(make_reader):
+    """A restart (the step going back) ends a run, also across runs not taken yet: a batch's steps never go back."""
+    data = b"".join(b"{ step:[ %d/ 9], loss: 2.5 }\n" % step for step in (4, 5, 5, 3, 4))
+    starts = [index * 28 for index in range(5)]
+    assert all(data[start:start + 1] == b"{" for start in starts)
+    reader = make_reader(MINDFORMERS)
+    assert reader.read(data, starts, 0, 2) == 2
+    assert reader.read(data, starts, 2, 10) == 1  # 5 again is no restart, 3 is
+    assert reader.take()[0] == [4, 5, 5]
+    assert reader.read(data, starts, 3, 10) == 2  # after a take, the run starts afresh
+    assert reader.take()[0] == [3, 4]
 
 
 def test_the_mindformers_reference_line():
@@ -224,7 +240,9 @@ def test_the_mindformers_reference_line():
     assert by_name["grad_norm"] == (None, None, [], [])  # NaN: not obtained this step
     assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
     assert named == [("load_balancing_loss", 0.0013, 1, 0, 0), ("mtp_1_loss", 10.983969, 1, 0, 1)]
-    empty = ((None, None, [], []), (None, None, [], []), *[(None, None, None, None)] * 3)
+    assert by_name["per_step_time"][2:] == ([1], [0.851])  # a series: goodput and the slowdown detector
+    series, latest_only = (None, None, [], []), (None, None, None, None)
+    empty = (series, series, latest_only, series, latest_only)  # loss, grad_norm, lr, per_step_time, throughput
     assert reader.take() == ([], None, empty, [])
 
 
@@ -342,3 +360,59 @@ def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     assert math.isfinite(mean) and math.isfinite(deviation)
     smoothed, change, *_, best_step = plateau
     assert math.isfinite(smoothed) and math.isfinite(change) and best_step > 40
+
+
+def _step_times(rng: random.Random, length: int) -> tuple[list, list]:
+    """Step times with noise, one-step blips (saves), sustained slowdowns and values that are no times."""
+    steps, values, level = [], [], rng.uniform(0.2, 5)
+    slow_left = 0
+    for index in range(length):
+        steps.append(None if rng.random() < 0.05 else index * rng.choice([1, 1, 2]))
+        roll = rng.random()
+        if slow_left == 0 and roll < 0.02:
+            slow_left = rng.choice([1, 2, 5, 30])
+        if roll > 0.98:
+            values.append(rng.choice([math.nan, math.inf, 0.0, -1.0]))
+        elif slow_left:
+            slow_left -= 1
+            values.append(level * rng.uniform(1.6, 40))
+        else:
+            values.append(level * (1 + rng.gauss(0, 0.03)))
+    return steps, values
+
+
+FRESH_SLOWDOWN: tuple = (0.0, 0, 0, 0.0, False, [])
+
+
+@pytest.mark.parametrize("seed", range(12))
+def test_check_step_times_native_matches_the_twin_bit_for_bit(seed):
+    rng = random.Random(seed)
+    config = (rng.choice([1.2, 1.5, 3.0]), rng.choice([1, 2, 5, 20]), rng.choice([1, 4, 20]), rng.choice([0.05, 1.0]))
+    state, productive, checkpoint = FRESH_SLOWDOWN, 0.0, 0.0
+    for _ in range(8):
+        steps, values = _step_times(rng, rng.choice([1, 7, 300]))
+        compiled = _detectors.check_step_times(config, state, steps, values, productive, checkpoint)
+        twin = detectors_twin.check_step_times(config, state, steps, values, productive, checkpoint)
+        assert _bits(compiled) == _bits(twin)
+        _, _, productive, checkpoint, state = compiled
+    assert productive > 0
+
+
+def test_check_step_times_tells_a_save_from_a_slowdown():
+    config = (1.5, 5, 4, 0.1)
+    steps = list(range(1, 21))
+    values = [1.0] * 6 + [11.0] + [1.0] * 5 + [2.0] * 8  # a 10 s save at step 7, slow from step 13
+    for check in (_detectors.check_step_times, detectors_twin.check_step_times):
+        slowdowns, step, productive, checkpoint, state = check(config, FRESH_SLOWDOWN, steps, values, 0.0, 0.0)
+        assert (slowdowns, step, checkpoint) == (1, 17, 10.0)
+        assert productive == sum(values) - 10.0
+        assert state == (1.0, 11, 8, 0.0, True, [])
+
+
+def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
+    huge = 10**30
+    config = (1.5, 1, 1, 0.1)
+    with pytest.raises(OverflowError):
+        _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
+    result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
+    assert result[:2] == (1, huge + 1)

@@ -49,6 +49,9 @@ DESIGN_ALERTS = {
     "TrainingMetricsMissing",
     "TrainingExporterDown",
     "TrainingRankDivergence",
+    "TrainingSlowdown",
+    "TrainingRestartLoop",
+    "TrainingGoodputLow",
 }
 # Alerts about a whole run (or the exporter) rather than one rank: their text
 # names the run and the node, not a rank.
@@ -60,6 +63,10 @@ RUN_LEVEL_ALERTS = {
     "TrainingExporterDown",
     "TrainingStalledAcceleratorsIdle",
     "TrainingStalledAcceleratorsBusy",
+    # Synchronous training slows down and restarts as a whole: judged per node of the run.
+    "TrainingSlowdown",
+    "TrainingRestartLoop",
+    "TrainingGoodputLow",
 }
 SEVERITIES = {"critical", "warning", "info"}
 
@@ -166,20 +173,35 @@ MUTATIONS = {
 }
 
 
-@pytest.mark.parametrize("name", sorted(MUTATIONS))
+INCIDENT_RULES = RULES_DIR / "trainlog-incidents.yml"
+INCIDENT_MUTATIONS = {
+    "slowdown judged per rank": ("count by (run, node) (increase(training_anomalies_total{kind=\"slowdown\"}",
+                                 "count by (run, node, rank) (increase(training_anomalies_total{kind=\"slowdown\"}"),
+    "restart loop count": ("[1h]) >= 3", "[1h]) >= 2"),
+    "restart loop ignores progress": ("(training_step <= max_over_time(training_step[1h] offset 2m))",
+                                      "(training_step >= 0)"),
+    "goodput ratio": ("goodput:ratio < 0.5", "goodput:ratio < 0.3"),
+    "goodput judged before an hour is accounted": ("accounted_seconds_per_rank >= 3600)",
+                                                   "accounted_seconds_per_rank >= 0)"),
+}
+MUTANTS = {**{name: (MAIN_RULES, change) for name, change in MUTATIONS.items()},
+           **{name: (INCIDENT_RULES, change) for name, change in INCIDENT_MUTATIONS.items()}}
+
+
+@pytest.mark.parametrize("name", sorted(MUTANTS))
 def test_unit_tests_catch_mutation(name: str, tmp_path: Path):
-    old, new = MUTATIONS[name]
-    text = MAIN_RULES.read_text(encoding="utf-8")
+    rules, (old, new) = MUTANTS[name]
+    text = rules.read_text(encoding="utf-8")
     assert text.count(old) == 1, f"mutation {name!r} no longer matches the rules"
     rules_copy = tmp_path / "deploy" / "prometheus" / "rules"
     rules_copy.mkdir(parents=True)
     for path in RULE_FILES:
         shutil.copy(path, rules_copy / path.name)
-    (rules_copy / MAIN_RULES.name).write_text(text.replace(old, new), encoding="utf-8")
+    (rules_copy / rules.name).write_text(text.replace(old, new), encoding="utf-8")
     tests_copy = tmp_path / "tests" / "rules"
     shutil.copytree(TEST_DIR, tests_copy)
 
-    check = _run("check", "rules", str(rules_copy / MAIN_RULES.name))
+    check = _run("check", "rules", str(rules_copy / rules.name))
     assert check.returncode == 0, f"mutant is not valid PromQL: {check.stdout}{check.stderr}"
     proc = _run("test", "rules", *sorted(str(p) for p in tests_copy.glob("*.yml")), cwd=tmp_path)
     assert proc.returncode != 0, f"unit tests did not notice mutation {name!r}"

@@ -63,6 +63,11 @@ def error_kinds(records) -> set[str]:
     ("node_timeout:1@9", Incident("node_timeout", 1, 9)),
     ("straggler:5", Incident("straggler", 5, 1)),
     ("straggler:5@30", Incident("straggler", 5, 30)),
+    ("slowdown@40", Incident("slowdown", None, 40)),
+    ("checkpoint@30", Incident("checkpoint", None, 30)),
+    ("restart@50", Incident("restart", None, 50)),
+    ("restart-loop", Incident("restart-loop", None, 20)),
+    ("restart-loop@35", Incident("restart-loop", None, 35)),
 ])
 def test_valid_specs(spec, incident):
     assert parse_incident(spec) == incident
@@ -81,6 +86,8 @@ def test_valid_specs(spec, incident):
     ("node_timeout@5", "node_timeout needs a rank"),
     ("nan", "nan needs a step"),
     ("crash:1", "crash needs a step"),
+    ("restart:2@50", "restart happens to the whole job, not to a rank"),
+    ("slowdown", "slowdown needs a step"),
 ])
 def test_bad_specs_name_the_spec(spec, complaint):
     with pytest.raises(SpecError) as error:
@@ -97,6 +104,16 @@ def test_bad_specs_name_the_spec(spec, complaint):
 def test_specs_must_fit_the_run(spec, complaint):
     with pytest.raises(SpecError, match=re.escape(complaint)):
         run_config(spec, ranks=8, steps=100)
+
+
+@pytest.mark.parametrize(("specs", "complaint"), [
+    (("restart@50", "oom:1@60"), "restart cannot be combined with oom"),
+    (("restart-loop", "hang@30"), "restart-loop cannot be combined with hang"),
+    (("restart-loop", "restart@40"), "restart-loop is the only restart of its run"),
+])
+def test_restarts_do_not_combine_with_incidents_that_stop_ranks(specs, complaint):
+    with pytest.raises(ValueError, match=re.escape(complaint)):
+        run_config(*specs, ranks=4, steps=100)
 
 
 @pytest.mark.parametrize("argv", [
@@ -245,12 +262,50 @@ def test_a_silent_rank_cannot_fail_again():
     assert not error_kinds(records["worker_1.log"])
 
 
-def test_straggler_steps_take_longer():
-    records = records_by_file(run_config("straggler:5@10", ranks=8, steps=40))
-    def median_time(rank, steps):
-        return statistics.median(r.step_time_seconds for r in steps_of(records[worker_log(rank)])[steps])
-    assert median_time(5, slice(0, 9)) == pytest.approx(median_time(4, slice(0, 9)), rel=0.05)
-    assert 2.2 < median_time(5, slice(10, None)) / median_time(4, slice(10, None)) < 2.8
+def _median_time(records, rank: int, steps: slice) -> float:
+    return statistics.median(row.step_time_seconds or 0.0 for row in steps_of(records[worker_log(rank)])[steps])
+
+
+@pytest.mark.parametrize(("spec", "factor"), [("straggler:5@10", 2.5), ("slowdown@10", 1.8)])
+def test_a_straggler_or_a_slowdown_slows_every_rank_alike(spec, factor):
+    """Synchronous training: every rank waits for the slowest at each collective."""
+    records = records_by_file(run_config(spec, ranks=8, steps=40))
+    for rank in (0, 4, 5):
+        ratio = _median_time(records, rank, slice(10, None)) / _median_time(records, rank, slice(0, 9))
+        assert ratio == pytest.approx(factor, rel=0.05)
+    assert _median_time(records, 5, slice(10, None)) == pytest.approx(_median_time(records, 4, slice(10, None)),
+                                                                    rel=0.05)
+
+
+def test_a_checkpoint_save_is_one_long_step_with_its_save_line():
+    config = run_config("checkpoint@30", ranks=2, steps=40)
+    records = records_by_file(config)
+    times = [row.step_time_seconds for row in steps_of(records[worker_log(0)])]
+    assert times[29] > 20 * statistics.median(times)
+    assert sum(time > 2 * statistics.median(times) for time in times) == 1
+    assert any("Saving checkpoint at step 30" in line for line in lines_by_file(config)[worker_log(1)])
+    # ... which takes wall time when written live: slots without lines before step 30's.
+    slots = list(simulate(config))
+    assert [slot.lines for slot in slots[30:33]] == [{}, {}, {}]
+
+
+def test_a_restart_resumes_from_the_latest_checkpoint_and_replays_the_steps_after_it():
+    config = run_config("restart@80", ranks=2, steps=100)
+    for records in records_by_file(config).values():
+        steps = [row.step for row in steps_of(records)]
+        if steps:
+            assert steps == [*range(1, 80), *range(51, 101)]
+    lines = lines_by_file(config)
+    assert sum("Running MindFormers in PYNATIVE_MODE" in line for line in lines[worker_log(1)]) == 2
+    # msrun's workers register again: the scheduler initialises the cluster a second time.
+    assert sum("Cluster is successfully initialized" in line for line in lines[SCHEDULER_LOG]) == 2
+
+
+def test_a_restart_loop_never_passes_the_step_it_dies_at():
+    config = run_config("restart-loop@30", ranks=2, steps=100)
+    steps = [row.step for row in steps_of(records_by_file(config)[worker_log(0)])]
+    assert steps == [*range(1, 30)] * 4  # the first start and three restarts, then the launcher gives up
+    assert not plan_run(config).hung
 
 
 def test_pipeline_stages_only_the_last_prints_step_records():

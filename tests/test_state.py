@@ -139,7 +139,8 @@ def test_a_line_without_a_step_at_the_start_of_a_batch_is_at_the_rank_step_befor
 
 def _random_line(rng: random.Random) -> StepLine:
     values = {name: rng.choice([1.5, 2.5, math.nan, math.inf, 30.0]) for name in ("loss", "grad_norm", "learning_rate",
-                                                                                    "throughput", "total_steps")
+                                                                                    "throughput", "total_steps",
+                                                                                    "step_time_seconds")
               if rng.random() < 0.6}
     line = StepLine(rng.choice([None, 1, 2, 2, 3, 7, 7, 8]), values,
                     units={"throughput": rng.choice(["T", "samples/s"])} if rng.random() < 0.5 else {},

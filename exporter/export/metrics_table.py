@@ -98,12 +98,19 @@ RANK_COUNTERS = _group(
     COUNTER, RANKS,
     MetricSpec("training_log_lines", "Log lines read from the rank's log.", "lines_total", "{line}"),
     MetricSpec("training_steps", "Step records parsed from the rank's log.", "steps_total", "{step}"),
+    MetricSpec("training_restarts", "Times the training started again in the rank's log (a start banner after steps, "
+               "the step going back, msrun's workers registering again).", "restarts_total", "{restart}"),
+    MetricSpec("training_productive_seconds", "Printed step time of steps that moved past the highest step reached "
+               "so far (goodput's numerator).", "productive_seconds_total", "s"),
 )
 
 # Counters per rank and kind, created at 0 for the known kinds; label values in creation order.
 KIND_COUNTERS = _group(
     COUNTER, RANKS,
     MetricSpec("training_anomalies", "Anomalies detected at step resolution, by kind.", "anomalies", "{anomaly}", "kind"),
+    MetricSpec("training_lost_seconds", "Time that did not train the model, by kind: replayed (steps re-run after a "
+               "restart), startup (a (re)start to its first step), checkpoint (a one-step save above the baseline), "
+               "stall (gaps between step records).", "lost_seconds_total", "s", "kind"),
     MetricSpec("training_errors", "Failure signatures seen in the rank's log, by kind.", "errors", "{error}", "kind"),
     MetricSpec("training_scheduler_events", "Cluster events from msrun's scheduler.log, by kind.", "scheduler_events", "{event}", "kind"),
     MetricSpec("training_scheduler_node_timeouts", "Nodes msrun's scheduler declared timed out, by node id (repeated lines count once).",

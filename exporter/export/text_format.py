@@ -47,12 +47,16 @@ def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY, *, openme
            runtime: Collector | None = None) -> bytes:
     """The whole exposition, from one consistent snapshot of the state; ``runtime``'s families
     (the process and platform collectors) after it."""
-    out: list[str] = []
+    # Encoded a family at a time: at the series limit the text of every sample at once, as
+    # string objects, then joined, then encoded, would hold the exposition three times over.
+    chunks: list[bytes] = []
     counts, gauges = _Numbers(), _Numbers(keep_zero=False)
     header = _openmetrics_header if openmetrics else _header
     for family in walk(state, _series_labels, scrape_time):
+        out: list[str] = []
         _write_family(out.append, family, counts if family.spec.type == COUNTER else gauges, header)
-    body = "".join(out).encode()
+        chunks.append("".join(out).encode())
+    body = b"".join(chunks)
     if openmetrics:  # prometheus-client's writer closes with the # EOF line, also for no families
         return body + openmetrics_exposition.generate_latest(runtime or _EMPTY)
     return body if runtime is None else body + exposition.generate_latest(runtime)
@@ -70,10 +74,12 @@ def _write_family(write: Callable[[str], None], family: Family[_SeriesLabels], n
     number = numbers.__getitem__
     label = spec.label
     if label is not None:
-        # Half the samples at 1,024 ranks: one lookup for the labels text, built once per series.
+        # Half the samples at 1,024 ranks: the series' labels on either side of the extra one are
+        # built once per series, the extra label's text once per value for all series.
+        pairs = _LabelPairs(label)
         for labels, label_value, value in family.samples:
-            text = labels.labeled.get((label, label_value)) or labels.with_label(label, label_value)
-            write(f"{name}{{{text}}} {number(value)}\n")
+            before, after = labels.around.get(label) or labels.split_at(label)
+            write(f"{name}{{{before}{pairs[label_value]}{after}}} {number(value)}\n")
         return
     for labels, _, value in family.samples:
         text = labels.text
@@ -136,19 +142,31 @@ class _SeriesLabels:
     """A series' labels, sorted by name as prometheus-client prints them, escaped once for as long as the
     series is scraped; with one more label (a kind, an aux loss name) too."""
 
-    __slots__ = ("_parts", "labeled", "text")
+    __slots__ = ("_parts", "around", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
         pairs = sorted(zip(names, values, strict=True))
         self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
         self.text = ",".join(part for _, part in self._parts)
-        # (extra label name, its value) -> the whole text; the values come from a few known kinds and
-        # the aux loss names of the run (bounded by the state's limits).
-        self.labeled: dict[tuple[str, str], str] = {}
+        # extra label name -> the labels' text before and after it. Not the whole text per value:
+        # a dozen kinds per series, four thousand series, would keep megabytes of it.
+        self.around: dict[str, tuple[str, str]] = {}
 
-    def with_label(self, name: str, value: str) -> str:
-        """The series' labels plus one more, at its sorted place."""
+    def split_at(self, name: str) -> tuple[str, str]:
+        """The series' labels before and after one more label at its sorted place, with their commas."""
         before = "".join(part + "," for label, part in self._parts if label < name)
         after = "".join("," + part for label, part in self._parts if label > name)
-        text = self.labeled[(name, value)] = f'{before}{name}="{_escape(value)}"{after}'
+        self.around[name] = (before, after)
+        return before, after
+
+
+class _LabelPairs(dict[str, str]):
+    """One extra label's ``name="value"`` text by value, escaped once per family and scrape."""
+
+    def __init__(self, name: str) -> None:
+        super().__init__()
+        self._name = name
+
+    def __missing__(self, value: str) -> str:
+        text = self[value] = f'{self._name}="{_escape(value)}"'
         return text

@@ -11,6 +11,7 @@
 #include <Python.h>
 #include <math.h>
 #include <stdint.h>
+#include <stdlib.h>
 
 #define LIMIT (1LL << 61) /* step - window and counts + 1 stay far from overflow */
 
@@ -309,8 +310,138 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The slowdown detector and the split of step time (check_step_times in detectors.py)        */
+
+static int
+compare_doubles(const void *a, const void *b)
+{
+    double x = *(const double *)a, y = *(const double *)b;
+    return (x > y) - (x < y);
+}
+
+/* _median: the values are times, never NaN. */
+static double
+median(double *values, Py_ssize_t count)
+{
+    qsort(values, (size_t)count, sizeof(double), compare_doubles);
+    Py_ssize_t middle = count / 2;
+    return count % 2 ? values[middle] : (values[middle - 1] + values[middle]) / 2;
+}
+
+PyDoc_STRVAR(check_step_times_doc,
+"check_step_times(config, slowdown, steps, values, productive, checkpoint)\n"
+"    -> (slowdowns, last_slowdown_step, productive, checkpoint, slowdown)\n\n"
+"The slowdown detector over one series of step times: see exporter/native/detectors.py.");
+
+static PyObject *
+check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 6) {
+        PyErr_SetString(PyExc_TypeError, "check_step_times takes 6 arguments");
+        return NULL;
+    }
+    double factor, alpha, baseline, held, productive, checkpoint;
+    long long needed, warmup_steps, seen, slow_run;
+    PyObject *config = tuple_of(args[0], 4, "config"), *state = tuple_of(args[1], 6, "slowdown state");
+    if (config == NULL || state == NULL || as_double(PyTuple_GET_ITEM(config, 0), &factor) < 0
+        || as_long(PyTuple_GET_ITEM(config, 1), &needed) < 0 || as_long(PyTuple_GET_ITEM(config, 2), &warmup_steps) < 0
+        || as_double(PyTuple_GET_ITEM(config, 3), &alpha) < 0 || as_double(PyTuple_GET_ITEM(state, 0), &baseline) < 0
+        || as_long(PyTuple_GET_ITEM(state, 1), &seen) < 0 || as_long(PyTuple_GET_ITEM(state, 2), &slow_run) < 0
+        || as_double(PyTuple_GET_ITEM(state, 3), &held) < 0 || as_double(args[4], &productive) < 0
+        || as_double(args[5], &checkpoint) < 0) {
+        return NULL;
+    }
+    int in_slowdown = PyObject_IsTrue(PyTuple_GET_ITEM(state, 4));
+    if (in_slowdown < 0) return NULL;
+    PyObject *steps = PySequence_Fast(args[2], "steps must be a sequence");
+    PyObject *values = steps ? PySequence_Fast(args[3], "values must be a sequence") : NULL;
+    PyObject *warm = values ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
+    PyObject *result = NULL, *warm_out = NULL;
+    double *warmup = NULL;
+    if (warm == NULL) goto done;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(values);
+    if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
+    Py_ssize_t warm_count = PySequence_Fast_GET_SIZE(warm);
+    warmup = PyMem_Calloc((size_t)(warm_count + count + 1), sizeof(double));
+    if (warmup == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (Py_ssize_t i = 0; i < warm_count; i++) {
+        if (as_double(PySequence_Fast_GET_ITEM(warm, i), &warmup[i]) < 0) goto done;
+    }
+    Py_ssize_t slowdowns = 0, last_slowdown = -1;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
+        long long step_number;
+        double value;
+        if ((step != Py_None && as_long(step, &step_number) < 0)
+            || as_double(PySequence_Fast_GET_ITEM(values, i), &value) < 0) {
+            goto done;
+        }
+        if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
+        if (seen < warmup_steps) {
+            productive += value;
+            warmup[warm_count++] = value;
+            seen += 1;
+            if (seen == warmup_steps) {
+                baseline = median(warmup, warm_count);
+                warm_count = 0;
+            }
+            continue;
+        }
+        if (value > factor * baseline) {
+            slow_run += 1;
+            if (slow_run == 1) {
+                held = value;
+            } else {
+                if (slow_run == 2) {
+                    productive += held;
+                    held = 0.0;
+                }
+                productive += value;
+            }
+            if (slow_run == needed && !in_slowdown) {
+                in_slowdown = 1;
+                slowdowns++;
+                if (step != Py_None) last_slowdown = i;
+            }
+            continue;
+        }
+        if (slow_run == 1) {
+            productive += baseline;
+            checkpoint += held - baseline;
+            held = 0.0;
+        }
+        slow_run = 0;
+        in_slowdown = 0;
+        productive += value;
+        baseline += alpha * (value - baseline);
+        seen += 1;
+    }
+    warm_out = PyList_New(warm_count);
+    if (warm_out == NULL) goto done;
+    for (Py_ssize_t i = 0; i < warm_count; i++) {
+        PyObject *number = PyFloat_FromDouble(warmup[i]);
+        if (number == NULL) goto done;
+        PyList_SET_ITEM(warm_out, i, number);
+    }
+    result = Py_BuildValue("(nOdd(dLLdOO))", slowdowns,
+                           last_slowdown < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_slowdown), productive,
+                           checkpoint, baseline, seen, slow_run, held, in_slowdown ? Py_True : Py_False, warm_out);
+done:
+    PyMem_Free(warmup);
+    Py_XDECREF(warm_out);
+    Py_XDECREF(warm);
+    Py_XDECREF(steps);
+    Py_XDECREF(values);
+    return result;
+}
+
 static PyMethodDef methods[] = {
     {"check_series", (PyCFunction)(void (*)(void))check_series, METH_FASTCALL, check_series_doc},
+    {"check_step_times", (PyCFunction)(void (*)(void))check_step_times, METH_FASTCALL, check_step_times_doc},
     {NULL},
 };
 

@@ -20,6 +20,18 @@ Each value in order: a non-finite one is only counted; a finite one goes to the 
 detector (required once a value is finite), then, unless it is part of a spike, to the
 plateau tracker. A step of None is never the one reported. Returned: the counts, the step
 of the last of each, and the detectors' new state (None where none was given).
+
+    check_step_times(config, slowdown, steps, values, productive, checkpoint)
+        -> (slowdowns, last_slowdown_step, productive, checkpoint, slowdown)
+
+- ``config``: ``(slowdown_factor, slowdown_steps, slowdown_warmup_steps,
+  slowdown_baseline_alpha)``;
+- ``slowdown``: ``(baseline, seen, slow_run, held, in_slowdown, warmup)`` (see _Slowdown);
+- ``steps``, ``values``: step times in seconds, in order; ``productive``, ``checkpoint``:
+  the seconds so far, to which each step's time is added in turn.
+
+A step time that is not a time (not finite, not positive) is skipped. Returned: the
+slowdowns begun, the step of the last, the seconds with these steps added, the new state.
 """
 
 from __future__ import annotations
@@ -31,6 +43,8 @@ from collections.abc import Sequence
 SpikeState = tuple[float, float, int, int]
 PlateauState = tuple[float | None, float, float, list[int], list[float], int | None]
 SeriesCheck = tuple[int, int | None, int, int | None, SpikeState | None, PlateauState | None]
+SlowdownState = tuple[float, int, int, float, bool, list[float]]
+StepTimesCheck = tuple[int, int | None, float, float, SlowdownState]
 
 
 def check_series(config: tuple, spikes: SpikeState | None, plateau: PlateauState | None,
@@ -160,3 +174,52 @@ class _Plateau:
     def state(self) -> PlateauState:
         return (self.smoothed, self.change, self.previous, [step for step, _ in self.history],
                 [value for _, value in self.history], self.best_step)
+
+
+def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int | None], values: Sequence[float],
+                     productive: float, checkpoint: float) -> StepTimesCheck:
+    """Feed one series of step times in order; see the module's docstring."""
+    factor, needed, warmup_steps, alpha = config
+    baseline, seen, slow_run, held, in_slowdown, warmup = slowdown
+    baseline, held, warmup = float(baseline), float(held), [float(value) for value in warmup]
+    slowdowns, last_slowdown = 0, None
+    for step, value in zip(steps, values, strict=False):
+        if not 0 < value < math.inf:  # not a time (NaN fails every comparison)
+            continue
+        if seen < warmup_steps:
+            productive += value
+            warmup.append(value)
+            seen += 1
+            if seen == warmup_steps:
+                baseline, warmup = _median(warmup), []
+            continue
+        if value > factor * baseline:
+            slow_run += 1
+            if slow_run == 1:
+                held = value  # a save or the start of a slowdown: the next step tells which
+            else:
+                if slow_run == 2:  # not a one-step blip: slow training, but training
+                    productive += held
+                    held = 0.0
+                productive += value
+            if slow_run == needed and not in_slowdown:
+                in_slowdown = True
+                slowdowns += 1
+                last_slowdown = step if step is not None else last_slowdown
+            continue
+        if slow_run == 1:  # a one-step blip: its time above the baseline saved a checkpoint
+            productive += baseline
+            checkpoint += held - baseline
+            held = 0.0
+        slow_run, in_slowdown = 0, False
+        productive += value
+        baseline += alpha * (value - baseline)
+        seen += 1
+    return slowdowns, last_slowdown, productive, checkpoint, (baseline, seen, slow_run, held, in_slowdown, warmup)
+
+
+def _median(values: list[float]) -> float:
+    """statistics.median, spelled out as the C kernel computes it."""
+    ordered = sorted(values)
+    middle = len(ordered) // 2
+    return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2

@@ -684,6 +684,8 @@ read_line(Run *run, const uint8_t *line, const uint8_t *end)
             continue;
         }
         if (found == 2) return 0;
+        /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
+        if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
         memset(run->slots, 0, (size_t)table->count * sizeof(Slot));
         run->line_named = 0;
         if (read_pairs(run, body, body_end) < 0 || commit(run, step, total) < 0) return -1;

@@ -30,9 +30,10 @@ latest value.
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
-holds no record or is declined: a line that is not ASCII, carries a line tag, or whose step
+holds no record or is declined: a line that is not ASCII, carries a line tag, whose step
 or total has more than 18 digits (those go to the per-line parser, ``read_record``, which
-reads any text); it returns how many lines it read. Runs read one after the other are
+reads any text), or whose step is below the step of the line read before it since the last
+``take()`` (a restart, which ends a batch); it returns how many lines it read. Runs read one after the other are
 taken as one, by ``take()``:
 
     (steps, total, fields, named)
@@ -119,6 +120,8 @@ class StepReader:
             match = self._grammar.record.search(line.decode("ascii"))
             if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
                 break
+            if self._steps and int(match.group(1)) < self._steps[-1]:
+                break  # a step going back (a restart) starts a new batch: the caller reads that line itself
             self._commit(_record(self._table, match))
             taken += 1
         return taken

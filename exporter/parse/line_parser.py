@@ -195,6 +195,10 @@ class LineParser:
         builder = self._batches.get(None)
         if builder is None or self._format is None:
             return 0
+        if builder.has_lines_read_alone:
+            # The kernel ends a run where the step goes back, but cannot see the steps of lines read
+            # one by one (a declined line): a new batch keeps a batch's steps from ever going back.
+            self._end_batch(builder, parsed)
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
         taken = builder.read_run(data, starts, index, limit)
         if taken:
@@ -247,6 +251,8 @@ class LineParser:
         _check_step_line(record)
         parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + 1
         builder = self._builder(rank)
+        if builder.goes_back(record.step):
+            self._end_batch(builder, parsed)
         full = builder.add_line(record, self._line_start)
         if full or (self._rows_per_batch and len(builder) >= self._rows_per_batch):
             self._end_batch(builder, parsed)
@@ -271,6 +277,10 @@ class LineParser:
         info = banner.parse(body.decode("utf-8", "replace"))
         if info is None:
             return False
+        # A banner after steps is a restart: the steps before it must reach the state before it does.
+        builder = self._batches.get(rank)
+        if builder is not None:
+            self._end_batch(builder, parsed)
         self._emit(info, rank, parsed)
         return True
 

@@ -16,9 +16,9 @@ from exporter.native.step_fields import Run
 from exporter.parse.fields import is_aux_loss, is_rank_value
 from exporter.parse.records import Named, Series, StepBatch, StepLine
 
-# The gauges whose every value the state's detectors need; of the others the latest is enough
-# (and of the named values, those a rank prints for itself: fields.is_rank_value).
-SERIES_FIELDS = ("loss", "grad_norm")
+# The gauges whose every value the state's detectors and time accounting need; of the others the
+# latest is enough (and of the named values, those a rank prints for itself: fields.is_rank_value).
+SERIES_FIELDS = ("loss", "grad_norm", "step_time_seconds")
 
 
 class StepBatchBuilder:
@@ -52,12 +52,23 @@ class StepBatchBuilder:
         self._merge_reader()
         self._reader, self._gauges = reader, gauges
 
+    @property
+    def has_lines_read_alone(self) -> bool:
+        """True when lines were added one by one since the last take (the reader cannot see their steps)."""
+        return bool(self._steps)
+
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> int:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``); how many lines it took."""
         taken = self._reader.read(data, starts, index, limit) if self._reader is not None else 0
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
         return taken
+
+    def goes_back(self, step: int | None) -> bool:
+        """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch
+        (a batch's steps never go back, so the state tells replayed steps by their number alone)."""
+        self._merge_reader()
+        return step is not None and self._known_step is not None and step < self._known_step
 
     def add_line(self, line: StepLine, start: int = 0) -> bool:
         """Add one line's values (``start``: where the line starts in its block); True when the batch must end

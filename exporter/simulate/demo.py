@@ -12,8 +12,9 @@ from exporter.simulate.incidents import parse_incident
 from exporter.simulate.scenario import RunConfig, simulate
 from exporter.simulate.writer import write_run
 
-# A long healthy run with two things to look at: rank 5 slows down after half a
-# minute (training_step_duration_seconds) and the loss spikes once at step 120
+# A long healthy run with two things to look at: rank 5 turns slow after half a minute
+# and every rank waits for it (training_step_duration_seconds, training_anomalies_total
+# {kind="slowdown"} 20 steps later), and the loss spikes once at step 120
 # (training_anomalies_total{kind="loss_spike"}).
 DEMO_INCIDENTS = ("straggler:5@30", "spike@120")
 DEMO_RANKS, DEMO_STEPS, DEMO_STEP_INTERVAL = 8, 100_000, 1.0

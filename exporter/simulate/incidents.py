@@ -18,6 +18,7 @@ class SpecError(ValueError):
 class Target(Enum):
     OPTIONAL = "optional"
     REQUIRED = "required"
+    NONE = "none"  # the whole job
 
 
 @dataclass(frozen=True, slots=True)
@@ -27,6 +28,7 @@ class KindRule:
     target: Target
     step_required: bool
     help: str
+    default_step: int = 1
 
 
 # The rank of `hang` names the culprit (the rank that stops first); the target of
@@ -51,10 +53,20 @@ KINDS: dict[str, KindRule] = {
                         "RANK's device_local_norm (TrainingStateMonitor) is ~12x its own level from STEP on"),
     "norm_shift": KindRule(Target.OPTIONAL, True,
                            "every rank's (or RANK's) device_local_norm triples from STEP on, together"),
-    "straggler": KindRule(Target.REQUIRED, False, "RANK's steps take ~2.5x longer from STEP (default 1) on"),
+    "straggler": KindRule(Target.REQUIRED, False,
+                          "from STEP (default 1) on RANK is slow and every rank waits for it at each collective: "
+                          "every rank's steps take ~2.5x longer"),
+    "slowdown": KindRule(Target.NONE, True, "from STEP on every rank's steps take ~1.8x longer (a shared cause)"),
+    "checkpoint": KindRule(Target.NONE, True, "a synchronous checkpoint save makes step STEP ~30x longer"),
+    "restart": KindRule(Target.NONE, True,
+                        "the job dies while training STEP, is started again and resumes from its latest checkpoint "
+                        "(every 50 steps), replaying the steps after it"),
+    "restart-loop": KindRule(Target.NONE, False,
+                             "the job dies at STEP (default 20) every time it is started again; the launcher gives up "
+                             "after 3 restarts", default_step=20),
 }
 
-_SPEC = re.compile(r"^(?P<kind>[a-z_]+)(?::(?P<target>\d+))?(?:@(?P<step>\d+))?$")
+_SPEC = re.compile(r"^(?P<kind>[a-z_-]+)(?::(?P<target>\d+))?(?:@(?P<step>\d+))?$")
 _FORM = "KIND[:RANK][@STEP], e.g. nan@120, oom:3@200 or straggler:5"
 
 
@@ -84,9 +96,11 @@ def parse_incident(spec: str) -> Incident:
     target, step = match.group("target"), match.group("step")
     if target is None and rule.target is Target.REQUIRED:
         raise SpecError(f"--inject {spec!r}: {kind} needs a rank, e.g. {kind}:3@{step or 100}")
+    if target is not None and rule.target is Target.NONE:
+        raise SpecError(f"--inject {spec!r}: {kind} happens to the whole job, not to a rank: {kind}@{step or 100}")
     if step is None and rule.step_required:
         raise SpecError(f"--inject {spec!r}: {kind} needs a step, e.g. {spec}@100")
-    return Incident(kind, None if target is None else int(target), 1 if step is None else int(step))
+    return Incident(kind, None if target is None else int(target), rule.default_step if step is None else int(step))
 
 
 def check_incident(incident: Incident, ranks: int, steps: int, spec: str | None = None) -> None:

@@ -1,6 +1,8 @@
 """A simulated msrun run as a stream of time slots: pure and deterministic for a seed.
 
-Slot 0 is start-up, slot ``s`` (1..steps) is training step ``s``, later slots carry what
+The run's timeline (``timeline``) says what each slot holds: start-up, a training step, a
+pause (a long checkpoint save in progress, a dead job waiting to be restarted). Without
+restarts or saves slot 0 is start-up and slot ``s`` is step ``s``; later slots carry what
 happens after the last step (a watchdog or the scheduler noticing a dead peer). Each rank
 draws its noise from its own generator, the same number of draws every step, so an
 incident on one rank never changes the numbers another rank prints.
@@ -36,11 +38,19 @@ SPIKE_LOSS_FACTOR, SPIKE_GRAD_NORM_FACTOR = 10.0, 8.0
 DIVERGE_FACTOR, NORM_SHIFT_FACTOR = 12.0, 3.0
 LOCAL_NORM_NOISE = 0.05      # relative, per step and rank
 _LOCAL_NORM_KINDS = ("diverge", "norm_shift")  # a run with either prints TrainingStateMonitor values
-STRAGGLER_FACTOR = 2.5
+# Synchronous training waits for the slowest rank at every collective: a straggler slows
+# every rank alike (its own step time is no different), a shared cause (storage, network) too.
+STRAGGLER_FACTOR, SLOWDOWN_FACTOR = 2.5, 1.8
+CHECKPOINT_SAVE_FACTOR = 30  # a synchronous save: one step ~30x longer
+CHECKPOINT_SAVE_SLOTS = 4    # ... which takes that many slots of wall time when written live
+RESTART_DOWN_SLOTS = 4       # a dead job's time until the launcher starts it again
+RESTART_LOOP_RESTARTS = 3    # restart-loop: the launcher gives up after this many restarts
 HANG_LEAD_STEPS = 3          # the hang's culprit stops this many steps before the others
 TIMEOUT_SLOTS = 5            # slots until watchdogs and the scheduler notice a dead peer
 RANKS_PER_NODE = 8
 _DIES_WITH_ERROR = ("crash", "oom", "segfault", "nccl", "hccl")
+_RESTARTS = ("restart", "restart-loop")
+_SILENCES = ("hang", *_DIES_WITH_ERROR, "node_timeout")
 SCHEDULER_LOG = "scheduler.log"
 
 
@@ -70,6 +80,13 @@ class RunConfig:
             raise ValueError(f"--pp-stages {self.pp_stages} must divide --ranks {self.ranks}")
         for incident in self.incidents:
             check_incident(incident, self.ranks, self.steps)
+        kinds = {incident.kind for incident in self.incidents}
+        if kinds & set(_RESTARTS) and kinds & set(_SILENCES):
+            raise ValueError(f"--inject: {' and '.join(sorted(kinds & set(_RESTARTS)))} cannot be combined with "
+                             f"{', '.join(sorted(kinds & set(_SILENCES)))} (a restart replays steps; those stop ranks "
+                             "at a step)")
+        if "restart-loop" in kinds and sum(incident.kind in _RESTARTS for incident in self.incidents) > 1:
+            raise ValueError("--inject: restart-loop is the only restart of its run")
 
     def prints_loss(self, rank: int) -> bool:
         """With pipeline parallelism only the last stage prints step records."""
@@ -90,8 +107,8 @@ class Plan:
 
     stop_step: list[int]                       # per rank: first step it does not print
     fatal_error: dict[int, Incident]           # rank -> the error it prints at its stop step
-    delayed: dict[int, list[tuple[str, int]]]  # slot -> (kind, rank) of late messages
-    last_slot: int
+    delayed: dict[int, list[tuple[str, int]]]  # step -> (kind, rank) of messages TIMEOUT_SLOTS slots after it
+    last_step: int                             # the last step at which any rank writes
     hung: bool                                 # ranks went silent without any error: alive, stuck
 
     def finished(self, rank: int, steps: int) -> bool:
@@ -117,23 +134,61 @@ def plan_run(config: RunConfig) -> Plan:
             survivors = [other for other in range(config.ranks) if other != rank and stop[other] >= step]
             stop = [min(s, step) for s in stop]
             if kind == "node_timeout":
-                delayed[step + TIMEOUT_SLOTS].append(("node_timeout", rank))
+                delayed[step].append(("node_timeout", rank))
             else:
                 fatal.setdefault(rank, incident)
             if kind == "nccl":
-                delayed[step + TIMEOUT_SLOTS] += [("nccl_watchdog", other) for other in survivors]
+                delayed[step] += [("nccl_watchdog", other) for other in survivors]
     # After every rank's fate is known: a rank that died at the step does not time out as well.
     for incident in config.incidents:
         if incident.kind == "watchdog":
             waiting = [rank for rank in range(config.ranks) if incident.rank in (None, rank)
                        and rank not in fatal and stop[rank] >= incident.step]
             stop = [min(s, incident.step) if rank in waiting else s for rank, s in enumerate(stop)]
-            delayed[incident.step + TIMEOUT_SLOTS] += [("nccl_watchdog", rank) for rank in waiting]
+            delayed[incident.step] += [("nccl_watchdog", rank) for rank in waiting]
     writes = [s - 1 + (rank in fatal) for rank, s in enumerate(stop)]
-    last_slot = max([*writes, *delayed])
     stopped_early = any(s <= config.steps for s in stop)
     timed_out = any(kind in ("node_timeout", "nccl_watchdog") for late in delayed.values() for kind, _ in late)
-    return Plan(stop, fatal, dict(delayed), last_slot, hung=stopped_early and not (fatal or timed_out))
+    return Plan(stop, fatal, dict(delayed), max(writes), hung=stopped_early and not (fatal or timed_out))
+
+
+@dataclass(frozen=True, slots=True)
+class Moment:
+    """What one slot of the timeline holds for the workers."""
+
+    kind: str      # "start" (start-up lines), "step", "pause" (nothing: a save in progress, a dead job)
+    step: int = 0  # the step of a "step" slot
+    attempt: int = 0  # how many times the job was started before this one
+
+
+def timeline(config: RunConfig) -> list[Moment]:
+    """The workers' slots from the first start-up to the last step trained (before any late message).
+
+    A restart (``restart@S``) kills the job while it trains step S for the first time; after
+    RESTART_DOWN_SLOTS the launcher starts it again, and it resumes from its latest checkpoint
+    (saved every CHECKPOINT_EVERY steps), replaying the steps after it. ``restart-loop@S`` dies
+    at step S every time, and the launcher gives up after RESTART_LOOP_RESTARTS restarts. A
+    long save (``checkpoint@S``) takes CHECKPOINT_SAVE_SLOTS slots before step S's line.
+    """
+    restarts = {incident.step for incident in config.incidents if incident.kind == "restart"}
+    loop = next((incident.step for incident in config.incidents if incident.kind == "restart-loop"), None)
+    saves = {incident.step for incident in config.incidents if incident.kind == "checkpoint"}
+    moments, attempt, step = [Moment("start")], 0, 1
+    while step <= config.steps:
+        if step in restarts or step == loop:
+            restarts.discard(step)
+            if step == loop and attempt == RESTART_LOOP_RESTARTS:
+                break  # the launcher gives up
+            attempt += 1
+            moments += [Moment("pause")] * RESTART_DOWN_SLOTS + [Moment("start", attempt=attempt)]
+            step = (step - 1) // CHECKPOINT_EVERY * CHECKPOINT_EVERY + 1
+            continue
+        if step in saves:
+            saves.discard(step)
+            moments += [Moment("pause")] * (CHECKPOINT_SAVE_SLOTS - 1)
+        moments.append(Moment("step", step, attempt))
+        step += 1
+    return moments
 
 
 def _progress(step: float, steps: int) -> float:
@@ -165,9 +220,10 @@ class _RankEffects:
 
     nan_from: float = math.inf
     plateau_from: float = math.inf
-    straggler_from: float = math.inf
     local_norm_factors: list[tuple[int, float]] = field(default_factory=list)  # (from step, factor)
+    slow_from: list[tuple[int, float]] = field(default_factory=list)  # (from step, factor): straggler, slowdown
     spikes: set[int] = field(default_factory=set)
+    saves: set[int] = field(default_factory=set)
 
     def local_norm_factor(self, step: int) -> float:
         return math.prod(factor for start, factor in self.local_norm_factors if step >= start)
@@ -176,14 +232,19 @@ class _RankEffects:
 def _effects(config: RunConfig, rank: int) -> _RankEffects:
     effects = _RankEffects()
     for incident in config.incidents:
+        # Every rank waits for a straggler: its step time is every rank's (its rank names the culprit).
+        if incident.kind == "straggler":
+            effects.slow_from.append((incident.step, STRAGGLER_FACTOR))
+        elif incident.kind == "slowdown":
+            effects.slow_from.append((incident.step, SLOWDOWN_FACTOR))
+        elif incident.kind == "checkpoint":
+            effects.saves.add(incident.step)
         if incident.rank not in (None, rank):
             continue
         if incident.kind == "nan":
             effects.nan_from = min(effects.nan_from, incident.step)
         elif incident.kind == "plateau":
             effects.plateau_from = min(effects.plateau_from, incident.step)
-        elif incident.kind == "straggler":
-            effects.straggler_from = min(effects.straggler_from, incident.step)
         elif incident.kind == "spike":
             effects.spikes.add(incident.step)
         elif incident.kind in _LOCAL_NORM_KINDS:
@@ -224,8 +285,11 @@ class _Rank:
             if step >= effects.nan_from:
                 loss = grad_norm = math.nan
             step_ms = STEP_MS * (1 + STEP_TIME_NOISE * time_noise)
-            if step >= effects.straggler_from:
-                step_ms *= STRAGGLER_FACTOR
+            for slow_from, factor in effects.slow_from:
+                if step >= slow_from:
+                    step_ms *= factor
+            if step in effects.saves:
+                step_ms *= CHECKPOINT_SAVE_FACTOR
             record = (texts.graph_step_lines if self.graph_mode else self._pynative_step_line)(
                 when, step, config.steps, loss, round(step_ms), learning_rate(step, config.steps), grad_norm,
                 THROUGHPUT * STEP_MS / step_ms)
@@ -233,7 +297,7 @@ class _Rank:
         if self._state_monitor is not None:
             lines.append(texts.state_monitor_line(when, step, config.steps, "device_local_norm",
                                                   self._local_norm(step, self._state_monitor.gauss(0, 1))))
-        if step % CHECKPOINT_EVERY == 0:
+        if step % CHECKPOINT_EVERY == 0 or step in effects.saves:
             lines.append(texts.checkpoint_line(when, step, self.rank))
         if chatter < TOP_CELL_WARNING:
             lines.append(texts.top_cell_warning(when, self.pid))
@@ -271,29 +335,40 @@ class _Rank:
 def simulate(config: RunConfig) -> Iterator[Slot]:
     """The run, slot by slot. ``config`` must have passed ``check``."""
     plan = plan_run(config)
+    moments = timeline(config)
     ranks = [_Rank(config, rank) for rank in range(config.ranks)]
     scheduler_pid = 2800
-    for index in range(plan.last_slot + 1):
+    slot_of_step = {0: 0} | {moment.step: index for index, moment in enumerate(moments) if moment.kind == "step"}
+    delayed: dict[int, list[tuple[str, int]]] = defaultdict(list)
+    for step, late in plan.delayed.items():
+        delayed[slot_of_step[step] + TIMEOUT_SLOTS] += late
+    # A restart-loop's job never reaches its last step: it ends with its timeline.
+    last_slot = max([slot_of_step.get(plan.last_step, len(moments) - 1), *delayed])
+    finished = moments[-1].step == config.steps and all(plan.finished(rank, config.steps)
+                                                        for rank in range(config.ranks))
+    for index in range(last_slot + 1):
         when = config.start + timedelta(seconds=index * config.seconds_per_slot)
+        moment = moments[index] if index < len(moments) else Moment("pause")
         lines: dict[str, list[str]] = {}
-        if index == 0:
+        if moment.kind == "start":
             lines[SCHEDULER_LOG] = _scheduler_startup(config, when, scheduler_pid)
             for rank in ranks:
-                lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid, config.steps, config.pp_stages,
-                                                                   config.ranks, rank.graph_mode)
-        elif index <= config.steps:
+                lines[worker_log(rank.rank)] = texts.startup_lines(when, rank.pid + 100 * moment.attempt,
+                                                                   config.steps, config.pp_stages, config.ranks,
+                                                                   rank.graph_mode)
+        elif moment.kind == "step":
             for rank in ranks:
-                printed = _rank_lines(rank, plan, index, when)
+                printed = _rank_lines(rank, plan, moment.step, when)
                 if printed:
                     lines[worker_log(rank.rank)] = printed
-        for kind, target_rank in plan.delayed.get(index, ()):
+        for kind, target_rank in delayed.get(index, ()):
             if kind == "node_timeout":
                 lines.setdefault(SCHEDULER_LOG, []).append(
                     texts.scheduler_node_timed_out(when, scheduler_pid, target_rank))
             else:
                 lines.setdefault(worker_log(target_rank), []).extend(
                     texts.nccl_watchdog_lines(when, target_rank, sequence=4 * index))
-        if index == config.steps and all(plan.finished(rank, config.steps) for rank in range(config.ranks)):
+        if finished and index == len(moments) - 1:
             lines.setdefault(SCHEDULER_LOG, []).extend(
                 texts.scheduler_unregistered(when, scheduler_pid, rank) for rank in range(config.ranks))
         yield Slot(index, lines)

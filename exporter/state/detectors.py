@@ -14,7 +14,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 
 from exporter import native
-from exporter.native.detectors import PlateauState, SpikeState
+from exporter.native.detectors import PlateauState, SlowdownState, SpikeState
 
 
 @dataclass(frozen=True, slots=True)
@@ -44,6 +44,17 @@ class DetectorConfig:
     divergence_deviations: float = 6.0
     # Values of the rank (per name) seen before a departure can be declared.
     divergence_warmup_values: int = 20
+    # Slowdown (fail-slow): a step is slow when its time exceeds the rank's own baseline by
+    # this factor; this many slow steps in a row are a slowdown (a single long step, such as a
+    # checkpoint save, is not). The baseline is the median of the first warm-up steps, then
+    # smoothed over steps that are not slow.
+    slowdown_factor: float = 1.5
+    slowdown_steps: int = 20
+    slowdown_warmup_steps: int = 20
+    slowdown_baseline_alpha: float = 0.05
+    # Lost time: a gap between two step records (as the exporter reads them) longer than
+    # this, beyond the steps' own printed time, is lost as a stall.
+    stall_gap_seconds: float = 60.0
 
 
 def kernel_config(config: DetectorConfig) -> tuple:
@@ -108,6 +119,55 @@ class PlateauTracker:
         return cls((snapshot["smoothed"], snapshot["change"], snapshot["previous"],
                     [int(step) for step, _ in history], [float(value) for _, value in history],
                     None if best_step is None else int(best_step)))
+
+
+class SlowdownDetector:
+    """A rank's step time held well above its own baseline for a sustained run of steps.
+
+    In synchronous training every rank waits for the slowest at each collective, so a slow
+    card or link shows as every rank slowing down together: each rank is compared with its
+    own history, never with the others. A run of slow steps shorter than
+    ``slowdown_steps`` is a blip and stays out of the baseline. A one-step blip is what a
+    checkpoint save looks like: the detector, which alone can tell one, also splits the step
+    time into productive and checkpoint time (the kernel, native/detectors.py, says how).
+    """
+
+    __slots__ = ("state",)
+
+    def __init__(self, state: SlowdownState = (0.0, 0, 0, 0.0, False, [])) -> None:
+        # (baseline, steps seen, length of the current slow run, time held of its first step,
+        # in a slowdown, the warm-up's step times until their median is the baseline)
+        self.state = state
+
+    @property
+    def baseline(self) -> float:
+        return self.state[0]
+
+    @property
+    def seen(self) -> int:
+        return self.state[1]
+
+    def check(self, config: DetectorConfig, steps: Sequence[int | None], seconds: Sequence[float],
+              time_split: tuple[float, float]) -> tuple[int, int | None, tuple[float, float]]:
+        """Feed step times in order: (slowdowns begun, step of the last, ``time_split`` — productive and
+        checkpoint seconds so far — with these steps' time added, one step at a time)."""
+        slowdowns, last_step, productive, checkpoint, self.state = native.check_step_times(
+            (config.slowdown_factor, config.slowdown_steps, config.slowdown_warmup_steps,
+             config.slowdown_baseline_alpha), self.state, steps, seconds, *time_split)
+        return slowdowns, last_step, (productive, checkpoint)
+
+    def snapshot(self) -> dict[str, object]:
+        """Internal state for a checkpoint."""
+        baseline, seen, slow_run, held, in_slowdown, warmup = self.state
+        return {"baseline": baseline, "seen": seen, "slow_run": slow_run, "held": held, "in_slowdown": in_slowdown,
+                "warmup": list(warmup)}
+
+    @classmethod
+    def restored(cls, snapshot: dict) -> SlowdownDetector:
+        """A detector in the state ``snapshot`` recorded (KeyError when a value is missing)."""
+        return cls((float(snapshot["baseline"]), int(snapshot["seen"]), int(snapshot["slow_run"]),
+                    float(snapshot["held"]), bool(snapshot["in_slowdown"]),
+                    [float(value) for value in snapshot["warmup"]]))
 
 
 SeriesCheck = tuple[int, int | None, int, int | None]

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any
 from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from exporter.parse.numbers import MAX_INTEGER
-from exporter.state.detectors import PlateauTracker, SpikeDetector
+from exporter.state.detectors import PlateauTracker, SlowdownDetector, SpikeDetector
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
 if TYPE_CHECKING:
@@ -50,7 +50,18 @@ class _PlateauSnapshot(TypedDict):
     best_step: int | None
 
 
-_DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _PlateauSnapshot}
+class _SlowdownSnapshot(TypedDict):
+    baseline: float
+    seen: int
+    slow_run: int
+    held: float
+    in_slowdown: bool
+    warmup: list[float]
+
+
+_DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _PlateauSnapshot,
+                                SlowdownDetector: _SlowdownSnapshot}
+_DETECTOR_TYPES = (SpikeDetector, PlateauTracker, SlowdownDetector)
 
 
 def dump_state(state: TrainingState) -> dict[str, Any]:
@@ -97,8 +108,8 @@ def _activity(item: tuple[SeriesKey, RankState]) -> float:
     return max(rank.last_log_timestamp or 0.0, rank.last_step_timestamp or 0.0)
 
 
-_COUNTS = ("lines_total", "steps_total", "anomalies", "errors", "scheduler_events", "node_timeouts")
-_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau")
+_COUNTS = ("lines_total", "steps_total", "anomalies", "errors", "scheduler_events", "node_timeouts", "restarts_total")
+_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau", "slowdown")
 
 
 def _repair_rank(values: dict[str, Any]) -> list[str]:
@@ -142,7 +153,7 @@ def _dump_rank(rank: RankState) -> dict[str, Any]:
     values = {}
     for item in _CHECKPOINTED_FIELDS:
         value = getattr(rank, item.name)
-        values[item.name] = value.snapshot() if isinstance(value, (SpikeDetector, PlateauTracker)) else _plain(value)
+        values[item.name] = value.snapshot() if isinstance(value, _DETECTOR_TYPES) else _plain(value)
     return values
 
 

@@ -6,26 +6,32 @@ one lock; writers take it once per batch of lines, not per line.
 
 from __future__ import annotations
 
+import functools
 import math
 import operator
 import threading
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
-from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, StepBatch
+from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
 from exporter.state.detectors import (
     NEW_DEPARTURE,
     DepartureState,
     DetectorConfig,
     PlateauTracker,
+    SlowdownDetector,
     SpikeDetector,
     check_departures,
     check_series,
 )
 from exporter.state.recent import RecentSteps
 
-ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "rank_divergence")
+ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "rank_divergence",
+                 "slowdown")
+# Where time that did not train the model went (DESIGN 3.3, training_lost_seconds_total{kind}).
+LOST_KINDS = ("replayed", "startup", "checkpoint", "stall")
 ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "killed", "hardware",
                "other")
 SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
@@ -82,6 +88,16 @@ class RankState:
     plateau: PlateauTracker | None = None
     # The status page's charts; a checkpoint leaves it out (metadata), a restart fills it again.
     recent: RecentSteps = field(default_factory=RecentSteps, metadata={"checkpoint": False})
+    slowdown: SlowdownDetector | None = None
+    # Restarts and goodput (DESIGN 3.3). A restart is a start banner after step records, or
+    # the step going back; the steps up to the highest reached before it are replayed.
+    restarts_total: int = 0
+    productive_seconds_total: float = 0.0
+    lost_seconds_total: dict[str, float] = field(default_factory=lambda: dict.fromkeys(LOST_KINDS, 0.0))
+    highest_step: int | None = None
+    replay_until: int | None = None  # while replaying after a restart: the highest step before it
+    attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
+    starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
 
     @property
     def total_steps(self) -> int | None:
@@ -189,6 +205,8 @@ class TrainingState:
         if rank is None:
             self.stats.lines_out_of_series_total += lines
             return
+        if lines and not rank.lines_total and rank.step is None:
+            rank.starting_since = now  # the first line of the rank's first start
         rank.lines_total += lines
         if log_timestamp is not None:
             rank.last_log_timestamp = log_timestamp
@@ -201,8 +219,12 @@ class TrainingState:
                 self._count(key, rank, rank.scheduler_events, record.kind)
                 if record.kind == "node_timeout" and record.node_id is not None:
                     self._count(key, rank, rank.node_timeouts, label_value(record.node_id))
+                elif record.kind == "cluster_initialized" and rank.scheduler_events[record.kind] > 1:
+                    rank.restarts_total += 1  # msrun's workers registered again: the job restarted
             elif isinstance(record, RunInfo):
                 rank.info.update({name: label_value(value) for name, value in record.values.items()})
+                if rank.step is not None:
+                    self._restarted(rank, now)  # a start banner after step records
 
     def _rank_state(self, key: SeriesKey) -> RankState | None:
         rank = self.series.get(key)
@@ -221,6 +243,7 @@ class TrainingState:
         step_before = rank.step
         rank.steps_total += _steps_counted(step_before, batch.steps)
         rank.step = _last_known(step_before, batch.steps)  # Hugging Face Trainer prints no step
+        since_last_step = None if rank.last_step_timestamp is None else now - rank.last_step_timestamp
         rank.last_step_timestamp = now
         rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
@@ -230,9 +253,15 @@ class TrainingState:
                 self._apply_rank_value(key, rank, name, value, batch, step_before)
             else:
                 self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
+        # Replayed steps (re-run after a restart) go to no detector: they are neither anomalies
+        # nor a reason for a detector to forget its baseline.
+        restarted, replay_until, after = _progress(batch.steps, Progress(rank.attempt_step, rank.highest_step,
+                                                                        rank.replay_until))
+        replay_before = rank.replay_until
         losses = batch.series.get("loss")
         step_time = batch.latest.get("step_time_seconds")
         if losses:
+            losses, _ = _split_replayed(losses, replay_until, replay_before)
             loss_steps = _at_known_steps(losses.steps, step_before)
             self._check_losses(rank, loss_steps, losses.values)
             rank.recent.add(loss_steps, losses.values, step_time)
@@ -243,7 +272,54 @@ class TrainingState:
             self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
         grad_norms = batch.series.get("grad_norm")
         if grad_norms:
+            grad_norms, _ = _split_replayed(grad_norms, replay_until, replay_before)
             self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
+        step_times = batch.series.get("step_time_seconds")
+        printed = 0.0
+        if step_times:
+            printed = sum(_times(step_times.values))
+            fresh, replayed = _split_replayed(step_times, replay_until, replay_before)
+            if replayed:
+                lost = rank.lost_seconds_total
+                lost["replayed"] = functools.reduce(operator.add, _times(replayed), lost["replayed"])
+            self._account_step_times(rank, _at_known_steps(fresh.steps, step_before), fresh.values)
+        self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
+        rank.restarts_total += restarted
+        rank.attempt_step, rank.highest_step, rank.replay_until = after
+
+    def _account_step_times(self, rank: RankState, steps: list[int | None], seconds: list[float]) -> None:
+        """Productive and checkpoint time of the step times not replayed, as the slowdown detector tells them."""
+        if not seconds:
+            return
+        if rank.slowdown is None:
+            rank.slowdown = SlowdownDetector()
+        lost = rank.lost_seconds_total
+        slowdowns, slowdown_step, (rank.productive_seconds_total, lost["checkpoint"]) = rank.slowdown.check(
+            self._detectors, steps, seconds, (rank.productive_seconds_total, lost["checkpoint"]))
+        if slowdowns:
+            self._anomaly(rank, "slowdown", slowdown_step, slowdowns)
+
+    def _account_idle(self, rank: RankState, since_last_step: float | None, printed: float, *,
+                      restarted: bool, now: float) -> None:
+        """Wall time between step records beyond the steps' own printed time: a (re)start's, or a stall."""
+        lost = rank.lost_seconds_total
+        if rank.starting_since is not None:
+            lost["startup"] += max(0.0, now - rank.starting_since - printed)
+            rank.starting_since = None
+        elif since_last_step is not None:
+            idle = since_last_step - printed
+            if restarted:
+                lost["startup"] += max(0.0, idle)  # no start banner: down time and start-up are one gap
+            elif idle > self._detectors.stall_gap_seconds:
+                lost["stall"] += idle
+
+    @staticmethod
+    def _restarted(rank: RankState, now: float) -> None:
+        """A start seen before any of its steps: the steps up to the highest reached are replayed."""
+        rank.restarts_total += 1
+        rank.replay_until = rank.highest_step
+        rank.attempt_step = None
+        rank.starting_since = now
 
     def _apply_rank_value(self, key: SeriesKey, rank: RankState, name: str, latest: float, batch: StepBatch,
                           step_before: int | None) -> None:
@@ -323,6 +399,54 @@ class TrainingState:
     def _has_room(self, rank: RankState) -> bool:
         used = len(rank.aux_losses) + len(rank.extra) + len(rank.scheduler_events) + len(rank.node_timeouts)
         return used < self._limits.max_named_values_per_series
+
+
+class Progress(NamedTuple):
+    """Where a rank's training stands, for telling a restart and replayed steps apart."""
+
+    attempt_step: int | None  # the latest step of the current attempt; None: none yet
+    highest_step: int | None  # the highest step ever reached
+    replay_until: int | None  # replaying after a restart up to this step; None: not replaying
+
+
+def _progress(steps: list[int | None], before: Progress) -> tuple[bool, int | None, Progress]:
+    """Whether the batch's steps start a restart (its first step below the attempt's latest), up to which
+    step its lines are replayed (None: none is), and the progress after it.
+
+    A batch's steps never go back (the line parser ends one where they do), so a restart can
+    only come at its first step, and a line is replayed by its step's number alone.
+    """
+    first = next((step for step in steps if step is not None), None)
+    if first is None:
+        return False, before.replay_until, before
+    attempt, highest, until = before
+    restarted = attempt is not None and first < attempt
+    if restarted:
+        until = highest
+    last = _last_known(first, steps)
+    assert last is not None  # first is a known step
+    after = Progress(last, last if highest is None else max(highest, last),
+                     None if until is None or last > until else until)
+    return restarted, until, after
+
+
+def _split_replayed(series: Series, replay_until: int | None, replay_before: int | None) -> tuple[Series, list[float]]:
+    """A series without its replayed values, and those values. A line of the batch before any printed step
+    (step None) is at the replay state before the batch."""
+    if replay_until is None and replay_before is None:
+        return series, []
+    replayed = [(replay_before is not None) if step is None else (replay_until is not None and step <= replay_until)
+                for step in series.steps]
+    kept = Series([step for step, out in zip(series.steps, replayed, strict=True) if not out],
+                  [value for value, out in zip(series.values, replayed, strict=True) if not out])
+    return kept, [value for value, out in zip(series.values, replayed, strict=True) if out]
+
+
+def _times(seconds: list[float]) -> list[float]:
+    """The printed step times that are times (finite, positive)."""
+    if seconds and min(seconds) > 0 and sum(seconds) < math.inf:  # the usual case, at C speed (a NaN fails too)
+        return seconds
+    return [value for value in seconds if 0 < value < math.inf]
 
 
 def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:

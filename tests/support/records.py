@@ -81,6 +81,8 @@ def in_batches(*items: StepLine | Record) -> list[Record]:
     builder = StepBatchBuilder(None)
     for item in items:
         if isinstance(item, StepLine):
+            if builder.goes_back(item.step) and (batch := builder.take()) is not None:
+                records.append(batch)
             if builder.add_line(item) and (batch := builder.take()) is not None:
                 records.append(batch)
             continue
