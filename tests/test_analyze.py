@@ -284,3 +284,20 @@ def test_plot_is_written_with_findings_marked(tmp_path, ranks):
     red = ((rgb[..., 0] > 0.75) & (rgb[..., 1] < 0.3) & (rgb[..., 2] < 0.3)).sum()
     black = (rgb.max(axis=-1) < 0.05).sum()
     assert red > 500 and black > 500
+
+
+def test_a_resume_reports_its_restart_and_the_replayed_time_as_serve_counts_them(tmp_path):
+    # restart@50: the job dies training step 50 and resumes from step 1 (checkpoints every 50 steps).
+    log_dir = write_simulated(tmp_path, run_config("restart@50", ranks=2, steps=80))
+    run = only_run(analyze_json(log_dir))
+    workers = [rank for rank in run["ranks"] if rank["role"] == "worker"]
+    assert [rank["restarts"] for rank in workers] == [1, 1]
+    for rank in workers:
+        step_time = rank["median_step_time_seconds"]
+        assert rank["lost_seconds"]["replayed"] == pytest.approx(49 * step_time, rel=0.1)
+        assert rank["productive_seconds"] == pytest.approx(80 * step_time, rel=0.1)
+        assert 0.4 < rank["goodput"] < 0.65
+    assert not findings(run, "loss_spike") and not findings(run, "loss_nonfinite")
+    text = io.StringIO()
+    assert run_analyze([str(log_dir)], "text", stdout=text) == 0
+    assert "goodput (lost s by kind)" in text.getvalue() and "replayed " in text.getvalue()

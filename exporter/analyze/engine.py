@@ -155,16 +155,18 @@ class Analysis:
         self.bytes_read += len(data)
         parsed = parser.parse_block(data)
         own = keys[None]
+        # The state's clock is the lines' own time (its start-up and stall time are measured by it).
+        first = clock.first_in(data)
         for rank, lines in parsed.lines_by_rank.items():
             key = keys.get(rank)
             if key is None:
                 key = keys[rank] = (source.run, source.node, str(rank))
                 self._track(key, source.role.role).files.append(source.name)
                 self._state.register(key, {"file": source.name, "role": source.role.role}, None)
-            self._state.ingest(key, lines, [], mtime, 0.0)
+            self._state.ingest(key, lines, [], mtime, first or 0.0)
         track = self._tracks[own]
         if track.first_line_time is None:
-            track.first_line_time = clock.first_in(data)
+            track.first_line_time = first
         last = clock.last_in(data)
         if last is not None:
             track.last_line_time = last
@@ -430,7 +432,8 @@ class Analysis:
                           track.last_step, state.steps_total, track.first_line_time, track.last_line_time,
                           track.last_loss, {kind: count for kind, count in state.errors.items() if count},
                           {kind: count for kind, count in state.anomalies.items() if count},
-                          statistics.median(times) if times else None)
+                          statistics.median(times) if times else None, state.restarts_total,
+                          state.productive_seconds_total, dict(state.lost_seconds_total))
 
     def _plateaus(self, keys: list[SeriesKey]) -> list[Finding]:
         found = []

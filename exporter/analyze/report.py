@@ -59,13 +59,25 @@ class RankReport:
     errors: dict[str, int] = field(default_factory=dict)
     anomalies: dict[str, int] = field(default_factory=dict)
     median_step_time: float | None = None
+    # The exporter's restart and goodput accounting (DESIGN 3.3), as serve exposes it.
+    restarts: int = 0
+    productive_seconds: float = 0.0
+    lost_seconds: dict[str, float] = field(default_factory=dict)
+
+    @property
+    def goodput(self) -> float | None:
+        """Productive time over productive and lost time; None before any step time was printed."""
+        accounted = self.productive_seconds + sum(self.lost_seconds.values())
+        return self.productive_seconds / accounted if accounted > 0 else None
 
     def to_json(self) -> dict[str, object]:
         return {"node": self.node, "rank": self.rank, "role": self.role, "files": self.files, "lines": self.lines,
                 "first_step": self.first_step, "last_step": self.last_step, "steps_total": self.steps_total,
                 "first_line_time": self.first_line_time, "last_line_time": self.last_line_time,
                 "last_loss": finite_or_none(self.last_loss), "errors": self.errors, "anomalies": self.anomalies,
-                "median_step_time_seconds": self.median_step_time}
+                "median_step_time_seconds": self.median_step_time, "restarts": self.restarts,
+                "productive_seconds": self.productive_seconds, "lost_seconds": self.lost_seconds,
+                "goodput": self.goodput}
 
 
 @dataclass(slots=True)
