@@ -222,7 +222,9 @@ class Analysis:
         spikes_before = {name: (detector.state if detector is not None else None)
                          for name, detector in (("loss", state.loss_spikes), ("grad_norm", state.grad_norm_spikes))}
         self._state.ingest(key, 0, [batch], None, last_time or 0.0)
-        changed = [kind for kind, count in state.anomalies.items() if count != before[kind]]
+        # A slowdown is reported by analyze's own look at the step times (_slowdown), at its first slow
+        # step; the state counts the same slowdown once the slow steps have lasted (its detector's run).
+        changed = [kind for kind, count in state.anomalies.items() if count != before[kind] and kind != "slowdown"]
         first_anomaly = None
         for kind in changed:
             found = self._anomalies(key, track, state, batch, kind, spikes_before, time_of_line)

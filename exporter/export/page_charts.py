@@ -65,8 +65,32 @@ def loss_chart(series: Mapping[str, Sequence[Point]], markers: Sequence[Marker])
         parts.append(_polyline(scale, median, "median-loss", "#4e79a7", label="median over ranks"))
         legend.append((f"median and min-max of {len(finite)} ranks", "#4e79a7"))
     parts.append(_polyline(scale, smoothed, "smoothed-loss", "#1d1d1f", label="smoothed", width=2.5))
-    parts.extend(_marker(scale, marker) for marker in markers if scale.x_min <= marker.step <= scale.x_max)
+    shown = sorted((marker for marker in markers if scale.x_min <= marker.step <= scale.x_max),
+                   key=lambda marker: marker.step)
+    parts.extend(_marker(scale, marker, row) for marker, row in zip(shown, _label_rows(scale, shown), strict=True))
     return _svg("loss-chart", "loss over the recent steps", parts) + _legend(legend)
+
+
+def _label_rows(scale: _Scale, markers: Sequence[Marker]) -> list[int]:
+    """The text line of each marker's words (markers by step): the first line whose words so far end before
+    this marker's begin, so that labels of nearby steps do not print over each other."""
+    ends: list[float] = []  # per line, where its last words end
+    rows = []
+    for marker in markers:
+        x = scale.x(marker.step)
+        start, end = _label_span(x, marker.text)
+        row = next((index for index, taken in enumerate(ends) if taken < start), len(ends))
+        if row == len(ends):
+            ends.append(end)
+        ends[row] = max(ends[row], end)
+        rows.append(row)
+    return rows
+
+
+def _label_span(x: float, text: str) -> tuple[float, float]:
+    """Where a marker's words begin and end: right of its line where they fit, else left of it."""
+    width = 4 + len(text) * _CHARACTER_WIDTH
+    return (x, x + width) if x + width < WIDTH - _RIGHT else (x - width, x)
 
 
 def step_time_chart(bars: Sequence[tuple[str, float | None, bool]]) -> str:
@@ -161,14 +185,14 @@ def _points(scale: _Scale, points: Sequence[Point]) -> str:
     return " ".join(f"{scale.x(x):.1f},{scale.y(y):.1f}" for x, y in points)
 
 
-def _marker(scale: _Scale, marker: Marker) -> str:
+def _marker(scale: _Scale, marker: Marker, row: int = 0) -> str:
     x = scale.x(marker.step)
-    fits_right = x + 4 + len(marker.text) * _CHARACTER_WIDTH < WIDTH - _RIGHT
-    anchor = "start" if fits_right else "end"
-    offset = -4 if anchor == "end" else 4
+    start, _ = _label_span(x, marker.text)
+    anchor, offset = ("start", 4) if start == x else ("end", -4)
     return (f'<g class="marker {html.escape(marker.css_class)}" data-step="{marker.step}">'
             f'<line x1="{x:.1f}" y1="{_TOP}" x2="{x:.1f}" y2="{HEIGHT - _BOTTOM}"/>'
-            f'<text x="{x + offset:.1f}" y="{_TOP + 12}" text-anchor="{anchor}">{html.escape(marker.text)}</text></g>')
+            f'<text x="{x + offset:.1f}" y="{_TOP + 12 + 13 * row}" text-anchor="{anchor}">'
+            f'{html.escape(marker.text)}</text></g>')
 
 
 def _legend(entries: Sequence[tuple[str, str]]) -> str:

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from itertools import groupby
 
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
-from exporter.state import RankState, SeriesKey, TrainingState
+from exporter.state import ANOMALY_KINDS, RankState, SeriesKey, TrainingState
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"  # --runbook-url
 _STALE_AFTER_SECONDS = 600  # the troubleshooting guide's "no log line for 10 minutes"
@@ -37,13 +37,17 @@ RUNBOOKS = {
     "loss_nonfinite": "TrainingLossNonFinite", "loss_spike": "TrainingLossSpike",
     "oom": "TrainingOutOfMemory", "nccl": "TrainingCommunicationError", "nccl_timeout": "TrainingCommunicationError",
     "hccl": "TrainingCommunicationError", "cuda": "TrainingProcessCrashed", "segfault": "TrainingProcessCrashed",
-    "traceback": "TrainingProcessCrashed", "elastic": "TrainingProcessCrashed", "slow": "TrainingStraggler",
+    "traceback": "TrainingProcessCrashed", "elastic": "TrainingProcessCrashed", "killed": "TrainingProcessCrashed",
+    "hardware": "TrainingHardwareError", "slow": "TrainingStraggler", "slowdown": "TrainingSlowdown",
+    "rank_divergence": "TrainingRankDivergence",
 }
 _KIND_WORDS = {
     "loss_nonfinite": "non-finite loss", "loss_spike": "loss spike", "grad_norm_nonfinite": "non-finite grad norm",
     "grad_norm_spike": "grad norm spike", "oom": "out of memory", "nccl": "NCCL error", "nccl_timeout": "NCCL timeout",
     "hccl": "HCCL error", "cuda": "CUDA error", "segfault": "segmentation fault", "traceback": "traceback",
     "elastic": "worker failed (elastic agent)", "other": "error", "slow": "slow rank",
+    "killed": "killed (SIGKILL)", "hardware": "hardware error", "slowdown": "slowdown",
+    "rank_divergence": "rank divergence",
 }
 
 
@@ -155,7 +159,7 @@ class _Incident:
     what: str
 
 
-_ANOMALY_KINDS = frozenset({"loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike"})
+_ANOMALY_KINDS = frozenset(ANOMALY_KINDS)
 
 
 def _incidents(ranks: Sequence[_Rank], slow: Mapping[str, float]) -> list[_Incident]:
