@@ -84,8 +84,38 @@ def scanner(anchors: Iterable[bytes], line_starts: Iterable[bytes] = (), impleme
     if implementation == "native":
         if _scan is None:
             raise RuntimeError("the scan kernel is not built here")
-        return _scan.Scanner(anchors, line_starts, simd=simd)
+        if len(anchors) <= KERNEL_ANCHORS:
+            return _scan.Scanner(anchors, line_starts, simd=simd)
+        # Dealt by length, like cards: each kernel gets short and long anchors alike.
+        by_length, parts = sorted(anchors, key=lambda anchor: (len(anchor), anchor)), -(-len(anchors) // KERNEL_ANCHORS)
+        return _Scanners([_scan.Scanner(tuple(by_length[part::parts]), line_starts, simd=simd)
+                          for part in range(parts)])
     return _scan_twin.Scanner(anchors, line_starts, matcher=implementation)
+
+
+# The scan kernel sorts its anchors into eight fingerprint buckets (scan.c). Beyond about fifty
+# anchors the buckets' nibble sets admit most bytes of a log, nearly every position is verified,
+# and one pass over 79 anchors took 3.6 times as long as one over 41; two passes over half of
+# them each take 2.1 times (docs/benchmarks.md).
+KERNEL_ANCHORS = 48
+
+
+class _Scanners:
+    """Scan kernels over parts of the anchors, answering as one kernel over all of them."""
+
+    __slots__ = ("_kernels",)
+
+    def __init__(self, kernels: list[Scanner]) -> None:
+        self._kernels = kernels
+
+    def scan(self, data: bytes) -> tuple[int, list[int], list[int]]:
+        newlines, starts, prefixed = self._kernels[0].scan(data)
+        for kernel in self._kernels[1:]:
+            _, more_starts, more_prefixed = kernel.scan(data)
+            if more_starts:
+                starts = sorted({*starts, *more_starts})
+                prefixed = sorted({*prefixed, *more_prefixed})
+        return newlines, starts, prefixed
 
 
 class StepReader(Protocol):
