@@ -118,6 +118,17 @@ def test_healthy_fails_while_metrics_cannot_render_and_recovers():
         server.stop()
 
 
+def test_a_listen_address_without_host_serves_on_every_interface(tmp_path):
+    # ":10042" is the default (DESIGN 3.1, exporters' convention): the host part left out means all of them.
+    host, port = load_settings(log_dir=[str(tmp_path)], web_listen_address=":0").listen_host_port
+    server = ExporterHTTPServer(host, port, lambda openmetrics: b"ok 1\n", lambda: True, lambda: "page")
+    server.start()
+    try:
+        assert _get(server.port, "/metrics").status == 200
+    finally:
+        server.stop()
+
+
 def test_a_busy_or_invalid_listen_address_exits_2_with_one_line_naming_it(tmp_path, capsys):
     with socket.socket() as busy:
         busy.bind(("127.0.0.1", 0))

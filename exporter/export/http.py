@@ -129,6 +129,9 @@ def application(metrics: Metrics, is_ready: Callable[[], bool], status_page: Cal
     return serve
 
 
+ANY_HOST = "0.0.0.0"
+
+
 class ExporterHTTPServer:
     """Binds at construction (so a busy port fails before anything starts), serves on a thread."""
 
@@ -144,6 +147,8 @@ class ExporterHTTPServer:
         web_config: WebConfig | None = None,
         web_config_path: Path = Path("-"),
     ) -> None:
+        # ":10042" (the exporters' default) means every interface; cheroot wants that spelled out.
+        host = host or ANY_HOST
         web_config = web_config or WebConfig()
         app = application(metrics, is_ready, status_page, telemetry_path=telemetry_path,
                           auth=BasicAuth(web_config.basic_auth_users) if web_config.basic_auth_users else None,
