@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from tests.support.net import eventually, free_port
-from tests.support.tools import require_tool
+from tests.support.tools import require_tool, stop_tool
 
 SHIPPED_CONFIG = Path(__file__).resolve().parents[2] / "deploy" / "alertmanager" / "alertmanager.yml"
 
@@ -67,13 +67,7 @@ class AlertmanagerServer:
         raise RuntimeError(f"Alertmanager did not start; log:\n{self.log()}")
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+        stop_tool(self._process)
         self._process = None
 
     def log(self) -> str:

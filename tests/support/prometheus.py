@@ -17,7 +17,7 @@ from typing import Any
 import yaml
 
 from tests.support.net import eventually, free_port
-from tests.support.tools import require_tool
+from tests.support.tools import require_tool, stop_tool
 
 
 def require_binary(name: str) -> str:
@@ -84,13 +84,7 @@ class PrometheusServer:
         raise RuntimeError(f"Prometheus did not start; log:\n{self.log()}")
 
     def stop(self) -> None:
-        if self._process is not None and self._process.poll() is None:
-            self._process.terminate()
-            try:
-                self._process.wait(timeout=10)
-            except subprocess.TimeoutExpired:
-                self._process.kill()
-                self._process.wait(timeout=10)
+        stop_tool(self._process)
         self._process = None
 
     def targets(self) -> list[dict[str, Any]]:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 
 import pytest
 
@@ -27,3 +28,15 @@ def require_native_kernels() -> None:
     if os.environ.get("CI"):
         pytest.fail(f"{message}; .ci/run must build them")
     pytest.skip(message)
+
+
+def stop_tool(process: subprocess.Popen | None) -> None:
+    """End a tool's server process: asked to (SIGTERM), then made to if it does not within 10 s."""
+    if process is None or process.poll() is not None:
+        return
+    process.terminate()
+    try:
+        process.wait(timeout=10)
+    except subprocess.TimeoutExpired:
+        process.kill()
+        process.wait(timeout=10)
