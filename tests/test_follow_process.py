@@ -28,13 +28,6 @@ def wait_for_lines(exporter: ExporterProcess, expected: int, within: float = 10,
                what=lambda: f"counted {lines_counted(exporter, **labels)} of {expected}\n{exporter.output()}")
 
 
-@pytest.fixture
-def log_dir(tmp_path):
-    directory = tmp_path / "run" / "logs"
-    directory.mkdir(parents=True)
-    return directory
-
-
 def serve(tmp_path, log_dir, *extra: str, **options) -> ExporterProcess:
     state = ["--state-file", str(tmp_path / "state.json")] if "--state-file" not in extra else []
     return ExporterProcess("--log-dir", str(log_dir), "--node", "n", *state, *extra, wait_for="/-/ready", **options)

@@ -39,13 +39,6 @@ def wait_for(exporter: ExporterProcess, name: str, expected: float, **labels: st
                what=lambda: f"{name}: {exporter.total(name, **labels)} of {expected}\n{exporter.output()[-3000:]}")
 
 
-@pytest.fixture
-def log_dir(tmp_path):
-    directory = tmp_path / "run" / "logs"
-    directory.mkdir(parents=True)
-    return directory
-
-
 def test_a_line_a_parser_cannot_read_is_rejected_alone_and_the_rest_of_its_read_is_counted(tmp_path, log_dir):
     # One read holds them all: before, the first raising line lost every step of the read.
     (log_dir / "worker_0.log").write_text(
