@@ -21,6 +21,7 @@ from benchmarks.generate import worker_log_lines
 from exporter import native
 from exporter.native import _detectors, _scan, _step_fields  # the compiled kernels themselves
 from exporter.native import detectors as detectors_twin
+from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
 from exporter.parse.formats import BUILTIN_FORMATS, mindformers
@@ -52,10 +53,17 @@ def test_every_kernel_is_built_here():
 ALL_ANCHORS = sorted(anchors_for(BUILTIN_FORMATS) or ())
 
 
+def _scan_kernel(anchors, line_starts, offsets=None, simd=True):
+    """One scan kernel over all of ``anchors``, fingerprinted as the door does unless ``offsets`` says."""
+    anchors = tuple(sorted(set(anchors)))
+    offsets = offsets or tuple(map(scan_twin.fingerprint_offset, anchors))
+    return _scan.Scanner(anchors, tuple(line_starts), offsets=offsets, commonness=scan_twin.COMMONNESS, simd=simd)
+
+
 def _scan_both(anchors, data, line_starts=PREFIX_ANCHORS):
     """The native scan, checked against the twin, with and without its SIMD loop."""
-    compiled = _scan.Scanner(tuple(sorted(set(anchors))), tuple(line_starts)).scan(data)
-    bytewise = _scan.Scanner(tuple(sorted(set(anchors))), tuple(line_starts), simd=False).scan(data)
+    compiled = _scan_kernel(anchors, line_starts).scan(data)
+    bytewise = _scan_kernel(anchors, line_starts, simd=False).scan(data)
     twin = native.scanner(anchors, line_starts, "regex").scan(data)
     assert compiled == twin == bytewise, (anchors[:5], data[:200])
     # Through the door: beyond native.KERNEL_ANCHORS anchors, several kernels answering as one.
@@ -94,6 +102,36 @@ def test_scanner_on_fuzzed_blocks():
         if round_number % 2:
             data += b"\n"
         _scan_both(anchors, data, line_starts=(b"[rank", rng.choice(anchors)))
+
+
+def test_fingerprints_change_the_speed_of_the_scan_never_its_results():
+    rng = random.Random(5)
+    data = "\n".join(worker_log_lines(3000, seed=13)).encode() + b"\n"
+    twin = native.scanner(ALL_ANCHORS, PREFIX_ANCHORS, "regex").scan(data)
+    for _ in range(20):
+        offsets = tuple(rng.randrange(len(anchor) - 2) for anchor in ALL_ANCHORS)
+        for simd in (True, False):
+            assert _scan_kernel(ALL_ANCHORS, PREFIX_ANCHORS, offsets, simd).scan(data) == twin
+
+
+def test_fingerprint_offset_avoids_word_boundaries_and_common_bytes():
+    # " by" would be three rare bytes alone; as the start of a word it is in every other line.
+    assert scan_twin.fingerprint_offset(b"is killed by signal: ") != b"is killed by signal: ".index(b" by")
+    assert b"NVRM: Xid"[scan_twin.fingerprint_offset(b"NVRM: Xid"):][:3] in {b"NVR", b"VRM"}
+    assert all(0 <= scan_twin.fingerprint_offset(anchor) <= len(anchor) - 3 for anchor in ALL_ANCHORS)
+
+
+@pytest.mark.parametrize(("offsets", "commonness", "error"), [
+    ((0,), scan_twin.COMMONNESS, "one per anchor"),
+    ((0, 1, 0), scan_twin.COMMONNESS, "one per anchor"),
+    ((0, -1), scan_twin.COMMONNESS, "one per anchor"),
+    ((0, 0), b"\x01" * 255, "256 bytes"),
+])
+def test_scan_kernel_refuses_bad_fingerprints(offsets, commonness, error):
+    with pytest.raises(ValueError, match=error):
+        _scan.Scanner((b"abc", b"step:["), (), offsets=offsets, commonness=commonness)
+    with pytest.raises(TypeError, match="required"):
+        _scan.Scanner((b"abc",), ())
 
 
 def test_scanner_edges():

@@ -1,14 +1,16 @@
 /* Kernel: one pass over a block counts its newlines and finds the lines holding any anchor.
  *
  * Its pure-Python twin, exporter/native/scan.py, defines what it returns; tests/test_native.py
- * checks both on generated, fuzzed and cut blocks. It takes bytes and returns
- * (newlines, starts, prefixed): plain numbers and lists, nothing of the package.
+ * checks both on generated, fuzzed and cut blocks. It takes bytes, the offset of each anchor's
+ * fingerprint and a byte commonness table, and returns (newlines, starts, prefixed): plain
+ * numbers and lists, nothing of the package. Which three bytes of an anchor are its
+ * fingerprint, and how common a byte is in log text, is decided in scan.py.
  *
  * Candidates come from a SIMD fingerprint test in the manner of Hyperscan's and the Rust
- * aho-corasick crate's "Teddy": each anchor contributes three consecutive bytes (chosen to be
- * rare in log text) to one of eight buckets; per 32 bytes, nibble lookup tables (pshufb) tell
- * which positions may start a fingerprint of which bucket, and only those are verified with
- * memcmp. Without AVX2 the same tables are used one byte at a time.
+ * aho-corasick crate's "Teddy": each anchor contributes three consecutive bytes to one of
+ * sixteen buckets ("fat" Teddy: two sets of eight); per 32 bytes, nibble lookup tables
+ * (pshufb) tell which positions may start a fingerprint of which bucket, and only those are
+ * verified with memcmp. Without AVX2 the same tables are used one byte at a time.
  */
 #define _GNU_SOURCE /* memrchr */
 #define PY_SSIZE_T_CLEAN
@@ -21,7 +23,7 @@
 #define HAVE_AVX2_SCAN 1
 #endif
 
-#define BUCKETS 8
+#define BUCKETS 16 /* two AVX2 table sets of eight: a bucket is a bit of a byte */
 #define FINGERPRINT 3
 
 /* ------------------------------------------------------------------------------------------ */
@@ -43,44 +45,15 @@ typedef struct {
     Py_ssize_t count;
     Py_ssize_t *members[BUCKETS]; /* anchor indexes per bucket */
     Py_ssize_t member_count[BUCKETS];
-    uint8_t exact[FINGERPRINT][256];            /* bucket bits per fingerprint byte */
-    uint8_t low[FINGERPRINT][32], high[FINGERPRINT][32]; /* nibble tables, both AVX2 lanes */
+    uint16_t exact[FINGERPRINT][256]; /* bucket bits per fingerprint byte */
+    /* nibble tables of buckets 0-7 and 8-15, each repeated in both AVX2 lanes */
+    uint8_t low[2][FINGERPRINT][32], high[2][FINGERPRINT][32];
 } Scanner;
-
-/* How common a byte is in log text, roughly: a fingerprint is chosen to minimise the product. */
-static int
-commonness(uint8_t byte)
-{
-    if (byte >= 'a' && byte <= 'z') return strchr("etaoinsrlhcdmup", byte) ? 50 : 25;
-    if (byte >= '0' && byte <= '9' ) return 30;
-    if (byte == ' ') return 50;
-    if (byte && strchr(".:/_,()-", byte)) return 20;
-    if (byte == '[' || byte == ']') return 12;
-    if (byte >= 'A' && byte <= 'Z') return strchr("EINOTRSAD", byte) ? 10 : 5;
-    if (byte && strchr("=\"'{}<>*+%#\t", byte)) return 5;
-    return 2;
-}
 
 static inline uint32_t
 load_fingerprint(const uint8_t *at)
 {
     return (uint32_t)at[0] | (uint32_t)at[1] << 8 | (uint32_t)at[2] << 16;
-}
-
-static Py_ssize_t
-rarest_offset(const uint8_t *bytes, Py_ssize_t length)
-{
-    Py_ssize_t best = 0;
-    double best_score = 0;
-    for (Py_ssize_t offset = 0; offset + FINGERPRINT <= length; offset++) {
-        double score = 1;
-        for (int i = 0; i < FINGERPRINT; i++) score *= commonness(bytes[offset + i]);
-        if (offset == 0 || score < best_score) {
-            best = offset;
-            best_score = score;
-        }
-    }
-    return best;
 }
 
 /* A bucket's nibble tables match every byte whose low nibble and high nibble each belong to
@@ -91,14 +64,19 @@ typedef struct {
     int alive;
 } Group;
 
+/* How common each byte is in log text, by its nibbles: [high][low]. */
+typedef double Commonness[16][16];
+
 static double
-group_cost(const Group *group)
+group_cost(const Group *group, const Commonness *commonness)
 {
     double cost = 1;
     for (int i = 0; i < FINGERPRINT; i++) {
         double matched = 0;
-        for (int byte = 0; byte < 256; byte++) {
-            if ((group->low[i] >> (byte & 15) & 1) && (group->high[i] >> (byte >> 4) & 1)) matched += commonness((uint8_t)byte);
+        for (unsigned highs = group->high[i]; highs; highs &= highs - 1) {
+            for (unsigned lows = group->low[i]; lows; lows &= lows - 1) {
+                matched += (*commonness)[__builtin_ctz(highs)][__builtin_ctz(lows)];
+            }
         }
         cost *= matched;
     }
@@ -118,7 +96,7 @@ merged(const Group *a, const Group *b)
 
 /* Bucket of each anchor: groups merged greedily, cheapest merge first, until BUCKETS remain. */
 static int
-assign_buckets(const Anchor *table, Py_ssize_t count, int *bucket_of)
+assign_buckets(const Anchor *table, Py_ssize_t count, const Commonness *commonness, int *bucket_of)
 {
     Group *groups = PyMem_Calloc(count, sizeof(Group));
     double *cost = PyMem_Calloc(count, sizeof(double));
@@ -139,13 +117,13 @@ assign_buckets(const Anchor *table, Py_ssize_t count, int *bucket_of)
             groups[a].low[i] = (uint16_t)(1u << (byte & 15));
             groups[a].high[i] = (uint16_t)(1u << (byte >> 4));
         }
-        cost[a] = group_cost(&groups[a]);
+        cost[a] = group_cost(&groups[a], commonness);
         group_of[a] = a;
     }
     for (Py_ssize_t a = 0; a < count; a++) {
         for (Py_ssize_t b = a + 1; b < count; b++) {
             Group both = merged(&groups[a], &groups[b]);
-            delta[a * count + b] = group_cost(&both) - cost[a] - cost[b];
+            delta[a * count + b] = group_cost(&both, commonness) - cost[a] - cost[b];
         }
     }
     for (Py_ssize_t alive = count; alive > BUCKETS; alive--) {
@@ -161,7 +139,7 @@ assign_buckets(const Anchor *table, Py_ssize_t count, int *bucket_of)
         }
         groups[best_a] = merged(&groups[best_a], &groups[best_b]);
         groups[best_b].alive = 0;
-        cost[best_a] = group_cost(&groups[best_a]);
+        cost[best_a] = group_cost(&groups[best_a], commonness);
         for (Py_ssize_t anchor = 0; anchor < count; anchor++) {
             if (group_of[anchor] == best_b) group_of[anchor] = best_a;
         }
@@ -169,7 +147,7 @@ assign_buckets(const Anchor *table, Py_ssize_t count, int *bucket_of)
             if (other == best_a || !groups[other].alive) continue;
             Group both = merged(&groups[best_a], &groups[other]);
             Py_ssize_t a = other < best_a ? other : best_a, b = other < best_a ? best_a : other;
-            delta[a * count + b] = group_cost(&both) - cost[best_a] - cost[other];
+            delta[a * count + b] = group_cost(&both, commonness) - cost[best_a] - cost[other];
         }
     }
     int next = 0;
@@ -197,13 +175,54 @@ Scanner_dealloc(Scanner *self)
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
+/* The fingerprint offsets, one per anchor, each leaving three bytes of it; -1 on error. */
+static int
+read_offsets(Anchor *table, Py_ssize_t count, PyObject *offsets)
+{
+    PyObject *tuple = PySequence_Tuple(offsets);
+    if (tuple == NULL) return -1;
+    int failed = PyTuple_GET_SIZE(tuple) != count;
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        Py_ssize_t offset = PyLong_AsSsize_t(PyTuple_GET_ITEM(tuple, i));
+        if (offset == -1 && PyErr_Occurred()) {
+            Py_DECREF(tuple);
+            return -1;
+        }
+        failed = offset < 0 || offset + FINGERPRINT > table[i].length;
+        table[i].offset = offset;
+        table[i].fingerprint = failed ? 0 : load_fingerprint(table[i].bytes + offset);
+    }
+    Py_DECREF(tuple);
+    if (failed) PyErr_SetString(PyExc_ValueError, "offsets: one per anchor, each leaving three bytes of it");
+    return failed ? -1 : 0;
+}
+
+static int
+read_commonness(Commonness *commonness, PyObject *bytes)
+{
+    if (!PyBytes_Check(bytes) || PyBytes_GET_SIZE(bytes) != 256) {
+        PyErr_SetString(PyExc_ValueError, "commonness must be 256 bytes, one per byte value");
+        return -1;
+    }
+    const uint8_t *values = (const uint8_t *)PyBytes_AS_STRING(bytes);
+    for (int byte = 0; byte < 256; byte++) (*commonness)[byte >> 4][byte & 15] = values[byte];
+    return 0;
+}
+
 static int
 Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"anchors", "line_starts", "simd", NULL};
-    PyObject *anchors, *line_starts = NULL;
+    static char *keywords[] = {"anchors", "line_starts", "offsets", "commonness", "simd", NULL};
+    PyObject *anchors, *line_starts = NULL, *offsets = NULL, *commonness_bytes = NULL;
     int simd = 1;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$p", keywords, &anchors, &line_starts, &simd)) return -1;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O|O$OOp", keywords, &anchors, &line_starts, &offsets,
+                                     &commonness_bytes, &simd)) {
+        return -1;
+    }
+    if (offsets == NULL || commonness_bytes == NULL) {
+        PyErr_SetString(PyExc_TypeError, "offsets and commonness are required (exporter/native/scan.py)");
+        return -1;
+    }
     self->simd = simd;
     PyObject *tuple = PySequence_Tuple(anchors);
     if (tuple == NULL) return -1;
@@ -225,57 +244,48 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
             return -1;
         }
     }
+    Commonness commonness;
+    if (read_commonness(&commonness, commonness_bytes) < 0) return -1;
     Anchor *table = PyMem_Calloc(count, sizeof(Anchor));
     int *bucket_of = PyMem_Calloc(count, sizeof(int));
     if (table == NULL || bucket_of == NULL) {
-        PyMem_Free(table);
-        PyMem_Free(bucket_of);
         PyErr_NoMemory();
-        return -1;
+        goto fail;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *item = PyTuple_GET_ITEM(tuple, i);
         if (!PyBytes_Check(item) || PyBytes_GET_SIZE(item) < FINGERPRINT) {
-            PyMem_Free(table);
-            PyMem_Free(bucket_of);
             PyErr_SetString(PyExc_ValueError, "anchors must be bytes of three bytes at least");
-            return -1;
+            goto fail;
         }
         table[i].bytes = (const uint8_t *)PyBytes_AS_STRING(item);
         table[i].length = PyBytes_GET_SIZE(item);
-        table[i].offset = rarest_offset(table[i].bytes, table[i].length);
-        table[i].fingerprint = load_fingerprint(table[i].bytes + table[i].offset);
     }
-    if (assign_buckets(table, count, bucket_of) < 0) {
-        PyMem_Free(table);
-        PyMem_Free(bucket_of);
-        return -1;
-    }
+    if (read_offsets(table, count, offsets) < 0 || assign_buckets(table, count, &commonness, bucket_of) < 0) goto fail;
     for (int bucket = 0; bucket < BUCKETS; bucket++) {
         PyMem_Free(self->members[bucket]);
         self->members[bucket] = PyMem_Calloc(count, sizeof(Py_ssize_t));
         self->member_count[bucket] = 0;
         if (self->members[bucket] == NULL) {
-            PyMem_Free(table);
-            PyMem_Free(bucket_of);
             PyErr_NoMemory();
-            return -1;
+            goto fail;
         }
     }
     memset(self->exact, 0, sizeof(self->exact));
     memset(self->low, 0, sizeof(self->low));
     memset(self->high, 0, sizeof(self->high));
     for (Py_ssize_t index = 0; index < count; index++) {
-        int bucket = bucket_of[index];
+        int bucket = bucket_of[index], set = bucket / 8;
+        uint8_t bit = (uint8_t)(1u << bucket % 8);
         const Anchor *anchor = &table[index];
         self->members[bucket][self->member_count[bucket]++] = index;
         for (int i = 0; i < FINGERPRINT; i++) {
             uint8_t byte = anchor->bytes[anchor->offset + i];
-            self->exact[i][byte] |= (uint8_t)(1u << bucket);
-            self->low[i][byte & 15] |= (uint8_t)(1u << bucket);
-            self->low[i][16 + (byte & 15)] |= (uint8_t)(1u << bucket);
-            self->high[i][byte >> 4] |= (uint8_t)(1u << bucket);
-            self->high[i][16 + (byte >> 4)] |= (uint8_t)(1u << bucket);
+            self->exact[i][byte] |= (uint16_t)(1u << bucket);
+            self->low[set][i][byte & 15] |= bit;
+            self->low[set][i][16 + (byte & 15)] |= bit;
+            self->high[set][i][byte >> 4] |= bit;
+            self->high[set][i][16 + (byte >> 4)] |= bit;
         }
     }
     PyMem_Free(bucket_of);
@@ -283,6 +293,10 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
     self->table = table;
     self->count = count;
     return 0;
+fail:
+    PyMem_Free(table);
+    PyMem_Free(bucket_of);
+    return -1;
 }
 
 typedef struct {
@@ -364,24 +378,41 @@ scan_bytewise(const Scanner *self, ScanState *state, Py_ssize_t from)
 }
 
 #ifdef HAVE_AVX2_SCAN
-__attribute__((target("avx2"))) static inline __m256i
-nibble_match(__m256i low, __m256i high, __m256i bytes, __m256i nibble_mask)
+/* The low and high nibbles of 32 bytes, ready to index the tables. */
+typedef struct {
+    __m256i low, high;
+} Nibbles;
+
+__attribute__((target("avx2"))) static inline Nibbles
+nibbles_of(__m256i bytes, __m256i nibble_mask)
 {
-    return _mm256_and_si256(_mm256_shuffle_epi8(low, _mm256_and_si256(bytes, nibble_mask)),
-                            _mm256_shuffle_epi8(high, _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble_mask)));
+    return (Nibbles){_mm256_and_si256(bytes, nibble_mask), _mm256_and_si256(_mm256_srli_epi16(bytes, 4), nibble_mask)};
+}
+
+/* Per byte, the buckets of one table set whose fingerprints may start there. */
+__attribute__((target("avx2"))) static inline __m256i
+buckets_at(const __m256i low[FINGERPRINT], const __m256i high[FINGERPRINT], const Nibbles at[FINGERPRINT])
+{
+    __m256i buckets = _mm256_and_si256(_mm256_shuffle_epi8(low[0], at[0].low), _mm256_shuffle_epi8(high[0], at[0].high));
+    for (int i = 1; i < FINGERPRINT; i++) {
+        buckets = _mm256_and_si256(buckets, _mm256_and_si256(_mm256_shuffle_epi8(low[i], at[i].low),
+                                                             _mm256_shuffle_epi8(high[i], at[i].high)));
+    }
+    return buckets;
 }
 
 __attribute__((target("avx2"))) static inline int
-verify_lanes(const Scanner *self, ScanState *state, Py_ssize_t position, __m256i buckets, __m256i zero)
+verify_lanes(const Scanner *self, ScanState *state, Py_ssize_t position, __m256i first, __m256i second, __m256i zero)
 {
-    unsigned candidates = ~(unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(buckets, zero));
+    unsigned candidates = ~(unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_or_si256(first, second), zero));
     if (candidates == 0) return 0;
-    uint8_t lanes[32];
-    _mm256_storeu_si256((__m256i *)lanes, buckets);
+    uint8_t lanes[2][32];
+    _mm256_storeu_si256((__m256i *)lanes[0], first);
+    _mm256_storeu_si256((__m256i *)lanes[1], second);
     while (candidates) {
         int lane = __builtin_ctz(candidates);
         candidates &= candidates - 1;
-        if (verify(self, state, position + lane, lanes[lane]) < 0) return -1;
+        if (verify(self, state, position + lane, lanes[0][lane] | (unsigned)lanes[1][lane] << 8) < 0) return -1;
     }
     return 0;
 }
@@ -395,7 +426,7 @@ sum_counters(__m256i counters)
                         + _mm256_extract_epi64(sums, 3));
 }
 
-/* 64 positions at a time; returns where the byte-wise scan has to take over. */
+/* 32 positions at a time; returns where the byte-wise scan has to take over. */
 __attribute__((target("avx2"))) static Py_ssize_t
 scan_avx2(const Scanner *self, ScanState *state)
 {
@@ -404,38 +435,33 @@ scan_avx2(const Scanner *self, ScanState *state)
     const __m256i nibble_mask = _mm256_set1_epi8(0x0f);
     const __m256i newline = _mm256_set1_epi8('\n');
     const __m256i zero = _mm256_setzero_si256();
-    /* In registers: the loop must not reload them after every store to the state. */
-    const __m256i low0 = _mm256_loadu_si256((const __m256i *)self->low[0]);
-    const __m256i high0 = _mm256_loadu_si256((const __m256i *)self->high[0]);
-    const __m256i low1 = _mm256_loadu_si256((const __m256i *)self->low[1]);
-    const __m256i high1 = _mm256_loadu_si256((const __m256i *)self->high[1]);
-    const __m256i low2 = _mm256_loadu_si256((const __m256i *)self->low[2]);
-    const __m256i high2 = _mm256_loadu_si256((const __m256i *)self->high[2]);
+    /* Loaded once: the loop must not reload them after every store to the state. */
+    __m256i low[2][FINGERPRINT], high[2][FINGERPRINT];
+    for (int set = 0; set < 2; set++) {
+        for (int i = 0; i < FINGERPRINT; i++) {
+            low[set][i] = _mm256_loadu_si256((const __m256i *)self->low[set][i]);
+            high[set][i] = _mm256_loadu_si256((const __m256i *)self->high[set][i]);
+        }
+    }
     __m256i counters = zero;
     int rounds = 0;
     Py_ssize_t newlines = 0, position = 0;
-    for (; position + 64 + FINGERPRINT - 1 <= length; position += 64) {
+    for (; position + 32 + FINGERPRINT - 1 <= length; position += 32) {
         const uint8_t *at = data + position;
-        __m256i a0 = _mm256_loadu_si256((const __m256i *)at), b0 = _mm256_loadu_si256((const __m256i *)(at + 32));
-        __m256i a1 = _mm256_loadu_si256((const __m256i *)(at + 1)), b1 = _mm256_loadu_si256((const __m256i *)(at + 33));
-        __m256i a2 = _mm256_loadu_si256((const __m256i *)(at + 2)), b2 = _mm256_loadu_si256((const __m256i *)(at + 34));
-        counters = _mm256_sub_epi8(counters, _mm256_cmpeq_epi8(a0, newline));
-        counters = _mm256_sub_epi8(counters, _mm256_cmpeq_epi8(b0, newline));
-        if (++rounds == 127) { /* at most 2 a round per byte counter: 254 fits */
+        Nibbles nibbles[FINGERPRINT];
+        for (int i = 0; i < FINGERPRINT; i++) {
+            __m256i bytes = _mm256_loadu_si256((const __m256i *)(at + i));
+            if (i == 0) counters = _mm256_sub_epi8(counters, _mm256_cmpeq_epi8(bytes, newline));
+            nibbles[i] = nibbles_of(bytes, nibble_mask);
+        }
+        if (++rounds == 255) { /* at most 1 a round per byte counter: 255 fits */
             newlines += sum_counters(counters);
             counters = zero;
             rounds = 0;
         }
-        __m256i a = _mm256_and_si256(_mm256_and_si256(nibble_match(low0, high0, a0, nibble_mask),
-                                                      nibble_match(low1, high1, a1, nibble_mask)),
-                                     nibble_match(low2, high2, a2, nibble_mask));
-        __m256i b = _mm256_and_si256(_mm256_and_si256(nibble_match(low0, high0, b0, nibble_mask),
-                                                      nibble_match(low1, high1, b1, nibble_mask)),
-                                     nibble_match(low2, high2, b2, nibble_mask));
-        if (_mm256_testz_si256(_mm256_or_si256(a, b), _mm256_or_si256(a, b))) continue;
-        if (verify_lanes(self, state, position, a, zero) < 0 || verify_lanes(self, state, position + 32, b, zero) < 0) {
-            return -1;
-        }
+        __m256i first = buckets_at(low[0], high[0], nibbles), second = buckets_at(low[1], high[1], nibbles);
+        __m256i any = _mm256_or_si256(first, second);
+        if (!_mm256_testz_si256(any, any) && verify_lanes(self, state, position, first, second, zero) < 0) return -1;
     }
     state->newlines += newlines + sum_counters(counters);
     return position;
