@@ -421,7 +421,7 @@ def _step_times(rng: random.Random, length: int) -> tuple[list, list]:
     return steps, values
 
 
-FRESH_SLOWDOWN: tuple = (0.0, 0, 0, 0.0, False, [])
+FRESH_SLOWDOWN: tuple = (0.0, 0, 0, 0.0, False, [], 1.0)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -431,8 +431,9 @@ def test_check_step_times_native_matches_the_twin_bit_for_bit(seed):
     state, productive, checkpoint = FRESH_SLOWDOWN, 0.0, 0.0
     for _ in range(8):
         steps, values = _step_times(rng, rng.choice([1, 7, 300]))
-        compiled = _detectors.check_step_times(config, state, steps, values, productive, checkpoint)
-        twin = detectors_twin.check_step_times(config, state, steps, values, productive, checkpoint)
+        spans = [float(rng.choice([1, 1, 10, 100])) for _ in values]
+        compiled = _detectors.check_step_times(config, state, steps, values, spans, productive, checkpoint)
+        twin = detectors_twin.check_step_times(config, state, steps, values, spans, productive, checkpoint)
         assert _bits(compiled) == _bits(twin)
         _, _, productive, checkpoint, state = compiled
     assert productive > 0
@@ -443,16 +444,29 @@ def test_check_step_times_tells_a_save_from_a_slowdown():
     steps = list(range(1, 21))
     values = [1.0] * 6 + [11.0] + [1.0] * 5 + [2.0] * 8  # a 10 s save at step 7, slow from step 13
     for check in (_detectors.check_step_times, detectors_twin.check_step_times):
-        slowdowns, step, productive, checkpoint, state = check(config, FRESH_SLOWDOWN, steps, values, 0.0, 0.0)
+        slowdowns, step, productive, checkpoint, state = check(config, FRESH_SLOWDOWN, steps, values, [1.0] * 20,
+                                                               0.0, 0.0)
         assert (slowdowns, step, checkpoint) == (1, 17, 10.0)
         assert productive == sum(values) - 10.0
-        assert state == (1.0, 11, 8, 0.0, True, [])
+        assert state == (1.0, 11, 8, 0.0, True, [], 1.0)
+
+
+def test_check_step_times_counts_a_step_time_for_every_step_it_stands_for():
+    # A line every 10 steps with the mean time of one: a save inside an interval raised its mean by 1 s.
+    config = (1.5, 5, 4, 0.1)
+    steps = list(range(10, 210, 10))
+    values = [1.0] * 6 + [2.0] + [1.0] * 13
+    for check in (_detectors.check_step_times, detectors_twin.check_step_times):
+        slowdowns, _, productive, checkpoint, state = check(config, FRESH_SLOWDOWN, steps, values, [10.0] * 20,
+                                                            0.0, 0.0)
+        assert (slowdowns, checkpoint, productive) == (0, 10.0, 200.0)
+        assert state[-1] == 10.0  # the span of the held time, kept until the next step tells a save
 
 
 def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
     huge = 10**30
     config = (1.5, 1, 1, 0.1)
     with pytest.raises(OverflowError):
-        _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
-    result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], 0.0, 0.0)
+        _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
+    result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
     assert result[:2] == (1, huge + 1)

@@ -149,6 +149,18 @@ def test_a_slow_first_step_does_not_hide_a_slowdown():
     assert rank.rank.anomalies["slowdown"] == 1
 
 
+def test_a_line_every_hundred_steps_stands_for_all_of_them():
+    # Megatron-LM, DeepSpeed and torchtitan log every log_interval steps with the time of one:
+    # 100 s between lines of a 1 s step are 100 steps of training, not 99 s of stall.
+    rank = Rank(DetectorConfig(stall_gap_seconds=60))
+    rank.read([BANNER, record(100)], now=1100.0)
+    for number, step in enumerate(range(200, 1100, 100), start=1):
+        rank.read([record(step)], now=1100.0 + 100 * number)
+    state = rank.rank
+    assert state.lost_seconds_total["stall"] == 0.0
+    assert state.productive_seconds_total == pytest.approx(1 + 9 * 100)  # the first line stands for itself
+
+
 def test_startup_and_stall_are_wall_time_beyond_the_printed_step_time():
     rank = Rank(DetectorConfig(stall_gap_seconds=60))
     rank.read([BANNER, NOISE], now=1000.0)

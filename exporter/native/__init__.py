@@ -19,7 +19,7 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``check_series(config, spikes, plateau, steps, values)``
   -> ``(nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).
-- ``check_step_times(config, slowdown, steps, values, productive, checkpoint)``
+- ``check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)``
   -> ``(slowdowns, last_slowdown_step, productive, checkpoint, slowdown)``: the slowdown
   detector over a series of step times, which also splits them into productive and
   checkpoint seconds (detectors.py).
@@ -155,11 +155,11 @@ def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int |
 
 
 def check_step_times(config: tuple, slowdown: Any, steps: Sequence[int | None], values: Sequence[float],
-                     productive: float, checkpoint: float) -> _detectors_twin.StepTimesCheck:
+                     spans: Sequence[float], productive: float, checkpoint: float) -> _detectors_twin.StepTimesCheck:
     """The slowdown detector over one series of step times (exporter/native/detectors.py)."""
     if _detectors is not None:
         try:
-            return _detectors.check_step_times(config, slowdown, steps, values, productive, checkpoint)
+            return _detectors.check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)
         except OverflowError:  # a number beyond the C kernel's 64 bits: the twin's integers are unbounded
             pass
-    return _detectors_twin.check_step_times(config, slowdown, steps, values, productive, checkpoint)
+    return _detectors_twin.check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)

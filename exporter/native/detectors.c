@@ -330,38 +330,40 @@ median(double *values, Py_ssize_t count)
 }
 
 PyDoc_STRVAR(check_step_times_doc,
-"check_step_times(config, slowdown, steps, values, productive, checkpoint)\n"
+"check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)\n"
 "    -> (slowdowns, last_slowdown_step, productive, checkpoint, slowdown)\n\n"
 "The slowdown detector over one series of step times: see exporter/native/detectors.py.");
 
 static PyObject *
 check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 6) {
-        PyErr_SetString(PyExc_TypeError, "check_step_times takes 6 arguments");
+    if (nargs != 7) {
+        PyErr_SetString(PyExc_TypeError, "check_step_times takes 7 arguments");
         return NULL;
     }
-    double factor, alpha, baseline, held, productive, checkpoint;
+    double factor, alpha, baseline, held, held_span, productive, checkpoint;
     long long needed, warmup_steps, seen, slow_run;
-    PyObject *config = tuple_of(args[0], 4, "config"), *state = tuple_of(args[1], 6, "slowdown state");
+    PyObject *config = tuple_of(args[0], 4, "config"), *state = tuple_of(args[1], 7, "slowdown state");
     if (config == NULL || state == NULL || as_double(PyTuple_GET_ITEM(config, 0), &factor) < 0
         || as_long(PyTuple_GET_ITEM(config, 1), &needed) < 0 || as_long(PyTuple_GET_ITEM(config, 2), &warmup_steps) < 0
         || as_double(PyTuple_GET_ITEM(config, 3), &alpha) < 0 || as_double(PyTuple_GET_ITEM(state, 0), &baseline) < 0
         || as_long(PyTuple_GET_ITEM(state, 1), &seen) < 0 || as_long(PyTuple_GET_ITEM(state, 2), &slow_run) < 0
-        || as_double(PyTuple_GET_ITEM(state, 3), &held) < 0 || as_double(args[4], &productive) < 0
-        || as_double(args[5], &checkpoint) < 0) {
+        || as_double(PyTuple_GET_ITEM(state, 3), &held) < 0 || as_double(PyTuple_GET_ITEM(state, 6), &held_span) < 0
+        || as_double(args[5], &productive) < 0 || as_double(args[6], &checkpoint) < 0) {
         return NULL;
     }
     int in_slowdown = PyObject_IsTrue(PyTuple_GET_ITEM(state, 4));
     if (in_slowdown < 0) return NULL;
     PyObject *steps = PySequence_Fast(args[2], "steps must be a sequence");
     PyObject *values = steps ? PySequence_Fast(args[3], "values must be a sequence") : NULL;
-    PyObject *warm = values ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
+    PyObject *spans = values ? PySequence_Fast(args[4], "spans must be a sequence") : NULL;
+    PyObject *warm = spans ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
     PyObject *result = NULL, *warm_out = NULL;
     double *warmup = NULL;
     if (warm == NULL) goto done;
     Py_ssize_t count = PySequence_Fast_GET_SIZE(values);
     if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
+    if (PySequence_Fast_GET_SIZE(spans) < count) count = PySequence_Fast_GET_SIZE(spans);
     Py_ssize_t warm_count = PySequence_Fast_GET_SIZE(warm);
     warmup = PyMem_Calloc((size_t)(warm_count + count + 1), sizeof(double));
     if (warmup == NULL) {
@@ -375,14 +377,15 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
         long long step_number;
-        double value;
+        double value, span;
         if ((step != Py_None && as_long(step, &step_number) < 0)
-            || as_double(PySequence_Fast_GET_ITEM(values, i), &value) < 0) {
+            || as_double(PySequence_Fast_GET_ITEM(values, i), &value) < 0
+            || as_double(PySequence_Fast_GET_ITEM(spans, i), &span) < 0) {
             goto done;
         }
         if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
         if (seen < warmup_steps) {
-            productive += value;
+            productive += value * span;
             warmup[warm_count++] = value;
             seen += 1;
             if (seen == warmup_steps) {
@@ -395,12 +398,13 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             slow_run += 1;
             if (slow_run == 1) {
                 held = value;
+                held_span = span;
             } else {
                 if (slow_run == 2) {
-                    productive += held;
+                    productive += held * held_span;
                     held = 0.0;
                 }
-                productive += value;
+                productive += value * span;
             }
             if (slow_run == needed && !in_slowdown) {
                 in_slowdown = 1;
@@ -410,13 +414,13 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             continue;
         }
         if (slow_run == 1) {
-            productive += baseline;
-            checkpoint += held - baseline;
+            productive += baseline * held_span;
+            checkpoint += (held - baseline) * held_span;
             held = 0.0;
         }
         slow_run = 0;
         in_slowdown = 0;
-        productive += value;
+        productive += value * span;
         baseline += alpha * (value - baseline);
         seen += 1;
     }
@@ -427,13 +431,15 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (number == NULL) goto done;
         PyList_SET_ITEM(warm_out, i, number);
     }
-    result = Py_BuildValue("(nOdd(dLLdOO))", slowdowns,
+    result = Py_BuildValue("(nOdd(dLLdOOd))", slowdowns,
                            last_slowdown < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_slowdown), productive,
-                           checkpoint, baseline, seen, slow_run, held, in_slowdown ? Py_True : Py_False, warm_out);
+                           checkpoint, baseline, seen, slow_run, held, in_slowdown ? Py_True : Py_False, warm_out,
+                           held_span);
 done:
     PyMem_Free(warmup);
     Py_XDECREF(warm_out);
     Py_XDECREF(warm);
+    Py_XDECREF(spans);
     Py_XDECREF(steps);
     Py_XDECREF(values);
     return result;

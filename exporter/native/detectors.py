@@ -21,17 +21,20 @@ detector (required once a value is finite), then, unless it is part of a spike, 
 plateau tracker. A step of None is never the one reported. Returned: the counts, the step
 of the last of each, and the detectors' new state (None where none was given).
 
-    check_step_times(config, slowdown, steps, values, productive, checkpoint)
+    check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)
         -> (slowdowns, last_slowdown_step, productive, checkpoint, slowdown)
 
 - ``config``: ``(slowdown_factor, slowdown_steps, slowdown_warmup_steps,
   slowdown_baseline_alpha)``;
-- ``slowdown``: ``(baseline, seen, slow_run, held, in_slowdown, warmup)`` (see _Slowdown);
-- ``steps``, ``values``: step times in seconds, in order; ``productive``, ``checkpoint``:
-  the seconds so far, to which each step's time is added in turn.
+- ``slowdown``: ``(baseline, seen, slow_run, held, in_slowdown, warmup, held_span)``;
+- ``steps``, ``values``: step times in seconds, in order; ``spans``: how many steps each
+  of them stands for (a log line every 100 iterations prints the time of one: it stands
+  for 100); ``productive``, ``checkpoint``: the seconds so far, to which each step time
+  times its span is added in turn.
 
-A step time that is not a time (not finite, not positive) is skipped. Returned: the
-slowdowns begun, the step of the last, the seconds with these steps added, the new state.
+A step time that is not a time (not finite, not positive) is skipped. The detector itself
+sees each step time once, whatever its span. Returned: the slowdowns begun, the step of
+the last, the seconds with these steps added, the new state.
 """
 
 from __future__ import annotations
@@ -43,7 +46,7 @@ from collections.abc import Sequence
 SpikeState = tuple[float, float, int, int]
 PlateauState = tuple[float | None, float, float, list[int], list[float], int | None]
 SeriesCheck = tuple[int, int | None, int, int | None, SpikeState | None, PlateauState | None]
-SlowdownState = tuple[float, int, int, float, bool, list[float]]
+SlowdownState = tuple[float, int, int, float, bool, list[float], float]
 StepTimesCheck = tuple[int, int | None, float, float, SlowdownState]
 
 
@@ -177,17 +180,17 @@ class _Plateau:
 
 
 def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int | None], values: Sequence[float],
-                     productive: float, checkpoint: float) -> StepTimesCheck:
+                     spans: Sequence[float], productive: float, checkpoint: float) -> StepTimesCheck:
     """Feed one series of step times in order; see the module's docstring."""
     factor, needed, warmup_steps, alpha = config
-    baseline, seen, slow_run, held, in_slowdown, warmup = slowdown
-    baseline, held, warmup = float(baseline), float(held), [float(value) for value in warmup]
+    baseline, seen, slow_run, held, in_slowdown, warmup, held_span = slowdown
+    baseline, held, held_span, warmup = float(baseline), float(held), float(held_span), [float(v) for v in warmup]
     slowdowns, last_slowdown = 0, None
-    for step, value in zip(steps, values, strict=False):
+    for step, value, span in zip(steps, values, spans, strict=False):
         if not 0 < value < math.inf:  # not a time (NaN fails every comparison)
             continue
         if seen < warmup_steps:
-            productive += value
+            productive += value * span
             warmup.append(value)
             seen += 1
             if seen == warmup_steps:
@@ -196,26 +199,27 @@ def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int
         if value > factor * baseline:
             slow_run += 1
             if slow_run == 1:
-                held = value  # a save or the start of a slowdown: the next step tells which
+                held, held_span = value, span  # a save or the start of a slowdown: the next step tells which
             else:
                 if slow_run == 2:  # not a one-step blip: slow training, but training
-                    productive += held
+                    productive += held * held_span
                     held = 0.0
-                productive += value
+                productive += value * span
             if slow_run == needed and not in_slowdown:
                 in_slowdown = True
                 slowdowns += 1
                 last_slowdown = step if step is not None else last_slowdown
             continue
         if slow_run == 1:  # a one-step blip: its time above the baseline saved a checkpoint
-            productive += baseline
-            checkpoint += held - baseline
+            productive += baseline * held_span
+            checkpoint += (held - baseline) * held_span
             held = 0.0
         slow_run, in_slowdown = 0, False
-        productive += value
+        productive += value * span
         baseline += alpha * (value - baseline)
         seen += 1
-    return slowdowns, last_slowdown, productive, checkpoint, (baseline, seen, slow_run, held, in_slowdown, warmup)
+    return (slowdowns, last_slowdown, productive, checkpoint,
+            (baseline, seen, slow_run, held, in_slowdown, warmup, held_span))
 
 
 def _median(values: list[float]) -> float:

@@ -134,9 +134,10 @@ class SlowdownDetector:
 
     __slots__ = ("state",)
 
-    def __init__(self, state: SlowdownState = (0.0, 0, 0, 0.0, False, [])) -> None:
+    def __init__(self, state: SlowdownState = (0.0, 0, 0, 0.0, False, [], 1.0)) -> None:
         # (baseline, steps seen, length of the current slow run, time held of its first step,
-        # in a slowdown, the warm-up's step times until their median is the baseline)
+        # in a slowdown, the warm-up's step times until their median is the baseline, how
+        # many steps the held time stands for)
         self.state = state
 
     @property
@@ -148,26 +149,28 @@ class SlowdownDetector:
         return self.state[1]
 
     def check(self, config: DetectorConfig, steps: Sequence[int | None], seconds: Sequence[float],
-              time_split: tuple[float, float]) -> tuple[int, int | None, tuple[float, float]]:
+              spans: Sequence[float], time_split: tuple[float, float]) -> tuple[int, int | None, tuple[float, float]]:
         """Feed step times in order: (slowdowns begun, step of the last, ``time_split`` — productive and
-        checkpoint seconds so far — with these steps' time added, one step at a time)."""
+        checkpoint seconds so far — with these steps' time added, one step at a time, each time
+        as many times as its span says steps it stands for)."""
         slowdowns, last_step, productive, checkpoint, self.state = native.check_step_times(
             (config.slowdown_factor, config.slowdown_steps, config.slowdown_warmup_steps,
-             config.slowdown_baseline_alpha), self.state, steps, seconds, *time_split)
+             config.slowdown_baseline_alpha), self.state, steps, seconds, spans, *time_split)
         return slowdowns, last_step, (productive, checkpoint)
 
     def snapshot(self) -> dict[str, object]:
         """Internal state for a checkpoint."""
-        baseline, seen, slow_run, held, in_slowdown, warmup = self.state
+        baseline, seen, slow_run, held, in_slowdown, warmup, held_span = self.state
         return {"baseline": baseline, "seen": seen, "slow_run": slow_run, "held": held, "in_slowdown": in_slowdown,
-                "warmup": list(warmup)}
+                "warmup": list(warmup), "held_span": held_span}
 
     @classmethod
     def restored(cls, snapshot: dict) -> SlowdownDetector:
         """A detector in the state ``snapshot`` recorded (KeyError when a value is missing)."""
         return cls((float(snapshot["baseline"]), int(snapshot["seen"]), int(snapshot["slow_run"]),
                     float(snapshot["held"]), bool(snapshot["in_slowdown"]),
-                    [float(value) for value in snapshot["warmup"]]))
+                    [float(value) for value in snapshot["warmup"]],
+                    float(snapshot.get("held_span", 1.0))))  # checkpoints before spans held one step
 
 
 SeriesCheck = tuple[int, int | None, int, int | None]

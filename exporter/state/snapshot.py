@@ -19,7 +19,7 @@ import sys
 import typing
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
+from typing_extensions import NotRequired, TypedDict  # pydantic needs this one before Python 3.12
 
 from exporter.parse.numbers import MAX_INTEGER
 from exporter.state.detectors import PlateauTracker, SlowdownDetector, SpikeDetector
@@ -57,6 +57,7 @@ class _SlowdownSnapshot(TypedDict):
     held: float
     in_slowdown: bool
     warmup: list[float]
+    held_span: NotRequired[float]
 
 
 _DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _PlateauSnapshot,

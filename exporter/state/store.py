@@ -6,10 +6,10 @@ one lock; writers take it once per batch of lines, not per line.
 
 from __future__ import annotations
 
-import functools
 import math
 import operator
 import threading
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -39,6 +39,8 @@ SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "
 SeriesKey = tuple[str, str, str]  # (run, node, rank)
 DROPPED_TRUNCATED, DROPPED_SERIES_LIMIT = "truncated", "series_limit"
 MAX_REMEMBERED_DROPS = 1 << 16
+# A step time stands for at most this many steps (a log line every MAX_SPAN steps or fewer).
+MAX_SPAN = 10_000
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,6 +100,7 @@ class RankState:
     replay_until: int | None = None  # while replaying after a restart: the highest step before it
     attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
+    timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
 
     @property
     def total_steps(self) -> int | None:
@@ -261,7 +264,7 @@ class TrainingState:
         losses = batch.series.get("loss")
         step_time = batch.latest.get("step_time_seconds")
         if losses:
-            losses, _ = _split_replayed(losses, replay_until, replay_before)
+            losses = _split_replayed(losses, replay_until, replay_before)
             loss_steps = _at_known_steps(losses.steps, step_before)
             self._check_losses(rank, loss_steps, losses.values)
             rank.recent.add(loss_steps, losses.values, step_time)
@@ -272,22 +275,27 @@ class TrainingState:
             self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
         grad_norms = batch.series.get("grad_norm")
         if grad_norms:
-            grad_norms, _ = _split_replayed(grad_norms, replay_until, replay_before)
+            grad_norms = _split_replayed(grad_norms, replay_until, replay_before)
             self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
         step_times = batch.series.get("step_time_seconds")
         printed = 0.0
         if step_times:
-            printed = sum(_times(step_times.values))
-            fresh, replayed = _split_replayed(step_times, replay_until, replay_before)
-            if replayed:
-                lost = rank.lost_seconds_total
-                lost["replayed"] = functools.reduce(operator.add, _times(replayed), lost["replayed"])
-            self._account_step_times(rank, _at_known_steps(fresh.steps, step_before), fresh.values)
+            steps: Sequence[int | None] = _at_known_steps(step_times.steps, step_before)
+            seconds: Sequence[float] = step_times.values
+            spans = _spans(steps, rank.timed_step)
+            rank.timed_step = _last_known(rank.timed_step, list(steps))
+            printed = _covered(seconds, spans)
+            replayed = _replayed(step_times.steps, replay_until, replay_before)
+            if any(replayed):
+                rank.lost_seconds_total["replayed"] += _covered(*_picked(replayed, seconds, spans))
+                steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
+            self._account_step_times(rank, steps, seconds, spans)
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.restarts_total += restarted
         rank.attempt_step, rank.highest_step, rank.replay_until = after
 
-    def _account_step_times(self, rank: RankState, steps: list[int | None], seconds: list[float]) -> None:
+    def _account_step_times(self, rank: RankState, steps: Sequence[int | None], seconds: Sequence[float],
+                            spans: Sequence[float]) -> None:
         """Productive and checkpoint time of the step times not replayed, as the slowdown detector tells them."""
         if not seconds:
             return
@@ -295,7 +303,7 @@ class TrainingState:
             rank.slowdown = SlowdownDetector()
         lost = rank.lost_seconds_total
         slowdowns, slowdown_step, (rank.productive_seconds_total, lost["checkpoint"]) = rank.slowdown.check(
-            self._detectors, steps, seconds, (rank.productive_seconds_total, lost["checkpoint"]))
+            self._detectors, steps, seconds, spans, (rank.productive_seconds_total, lost["checkpoint"]))
         if slowdowns:
             self._anomaly(rank, "slowdown", slowdown_step, slowdowns)
 
@@ -430,23 +438,48 @@ def _progress(steps: list[int | None], before: Progress) -> tuple[bool, int | No
     return restarted, until, after
 
 
-def _split_replayed(series: Series, replay_until: int | None, replay_before: int | None) -> tuple[Series, list[float]]:
-    """A series without its replayed values, and those values. A line of the batch before any printed step
+def _split_replayed(series: Series, replay_until: int | None, replay_before: int | None) -> Series:
+    """A series without its replayed values."""
+    replayed = _replayed(series.steps, replay_until, replay_before)
+    if not any(replayed):
+        return series
+    steps, values = _picked([not out for out in replayed], series.steps, series.values)
+    return Series(list(steps), list(values))
+
+
+def _replayed(steps: list[int | None], replay_until: int | None, replay_before: int | None) -> list[bool]:
+    """Which values of a series re-run steps after a restart. A line of the batch before any printed step
     (step None) is at the replay state before the batch."""
     if replay_until is None and replay_before is None:
-        return series, []
-    replayed = [(replay_before is not None) if step is None else (replay_until is not None and step <= replay_until)
-                for step in series.steps]
-    kept = Series([step for step, out in zip(series.steps, replayed, strict=True) if not out],
-                  [value for value, out in zip(series.values, replayed, strict=True) if not out])
-    return kept, [value for value, out in zip(series.values, replayed, strict=True) if out]
+        return [False] * len(steps)
+    return [(replay_before is not None) if step is None else (replay_until is not None and step <= replay_until)
+            for step in steps]
 
 
-def _times(seconds: list[float]) -> list[float]:
-    """The printed step times that are times (finite, positive)."""
-    if seconds and min(seconds) > 0 and sum(seconds) < math.inf:  # the usual case, at C speed (a NaN fails too)
-        return seconds
-    return [value for value in seconds if 0 < value < math.inf]
+def _picked(chosen: list[bool], *columns: Sequence) -> tuple[tuple, ...]:
+    """The chosen rows of the columns, column by column."""
+    return tuple(tuple(item for item, keep in zip(column, chosen, strict=True) if keep) for column in columns)
+
+
+def _spans(steps: Sequence[int | None], previous: int | None) -> Sequence[float]:
+    """How many steps each step time stands for: the steps since the step time before it (at ``previous``).
+
+    Megatron-LM, DeepSpeed and torchtitan print a line every ``log_interval`` steps with the
+    time of one (the interval's mean): that line stands for the whole interval. A step time
+    on a line naming no step, the first one, or one whose step does not advance or jumps
+    back or by more than MAX_SPAN (a restart, another run) stands for itself.
+    """
+    spans: list[float] = []
+    for step in steps:
+        gap = step - previous if step is not None and previous is not None else 1
+        spans.append(float(gap) if 1 <= gap <= MAX_SPAN else 1.0)
+        previous = step if step is not None else previous
+    return spans
+
+
+def _covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
+    """The seconds the step times stand for, those that are times (finite, positive)."""
+    return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
 
 
 def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:
