@@ -33,8 +33,10 @@ def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, wa
         for _ in range(50):  # many writes within the coalescing window: one report
             one.write(b"line\n")
             two.write(b"line\n")
-    assert watcher.wait(5) == {str(first), str(second)}
-    assert watcher.wait(0) == set()
+    watcher.wait(5)
+    assert watcher.grown() == {str(first), str(second)}
+    watcher.wait(0)
+    assert watcher.grown() == set()
 
 
 def test_unwatched_directories_are_not_reported(tmp_path, watcher):
@@ -44,16 +46,21 @@ def test_unwatched_directories_are_not_reported(tmp_path, watcher):
     watcher.watch(str(watched))
     (other / "worker_0.log").write_bytes(b"line\n")
     (watched / "worker_1.log").write_bytes(b"line\n")
-    assert watcher.wait(5) == {str(watched / "worker_1.log")}
+    watcher.wait(5)
+    assert watcher.grown() == {str(watched / "worker_1.log")}
 
 
 def test_wake_ends_a_wait_from_another_thread(tmp_path, watcher):
     watcher.watch(str(tmp_path))
     threading.Timer(0.2, watcher.wake).start()
     started = time.monotonic()
-    assert watcher.wait(30) == set()
+    watcher.wait(30)
     assert time.monotonic() - started < 10
-    assert watcher.wait(0) == set()  # the wake-up was taken: nothing pending
+    assert watcher.grown() == set()
+    assert not watcher.pending()
+    started = time.monotonic()
+    watcher.wait(0.5)  # the wake-up was taken: this one times out
+    assert time.monotonic() - started >= 0.4
 
 
 def test_a_full_kernel_queue_reports_that_anything_may_have_grown(tmp_path, watcher):
@@ -67,7 +74,8 @@ def test_a_full_kernel_queue_reports_that_anything_may_have_grown(tmp_path, watc
     finally:
         for handle in files:
             os.close(handle)
-    assert watcher.wait(5) is None
+    watcher.wait(5)
+    assert watcher.grown() is None
 
 
 def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path, watcher):
@@ -82,5 +90,27 @@ def test_a_removed_directory_is_forgotten_and_unusual_names_are_kept(tmp_path, w
     with open(os.fsencode(odd), "ab") as handle:
         handle.write(b"line\n")
     shutil.rmtree(gone)
-    assert watcher.wait(5) == {str(odd)}
+    watcher.wait(5)
+    assert watcher.grown() == {str(odd)}
     assert list(watcher._directories.values()) == [str(kept)]
+
+
+def test_a_wake_ends_the_coalescing_window_and_pending_tells_queued_appends(tmp_path):
+    slow = AppendWatcher.create(coalesce=30)
+    assert slow is not None
+    try:
+        log = tmp_path / "worker_0.log"
+        log.write_bytes(b"")
+        slow.watch(str(tmp_path))
+        assert not slow.pending()
+        with open(log, "ab", buffering=0) as handle:
+            handle.write(b"line\n")
+        assert slow.pending()
+        threading.Timer(0.2, slow.wake).start()  # a scrape wanting the lines now, 0.2 s into the window
+        started = time.monotonic()
+        slow.wait(60)
+        assert time.monotonic() - started < 10
+        assert slow.grown() == {str(log)}
+        assert not slow.pending()
+    finally:
+        slow.close()
