@@ -4,14 +4,17 @@ from __future__ import annotations
 
 import os
 import shutil
+import struct
 import sys
 import threading
 import time
 from pathlib import Path
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
-from exporter.follow.appends import AppendWatcher
+from exporter.follow.appends import AppendWatcher, grown_names
 
 pytestmark = pytest.mark.skipif(not sys.platform.startswith("linux"), reason="inotify is Linux only")
 
@@ -114,3 +117,45 @@ def test_a_wake_ends_the_coalescing_window_and_pending_tells_queued_appends(tmp_
         assert not slow.pending()
     finally:
         slow.close()
+
+
+_MODIFY = 0x2
+_EVENT = struct.Struct("iIII")
+
+
+def _event(wd: int, mask: int, name: bytes, padded: int) -> bytes:
+    """A struct inotify_event as the kernel writes it: the name NUL-padded to ``padded`` bytes."""
+    return _EVENT.pack(wd, mask, 0, padded) + name.ljust(padded, b"\0")
+
+
+@given(st.lists(st.tuples(st.integers(1, 4), st.sampled_from([_MODIFY, _MODIFY, 0x4000, 0x8000]),
+                          st.binary(min_size=1, max_size=40).map(lambda name: name.replace(b"\0", b"x")),
+                          st.sampled_from([0, 16, 16, 32])), max_size=60))
+def test_events_are_decoded_alike_whatever_the_lengths_of_their_names(events):
+    """Same-length names take the fast path, mixed ones the walk: both must read every event."""
+    data, expected_names, expected_ignored, expected_overflow = b"", set(), set(), False
+    for wd, mask, name, extra in events:
+        if mask == 0x4000:  # IN_Q_OVERFLOW: wd -1, no name
+            data += _event(-1, mask, b"", 0)
+            expected_overflow = True
+            continue
+        if mask == 0x8000:  # IN_IGNORED: no name
+            data += _event(wd, mask, b"", 0)
+            expected_ignored.add(wd)
+            continue
+        padded = (len(name) // 16 + 1) * 16 + extra
+        data += _event(wd, mask, name, padded)
+        expected_names.add((wd, name.ljust(padded, b"\0")))
+    assert grown_names(data) == (expected_names, expected_ignored, expected_overflow)
+
+
+def test_many_appends_of_a_few_writers_decode_to_each_file_once():
+    names = [f"worker_{rank}.log".encode() for rank in range(8)]
+    data = b"".join(_event(1, _MODIFY, names[index % 8], 16) for index in range(400))
+    found, ignored, overflowed = grown_names(data)
+    assert {name.rstrip(b"\0") for _, name in found} == set(names)
+    assert (ignored, overflowed) == (set(), False)
+    # A name of another length in the middle: the stride no longer fits, every event is still read.
+    mixed = data[:3200] + _event(2, _MODIFY, b"a-much-longer-file-name.log", 32) + data[3200:]
+    assert (2, b"a-much-longer-file-name.log".ljust(32, b"\0")) in grown_names(mixed)[0]
+    assert len(grown_names(mixed)[0]) == 9

@@ -23,6 +23,7 @@ import logging
 import os
 import select
 import struct
+from collections.abc import Iterable, Iterator
 
 try:
     from inotify_simple import INotify, flags
@@ -42,19 +43,46 @@ def grown_names(data: bytes) -> tuple[set[tuple[int, bytes]], set[int], bool]:
     names: set[tuple[int, bytes]] = set()
     ignored: set[int] = set()
     overflowed = False
-    unpack = _EVENT_HEADER.unpack_from
-    header, position, end = _EVENT_HEADER.size, 0, len(data)
-    while position < end:
-        wd, mask, _, size = unpack(data, position)
-        name_start = position + header
-        position = name_start + size
+    for wd, mask, _, size, name in _distinct_events(data):
         if mask & _Q_OVERFLOW:
             overflowed = True
         elif mask & _IGNORED:
             ignored.add(wd)
         elif size:
-            names.add((wd, data[name_start:position]))
+            names.add((wd, name))
     return names, ignored, overflowed
+
+
+def _distinct_events(data: bytes) -> Iterable[tuple[int, int, int, int, bytes]]:
+    """The distinct events (wd, mask, cookie, len, name) of a read, in no particular order.
+
+    Appends by a few writers give hundreds of events a batch, all with names of one padded
+    length, most of them repeats: then struct cuts them into equal records in C and only the
+    distinct ones are taken apart, 5 times faster than a walk in Python. The records are the
+    events when every header, read at that stride, gives that length: the first event has
+    it, so the second starts one stride on, and so on by induction.
+    """
+    end = len(data)
+    if end >= _EVENT_HEADER.size:
+        name_size = _EVENT_HEADER.unpack_from(data)[3]
+        stride = _EVENT_HEADER.size + name_size
+        if end % stride == 0:
+            records = {record for (record,) in struct.iter_unpack(f"{stride}s", data)}
+            events = [(*_EVENT_HEADER.unpack_from(record), record[_EVENT_HEADER.size :]) for record in records]
+            if all(event[3] == name_size for event in events):
+                return events
+    return _walk_events(data)
+
+
+def _walk_events(data: bytes) -> Iterator[tuple[int, int, int, int, bytes]]:
+    """Every event of a read, one after the other (names of any length)."""
+    unpack = _EVENT_HEADER.unpack_from
+    header, position, end = _EVENT_HEADER.size, 0, len(data)
+    while position < end:
+        wd, mask, cookie, size = unpack(data, position)
+        name_start = position + header
+        position = name_start + size
+        yield wd, mask, cookie, size, data[name_start:position]
 
 
 class AppendWatcher:
