@@ -46,7 +46,7 @@ log = logging.getLogger(__name__)
 
 # How long the follow thread lets appends gather before it reads them, when no reader asks for
 # them sooner (catch_up). Every wake-up reads every grown file, in Python: at 8 ranks writing
-# 808 lines a second, 0.1 s cost 1.3 % of a core and 0.5 s 0.5 % (docs/benchmarks.md). Besides
+# 808 lines a second, 0.1 s cost 1.4 % of a core and 0.5 s 0.6 % (docs/benchmarks.md). Besides
 # a scrape, which catches up, only the OTLP push and the checkpoint see lines this much later.
 APPEND_BATCH_SECONDS = 0.5
 
@@ -180,7 +180,7 @@ class Follower:
             self._passes.notify_all()  # a catch_up waiting now waits no longer
 
     def catch_up(self, timeout: float) -> bool:
-        """Read every line appended to the followed files before this call, then return (from any thread).
+        """Wait until the follow thread has read every line appended to the followed files before this call.
 
         Waits at most ``timeout`` seconds (the follow thread may be busy reading a long backlog).
         False when it timed out, or without inotify (polling), where nothing tells what grew.
@@ -193,8 +193,7 @@ class Follower:
                 return True  # nothing queued, nothing taken and not read yet: everything is read
             self._passes_asked += 1
             ticket = self._passes_asked
-        appends.wake()
-        with self._passes:
+            appends.wake()  # under the lock: stop() closes the descriptors under it
             self._passes.wait_for(lambda: self._passes_done >= ticket or self._appends is None, timeout)
             return self._passes_done >= ticket
 
