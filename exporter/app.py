@@ -33,6 +33,10 @@ from exporter.state import TrainingState
 
 log = logging.getLogger(__name__)
 
+# How long a scrape waits for the follow thread to read what was written before it: reading a few
+# batches takes milliseconds; a long backlog (a restart's catch-up) must not hold scrapes up.
+SCRAPE_CATCH_UP_SECONDS = 0.25
+
 
 def _run_label_value(directory: str, run: str | None) -> str:
     """The run label of a log directory, fit to be a label (a directory's name need not be UTF-8)."""
@@ -86,13 +90,15 @@ class Exporter:
         self.runtime = runtime_registry()
 
     def metrics(self, openmetrics: bool) -> bytes:
-        """/metrics: the walk's families and the process's own."""
+        """/metrics: the walk's families and the process's own, after every line written so far."""
+        self.follower.catch_up(SCRAPE_CATCH_UP_SECONDS)
         return text_format.render(self.state, self.scrape_time, openmetrics=openmetrics, runtime=self.runtime)
 
     def ready(self) -> bool:
         return self.follower.ready
 
     def status_page(self) -> str:
+        self.follower.catch_up(SCRAPE_CATCH_UP_SECONDS)
         return render_status_page(self.state, self.follower.ready, runbook_url=self.settings.runbook_url)
 
     def start(self) -> None:

@@ -83,3 +83,31 @@ def test_writes_to_a_just_rotated_file_are_read_on_its_event(tmp_path, following
         time.sleep(0.5)  # let the follower handle the rename first: then only the write's event is left
         writer.write("step=2 loss=2.0\n")
     eventually(lambda: state.series[key].lines_total == 2, 5, what="the write to the rotated file was not read")
+
+
+def test_catch_up_reads_every_append_made_before_it_without_waiting_for_the_batch(tmp_path, following):
+    """A scrape's catch_up: the lines are read when it returns, though appends gather for 30 s."""
+    logs = [tmp_path / f"worker_{rank}.log" for rank in range(3)]
+    for log in logs:
+        log.write_text("step=1 loss=2.0\n")
+    # No rescan and a batch window longer than the test: only catch_up can make the follower read.
+    state, _, follower = following(tmp_path, rescan_interval=3600, append_batch_seconds=30)
+    assert follower.catch_up(1) is False  # not started: nothing watches for appends yet
+    follower.start()
+    keys = [("run", "node", str(rank)) for rank in range(3)]
+    eventually(lambda: all(key in state.series and state.series[key].lines_total == 1 for key in keys), 5,
+               what="first lines not read")
+    assert follower.catch_up(5)  # nothing appended: answers at once
+    for step in range(2, 6):
+        for log in logs:
+            with open(log, "a") as writer:
+                writer.write(f"step={step} loss=2.0\n")
+        started = time.monotonic()
+        assert follower.catch_up(5)
+        assert time.monotonic() - started < 5
+        assert [state.series[key].lines_total for key in keys] == [step] * 3
+        assert [state.series[key].step for key in keys] == [step] * 3
+    time.sleep(0.5)
+    assert [state.series[key].lines_total for key in keys] == [5] * 3  # each line read once
+    follower.stop()
+    assert follower.catch_up(1) is False

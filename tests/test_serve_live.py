@@ -34,6 +34,25 @@ def test_appended_step_shows_in_metrics_within_two_seconds(tmp_path):
         assert sample(samples, "training_step", rank="2") == 200  # other ranks untouched
 
 
+def test_the_first_scrape_after_an_append_shows_it(tmp_path):
+    """A scrape reads what was written before it: no waiting out the follow thread's batching."""
+    log_dir = copy_example(tmp_path, mtime=None)
+    with ExporterProcess("--log-dir", str(log_dir)) as exporter:
+        eventually(lambda: sample(scrape(exporter.url), "training_step", rank="3") == 200, 10,
+                   what="catch-up to step 200")
+        with open(log_dir / "worker_3.log", "a") as log:
+            for step in range(201, 211):
+                log.write(STEP_LINE.format(step=step, loss=1.5 + step / 1000))
+                log.flush()
+                samples = scrape(exporter.url)
+                assert sample(samples, "training_step", rank="3") == step
+                assert sample(samples, "training_loss", rank="3") == 1.5 + step / 1000
+            log.write(STEP_LINE.format(step=211, loss=1.0))
+            log.flush()
+            status, page = http_get(exporter.url + "/")
+            assert status == 200 and "211" in page
+
+
 def test_file_created_after_start_is_followed(tmp_path):
     log_dir = tmp_path / "job" / "msrun_log"
     log_dir.mkdir(parents=True)
@@ -65,10 +84,13 @@ def test_missing_directory_is_not_ready_until_it_appears(tmp_path):
 def test_status_page_lists_ranks(tmp_path):
     log_dir = copy_example(tmp_path, mtime=None)
     with ExporterProcess("--log-dir", str(log_dir)) as exporter:
-        eventually(lambda: "worker_7.log" in http_get(exporter.url + "/")[1], 10, what="status page rows")
+        # The files are discovered in directory order, worker_7.log not necessarily last: wait for every row.
+        eventually(lambda: http_get(exporter.url + "/")[1].count(" data-rank=") == 9, 10,
+                   what="a row for each of 8 workers and the scheduler")
         status, page = http_get(exporter.url + "/")
         assert status == 200
-        assert page.count(" data-rank=") == 9  # a row for each of 8 workers and the scheduler
+        assert "worker_7.log" in page
+        assert page.count(" data-rank=") == 9
 
 
 def test_fifos_and_directories_named_like_logs_block_nothing(tmp_path):

@@ -1,12 +1,15 @@
 """Discover and follow every log file under the configured directories.
 
 watchdog's native observer (inotify) marks files dirty when they appear, move or go; the
-follow thread waits on the AppendWatcher for the files that grew, in batches, reads every
-dirty file and hands line batches to a sink. A periodic rescan (every ``rescan_interval`` seconds)
-reads every file anyway: it catches what events miss (directories created later,
-overflowed event queues, writes from other hosts on NFS or Lustre, which inotify never
-sees). Polling mode (``poll_interval``, or when inotify cannot be set up) is that rescan
-alone, at that interval: no observer, no inotify descriptor.
+follow thread waits on the AppendWatcher for the files that grew, in batches (every
+``append_batch_seconds`` at most while files grow), reads every dirty file and hands line
+batches to a sink. A reader that wants every line written so far (a scrape) asks for it
+with ``catch_up``: the batch then ends at once, so /metrics is as fresh as the scrape
+while the follow thread wakes only a few times a second (docs/benchmarks.md). A periodic
+rescan (every ``rescan_interval`` seconds) reads every file anyway: it catches what events
+miss (directories created later, overflowed event queues, writes from other hosts on NFS or
+Lustre, which inotify never sees). Polling mode (``poll_interval``, or when inotify cannot
+be set up) is that rescan alone, at that interval: no observer, no inotify descriptor.
 """
 
 from __future__ import annotations
@@ -40,6 +43,12 @@ from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
 
 log = logging.getLogger(__name__)
+
+# How long the follow thread lets appends gather before it reads them, when no reader asks for
+# them sooner (catch_up). Every wake-up reads every grown file, in Python: at 8 ranks writing
+# 808 lines a second, 0.1 s cost 1.4 % of a core and 0.5 s 0.6 % (docs/benchmarks.md). Besides
+# a scrape, which catches up, only the OTLP push and the checkpoint see lines this much later.
+APPEND_BATCH_SECONDS = 0.5
 
 # What watchdog reports while the AppendWatcher reports growth: the directory tree changing.
 _STRUCTURE_EVENTS = [FileCreatedEvent, FileMovedEvent, FileDeletedEvent,
@@ -100,6 +109,7 @@ class Follower:
         rescan_interval: float = 2.0,
         idle_flush_seconds: float | None = None,
         rules: DirectoryRules | Mapping[str, DirectoryRules] = DEFAULT_RULES,
+        append_batch_seconds: float = APPEND_BATCH_SECONDS,
     ) -> None:
         """``rules``: which files to follow, for every directory or per directory (as given in ``directories``)."""
         self._directories = [os.path.abspath(d) for d in directories]
@@ -124,6 +134,12 @@ class Follower:
         self._ready = threading.Event()
         self._observer = None if poll_interval else self._native_observer()
         self._appends: AppendWatcher | None = None  # created by start(): only a running follower needs it
+        self._append_batch_seconds = append_batch_seconds
+        # catch_up's hand-over: requests asked, the last one whose appends were read, and whether the
+        # follow thread is reading appends it took from the kernel (they are no longer queued there).
+        self._passes = threading.Condition()
+        self._passes_asked = self._passes_done = 0
+        self._reading_appends = False
         self._thread = threading.Thread(target=self._run, name="follow", daemon=True)
 
     @property
@@ -138,7 +154,7 @@ class Follower:
     def start(self) -> None:
         if self._observer is not None:
             # Growth comes from batched inotify reads instead of one watchdog event per write.
-            self._appends = AppendWatcher.create()
+            self._appends = AppendWatcher.create(self._append_batch_seconds)
             if self._appends is not None:
                 for path in self._tailers:
                     self._appends.watch(os.path.dirname(path))
@@ -157,9 +173,29 @@ class Follower:
                 self._observer.join(timeout)
         for tailer in self._tailers.values():
             tailer.close()
-        if self._appends is not None:
-            self._appends.close()
-            self._appends = None
+        with self._passes:
+            if self._appends is not None:
+                self._appends.close()
+                self._appends = None
+            self._passes.notify_all()  # a catch_up waiting now waits no longer
+
+    def catch_up(self, timeout: float) -> bool:
+        """Wait until the follow thread has read every line appended to the followed files before this call.
+
+        Waits at most ``timeout`` seconds (the follow thread may be busy reading a long backlog).
+        False when it timed out, or without inotify (polling), where nothing tells what grew.
+        """
+        with self._passes:
+            appends = self._appends
+            if appends is None:
+                return False
+            if not self._reading_appends and not appends.pending():
+                return True  # nothing queued, nothing taken and not read yet: everything is read
+            self._passes_asked += 1
+            ticket = self._passes_asked
+            appends.wake()  # under the lock: stop() closes the descriptors under it
+            self._passes.wait_for(lambda: self._passes_done >= ticket or self._appends is None, timeout)
+            return self._passes_done >= ticket
 
     def run_once(self) -> None:
         """One full scan and read of everything (used at start and by the periodic rescan)."""
@@ -202,11 +238,15 @@ class Follower:
             if now >= next_rescan:
                 self._guarded(self.run_once)
                 next_rescan = now + self._rescan_interval
-            self._wait(max(0.0, next_rescan - time.monotonic()))
+            served = self._wait(max(0.0, next_rescan - time.monotonic()))
             with self._dirty_lock:
                 dirty, self._dirty = self._dirty, set()
             for path in dirty:
                 self._guarded(self._on_dirty, path)
+            with self._passes:
+                self._reading_appends = False
+                self._passes_done = served
+                self._passes.notify_all()
 
     def _guarded(self, action: Callable[..., None], *args: object) -> None:
         # One bad file or a filesystem hiccup must never stop the follow loop.
@@ -215,16 +255,23 @@ class Follower:
         except Exception:  # noqa: BLE001
             log.exception("follow loop: %s failed", getattr(action, "__name__", action))
 
-    def _wait(self, timeout: float) -> None:
-        """Until a file is dirty or ``timeout`` seconds passed."""
-        if self._appends is None:
+    def _wait(self, timeout: float) -> int:
+        """Until a file is dirty or ``timeout`` seconds passed; the last catch_up request the reads
+        that follow serve (they read every append queued when it was asked)."""
+        appends = self._appends
+        if appends is None:
             self._wake.wait(timeout)
             self._wake.clear()
-            return
-        grown = self._appends.wait(timeout)
+            return self._passes_done
+        appends.wait(timeout)
+        with self._passes:
+            served = self._passes_asked
+            self._reading_appends = True
+        grown = appends.grown()
         with self._dirty_lock:
             # None: the kernel dropped events, any followed file may have grown.
             self._dirty.update(list(self._tailers) if grown is None else grown)
+        return served
 
     def _mark_dirty(self, path: str) -> None:
         """From watchdog's thread: a file appeared, moved or went."""
