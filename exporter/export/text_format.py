@@ -99,7 +99,7 @@ def _append_lines(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
             append(kept[-1])
             continue
         lines = labels.named_lines(name, spec.label, named_samples(spec, named))
-        labels.lines[slot] = (tuple(named), tuple(named.values()), lines)
+        labels.lines[slot] = (_interned(tuple(named)), tuple(named.values()), lines)
         append(lines)
 
 
@@ -108,6 +108,12 @@ def _same_named(kept: _Kept, named: Mapping[str, float]) -> bool:
     names, numbers, _ = kept
     return len(names) == len(named) and all(map(operator.is_, names, named)) and all(
         map(operator.is_, numbers, named.values()))
+
+
+@functools.lru_cache(maxsize=1024)
+def _interned(names: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple for every series' equal label values: a rank's kinds are every rank's."""
+    return names
 
 
 @functools.cache
@@ -165,16 +171,20 @@ class _SeriesLabels:
     series is scraped; with one more label (a kind, an aux loss name) too. Keeps the series' lines of
     each family (``lines``, by ``_SLOTS``) with the value they print."""
 
-    __slots__ = ("_parts", "around", "lines", "text")
+    __slots__ = ("_names", "_values", "around", "lines", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
-        pairs = sorted(zip(names, values, strict=True))
-        self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
-        self.text = ",".join(part for _, part in self._parts)
+        self._names, self._values = names, values  # the cache's key tuples: no memory of their own
+        self.text = ",".join(part for _, part in self._parts())
         # extra label name -> the labels' text before and after it. Not the whole text per value:
         # a dozen kinds per series, four thousand series, would keep megabytes of it.
         self.around: dict[str, tuple[str, str]] = {}
         self.lines: list[_Kept | None] = [None] * len(METRICS)
+
+    def _parts(self) -> list[tuple[str, str]]:
+        """(name, its ``name="value"`` text) by name; made again for each extra label, not kept."""
+        pairs = sorted(zip(self._names, self._values, strict=True))
+        return [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
 
     def sample_line(self, name: str, value: float) -> bytes:
         text = self.text
@@ -188,8 +198,9 @@ class _SeriesLabels:
 
     def _split_at(self, name: str) -> tuple[str, str]:
         """The series' labels before and after one more label at its sorted place, with their commas."""
-        before = "".join(part + "," for label, part in self._parts if label < name)
-        after = "".join("," + part for label, part in self._parts if label > name)
+        parts = self._parts()
+        before = "".join(part + "," for label, part in parts if label < name)
+        after = "".join("," + part for label, part in parts if label > name)
         self.around[name] = (before, after)
         return before, after
 
