@@ -6,6 +6,7 @@ import math
 from pathlib import Path
 
 from prometheus_client import CollectorRegistry, generate_latest
+from prometheus_client.openmetrics import exposition as openmetrics_exposition
 
 from exporter.export.collector import TrainingCollector
 from exporter.export.text_format import render
@@ -18,10 +19,14 @@ from tests.support.records import in_batches
 EXAMPLE = Path(__file__).resolve().parent.parent / "examples" / "deepseek-moe-8rank" / "msrun_log"
 
 
-def _reference(state: TrainingState) -> bytes:
+def _registry(state: TrainingState) -> CollectorRegistry:
     registry = CollectorRegistry(auto_describe=False)
     registry.register(TrainingCollector(state))
-    return generate_latest(registry)
+    return registry
+
+
+def _reference(state: TrainingState) -> bytes:
+    return generate_latest(_registry(state))
 
 
 def test_the_example_run_renders_like_prometheus_client():
@@ -71,3 +76,49 @@ def test_negative_zero_and_zero_gauges_keep_their_own_text_in_one_scrape():
     assert body == _reference(state)
     assert b'training_loss{node="node",rank="1",run="run"} -0.0\n' in body
     assert b'training_loss{node="node",rank="2",run="run"} 0.0\n' in body
+
+
+def _step(state: TrainingState, key: tuple[str, str, str], step: int, values: dict[str, float],
+          named: dict[str, float] | None = None, records: list | None = None) -> None:
+    with state.lock:
+        state.ingest(key, 1, [*in_batches(StepLine(step, values, named=named or {})), *(records or [])],
+                     log_timestamp=1.7e9 + step, now=1.7e9 + step)
+
+
+def test_each_scrape_prints_what_changed_since_the_one_before():
+    # The renderer keeps each series' lines while its value stays the same: every change must show,
+    # -0.0 after 0.0 included, and a series left alone keeps its text.
+    state = TrainingState()
+    keys = [("run", "node", str(rank)) for rank in range(3)]
+    with state.lock:
+        for key in keys:
+            state.register(key, {"file": f"worker_{key[2]}.log", "role": "worker"}, 1.7e9)
+    for key in keys:
+        _step(state, key, 1, {"loss": 0.0, "learning_rate": 1e-4}, named={"mtp_1_loss": 0.0, "loss_scale": 1.0})
+    first = render(state)
+    assert first == _reference(state)
+    assert render(state) == first  # nothing changed: the same bytes
+    _step(state, keys[1], 2, {"loss": -0.0, "learning_rate": 1e-4}, named={"mtp_1_loss": -0.0, "moe_loss": 0.5},
+          records=[ErrorEvent("oom", {}), RunInfo({"framework": "mindformers"})])
+    second = render(state)
+    assert second == _reference(state)
+    assert b'training_loss{node="node",rank="1",run="run"} -0.0\n' in second
+    assert b'training_aux_loss{name="mtp_1_loss",node="node",rank="1",run="run"} -0.0\n' in second
+    assert b'training_aux_loss{name="moe_loss",node="node",rank="1",run="run"} 0.5\n' in second
+    assert b'training_errors_total{kind="oom",node="node",rank="1",run="run"} 1.0\n' in second
+    assert b'framework="mindformers"' in second
+    assert b'training_loss{node="node",rank="0",run="run"} 0.0\n' in second
+    assert render(state, openmetrics=True) == openmetrics_exposition.generate_latest(_registry(state))
+
+
+def test_states_with_the_same_series_render_their_own_values():
+    # The kept lines hang on a series' labels, which every state with that series shares.
+    states = [TrainingState(), TrainingState()]
+    key = ("run", "node", "0")
+    for loss, state in zip((1.5, 2.5), states, strict=True):
+        with state.lock:
+            state.register(key, {"file": "worker_0.log", "role": "worker"}, 1.7e9)
+        _step(state, key, 1, {"loss": loss})
+    for _ in range(2):
+        for state in states:
+            assert render(state) == _reference(state)

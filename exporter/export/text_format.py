@@ -2,9 +2,10 @@
 
 prometheus-client's ``generate_latest`` walks one Sample object per value and escapes
 every label of every sample: about 5 µs a sample, over 150 ms for the 30,000 samples of
-1,024 ranks (docs/benchmarks.md). Here a series' label text is escaped once, and kept
-while the series is scraped; each counter value is formatted once per scrape; each
-sample is one f-string. The output is what ``generate_latest`` prints for
+1,024 ranks (docs/benchmarks.md). Here a series' label text is escaped once, and its
+encoded lines are kept while the values they print stay the same: at 1,024 ranks nearly
+every series is unchanged from one scrape to the next, so a scrape is mostly a join of
+kept bytes. The output is what ``generate_latest`` prints for
 the TrainingCollector's families (tests/test_text_format.py compares the two): both write
 ``families.walk``. The collector stays: the reference these bytes are tested against, and
 the way to put the metrics in another registry.
@@ -19,16 +20,18 @@ prometheus-client's writer for the same format.
 from __future__ import annotations
 
 import functools
+import operator
 import re
-from collections.abc import Callable
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any, cast
 
 from prometheus_client import CollectorRegistry, exposition
 from prometheus_client.openmetrics import exposition as openmetrics_exposition
 from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
-from exporter.export.families import STATE_ONLY, Family, ScrapeTime, walk
-from exporter.export.metrics_table import COUNTER, INFO, MetricSpec
+from exporter.export.families import STATE_ONLY, Family, ScrapeTime, named_samples, walk
+from exporter.export.metrics_table import COUNTER, INFO, METRICS, MetricSpec
 from exporter.state import Limits, TrainingState
 
 CONTENT_TYPE = exposition.CONTENT_TYPE_PLAIN_0_0_4
@@ -47,73 +50,91 @@ def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY, *, openme
            runtime: Collector | None = None) -> bytes:
     """The whole exposition, from one consistent snapshot of the state; ``runtime``'s families
     (the process and platform collectors) after it."""
-    # Encoded a family at a time: at the series limit the text of every sample at once, as
-    # string objects, then joined, then encoded, would hold the exposition three times over.
-    chunks: list[bytes] = []
-    counts, gauges = _Numbers(), _Numbers(keep_zero=False)
+    # Lines kept per series are joined once: no per-sample string, no copy of the whole text but the body.
+    pieces: list[bytes] = []
     header = _openmetrics_header if openmetrics else _header
     for family in walk(state, _series_labels, scrape_time):
-        out: list[str] = []
-        _write_family(out.append, family, counts if family.spec.type == COUNTER else gauges, header)
-        chunks.append("".join(out).encode())
-    body = b"".join(chunks)
+        pieces.append(header(family.spec))
+        _append_lines(pieces, family)
     if openmetrics:  # prometheus-client's writer closes with the # EOF line, also for no families
-        return body + openmetrics_exposition.generate_latest(runtime or _EMPTY)
-    return body if runtime is None else body + exposition.generate_latest(runtime)
+        pieces.append(openmetrics_exposition.generate_latest(runtime or _EMPTY))
+    elif runtime is not None:
+        pieces.append(exposition.generate_latest(runtime))
+    return b"".join(pieces)
 
 
 _EMPTY = CollectorRegistry(auto_describe=False)
 
 
-def _write_family(write: Callable[[str], None], family: Family[_SeriesLabels], numbers: _Numbers,
-                  header: Callable[[MetricSpec], str]) -> None:
+def _append_lines(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
+    """The family's sample lines, each series' as kept since it last changed, else written and kept.
+
+    A series' lines are kept with the value they print: a number by identity (the state holds the
+    same object until it changes it; a number equal but not identical is written again, so -0.0
+    never takes 0.0's text), a family with a label by its label values and the identity of each
+    number. A kept entry is one tuple, stored at once: renders on several server threads cannot mix
+    two entries' halves.
+    """
     spec = family.spec
-    counter = spec.type == COUNTER
-    name = f"{spec.name}_total" if counter else spec.name
-    write(header(spec))
-    number = numbers.__getitem__
-    label = spec.label
-    if label is not None:
-        # Half the samples at 1,024 ranks: the series' labels on either side of the extra one are
-        # built once per series, the extra label's text once per value for all series.
-        pairs = _LabelPairs(label)
-        for labels, label_value, value in family.samples:
-            before, after = labels.around.get(label) or labels.split_at(label)
-            write(f"{name}{{{before}{pairs[label_value]}{after}}} {number(value)}\n")
+    slot = _SLOTS[spec.name]
+    name = _sample_name(spec)
+    append = pieces.append
+    if spec.label is None:
+        for labels, value in zip(family.series, cast("Sequence[float | None]", family.values), strict=True):
+            if value is None:
+                continue
+            kept = labels.lines[slot]
+            if kept is not None and kept[0] is value:
+                append(kept[-1])
+                continue
+            line = labels.sample_line(name, value)
+            labels.lines[slot] = (value, line)
+            append(line)
         return
-    for labels, _, value in family.samples:
-        text = labels.text
-        write(f"{name}{{{text}}} {number(value)}\n" if text else f"{name} {number(value)}\n")
+    for labels, named in zip(family.series, cast("Sequence[Mapping[str, float]]", family.values), strict=True):
+        if not named:
+            continue
+        kept = labels.lines[slot]
+        if kept is not None and _same_named(kept, named):
+            append(kept[-1])
+            continue
+        lines = labels.named_lines(name, spec.label, named_samples(spec, named))
+        labels.lines[slot] = (_interned(tuple(named)), tuple(named.values()), lines)
+        append(lines)
 
 
-class _Numbers(dict[float, str]):
-    """Values as text, each formatted once per scrape: most counters are 0, and ranks print the same
-    step, total and learning rate. A gauge's -0.0 would find the text of 0.0 (they are equal keys), so
-    for gauges zero is formatted each time, never kept."""
-
-    def __init__(self, keep_zero: bool = True) -> None:
-        super().__init__()
-        self._keep_zero = keep_zero
-
-    def __missing__(self, value: float) -> str:
-        text = _number(value)
-        if value or self._keep_zero:
-            self[value] = text
-        return text
+def _same_named(kept: _Kept, named: Mapping[str, float]) -> bool:
+    """Whether ``named`` holds the very label values and numbers the kept lines print, in the same order."""
+    names, numbers, _ = kept
+    return len(names) == len(named) and all(map(operator.is_, names, named)) and all(
+        map(operator.is_, numbers, named.values()))
 
 
-def _header(spec: MetricSpec) -> str:
+@functools.lru_cache(maxsize=1024)
+def _interned(names: tuple[str, ...]) -> tuple[str, ...]:
+    """One tuple for every series' equal label values: a rank's kinds are every rank's."""
+    return names
+
+
+@functools.cache
+def _sample_name(spec: MetricSpec) -> str:
+    return f"{spec.name}_total" if spec.type == COUNTER else spec.name
+
+
+@functools.cache
+def _header(spec: MetricSpec) -> bytes:
     """0.0.4: counters named with _total, info families as gauges."""
     name = f"{spec.name}_total" if spec.type == COUNTER else spec.name
     kind = "counter" if spec.type == COUNTER else "gauge"
     documentation = spec.help.replace("\\", r"\\").replace("\n", r"\n")
-    return f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n"
+    return f"# HELP {name} {documentation}\n# TYPE {name} {kind}\n".encode()
 
 
-def _openmetrics_header(spec: MetricSpec) -> str:
+@functools.cache
+def _openmetrics_header(spec: MetricSpec) -> bytes:
     """OpenMetrics: the family's name without the _total or _info its samples carry."""
     name = spec.name.removesuffix("_info") if spec.type == INFO else spec.name
-    return f"# HELP {name} {_escape(spec.help)}\n# TYPE {name} {spec.type}\n"
+    return f"# HELP {name} {_escape(spec.help)}\n# TYPE {name} {spec.type}\n".encode()
 
 
 def _number(value: float) -> str:
@@ -138,35 +159,53 @@ def _series_labels(names: tuple[str, ...], values: tuple[str, ...]) -> _SeriesLa
     return _SeriesLabels(names, values)
 
 
+# A series' lines of one family as kept, after the value they print: (number, lines) or, for a family
+# with a label, (label values, numbers, lines).
+_Kept = tuple[Any, ...]
+# Where a family's lines are kept in each series' ``lines``.
+_SLOTS = {spec.name: slot for slot, spec in enumerate(METRICS)}
+
+
 class _SeriesLabels:
     """A series' labels, sorted by name as prometheus-client prints them, escaped once for as long as the
-    series is scraped; with one more label (a kind, an aux loss name) too."""
+    series is scraped; with one more label (a kind, an aux loss name) too. Keeps the series' lines of
+    each family (``lines``, by ``_SLOTS``) with the value they print."""
 
-    __slots__ = ("_parts", "around", "text")
+    __slots__ = ("_names", "_values", "around", "lines", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
-        pairs = sorted(zip(names, values, strict=True))
-        self._parts = [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
-        self.text = ",".join(part for _, part in self._parts)
+        self._names, self._values = names, values  # the cache's key tuples: no memory of their own
+        self.text = ",".join(part for _, part in self._parts())
         # extra label name -> the labels' text before and after it. Not the whole text per value:
         # a dozen kinds per series, four thousand series, would keep megabytes of it.
         self.around: dict[str, tuple[str, str]] = {}
+        self.lines: list[_Kept | None] = [None] * len(METRICS)
 
-    def split_at(self, name: str) -> tuple[str, str]:
+    def _parts(self) -> list[tuple[str, str]]:
+        """(name, its ``name="value"`` text) by name; made again for each extra label, not kept."""
+        pairs = sorted(zip(self._names, self._values, strict=True))
+        return [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
+
+    def sample_line(self, name: str, value: float) -> bytes:
+        text = self.text
+        return (f"{name}{{{text}}} {_number(value)}\n" if text else f"{name} {_number(value)}\n").encode()
+
+    def named_lines(self, name: str, label: str, samples: Iterable[tuple[str, float]]) -> bytes:
+        """A line per (label value, number), the label at its sorted place among the series' labels."""
+        before, after = self.around.get(label) or self._split_at(label)
+        return "".join([f"{name}{{{before}{_label_pair(label, label_value)}{after}}} {_number(value)}\n"
+                        for label_value, value in samples]).encode()
+
+    def _split_at(self, name: str) -> tuple[str, str]:
         """The series' labels before and after one more label at its sorted place, with their commas."""
-        before = "".join(part + "," for label, part in self._parts if label < name)
-        after = "".join("," + part for label, part in self._parts if label > name)
+        parts = self._parts()
+        before = "".join(part + "," for label, part in parts if label < name)
+        after = "".join("," + part for label, part in parts if label > name)
         self.around[name] = (before, after)
         return before, after
 
 
-class _LabelPairs(dict[str, str]):
-    """One extra label's ``name="value"`` text by value, escaped once per family and scrape."""
-
-    def __init__(self, name: str) -> None:
-        super().__init__()
-        self._name = name
-
-    def __missing__(self, value: str) -> str:
-        text = self[value] = f'{self._name}="{_escape(value)}"'
-        return text
+@functools.lru_cache(maxsize=1024)  # the known kinds, aux loss and metric names
+def _label_pair(name: str, value: str) -> str:
+    """One extra label's ``name="value"`` text."""
+    return f'{name}="{_escape(value)}"'
