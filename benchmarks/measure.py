@@ -54,5 +54,6 @@ def run_measured(command: list[str], timeout: float = 900.0) -> Measured:
 
 def following(log_dir: Path) -> ExporterProcess:
     """The exporter following ``log_dir``, quiet (warnings only); ``with`` starts it and waits until it is ready."""
+    # Its checkpoint beside the logs, not in the user's state home: every run would leave one there.
     return ExporterProcess("--log-dir", str(log_dir), "--log-level", "warning", wait_for="/-/ready",
-                           ready_within=60)
+                           ready_within=60, env={"XDG_STATE_HOME": str(log_dir.parent / "state")})
