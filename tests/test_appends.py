@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import resource
 import shutil
 import struct
 import sys
@@ -40,6 +41,33 @@ def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, wa
     assert watcher.grown() == {str(first), str(second)}
     watcher.wait(0)
     assert watcher.grown() == set()
+
+
+def test_a_watcher_made_after_a_thousand_files_were_opened_still_waits(tmp_path):
+    # select() refuses descriptor numbers from 1024 on: a library user opening the logs first got a ValueError.
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    if hard != resource.RLIM_INFINITY and hard < 1100:
+        pytest.skip(f"the descriptor limit ({hard}) is below 1100")
+    resource.setrlimit(resource.RLIMIT_NOFILE, (max(soft, 1100), hard))
+    held = [os.open(os.devnull, os.O_RDONLY) for _ in range(1030)]
+    try:
+        watcher = AppendWatcher.create(coalesce=0.05)
+        assert watcher is not None
+        try:
+            log = tmp_path / "worker_0.log"
+            log.write_bytes(b"")
+            watcher.watch(str(tmp_path))
+            with open(log, "ab", buffering=0) as out:
+                out.write(b"line\n")
+            assert watcher.pending()
+            watcher.wait(5)
+            assert watcher.grown() == {str(log)}
+        finally:
+            watcher.close()
+    finally:
+        for descriptor in held:
+            os.close(descriptor)
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
 
 
 def test_unwatched_directories_are_not_reported(tmp_path, watcher):

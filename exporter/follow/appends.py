@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import math
 import os
 import select
 import struct
@@ -124,10 +125,10 @@ class AppendWatcher:
         """Until files grew and ``coalesce`` seconds passed since, a ``wake``, or ``timeout`` seconds passed.
 
         A wake during the coalescing window ends it: ``grown`` then takes what is queued so far."""
-        ready, _, _ = select.select([self._inotify.fileno(), self._wake_read], [], [], timeout)
+        ready = _readable((self._inotify.fileno(), self._wake_read), timeout)
         if ready and self._wake_read not in ready:
             # An append: let the writers' next lines join this batch, unless someone wants them now.
-            ready, _, _ = select.select([self._wake_read], [], [], self._coalesce)
+            ready = _readable((self._wake_read,), self._coalesce)
         if ready:
             _read_all(self._wake_read)  # woken: take the wake-up
 
@@ -144,7 +145,7 @@ class AppendWatcher:
 
     def pending(self) -> bool:
         """Whether appends are queued that ``grown`` has not taken yet (from any thread)."""
-        return bool(select.select([self._inotify.fileno()], [], [], 0)[0])
+        return bool(_readable((self._inotify.fileno(),), 0))
 
     def wake(self) -> None:
         """End a ``wait`` now (from any thread)."""
@@ -155,6 +156,19 @@ class AppendWatcher:
         self._inotify.close()
         for end in (self._wake_read, self._wake_write):
             os.close(end)
+
+
+def _readable(descriptors: tuple[int, ...], timeout: float) -> set[int]:
+    """Those of ``descriptors`` ready to read within ``timeout`` seconds.
+
+    poll, not select: select refuses descriptor numbers of 1024 and more, which a process
+    following a thousand files reaches when the watcher is made after the files are opened.
+    A poll object of its own each call: one object may not poll in two threads at once.
+    """
+    poller = select.poll()
+    for descriptor in descriptors:
+        poller.register(descriptor, select.POLLIN)
+    return {descriptor for descriptor, _ in poller.poll(max(0, math.ceil(timeout * 1000)))}
 
 
 def _read_all(fd: int) -> bytes:
