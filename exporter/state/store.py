@@ -11,7 +11,7 @@ import operator
 import threading
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
@@ -469,6 +469,11 @@ def _spans(steps: Sequence[int | None], previous: int | None) -> Sequence[float]
     on a line naming no step, the first one, or one whose step does not advance or jumps
     back or by more than MAX_SPAN (a restart, another run) stands for itself.
     """
+    if previous is not None and steps and None not in steps:
+        known = cast("Sequence[int]", steps)
+        gaps = list(map(operator.sub, known, [previous, *known[:-1]]))
+        if min(gaps) >= 1 and max(gaps) <= MAX_SPAN:  # the usual case, at C speed
+            return list(map(float, gaps))
     spans: list[float] = []
     for step in steps:
         gap = step - previous if step is not None and previous is not None else 1
@@ -479,6 +484,8 @@ def _spans(steps: Sequence[int | None], previous: int | None) -> Sequence[float]
 
 def _covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
     """The seconds the step times stand for, those that are times (finite, positive)."""
+    if seconds and min(seconds) > 0 and sum(seconds) < math.inf:  # the usual case, at C speed (a NaN fails too)
+        return math.fsum(map(operator.mul, seconds, spans))
     return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
 
 
