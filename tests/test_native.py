@@ -114,10 +114,12 @@ def test_fingerprints_change_the_speed_of_the_scan_never_its_results():
             assert _scan_kernel(ALL_ANCHORS, PREFIX_ANCHORS, offsets, simd).scan(data) == twin
 
 
-def test_fingerprint_offset_avoids_word_boundaries_and_common_bytes():
+def test_fingerprint_offset_avoids_word_edges_and_common_bytes():
     # " by" would be three rare bytes alone; as the start of a word it is in every other line.
     assert scan_twin.fingerprint_offset(b"is killed by signal: ") != b"is killed by signal: ".index(b" by")
     assert b"NVRM: Xid"[scan_twin.fingerprint_offset(b"NVRM: Xid"):][:3] in {b"NVR", b"VRM"}
+    # Where two words meet, a space is no boundary: "ory" of "memory" is in every other device log line.
+    assert b"out of memory"[scan_twin.fingerprint_offset(b"out of memory"):][:3] == b"f m"
     assert all(0 <= scan_twin.fingerprint_offset(anchor) <= len(anchor) - 3 for anchor in ALL_ANCHORS)
 
 

@@ -50,20 +50,28 @@ FINGERPRINT = 3
 def fingerprint_offset(anchor: bytes) -> int:
     """Where the anchor's least common three bytes start, by COMMONNESS.
 
-    A space beside a letter is a word boundary, among the commonest pairs of text: " by" and
-    " of" start words in every sentence, however rare "b", "y" and "f" are alone.
+    A space at either end of a fingerprint, beside a letter, makes it the start or end of a
+    word, among the commonest pairs of text: " by" and " of" start words in every sentence,
+    however rare "b", "y" and "f" are alone. A space in its middle is where two given words
+    meet, and counts as no more than its bytes: "f m" of "out of memory" is in few lines of a
+    device log, "ory" of "memory" in every other one.
     """
     def score(offset: int) -> int:
-        fingerprint = anchor[offset:offset + FINGERPRINT]
-        product = COMMONNESS[fingerprint[0]] * COMMONNESS[fingerprint[1]] * COMMONNESS[fingerprint[2]]
-        boundaries = _word_boundary(fingerprint[0], fingerprint[1]) + _word_boundary(fingerprint[1], fingerprint[2])
-        return product * 4 ** boundaries
+        first, middle, last = anchor[offset:offset + FINGERPRINT]
+        product = COMMONNESS[first] * COMMONNESS[middle] * COMMONNESS[last]
+        if middle == 0x20 and _is_letter(first) and _is_letter(last):
+            return product
+        return product * 4 ** (_word_boundary(first, middle) + _word_boundary(middle, last))
 
     return min(range(len(anchor) - FINGERPRINT + 1), key=score)
 
 
+def _is_letter(byte: int) -> bool:
+    return chr(byte).isalpha()
+
+
 def _word_boundary(left: int, right: int) -> bool:
-    return (left == 0x20 and chr(right).isalpha()) or (right == 0x20 and chr(left).isalpha())
+    return (left == 0x20 and _is_letter(right)) or (right == 0x20 and _is_letter(left))
 
 
 def has_aho_corasick() -> bool:
