@@ -49,6 +49,7 @@ DETECTED_FORMAT = {
     "real/nanogpt": "nanogpt",
     "real/nemo2": "nemo",
     "real/paddlenlp": "paddlenlp",
+    "real/srun_label": None,
     "real/torchtitan_tflops": "torchtitan",
 }
 

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from exporter.parse import ErrorEvent, LineParser, signatures
+from exporter.parse import ErrorEvent, LineParser, ranks, signatures
 from exporter.state.store import ERROR_KINDS
 from tests.support.records import fixture_lines, fixture_parser, parse_lines
 
@@ -104,6 +104,15 @@ def test_a_srun_labelled_traceback_is_one_failure_of_its_rank():
     lines = [b"2: Traceback (most recent call last):", b'2:   File "train.py", line 3, in <module>',
              b"1: step=7 loss=2.0", b"2: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB"]
     assert [(kind, rank) for kind, rank, _ in _events(lines)] == [("oom", 2), ("traceback", 2)]
+
+
+def test_srun_labels_as_srun_prints_them_give_the_task_number_as_the_rank():
+    # Real srun -l output (tests/fixtures/SOURCES.md): each line after the label is the task's own.
+    lines = (FIXTURES / "real" / "srun_label.log").read_bytes().splitlines()
+    stripped = [ranks.strip_rank_prefixes(line, rank_offset=16) for line in lines]
+    assert [rank for rank, _ in stripped] == list(range(7))  # global: the node's offset does not apply
+    assert [text for _, text in stripped][3:5] == [b"offset:2", b"alc20.llnl.gov"]
+    assert all(ranks.has_srun_label(line) for line in lines)
 
 
 def test_words_before_a_colon_are_not_hosts():
