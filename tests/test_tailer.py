@@ -7,7 +7,7 @@ import os
 import shutil
 import tracemalloc
 
-from exporter.follow import Tailer
+from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
 from exporter.follow.tailer import SETTLE_RESCANS
 
@@ -314,3 +314,55 @@ def test_rotated_siblings_are_ordered_oldest_first_and_map_back_to_their_base(tm
     assert rotated_base(str(tmp_path / "worker_0.log.1")) == str(base)
     assert rotated_base(str(tmp_path / "worker_0.log-20240101")) == str(base)
     assert rotated_base(str(base)) is None
+
+
+def _rotating_during_every_snapshot(monkeypatch, trigger: str, rotate) -> None:
+    """Make every snapshot race a rotation: ``rotate()`` runs right after the sibling named ``trigger`` is opened."""
+    opened_for_real = rotated._open
+
+    def open_then_rotate(name: str) -> int | None:
+        fd = opened_for_real(name)
+        if os.path.basename(name) == trigger:
+            rotate()
+        return fd
+
+    monkeypatch.setattr(rotated, "_open", open_then_rotate)
+
+
+def test_dated_generations_rotated_during_a_snapshot_do_not_start_it_over(tmp_path, monkeypatch):
+    log = tmp_path / "worker_0.log"
+    for generation in (1, 2, 3):
+        append(tmp_path / f"worker_0.log-{generation:010d}", f"generation {generation}\n")
+    append(log, "current\n")
+    generations = iter(range(4, 100))
+
+    def rotate() -> None:  # logrotate's dateext during every listing: rotations faster than a snapshot
+        os.rename(log, tmp_path / f"worker_0.log-{next(generations):010d}")
+        append(log, "current\n")
+
+    _rotating_during_every_snapshot(monkeypatch, "worker_0.log-0000000001", rotate)
+    opened = rotated.open_siblings(str(log))
+    try:
+        # The three listed first: the ones added meanwhile are newer than the file the caller opened.
+        assert [os.path.basename(sibling.path) for sibling in opened] == [
+            f"worker_0.log-{generation:010d}" for generation in (1, 2, 3)]
+    finally:
+        for sibling in opened:
+            os.close(sibling.fd)
+
+
+def test_numbered_generations_shifted_during_every_snapshot_give_up_with_a_warning(tmp_path, monkeypatch, caplog):
+    log = tmp_path / "worker_0.log"
+    append(tmp_path / "worker_0.log.1", "older\n")
+    append(log, "current\n")
+
+    def rotate() -> None:  # .1 -> .2 and so on: the listed names no longer name what was opened
+        for number in sorted((int(path.name.rsplit(".", 1)[1]) for path in tmp_path.glob("worker_0.log.*")),
+                             reverse=True):
+            os.rename(tmp_path / f"worker_0.log.{number}", tmp_path / f"worker_0.log.{number + 1}")
+        os.rename(log, tmp_path / "worker_0.log.1")
+        append(log, "current\n")
+
+    _rotating_during_every_snapshot(monkeypatch, "worker_0.log.1", rotate)
+    assert rotated.open_siblings(str(log)) == []
+    assert "changed at every one of" in caplog.text

@@ -12,6 +12,7 @@ read from its start (``analyze``) takes every generation, compressed or not: ``g
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -23,6 +24,8 @@ from exporter.follow.identity import FilePosition, is_same_file
 _ROTATED_SUFFIX = re.compile(r"^(?:[-.](?P<date>\d{8,10})|\.(?P<number>\d{1,6}))$")
 _COMPRESSED_SUFFIX = re.compile(r"^(?:[-.](?P<date>\d{8,10})|\.(?P<number>\d{1,6}))(?:\.gz)?$")
 
+
+log = logging.getLogger(__name__)
 
 # Listing, opening and checking the names again can race a rotation in progress; this many
 # tries, each a few system calls, outlast any logrotate run.
@@ -113,16 +116,22 @@ def locate(path: str, position: FilePosition, *, copies: bool = False) -> Locate
 def open_siblings(path: str) -> list[Sibling]:
     """The rotated siblings of ``path`` opened, oldest first, as one consistent snapshot.
 
-    Once all are open, the names are listed again and each checked to still name the file
-    opened under it; a rotation in between starts the snapshot over.
+    Once all are open, each is checked to still be named as when it was opened, and the
+    names are listed again: a rotation that renamed or removed one, or added a generation
+    older than the newest listed (``.1`` moved to ``.2``), starts the snapshot over. Names
+    added after all the others are generations rotated since the listing began: newer than
+    any file a caller looks for (it opened the path's file first), so they change nothing,
+    and rotations faster than a listing (dated names every 100 ms) cannot starve the snapshot.
     """
     for _ in range(_SNAPSHOT_TRIES):
         names = rotated_siblings(path)
         opened = [Sibling(name, fd) for name in names if (fd := _open(name)) is not None]
-        if all(_still_named(sibling) for sibling in opened) and rotated_siblings(path) == names:
+        if all(_still_named(sibling) for sibling in opened) and rotated_siblings(path)[:len(names)] == names:
             return opened
         for sibling in opened:
             os.close(sibling.fd)
+    log.warning("%s: its rotated generations changed at every one of %d listings; lines rotated into them "
+                "since the last read may be missed", path, _SNAPSHOT_TRIES)
     return []
 
 
