@@ -144,11 +144,13 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
             return taken
 
     monkeypatch.setattr(native, "step_reader", RecordingReader)
-    data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nplain again\n{ step:[ 2/ 2], loss: 2.9 }\nHCCL noise\n"
+    data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nHCCL noise\n{ step:[ 2/ 2], loss: 2.9 }\nfftsplus noise\n"
     batch = Recording().parse_block(data)
     # The first step line detects the format, the next goes to the kernel, then the next
-    # anchored line to the kernel (no record there) and to the line parser.
-    assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }", b"HCCL noise", b"HCCL noise"]
+    # anchored line to the kernel (no record there) and to the line parser. A line naming
+    # HCCL without an error text is no anchor: HCCL's own INFO and WARNING lines all do.
+    assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }", b"fftsplus noise",
+                    b"fftsplus noise"]
     assert (batch.lines_by_rank, batch.unparsed, batch.lines_by_format) == ({None: 5}, 3, {"mindformers_pynative": 2})
     # The kernel cannot see the step of a line read alone (it might go back: a restart), so its
     # run starts a new batch.

@@ -483,8 +483,10 @@ SIGNATURES: tuple[Signature, ...] = (
               _cann_code, _ASCEND,
               "[ERROR] RecentErrMsg: [PID: 1613532] 2026-03-24-12:14:45.885.234 Memory_Allocation_Failure(EL0004): "
               "Failed to allocate memory.", continued=True),
-    Signature("hccl", ("hccl",), (b"HCCL", b"hccl api failed", b"function error: Hccl", b"HcclCommInitRootInfo",
-                                  b"fftsplus", b"Stream synchronize timeout"),
+    # Not b"HCCL" alone: every line of HCCL's own log, INFO and WARNING too, names its module HCCL.
+    Signature("hccl", ("hccl",), (b"HCCL function error", b"HCCL error in:", b"hccl api failed",
+                                  b"function error: Hccl", b"HcclCommInitRootInfo", b"fftsplus",
+                                  b"Stream synchronize timeout"),
               _hccl, _ASCEND,
               "[ERROR] "
               "HCCL(36035,mindie_llm_backend_connector):2025-05-13-02:25:58.068.817 [op_base.cc:974][36818][Init]"
