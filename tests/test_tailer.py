@@ -366,3 +366,30 @@ def test_numbered_generations_shifted_during_every_snapshot_give_up_with_a_warni
     _rotating_during_every_snapshot(monkeypatch, "worker_0.log.1", rotate)
     assert rotated.open_siblings(str(log)) == []
     assert "changed at every one of" in caplog.text
+
+
+def test_resume_when_the_path_was_renamed_away_and_not_created_again_yet(tmp_path):
+    # A rotation the writer has not followed yet (it reopens on SIGHUP, slowly under load) leaves
+    # no file at the path: the saved file is a generation now, and so is every one after it.
+    log, position = stopped(tmp_path, numbered("a", 1, 2))
+    append(log, numbered("a", 3, 3))
+    os.rename(log, tmp_path / "worker_0.log-0000000001")
+    append(log, numbered("b", 1, 1))
+    os.rename(log, tmp_path / "worker_0.log-0000000002")
+    tailer = Tailer(str(log), resume=position)
+    lines, _ = read(tailer, rescan=True)
+    assert not tailer.finished
+    append(log, numbered("c", 1, 1))  # the writer reopened at last
+    lines += read(tailer)[0]
+    assert lines == [b"a line 3", b"b line 1", b"c line 1"]
+
+
+def test_a_path_that_stays_missing_gives_up_after_reading_the_generations_rotated_since(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 1))
+    append(log, numbered("a", 2, 2))
+    os.rename(log, tmp_path / "worker_0.log-0000000001")
+    append(log, numbered("b", 1, 1))
+    os.rename(log, tmp_path / "worker_0.log-0000000002")  # and no new file: the writer stopped
+    lines = [line for _ in range(SETTLE_RESCANS) for line in read(tailer, rescan=True)[0]]
+    assert tailer.finished
+    assert lines == [b"a line 2", b"b line 1"]

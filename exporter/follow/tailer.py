@@ -220,7 +220,11 @@ class Tailer:
         try:
             opened = _OpenFile.open(self.path)
         except FileNotFoundError:
-            self.finished = True  # gone between discovery and the first read
+            # Gone between discovery and the first read. With a saved position, maybe renamed by a
+            # rotation its writer has not followed yet: read on in the generation it names, and
+            # the path's next file once there is one, as after a live rotation.
+            if not self._resume_in_sibling():
+                self.finished = True
             return
         except OSError as error:
             self.last_error = f"cannot open {self.path}: {error.strerror}"
@@ -247,6 +251,23 @@ class Tailer:
                     "lines written to it after the last checkpoint are lost", self.path)
         self._current = opened
         yield ReadBatch(b"", self._position_in(opened), rotated=True)
+
+    def _resume_in_sibling(self) -> bool:
+        """Continue from the saved position in the rotated sibling that holds it; False without either."""
+        resume, self._resume = self._resume, None
+        if resume is None:
+            return False
+        with locate(self.path, resume) as located:
+            if located.found is None:
+                log.warning("%s is gone and the file of its last checkpoint was not found next to it: lines "
+                            "written to it after that checkpoint are lost", self.path)
+                return False
+            found = located.found.path
+            self._current = old = _OpenFile.of(Sibling(found, os.dup(located.found.fd)))
+        self._restore(old, resume)
+        log.info("%s was rotated while stopped and not created again yet: reading %s on from offset %d",
+                 self.path, found, resume.offset)
+        return True
 
     def _restore(self, opened: _OpenFile, resume: FilePosition) -> None:
         opened.offset, opened.fingerprint = resume.offset, resume.fingerprint
@@ -373,9 +394,14 @@ class Tailer:
         yield from self._drain(new)
 
     def _finish(self, current: _OpenFile) -> Iterator[ReadBatch]:
-        """The path stayed missing: its file is complete, give it up (and its descriptor)."""
+        """The path stayed missing: its file is complete, and so are the generations rotated after it
+        (renamed away, the last one not replaced yet); read them, give the path up (and the descriptor)."""
         yield from self._end_of_file(current, cut_tail=False)
+        position = self._position_in(current)
         self.close()
+        with locate(self.path, position) as located:
+            for sibling in located.newer:
+                yield from self._read_sibling(sibling, 0, None, cut_tail=False)
         self.finished = True
 
     def _idle_flush(self, current: _OpenFile) -> Iterator[ReadBatch]:
