@@ -10,6 +10,7 @@ lines counter and the steps counter both equal the lines the writer wrote.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import subprocess
@@ -40,7 +41,9 @@ class Rotator(threading.Thread):
         while not self._stopping.wait(ROTATE_EVERY):
             self.generations += 1
             for log in self._logs:
-                os.rename(log, f"{log}-{self.generations:010d}")
+                # Not there when the writer has not reopened since the last rotation (a loaded machine).
+                with contextlib.suppress(FileNotFoundError):
+                    os.rename(log, f"{log}-{self.generations:010d}")
             self._writer.send_signal(signal.SIGHUP)
 
     def stop(self) -> None:
