@@ -28,6 +28,19 @@ def watcher():
     created.close()
 
 
+def _watched_empty_log(watcher: AppendWatcher, directory: Path) -> Path:
+    """An empty worker_0.log in ``directory``, which ``watcher`` watches."""
+    log = directory / "worker_0.log"
+    log.write_bytes(b"")
+    watcher.watch(str(directory))
+    return log
+
+
+def _append_line(log: Path) -> None:
+    with open(log, "ab", buffering=0) as handle:  # unbuffered: the append reaches inotify now
+        handle.write(b"line\n")
+
+
 def test_appends_in_a_watched_directory_are_reported_once_per_batch(tmp_path, watcher):
     first, second = tmp_path / "worker_0.log", tmp_path / "worker_1.log"
     first.write_bytes(b"")
@@ -54,11 +67,8 @@ def test_a_watcher_made_after_a_thousand_files_were_opened_still_waits(tmp_path)
         watcher = AppendWatcher.create(coalesce=0.05)
         assert watcher is not None
         try:
-            log = tmp_path / "worker_0.log"
-            log.write_bytes(b"")
-            watcher.watch(str(tmp_path))
-            with open(log, "ab", buffering=0) as out:
-                out.write(b"line\n")
+            log = _watched_empty_log(watcher, tmp_path)
+            _append_line(log)
             assert watcher.pending()
             watcher.wait(5)
             assert watcher.grown() == {str(log)}
@@ -130,12 +140,9 @@ def test_a_wake_ends_the_coalescing_window_and_pending_tells_queued_appends(tmp_
     slow = AppendWatcher.create(coalesce=30)
     assert slow is not None
     try:
-        log = tmp_path / "worker_0.log"
-        log.write_bytes(b"")
-        slow.watch(str(tmp_path))
+        log = _watched_empty_log(slow, tmp_path)
         assert not slow.pending()
-        with open(log, "ab", buffering=0) as handle:
-            handle.write(b"line\n")
+        _append_line(log)
         assert slow.pending()
         threading.Timer(0.2, slow.wake).start()  # a scrape wanting the lines now, 0.2 s into the window
         started = time.monotonic()
