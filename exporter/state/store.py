@@ -283,7 +283,7 @@ class TrainingState:
             steps: Sequence[int | None] = _at_known_steps(step_times.steps, step_before)
             seconds: Sequence[float] = step_times.values
             spans = _spans(steps, rank.timed_step)
-            rank.timed_step = _last_known(rank.timed_step, list(steps))
+            rank.timed_step = _last_known(rank.timed_step, steps)
             printed = _covered(seconds, spans)
             replayed = _replayed(step_times.steps, replay_until, replay_before)
             if any(replayed):
@@ -502,7 +502,7 @@ def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:
     return counted
 
 
-def _last_known(step_before: int | None, steps: list[int | None]) -> int | None:
+def _last_known(step_before: int | None, steps: Sequence[int | None]) -> int | None:
     return next((step for step in reversed(steps) if step is not None), step_before)
 
 
