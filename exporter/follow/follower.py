@@ -21,7 +21,7 @@ import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Protocol
+from typing import TYPE_CHECKING, Protocol
 
 from watchdog.events import (
     DirCreatedEvent,
@@ -33,14 +33,15 @@ from watchdog.events import (
     FileSystemEvent,
     FileSystemEventHandler,
 )
-from watchdog.observers import Observer
-from watchdog.observers.api import BaseObserver
 
 from exporter.follow.appends import AppendWatcher
 from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, classify
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
+
+if TYPE_CHECKING:
+    from watchdog.observers.api import BaseObserver
 
 log = logging.getLogger(__name__)
 
@@ -285,6 +286,11 @@ class Follower:
             self._appends.wake()
 
     def _native_observer(self) -> BaseObserver | None:
+        # Imported here, not with the module: analyze and simulate import this module but follow
+        # nothing, and the inotify observer's import (ctypes, libc's bindings) is a fifth of
+        # theirs (docs/benchmarks.md).
+        from watchdog.observers import Observer
+
         try:
             return Observer()
         except OSError as error:

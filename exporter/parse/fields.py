@@ -3,12 +3,12 @@
 from __future__ import annotations
 
 import functools
-import re
 
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_PARENTHESES = re.compile(r"\s*\([^)]*\)")
-_NOT_NAME = re.compile(r"[^0-9a-z]+")
+_PARENTHESES = lazy(r"\s*\([^)]*\)")
+_NOT_NAME = lazy(r"[^0-9a-z]+")
 
 
 def metric_name(key: str) -> str:

@@ -14,7 +14,6 @@ scheduler's node table.
 
 from __future__ import annotations
 
-import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
@@ -23,13 +22,14 @@ from exporter.parse import signatures
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
+from exporter.parse.patterns import lazy
 from exporter.parse.ranks import RANK_PREFIX, has_srun_label, strip_host_prefix, strip_rank_prefixes
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
 
-_THROWN = re.compile(rb"terminate called after throwing an instance of '([^']+)'")
+_THROWN = lazy(rb"terminate called after throwing an instance of '([^']+)'")
 # Failures remembered for de-duplication; a run never has this many distinct ones.
 _MAX_FAILURE_KEYS = 4096
 # The first bytes of a line that may start with a rank prefix (torchrun's, a bracketed PID,
@@ -416,7 +416,7 @@ def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:
 
 # torch < 2.2 names the rank inside a c10 message instead of a line prefix:
 # ``[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread terminated with exception``.
-_RANK_IN_MESSAGE = re.compile(rb"\] \[Rank (\d+)\] ")
+_RANK_IN_MESSAGE = lazy(rb"\] \[Rank (\d+)\] ")
 
 
 def _rank_in_message(body: bytes) -> int | None:

@@ -7,11 +7,11 @@ A line may carry, outermost first: a launcher's prefix (``srun --label``'s task 
 
 from __future__ import annotations
 
-import re
+from exporter.parse.patterns import lazy
 
 # torchrun --tee/--redirects prefixes: ``[default3]:`` (role name + LOCAL rank) and the
 # ``[rank3]: `` of init_process_group's excepthook and c10 logs (GLOBAL rank). They stack.
-RANK_PREFIX = re.compile(rb"\[([A-Za-z_]+)(\d+)\]: ?")
+RANK_PREFIX = lazy(rb"\[([A-Za-z_]+)(\d+)\]: ?")
 # The prefixes torchrun prints unless given another --role: anchors, so that a block holding
 # one is parsed line by line (LineParser.parse_block).
 PREFIX_ANCHORS = (b"[default", b"[rank")
@@ -20,12 +20,12 @@ PREFIX_ANCHORS = (b"[default", b"[rank")
 LINE_TAG = (b"[", b"]:")
 # ``srun --label``: the task number, which is the global rank with one task per rank (padded
 # to the width of the largest); pdsh (DeepSpeed's multi-node launcher): the host name.
-LAUNCHER_PREFIX = re.compile(rb"(?: *(?P<task>\d{1,6})|(?P<host>[A-Za-z][A-Za-z0-9.-]*)): ")
+LAUNCHER_PREFIX = lazy(rb"(?: *(?P<task>\d{1,6})|(?P<host>[A-Za-z][A-Za-z0-9.-]*)): ")
 # A bracketed number before everything else: a PID or a line number (``[80746] [rank0]:``).
-_PROCESS_PREFIX = re.compile(rb"\[\d+\] ")
+_PROCESS_PREFIX = lazy(rb"\[\d+\] ")
 # Words that end in ": " at the start of a line without being a host: exception types,
 # CANN codes (``EI9999: ``), ``ERR02200``.
-_NOT_A_HOST = re.compile(r"[\w.]*(?:Error|Exception|Warning|Exit)|E[A-Z0-9]\d{4}|ERR\d+")
+_NOT_A_HOST = lazy(r"[\w.]*(?:Error|Exception|Warning|Exit)|E[A-Z0-9]\d{4}|ERR\d+")
 
 
 def global_rank(rank: int, local: bool, rank_offset: int) -> int:

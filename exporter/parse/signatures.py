@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.parse.patterns import lazy
 from exporter.parse.records import ErrorEvent
 
 try:
@@ -87,8 +88,8 @@ def _exit_event(exitcode: int, detail: Detail) -> ErrorEvent:
 
 # torchrun's agent, every logger layout: ``ERROR:torch.distributed.elastic.multiprocessing.api:failed``,
 # ``... api: [ERROR] failed``, glog ``E0325 ... api.py:869] failed``.
-_ELASTIC_FAILED = re.compile(r"\bfailed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
-_DEEPSPEED_EXIT = re.compile(r"sigkill_handler\] .* exits with return code = (-?\d+)")
+_ELASTIC_FAILED = lazy(r"\bfailed \(exitcode: (-?\d+)\) local_rank: (\d+) \(pid: (\d+)\)")
+_DEEPSPEED_EXIT = lazy(r"sigkill_handler\] .* exits with return code = (-?\d+)")
 
 
 def _elastic_failed(text: str) -> ErrorEvent | None:
@@ -106,21 +107,21 @@ def _deepspeed_exit(text: str) -> ErrorEvent | None:
 
 # --- NCCL ---------------------------------------------------------------------------------
 
-_WATCHDOG = re.compile(
+_WATCHDOG = lazy(
     r"Watchdog caught collective operation timeout: "
     r"Work(?P<backend>[NH]CCL)\((?P<args>.*?)\) ran for (?P<ms>\d+) milliseconds")
-_WATCHDOG_RANK = re.compile(r"\[Rank (\d+)\] Watchdog caught")
-_WORK_ARG = re.compile(r"(\w+(?:\(ms\))?)=(\[[^\]]*\]|[^,]*)")
+_WATCHDOG_RANK = lazy(r"\[Rank (\d+)\] Watchdog caught")
+_WORK_ARG = lazy(r"(\w+(?:\(ms\))?)=(\[[^\]]*\]|[^,]*)")
 _WORK_FIELDS = {"SeqNum": "seq_num", "OpType": "op", "NumelIn": "numel_in", "NumelOut": "numel_out"}
 # torch >= 2.2 also prints the short forms, with the process group's rank in ``[PG ... Rank N]``.
-_WATCHDOG_SHORT = re.compile(
+_WATCHDOG_SHORT = lazy(
     r"Rank (?P<rank>\d+)\]\s+(?:(?P<timeout>Timeout at NCCL work)|Exception \(either an error or timeout\) "
     r"detected by watchdog at work): (?P<seq>\d+)")
-_ASYNC_EXCEPTION = re.compile(r"Collective Work[NH]CCL\((?P<args>.*?)\) raised the following async exception")
-_NCCL_ERROR_IN = re.compile(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
-_NCCL_CODE = re.compile(
+_ASYNC_EXCEPTION = lazy(r"Collective Work[NH]CCL\((?P<args>.*?)\) raised the following async exception")
+_NCCL_ERROR_IN = lazy(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
+_NCCL_CODE = lazy(
     r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
-_DIST_BACKEND = re.compile(r"DistBackendError: (?P<message>\S.*?)\s*$")
+_DIST_BACKEND = lazy(r"DistBackendError: (?P<message>\S.*?)\s*$")
 
 
 def _work_detail(args: str, detail: Detail) -> Detail:
@@ -187,7 +188,7 @@ def _nccl_code(text: str) -> ErrorEvent | None:
 
 # --- c10d store, rendezvous ---------------------------------------------------------------
 
-_STORE_TIMEOUT = re.compile(
+_STORE_TIMEOUT = lazy(
     r"DistStoreError: Timed out after (?P<seconds>\d+) seconds waiting for (?:clients|workers)\. "
     r"(?P<joined>\d+)/(?P<expected>\d+)"
     r"|(?P<rendezvous>RendezvousTimeoutError)"
@@ -209,14 +210,14 @@ def _store_timeout(text: str) -> ErrorEvent | None:
 
 # --- device memory ------------------------------------------------------------------------
 
-_DEVICE_OOM = re.compile(r"\b(CUDA|NPU|HIP|XPU|MPS)\b(?: error:)? out of memory")
-_REQUESTED = re.compile(r"Tried to allocate ([\d.]+ ?[KMGTP]?i?B)")
-_DEVICE_INDEX = re.compile(r"\b(GPU|NPU) (\d+)\b")
-_MINDSPORE_OOM = re.compile(
+_DEVICE_OOM = lazy(r"\b(CUDA|NPU|HIP|XPU|MPS)\b(?: error:)? out of memory")
+_REQUESTED = lazy(r"Tried to allocate ([\d.]+ ?[KMGTP]?i?B)")
+_DEVICE_INDEX = lazy(r"\b(GPU|NPU) (\d+)\b")
+_MINDSPORE_OOM = lazy(
     r"Out of Memory!!! Request memory size: (?P<requested>\d+)B"
     r"|memory isn't enough and alloc failed.*?alloc size: (?P<alloc>\d+)B"
     r"|alloc size : (?P<size>\d+) is more than total mem size : (?P<total>\d+)")
-_HOST_PINNED_OOM = re.compile(r"cudaHostAlloc failed, ret\[(\d+)\], out of memory")
+_HOST_PINNED_OOM = lazy(r"cudaHostAlloc failed, ret\[(\d+)\], out of memory")
 
 
 def _device_oom(text: str) -> ErrorEvent | None:
@@ -254,20 +255,20 @@ def _host_pinned_oom(text: str) -> ErrorEvent | None:
 
 # A CANN error code (``EI0006``, ``EZ9999``, ``EL0004``, ``E39009``), written to start with its
 # literal: ``re`` then skips to each "E" instead of trying every position.
-_CANN_CODE = re.compile(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
+_CANN_CODE = lazy(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
 # CANN 8 names the code: ``Memory_Allocation_Failure(EL0004):``.
-_CANN_NAMED = re.compile(r"\b([A-Z][\w/]*?)\((E[A-Z0-9]\d{4})\)")
+_CANN_NAMED = lazy(r"\b([A-Z][\w/]*?)\((E[A-Z0-9]\d{4})\)")
 # The kind a CANN code gives, by its name, its code, or its family (the letter after "E").
 _CANN_NAME_KINDS = {"Memory_Allocation_Failure": "oom", "Device_Absent/Abnormal": "hardware",
                     "Inner_Error_Device_Status_Abnormal": "hardware"}
 _CANN_CODE_KINDS = {"EL0004": "oom", "EL0001": "hardware", "E39009": "hardware"}
 _CANN_FAMILY_KINDS = {"I": "hccl", "J": "hccl"}  # HCCL, HCCP
-_HCCL_TEXT = re.compile(r"HCCL function error|HCCL error in:|call hccl api failed|function error: Hccl\w*"
+_HCCL_TEXT = lazy(r"HCCL function error|HCCL error in:|call hccl api failed|function error: Hccl\w*"
                         r"|HcclCommInitRootInfo fail|hccl fftsplus (?:task )?timeout|Stream synchronize timeout")
-_HCCL_RET = re.compile(r"error code is (\d+)")
-_ERR_CODE = re.compile(r"\b(ERR\d{5})\b")
+_HCCL_RET = lazy(r"error code is (\d+)")
+_ERR_CODE = lazy(r"\b(ERR\d{5})\b")
 # ACL runtime codes as torch_npu and the ACL samples print them.
-_RUNTIME_CODE = re.compile(r"(?:error code is |error code:|failed: |runtime result = )(\d{6})\b")
+_RUNTIME_CODE = lazy(r"(?:error code is |error code:|failed: |runtime result = )(\d{6})\b")
 _RUNTIME_CODE_KINDS = {
     507014: ("hardware", "AI Core execution timeout"),
     507015: ("hardware", "AI Core trap exception"),
@@ -275,7 +276,7 @@ _RUNTIME_CODE_KINDS = {
     507048: ("hccl", "task execution timeout"),
     107020: ("hccl", "task timeout"),
 }
-_DEVICE_FAULT = re.compile(
+_DEVICE_FAULT = lazy(
     r"there is an (?:exception of )?(?P<core>aicore|aivec) error|(?P<heartbeat>lost heartbeat)")
 
 
@@ -338,22 +339,22 @@ def _cann_code(text: str) -> ErrorEvent | None:
 
 # --- CUDA, the host, the hardware ---------------------------------------------------------
 
-_CUDA_ERROR = re.compile(r"CUDA error: (?P<message>.*?)\s*$")
-_XID = re.compile(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)")
-_FALLEN_OFF = re.compile(r"fallen off the bus")
-_WORKER_SIGNAL = re.compile(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[^.]+)\.")
+_CUDA_ERROR = lazy(r"CUDA error: (?P<message>.*?)\s*$")
+_XID = lazy(r"NVRM: Xid \((?P<pci>[^)]*)\): (?P<xid>\d+)")
+_FALLEN_OFF = lazy(r"fallen off the bus")
+_WORKER_SIGNAL = lazy(r"DataLoader worker \(pid (?P<pid>\d+)\) is killed by signal: (?P<what>[^.]+)\.")
 # How strsignal and faulthandler name a signal, and the signal that is.
 _SIGNAL_TEXTS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed": "SIGKILL",
                  "Aborted": "SIGABRT", "Floating point exception": "SIGFPE", "Illegal instruction": "SIGILL"}
-_OOM_KILLER = re.compile(r"Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<process>[^)]*)\)")
+_OOM_KILLER = lazy(r"Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<process>[^)]*)\)")
 # A shell's report of a job it lost to SIGKILL, bare or as ``run.sh: line 66: 777016 Killed  cmd``;
 # "Killed" inside a sentence is not one (nor "Killed process", the kernel's second line).
-_SHELL_KILLED = re.compile(
+_SHELL_KILLED = lazy(
     r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\]))(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
 
-_FATAL_PYTHON = re.compile(r"Fatal Python error: (?P<what>.+?)\s*$")
-_SHELL_SEGFAULT = re.compile(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
-_SIGSEGV = re.compile(r"Signal 11 \(SIGSEGV\)(?: received by PID (\d+))?")
+_FATAL_PYTHON = lazy(r"Fatal Python error: (?P<what>.+?)\s*$")
+_SHELL_SEGFAULT = lazy(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
+_SIGSEGV = lazy(r"Signal 11 \(SIGSEGV\)(?: received by PID (\d+))?")
 
 
 def _cuda(text: str) -> ErrorEvent | None:
@@ -556,7 +557,7 @@ _ANCHORS: tuple[tuple[bytes, int], ...] = tuple(
 # scan costs about half of the separate substring tests.
 FAILURE_LITERALS = tuple(sorted(
     {anchor for anchor, _ in _ANCHORS} | {TRACEBACK_START, CHILD_FAILED, ROOT_CAUSE, TERMINATE}, key=len, reverse=True))
-FAILURE_GATE = re.compile(b"|".join(re.escape(literal) for literal in FAILURE_LITERALS))
+FAILURE_GATE = lazy(b"|".join(re.escape(literal) for literal in FAILURE_LITERALS))
 
 
 def _present_signatures() -> Callable[[bytes], set[int] | None]:
@@ -592,9 +593,9 @@ def classify(line: bytes) -> ErrorEvent | None:
 
 
 # ``module.ErrorType: message`` or a bare type, as Python prints the last line of a traceback.
-_EXCEPTION_LINE = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|[A-Z]\w*)(?::|$)")
+_EXCEPTION_LINE = lazy(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception|Exit|Interrupt|Warning)|[A-Z]\w*)(?::|$)")
 # Standalone lines only count as exception lines when the type says so (not "Solution:").
-_STANDALONE_EXCEPTION = re.compile(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):")
+_STANDALONE_EXCEPTION = lazy(r"^(?P<type>[A-Za-z_][\w.]*(?:Error|Exception)):")
 
 
 def exception_type(text: str) -> str | None:

@@ -20,23 +20,22 @@ that they never count as failures of their own.
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse import signatures
+from exporter.parse.patterns import lazy
 from exporter.parse.records import ErrorEvent
 
 # Lines that start a new log record end the continuation of an exception: timestamped
 # logger lines, glog/c10 (``W0801 16:07:20``, ``[W801 16:07:20``), MindSpore
 # (``[ERROR] MODULE(pid,``), a crash's own report (``Fatal Python error:``, C++ ``terminate``).
 # CANN's ``[ERROR] 2025-03-26-17:01:03 (PID:159`` is a continuation.
-_NEW_RECORD = re.compile(
+_NEW_RECORD = lazy(
     r"^\s?(?:\[?\d{4}-\d\d-\d\d[ T_-]\d|\[?[IWEF]\d{3,4} \d|\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\] [A-Z_]+\(\d"
     r"|Fatal Python error: |terminate called )")
 _CHAIN_MARKERS = ("During handling of the above exception", "The above exception was the direct cause")
-_ELASTIC_FIELD = re.compile(r"^\s*(time|host|rank|exitcode|error_file)\s*: (.*?)\s*$")
-_RANK_FIELD = re.compile(r"(-?\d+) \(local_rank: (\d+)\)")
-_EXITCODE_FIELD = re.compile(r"(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((SIG\w+)\))?")
-_FAILURE_ENTRY = re.compile(r"^\[\d+\]:\s*$")
+_ELASTIC_FIELD = lazy(r"^\s*(time|host|rank|exitcode|error_file)\s*: (.*?)\s*$")
+_RANK_FIELD = lazy(r"(-?\d+) \(local_rank: (\d+)\)")
+_EXITCODE_FIELD = lazy(r"(-?\d+)(?: \(pid: (\d+)\))?(?:\s+\((SIG\w+)\))?")
+_FAILURE_ENTRY = lazy(r"^\[\d+\]:\s*$")
 
 # A traceback this long without its exception line, or an exception followed by this many
 # continuation lines, is not one we understand: give up rather than hold state forever.

@@ -10,15 +10,14 @@ The engine never prints the loss, so a DeepSpeed file keeps looking for a format
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_PROGRESS = re.compile(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\],]*)")
-_TIMER = re.compile(
+_PROGRESS = lazy(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\],]*)")
+_TIMER = lazy(
     r"\bepoch=(\d+)/micro_step=(\d+)/global_step=(\d+), RunningAvgSamplesPerSec=([^,\s]+), CurrSamplesPerSec=([^,\s]+)"
     r"(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?")
 

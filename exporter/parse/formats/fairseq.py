@@ -10,16 +10,15 @@ within the epoch; ``num_updates`` is the step. ``wps`` (words per second) is the
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_ANCHOR = re.compile(r"\bepoch (\d+):\s+\d+ / \d+ (?=loss=)")
-_PAIR = re.compile(r"(\w+)=([^,\s]+)")
-_UPDATES = re.compile(r"\bnum_updates=(\d+)")
+_ANCHOR = lazy(r"\bepoch (\d+):\s+\d+ / \d+ (?=loss=)")
+_PAIR = lazy(r"(\w+)=([^,\s]+)")
+_UPDATES = lazy(r"\bnum_updates=(\d+)")
 _GAUGES = {"loss": "loss", "lr": "learning_rate", "gnorm": "grad_norm", "wps": "throughput"}
 
 

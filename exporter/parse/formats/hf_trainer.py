@@ -12,16 +12,15 @@ Evaluation dicts (``eval_loss``) and the final train summary are not training st
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_DICT = re.compile(r"\{'loss':[^{}]*\}")
-_PAIR = re.compile(r"'(?P<key>[^']+)':\s*'?(?P<value>[^,'}]*)'?")
-_PROGRESS = re.compile(r"(\d+)/(\d+) \[")
+_DICT = lazy(r"\{'loss':[^{}]*\}")
+_PAIR = lazy(r"'(?P<key>[^']+)':\s*'?(?P<value>[^,'}]*)'?")
+_PROGRESS = lazy(r"(\d+)/(\d+) \[")
 
 
 _GAUGES = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}

@@ -2,21 +2,20 @@
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
 # A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
-_PAIR = re.compile(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
+_PAIR = lazy(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
 _STEP_KEYS = ("step", "global_step", "iteration")
 _LR_KEYS = ("lr", "learning_rate")
 _GRAD_NORM_KEYS = ("grad_norm", "gnorm", "global_norm")
 _TIME_KEYS = ("step_time", "per_step_time", "time_per_step")
 _THROUGHPUT_KEYS = ("throughput",)
-_STEP_OF_TOTAL = re.compile(r"^(\d+)(?:/(\d+))?$")
+_STEP_OF_TOTAL = lazy(r"^(\d+)(?:/(\d+))?$")
 
 
 def parse(text: str) -> StepLine | None:

@@ -14,16 +14,15 @@ Megatron prints a loss only ``if avg >= 0.0``: a NaN loss vanishes from the line
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
 THROUGHPUT_UNIT = "TFLOP/s/GPU"
 
-_ANCHOR = re.compile(r"\biteration\s+(\d+)/\s*(\d+)\s*\|")
+_ANCHOR = lazy(r"\biteration\s+(\d+)/\s*(\d+)\s*\|")
 
 
 def parse(text: str) -> StepLine | None:

@@ -8,9 +8,8 @@ line by the same table in Python.
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.formats.registry import Banner, Format, register
+from exporter.parse.patterns import lazy
 from exporter.parse.records import RunInfo
 from exporter.parse.step_table import Kind, StepField, StepTable
 
@@ -26,7 +25,7 @@ PYNATIVE_RECORD = StepTable((
     StepField("throughput", Kind.NUMBER_WITH_UNIT, "throughput"),
 ))
 
-_BANNER = re.compile(r"Running MindFormers in (PYNATIVE|GRAPH)_MODE")
+_BANNER = lazy(r"Running MindFormers in (PYNATIVE|GRAPH)_MODE")
 
 
 def parse_banner(text: str) -> RunInfo | None:

@@ -17,21 +17,20 @@ step (``training_metric``), per rank, for the rank-divergence view.
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.mindformers import BANNER, FRAMEWORK
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_RECORD = re.compile(r"(?:\{\s*)?Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\]"
+_RECORD = lazy(r"(?:\{\s*)?Epoch:\[\s*(\d+)/\s*(\d+)\],\s*step:\[\s*(\d+)/\s*(\d+)\]"
                      r"(?:,(?P<body>[^{}]*)| (?P<tag>[\w./-]+): (?P<value>\S+)$)")
 # ``key: value`` or ``global_norm [..]`` (no colon in some versions); values hold no comma but a thousands
 # separator (a comma before exactly three digits: 1,234.5).
-_FIELD = re.compile(r"\s*(?P<key>[A-Za-z_][\w ]*?)\s*(?::\s*|(?=\[))"
+_FIELD = lazy(r"\s*(?P<key>[A-Za-z_][\w ]*?)\s*(?::\s*|(?=\[))"
                     r"(?P<value>(?:[^,]|,(?=[0-9]{3}(?![0-9])))*?)\s*(?:,|\}|$)")
-_LOSS_PAIR = re.compile(r"^\[\s*([^/\]]+?)\s*/\s*([^\]]+?)\s*\]$")  # non-sink mode: [this step/epoch mean]
+_LOSS_PAIR = lazy(r"^\[\s*([^/\]]+?)\s*/\s*([^\]]+?)\s*\]$")  # non-sink mode: [this step/epoch mean]
 _BOOLEANS = {"True": 1.0, "False": 0.0}
 
 

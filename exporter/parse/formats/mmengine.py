@@ -12,16 +12,15 @@ the step is ``(epoch - 1) * iterations_per_epoch + i``. ``time`` is seconds per 
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_ANCHOR = re.compile(r"\b(?:Iter(?:\(train\))?\s*\[\s*(?P<iter>\d+)/\s*(?P<iters>\d+)\]"
+_ANCHOR = lazy(r"\b(?:Iter(?:\(train\))?\s*\[\s*(?P<iter>\d+)/\s*(?P<iters>\d+)\]"
                      r"|Epoch(?:\(train\))?\s*\[\s*(?P<epoch>\d+)\]\[\s*(?P<inner>\d+)/\s*(?P<per_epoch>\d+)\])")
-_FIELD = re.compile(r"([\w./-]+):\s+([^,\s]+)")
+_FIELD = lazy(r"([\w./-]+):\s+([^,\s]+)")
 _GAUGES = {"loss": "loss", "lr": "learning_rate", "grad_norm": "grad_norm", "time": "step_time_seconds"}
 _SKIPPED = ("eta",)  # a duration such as "8 days, 4:44:34", not a number
 

@@ -9,18 +9,17 @@ two lines (meta server and cluster context) and counts once.
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.formats.registry import Format, register
+from exporter.parse.patterns import lazy
 from exporter.parse.records import SchedulerEvent
 
-_REGISTERED = re.compile(
+_REGISTERED = lazy(
     r"The new node: (?P<id>\S+?)\(role: (?P<role>\w+)\)(?:, rank id: (?P<rank>\d+))?(?:, device id: \d+)?"
     r"(?:, hostname: (?P<hostname>[^,]+))?(?:, ip: (?P<ip>[^\s,]+))?.*? is registered successfully"
     r"(?:\. Currently registered node number: (?P<registered>\d+), expected node number: (?P<expected>\d+))?")
 _INITIALIZED = ("topology has been constructed successfully", "luster is successfully initialized")
-_TIMED_OUT = re.compile(r"\b[Nn]ode:? (?P<id>\S+?) is timed out")
-_UNREGISTERED = re.compile(r"\bNode (?P<id>\S+) has unregistered")
+_TIMED_OUT = lazy(r"\b[Nn]ode:? (?P<id>\S+?) is timed out")
+_UNREGISTERED = lazy(r"\bNode (?P<id>\S+) has unregistered")
 
 
 def parse(text: str) -> SchedulerEvent | None:

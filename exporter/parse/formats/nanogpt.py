@@ -7,14 +7,13 @@ a running average and reads -100.00% until it has one. ``step 250: train loss ..
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_RECORD = re.compile(r"\biter (\d+): loss (\S+), time ([\d.]+ms)(?:, mfu (-?[\d.]+)%)?")
+_RECORD = lazy(r"\biter (\d+): loss (\S+), time ([\d.]+ms)(?:, mfu (-?[\d.]+)%)?")
 
 
 def parse(text: str) -> StepLine | None:

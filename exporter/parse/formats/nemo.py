@@ -10,14 +10,13 @@ Read before Megatron-LM, whose ``iteration N/M |`` anchor these lines also hold.
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_ANCHOR = re.compile(r"\bTraining epoch (\d+), iteration (\d+)/(\d+)")
+_ANCHOR = lazy(r"\bTraining epoch (\d+), iteration (\d+)/(\d+)")
 _GAUGES = {"reduced_train_loss": "loss", "train_loss": "loss", "lr": "learning_rate",
            "train_step_timing_in_s": "step_time_seconds", "grad_norm": "grad_norm"}
 

@@ -9,15 +9,14 @@ instead, read by ``hf_trainer``.)
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_ANCHOR = re.compile(r"\bloss: \S+, learning_rate: .*?\bglobal_step: (\d+),")
-_PAIR = re.compile(r"(\w+): ([^,\s]+)")
+_ANCHOR = lazy(r"\bloss: \S+, learning_rate: .*?\bglobal_step: (\d+),")
+_PAIR = lazy(r"(\w+): ([^,\s]+)")
 _GAUGES = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}
 
 

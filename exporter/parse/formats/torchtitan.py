@@ -7,17 +7,16 @@ print ``wps:`` and no grad_norm. ``validate step:`` lines are validation, not tr
 
 from __future__ import annotations
 
-import re
-
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import parse_duration_seconds, parse_float
+from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
 
-_ANSI = re.compile(r"\x1b\[[0-9;]*m")
-_ANCHOR = re.compile(r"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*(\S+)")
-_FIELD = re.compile(r"(\w+):\s*(\S+)")
-_MEMORY = re.compile(r"([\d.]+)GiB\(([\d.]+)%\)")
+_ANSI = lazy(r"\x1b\[[0-9;]*m")
+_ANCHOR = lazy(r"(?<!validate )\bstep:\s*(\d+)\s+loss:\s*(\S+)")
+_FIELD = lazy(r"(\w+):\s*(\S+)")
+_MEMORY = lazy(r"([\d.]+)GiB\(([\d.]+)%\)")
 
 
 def parse(text: str) -> StepLine | None:
