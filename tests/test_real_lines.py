@@ -69,3 +69,19 @@ def test_each_failure_family_counts_by_kind_and_rank_through_the_exporter(tmp_pa
         assert expected == {}
     else:
         assert expected, "a failure fixture without failures proves nothing"
+
+
+HEALTHY = sorted((REAL / "healthy").glob("*.log"))  # sources in tests/fixtures/real/healthy/SOURCES.md
+
+
+def test_healthy_lines_of_every_family_raise_no_failure_event_through_the_exporter(tmp_path):
+    # Each file a worker log of its own directory: its format is detected as in production.
+    assert len(HEALTHY) >= 10
+    for fixture in HEALTHY:
+        log_dir = tmp_path / "logs" / fixture.stem
+        log_dir.mkdir(parents=True)
+        shutil.copy(fixture, log_dir / "worker_0.log")
+    lines = sum(fixture.read_bytes().count(b"\n") for fixture in HEALTHY)
+    with ExporterProcess("--log-dir", str(tmp_path / "logs"), "--run", "healthy") as exporter:
+        eventually(lambda: exporter.total("training_log_lines_total") == lines, 20, what="every line read")
+        assert exporter.total("training_errors_total") == 0, _served_errors(exporter.samples())
