@@ -57,7 +57,11 @@ def test_classify_gives_the_same_events_without_the_multi_literal_pass(monkeypat
              for line in path.read_bytes().split(b"\n")]
     lines += [b"out of memory isn't enough and alloc failed, alloc size: 12B", b"EI0001 HCCL NCCL error in: x, y"]
     with_automaton = [signatures.classify(line) for line in lines]
-    monkeypatch.setattr(signatures, "_present", lambda line: None)
+    gates = [signatures.has_failure_literal(line) for line in lines]
+    monkeypatch.setattr(signatures, "BytesAhoCorasick", None)  # a platform without ahocorasick_rs's wheel
+    monkeypatch.setattr(signatures, "_find_literals", signatures._literal_finder())
     without = [signatures.classify(line) for line in lines]
     assert with_automaton == without
+    assert gates == [signatures.has_failure_literal(line) for line in lines]
+    assert all(gate for gate, event in zip(gates, without, strict=True) if event is not None)
     assert sum(event is not None for event in without) > 20

@@ -323,7 +323,7 @@ class LineParser:
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
-        if signatures.FAILURE_GATE.search(body) is None:
+        if not signatures.has_failure_literal(body):
             return False
         if body.startswith(signatures.TRACEBACK_START):
             self._open_block(rank, Block(), parsed)
