@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import copy
 import math
 from pathlib import Path
 
@@ -11,7 +12,7 @@ from prometheus_client.openmetrics import exposition as openmetrics_exposition
 from exporter.export.collector import TrainingCollector
 from exporter.export.text_format import render
 from exporter.follow import Follower
-from exporter.parse.records import ErrorEvent, RunInfo, StepLine
+from exporter.parse.records import ErrorEvent, RunInfo, SchedulerEvent, StepLine
 from exporter.pipeline import Pipeline
 from exporter.state import TrainingState
 from tests.support.records import in_batches
@@ -122,3 +123,43 @@ def test_states_with_the_same_series_render_their_own_values():
     for _ in range(2):
         for state in states:
             assert render(state) == _reference(state)
+
+
+def _as_new(state: TrainingState) -> TrainingState:
+    """The same values in new RankStates: what a render of them prints was read now, not kept."""
+    fresh = TrainingState()
+    fresh.series = copy.deepcopy(state.series)
+    fresh.stats = copy.deepcopy(state.stats)
+    return fresh
+
+
+def test_every_change_the_store_makes_shows_in_the_next_scrape():
+    # A rank's values are read again only after the store changed its version: each way the store changes a
+    # rank must show, as a render of the same values in new RankStates (nothing kept for them) shows it.
+    state = TrainingState()
+    key, scheduler = ("run", "node", "0"), ("run", "node", "scheduler")
+    def locked(change):
+        def apply():
+            with state.lock:
+                change()
+        return apply
+
+    changes = [
+        locked(lambda: state.register(key, {"file": "worker_0.log", "role": "worker"}, 1.7e9)),
+        locked(lambda: state.register(scheduler, {"file": "scheduler.log", "role": "scheduler"}, None)),
+        lambda: _step(state, key, 1, {"loss": 2.0, "step_time_seconds": 0.5}, named={"mtp_1_loss": 1.0}),
+        lambda: _step(state, key, 2, {"loss": -0.0, "step_time_seconds": 0.5}, named={"mtp_1_loss": 0.5, "mfu": 0.4}),
+        locked(lambda: state.ingest(key, 3, [], log_timestamp=1.7e9 + 9, now=1.7e9 + 9)),
+        locked(lambda: state.ingest(key, 1, [ErrorEvent("oom", {})], log_timestamp=None, now=1.7e9 + 10)),
+        locked(lambda: state.ingest(key, 1, [RunInfo({"framework": "mindformers"})], log_timestamp=None,
+                                    now=1.7e9 + 11)),
+        locked(lambda: state.register(key, {"file": "worker_0.log", "role": "worker", "format": "mine"}, None)),
+        locked(lambda: state.register(key, {"file": "worker_0.log", "role": "worker"}, 1.7e9 + 12)),  # a new mtime
+        lambda: _step(state, key, 1, {"loss": 9.0}),  # the step went back: a restart
+        locked(lambda: state.ingest(scheduler, 1, [SchedulerEvent("node_timeout", "7")], log_timestamp=None,
+                                    now=1.7e9)),
+    ]
+    for change in changes:
+        render(state)  # what it read of each rank is kept
+        change()
+        assert render(state) == render(_as_new(state))

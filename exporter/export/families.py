@@ -12,14 +12,16 @@ once per series and walk, not once per sample, so the text writer can keep a ran
 labels escaped. A family is read as one value per series (a number, or for a family with
 a label its names and numbers), not as samples: at 1,024 ranks a tuple per sample was most
 of a scrape, and the text writer keeps each series' lines for as long as its value is the
-same (docs/benchmarks.md, "Scale").
+same (docs/benchmarks.md, "Scale"). What the walk read of a rank is kept until the store
+changes the rank (``_RankRows``): a scrape reads again only the ranks that changed.
 """
 
 from __future__ import annotations
 
+import operator
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Generic, TypeVar, cast
+from typing import Any, Generic, TypeVar, cast
 
 from exporter.export.build_info import build_info
 from exporter.export.metrics_table import (
@@ -50,7 +52,8 @@ PROCESS_LABELS = ("run", "node")
 
 
 # A series' value: a number; for a family with a label, its numbers by label value (a copy, in creation
-# order, that a writer may read after the state's lock is released); None for no sample.
+# order, that a writer may read after the state's lock is released, and must not change: the next walks
+# give the same copy while the rank is unchanged); None for no sample.
 SeriesValue = float | Mapping[str, float] | None
 
 
@@ -116,12 +119,13 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
          specs: Iterable[MetricSpec] = METRICS) -> list[Family[Labels]]:
     """The families of ``specs`` (default: all, in exposition order) that have something to say."""
     specs = list(specs)
-    reads_ranks = any(spec.source in (RANKS, PRINTED) for spec in specs)
+    rank_specs = tuple(spec for spec in specs if spec.source in (RANKS, PRINTED))
     with state.lock:
-        ranks = _in_key_order(state.series) if reads_ranks else []
+        ranks = _in_key_order(state.series) if rank_specs else []
         rank_labels = [series_labels(RANK_LABELS, key) for key, _ in ranks]
-        families = [_rank_family(spec, ranks, rank_labels, series_labels) if spec.source in (RANKS, PRINTED) else
-                    _exporter_family(spec, series_labels((), ()), state.stats)
+        columns = iter(_rank_rows(rank_specs).columns(ranks))
+        families = [_rank_family(spec, ranks, rank_labels, next(columns), series_labels)
+                    if spec.source in (RANKS, PRINTED) else _exporter_family(spec, series_labels((), ()), state.stats)
                     for spec in specs if spec.source in (RANKS, PRINTED, EXPORTER)]
     for spec in specs:
         if spec.source == OTLP_ADAPTER:
@@ -160,19 +164,80 @@ _key_order: tuple[tuple[SeriesKey, ...], list[int]] = ((), [])
 
 
 def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, RankState]], rank_labels: list[Labels],
-                 series_labels: SeriesLabels[Labels]) -> Family[Labels]:
-    # A list comprehension per shape: this runs under the state's lock, once per family and rank.
-    attribute = spec.attribute
-    values: list[SeriesValue]
-    if spec.source == PRINTED:
-        values = [rank.printed.get(attribute) for _, rank in ranks]
-    elif spec.type == INFO:
-        return Family(spec, [_with_facts(series_labels, key, rank.info) for key, rank in ranks], [1] * len(ranks))
-    elif spec.label is None:
-        values = [getattr(rank, attribute) for _, rank in ranks]
-    else:
-        values = [getattr(rank, attribute).copy() for _, rank in ranks]
+                 values: Sequence[SeriesValue], series_labels: SeriesLabels[Labels]) -> Family[Labels]:
+    if spec.type == INFO:  # the value read is the rank's facts: labels of their own (under the lock), the number 1
+        facts = cast("Sequence[Mapping[str, str]]", values)
+        labels = [_with_facts(series_labels, key, info) for (key, _), info in zip(ranks, facts, strict=True)]
+        return Family(spec, labels, [1] * len(ranks))
     return Family(spec, rank_labels, values)
+
+
+class _RankRows:
+    """What the families of ``specs`` read of each rank, as one row per rank; with ``keep``, a rank's row
+    is read again only after the store changed the rank (``RankState.version``).
+
+    At 1,024 ranks, reading every family of every rank at each scrape (a getattr, a copy of
+    each dict) was most of a render, though between two scrapes many ranks may not change at
+    all. A kept row is the very tuple of the scrape before, so a writer can tell a family none
+    of whose ranks changed by identity, in one C-level pass (text_format).
+
+    A row holds the rank and its version it was read at, the plain attributes, then the printed
+    values, then a copy of each dict of a labelled family: three C-level reads instead of a call
+    per family, and no object but the row and the copies (a changed rank at every scrape should
+    not cost more collections of the garbage collector). ``columns`` puts the values back in the
+    specs' order. The info family's value is the rank's facts, the live dict:
+    the walk makes its labels under the lock, and a kept row is reused only while the rank,
+    its facts included, is unchanged.
+    """
+
+    def __init__(self, specs: tuple[MetricSpec, ...], *, keep: bool) -> None:
+        plain = [spec for spec in specs if spec.source == RANKS and spec.label is None]
+        printed = [spec for spec in specs if spec.source == PRINTED]
+        copied = [spec for spec in specs if spec.source == RANKS and spec.label is not None]
+        self._plain = _attributes([spec.attribute for spec in plain])
+        self._printed = tuple(spec.attribute for spec in printed)
+        self._copied = _attributes([spec.attribute for spec in copied])
+        row_order = [*plain, *printed, *copied]
+        self._positions = [2 + row_order.index(spec) for spec in specs]  # after the rank and its version
+        self._keep = keep
+        # series key -> its row. The rank by identity, as the state holds it: a checkpoint's restore or
+        # another state with the same series has other RankStates.
+        self._kept: dict[SeriesKey, tuple[object, ...]] = {}
+
+    def columns(self, ranks: Sequence[tuple[SeriesKey, RankState]]) -> list[Sequence[SeriesValue]]:
+        """Per spec, each rank's value (a dict: a copy, that neither the state nor a writer changes).
+        Call with the state's lock held."""
+        rows = [self._row(key, rank) for key, rank in ranks]
+        if len(self._kept) > 2 * len(ranks) + 64:  # series gone (a restore) or of other states: forget them
+            current = {key for key, _ in ranks}
+            self._kept = {key: kept for key, kept in list(self._kept.items()) if key in current}
+        if not rows:
+            return [()] * len(self._positions)
+        by_row_position = list(zip(*rows, strict=True))
+        return [cast("Sequence[SeriesValue]", by_row_position[position]) for position in self._positions]
+
+    def _row(self, key: SeriesKey, rank: RankState) -> tuple[object, ...]:
+        kept = self._kept.get(key)
+        if kept is not None and kept[0] is rank and kept[1] == rank.version:
+            return kept
+        row = (rank, rank.version, *self._plain(rank), *map(rank.printed.get, self._printed),
+               *map(dict.copy, self._copied(rank)))
+        if self._keep:
+            self._kept[key] = row
+        return row
+
+
+def _rank_rows(specs: tuple[MetricSpec, ...]) -> _RankRows:
+    """The table's rows, kept from walk to walk; a reader of other families' (OTLP reads a family at a
+    time, tests a few) keeps nothing: no second copy of every rank's values."""
+    return _TABLE_ROWS if specs == _TABLE_RANK_SPECS else _RankRows(specs, keep=False)
+
+
+def _attributes(names: list[str]) -> Callable[[RankState], tuple[Any, ...]]:
+    """A reader of these attributes of an object, as a tuple (``attrgetter`` of one name gives it bare)."""
+    if len(names) > 1:
+        return operator.attrgetter(*names)
+    return lambda item: tuple(getattr(item, name) for name in names)
 
 
 def _exporter_family(spec: MetricSpec, labels: Labels, stats: ExporterStats) -> Family[Labels]:
@@ -190,3 +255,6 @@ def _with_facts(series_labels: SeriesLabels[Labels], key: SeriesKey, info: Mappi
 
 
 _RANK_LABEL_SET = frozenset(RANK_LABELS)
+
+_TABLE_RANK_SPECS = tuple(spec for spec in METRICS if spec.source in (RANKS, PRINTED))
+_TABLE_ROWS = _RankRows(_TABLE_RANK_SPECS, keep=True)

@@ -55,7 +55,7 @@ def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY, *, openme
     header = _openmetrics_header if openmetrics else _header
     for family in walk(state, _series_labels, scrape_time):
         pieces.append(header(family.spec))
-        _append_lines(pieces, family)
+        _append_family(pieces, family)
     if openmetrics:  # prometheus-client's writer closes with the # EOF line, also for no families
         pieces.append(openmetrics_exposition.generate_latest(runtime or _EMPTY))
     elif runtime is not None:
@@ -64,6 +64,33 @@ def render(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY, *, openme
 
 
 _EMPTY = CollectorRegistry(auto_describe=False)
+
+
+def _append_family(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
+    """The family's sample lines: those of the render before when it read the very same series and values.
+
+    The walk gives a rank's values as the very objects of the scrape before until the rank changes
+    (families._RankRows), so a family none of whose ranks changed is told in one C-level pass, with no
+    Python step per series; the others go series by series (``_append_lines``). The kept entry holds
+    the objects it compares (so none is freed and its id reused) and is one tuple, stored at once.
+    """
+    spec = family.spec
+    kept = _FAMILY_LINES.get(spec)
+    if kept is not None and _same_objects(kept[0], family.series) and _same_objects(kept[1], family.values):
+        pieces.extend(kept[2])
+        return
+    lines: list[bytes] = []
+    _append_lines(lines, family)
+    _FAMILY_LINES[spec] = (family.series, family.values, lines)
+    pieces.extend(lines)
+
+
+def _same_objects(kept: Sequence[object], new: Sequence[object]) -> bool:
+    return len(kept) == len(new) and all(map(operator.is_, kept, new))
+
+
+# Per family, the series and values of the last render and their lines.
+_FAMILY_LINES: dict[MetricSpec, tuple[Sequence[_SeriesLabels], Sequence[object], list[bytes]]] = {}
 
 
 def _append_lines(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
@@ -187,8 +214,11 @@ class _SeriesLabels:
         return [(name, f'{_label_name(name)}="{_escape(value)}"') for name, value in pairs]
 
     def sample_line(self, name: str, value: float) -> bytes:
+        # _number, inline: a changed rank writes a dozen of these lines at every scrape.
+        value = float(value)
+        number = repr(value) if -1e6 < value < 1e6 else floatToGoString(value)
         text = self.text
-        return (f"{name}{{{text}}} {_number(value)}\n" if text else f"{name} {_number(value)}\n").encode()
+        return (f"{name}{{{text}}} {number}\n" if text else f"{name} {number}\n").encode()
 
     def named_lines(self, name: str, label: str, samples: Iterable[tuple[str, float]]) -> bytes:
         """A line per (label value, number), the label at its sorted place among the series' labels."""

@@ -101,6 +101,11 @@ class RankState:
     attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
+    # Changed by the store's writers (register, ingest) each time they may change the rank, so a
+    # scrape can reuse what it read of a rank whose version did not move (families.walk). Code
+    # that changes a rank otherwise must change it too. Not a value of the rank's: not compared,
+    # not checkpointed.
+    version: int = field(default=0, compare=False, metadata={"checkpoint": False})
 
     @property
     def total_steps(self) -> int | None:
@@ -187,6 +192,7 @@ class TrainingState:
         """
         rank = self._rank_state(key)
         if rank is not None:
+            rank.version += 1
             rank.info.update(info)
             if info.get("role") == "scheduler":
                 for kind in SCHEDULER_KINDS:
@@ -208,6 +214,7 @@ class TrainingState:
         if rank is None:
             self.stats.lines_out_of_series_total += lines
             return
+        rank.version += 1
         if lines and not rank.lines_total and rank.step is None:
             rank.starting_since = now  # the first line of the rank's first start
         rank.lines_total += lines
