@@ -121,8 +121,8 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
     specs = list(specs)
     rank_specs = tuple(spec for spec in specs if spec.source in (RANKS, PRINTED))
     with state.lock:
-        ranks = _in_key_order(state.series) if rank_specs else []
-        rank_labels = [series_labels(RANK_LABELS, key) for key, _ in ranks]
+        keys, ranks = _in_key_order(state.series) if rank_specs else ((), [])
+        rank_labels = _rank_labels(keys, ranks, series_labels)
         columns = iter(_rank_rows(rank_specs).columns(ranks))
         families = [_rank_family(spec, ranks, rank_labels, next(columns), series_labels)
                     if spec.source in (RANKS, PRINTED) else _exporter_family(spec, series_labels((), ()), state.stats)
@@ -147,28 +147,52 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
     return families
 
 
-def _in_key_order(series: Mapping[SeriesKey, RankState]) -> list[tuple[SeriesKey, RankState]]:
-    """The series sorted by key, as every writer lists them. The order is kept while the keys are the
-    same (series come, rarely; never go but at a checkpoint's restore): 1,024 keys' sort took 1.5 ms."""
+def _in_key_order(series: Mapping[SeriesKey, RankState]) -> tuple[tuple[SeriesKey, ...],
+                                                                   list[tuple[SeriesKey, RankState]]]:
+    """The keys in insertion order (the very tuple of the walk before while they are the same) and the
+    series sorted by key, as every writer lists them. The order is kept while the keys are the same
+    (series come, rarely; never go but at a checkpoint's restore): 1,024 keys' sort took 1.5 ms."""
     global _key_order  # one entry, replaced whole: safe from several threads
     keys = tuple(series)
     known_keys, order = _key_order
     if keys != known_keys:
         order = sorted(range(len(keys)), key=keys.__getitem__)
-        _key_order = keys, order
+        _key_order = known_keys, order = keys, order
     items = list(series.items())
-    return [items[index] for index in order]
+    return known_keys, [items[index] for index in order]
 
 
 _key_order: tuple[tuple[SeriesKey, ...], list[int]] = ((), [])
 
 
+def _rank_labels(keys: tuple[SeriesKey, ...], ranks: Sequence[tuple[SeriesKey, RankState]],
+                 series_labels: SeriesLabels[Labels]) -> list[Labels]:
+    """Each series' rank labels in key order: the very list of the walk before while the keys are the same,
+    so that a writer tells an unchanged family by identity, not by a pass over 1,024 series."""
+    known = _labels_by_maker.get(series_labels)
+    if known is not None and known[0] is keys:
+        return known[1]
+    labels = [series_labels(RANK_LABELS, key) for key, _ in ranks]
+    _labels_by_maker[series_labels] = (keys, labels)  # one entry per label maker (text, collector, OTLP)
+    return labels
+
+
+_labels_by_maker: dict[object, tuple[tuple[SeriesKey, ...], list[Any]]] = {}
+# Per label maker, the info family's facts column and the family made of it, in the walk before.
+_info_labels: dict[object, tuple[Sequence[SeriesValue], Family[Any]]] = {}
+
+
 def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, RankState]], rank_labels: list[Labels],
                  values: Sequence[SeriesValue], series_labels: SeriesLabels[Labels]) -> Family[Labels]:
     if spec.type == INFO:  # the value read is the rank's facts: labels of their own (under the lock), the number 1
+        known = _info_labels.get(series_labels)
+        if known is not None and known[0] is values:  # no rank changed: the family of the walk before
+            return cast("Family[Labels]", known[1])
         facts = cast("Sequence[Mapping[str, str]]", values)
         labels = [_with_facts(series_labels, key, info) for (key, _), info in zip(ranks, facts, strict=True)]
-        return Family(spec, labels, [1] * len(ranks))
+        family = Family(spec, labels, [1] * len(ranks))
+        _info_labels[series_labels] = (values, family)
+        return family
     return Family(spec, rank_labels, values)
 
 
@@ -203,6 +227,7 @@ class _RankRows:
         # series key -> its row. The rank by identity, as the state holds it: a checkpoint's restore or
         # another state with the same series has other RankStates.
         self._kept: dict[SeriesKey, tuple[object, ...]] = {}
+        self._last: tuple[list[tuple[object, ...]], list[Sequence[SeriesValue]]] = ([], [])  # rows, columns
 
     def columns(self, ranks: Sequence[tuple[SeriesKey, RankState]]) -> list[Sequence[SeriesValue]]:
         """Per spec, each rank's value (a dict: a copy, that neither the state nor a writer changes).
@@ -213,8 +238,14 @@ class _RankRows:
             self._kept = {key: kept for key, kept in list(self._kept.items()) if key in current}
         if not rows:
             return [()] * len(self._positions)
+        last_rows, last_columns = self._last
+        if len(rows) == len(last_rows) and all(map(operator.is_, rows, last_rows)):
+            return last_columns  # no rank changed: the very columns of the walk before, told by identity
         by_row_position = list(zip(*rows, strict=True))
-        return [cast("Sequence[SeriesValue]", by_row_position[position]) for position in self._positions]
+        columns = [cast("Sequence[SeriesValue]", by_row_position[position]) for position in self._positions]
+        if self._keep:
+            self._last = rows, columns
+        return columns
 
     def _row(self, key: SeriesKey, rank: RankState) -> tuple[object, ...]:
         kept = self._kept.get(key)

@@ -86,7 +86,8 @@ def _append_family(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
 
 
 def _same_objects(kept: Sequence[object], new: Sequence[object]) -> bool:
-    return len(kept) == len(new) and all(map(operator.is_, kept, new))
+    # The walk gives an unchanged family its very lists of the walk before: one identity test.
+    return kept is new or (len(kept) == len(new) and all(map(operator.is_, kept, new)))
 
 
 # Per family, the series and values of the last render and their lines.
