@@ -95,8 +95,29 @@ def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, obje
     return rows
 
 
-def _check_exporter(output: str, shape: LogShape) -> None:
-    (rank,) = json.loads(output)["ranks"].values()
+# A prefixed log: torchrun's ``[rank3]: `` before every line, as ``--tee`` and its log directories
+# print them. Such a block is read line by line, so its speed is reported apart (no target).
+PREFIX_RANK = 3
+PREFIX = f"[rank{PREFIX_RANK}]: "
+
+
+def measure_prefixed(log: Path, shape: LogShape, rounds: int) -> dict[str, object]:
+    """The exporter's best of ``rounds`` on a log whose every line has torchrun's rank prefix."""
+    run_measured(["cat", str(log)])
+    best: Measured | None = None
+    for _ in range(rounds):
+        result = run_measured([sys.executable, "-m", "benchmarks.catchup_exporter", str(log.parent)])
+        _check_exporter(result.stdout, shape, str(PREFIX_RANK))
+        if best is None or result.wall_seconds < best.wall_seconds:
+            best = result
+    assert best is not None
+    return {"lines": shape.lines, "wall_seconds": best.wall_seconds, "cpu_seconds": best.cpu_seconds,
+            "lines_per_second": shape.lines / best.wall_seconds, "seconds": json.loads(best.stdout)["seconds"]}
+
+
+def _check_exporter(output: str, shape: LogShape, rank_label: str | None = None) -> None:
+    ranks = json.loads(output)["ranks"]
+    (rank,) = ranks.values() if rank_label is None else (ranks[rank_label],)
     _expect("exporter lines", rank["lines"], shape.lines)
     _expect("exporter steps", rank["steps"], shape.steps)
     _expect("exporter last step", rank["step"], shape.steps)

@@ -178,8 +178,9 @@ def worker_log_lines(lines: int, seed: int = DEFAULT_SEED, rank: int = 0) -> Ite
         written += 1
 
 
-def write_worker_log(path: Path, lines: int, seed: int = DEFAULT_SEED, rank: int = 0) -> LogShape:
-    """Write the log (buffered, in large writes) and return what it holds."""
+def write_worker_log(path: Path, lines: int, seed: int = DEFAULT_SEED, rank: int = 0, prefix: str = "") -> LogShape:
+    """Write the log (buffered, in large writes) and return what it holds; ``prefix`` before every line
+    (torchrun's ``[rank3]: ``)."""
     steps = tracebacks = ooms = 0
     buffer: list[str] = []
     with open(path, "w", encoding="utf-8") as handle:
@@ -192,10 +193,10 @@ def write_worker_log(path: Path, lines: int, seed: int = DEFAULT_SEED, rank: int
             elif "out of memory" in line:
                 ooms += 1
             if len(buffer) >= 10_000:
-                handle.write("\n".join(buffer) + "\n")
+                handle.write("".join(f"{prefix}{line}\n" for line in buffer))
                 buffer.clear()
         if buffer:
-            handle.write("\n".join(buffer) + "\n")
+            handle.write("".join(f"{prefix}{line}\n" for line in buffer))
     return LogShape(lines, steps, tracebacks, ooms)
 
 

@@ -56,6 +56,8 @@ class Size:
     fleet_steps: int
 
 
+# The prefixed log's length at most: it is read line by line, 13 us a line (docs/benchmarks.md).
+PREFIXED_LINES = 200_000
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
             scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
@@ -154,6 +156,10 @@ def run(size: Size, workdir: Path) -> Results:
     results: Results = {"machine": machine(), "size": asdict(size), "log": asdict(shape)}
     print("catch-up ...", file=sys.stderr)
     results["catchup"] = catchup.measure(log, shape, size.catchup_rounds)
+    prefixed_log = workdir / "prefixed" / "worker_0.log"
+    prefixed_log.parent.mkdir()
+    prefixed_shape = write_worker_log(prefixed_log, min(size.catchup_lines, PREFIXED_LINES), prefix=catchup.PREFIX)
+    results["catchup_prefixed"] = catchup.measure_prefixed(prefixed_log, prefixed_shape, size.catchup_rounds)
     print("steady state ...", file=sys.stderr)
     results["steady"] = steady.measure(workdir / "steady", size.steady_ranks, size.noise_per_second,
                                        size.steady_seconds)
@@ -180,6 +186,7 @@ def report(results: Results, judged: list[Target]) -> str:
     lines += [
         "",
         _exporter_summary(results["catchup"]["exporter"], results["log"]["lines"]),
+        _prefixed_summary(results["catchup_prefixed"], results["catchup"]["exporter"]),
         _steady_summary(results["steady"]),
         _scale_summary(results["scale"]),
         _scrapers_summary(results["scrapers"]),
@@ -191,6 +198,13 @@ def report(results: Results, judged: list[Target]) -> str:
         *(target.row() for target in judged),
     ]
     return "\n".join(lines)
+
+
+def _prefixed_summary(row: dict, unprefixed: dict) -> str:
+    slower = unprefixed["lines_per_second"] / row["lines_per_second"]
+    return (f"exporter catch-up of {row['lines']:,} lines behind torchrun's {catchup.PREFIX.strip()} prefix: "
+            f"{row['lines_per_second']:,.0f} lines/s, wall {row['wall_seconds']:.3f} s ({slower:.1f}x slower a line "
+            f"than unprefixed: such a log is read line by line)")
 
 
 def _exporter_summary(row: dict, lines: int) -> str:
