@@ -554,7 +554,7 @@ _ANCHORS: tuple[tuple[bytes, int], ...] = tuple(
     (anchor, index) for index, sig in enumerate(SIGNATURES) for anchor in sig.anchors)
 
 FAILURE_LITERALS = tuple(sorted(
-    {anchor for anchor, _ in _ANCHORS} | {TRACEBACK_START, CHILD_FAILED, ROOT_CAUSE, TERMINATE}, key=len, reverse=True))
+    {anchor for anchor, _ in _ANCHORS} | {TRACEBACK_START, CHILD_FAILED, ROOT_CAUSE, TERMINATE}))
 
 
 def _literal_finder() -> Callable[[bytes], list[int]]:
