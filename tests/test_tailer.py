@@ -9,7 +9,7 @@ import tracemalloc
 
 from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
-from exporter.follow.tailer import SETTLE_RESCANS
+from exporter.follow.tailer import CHUNK_BYTES, READ_PIECE_BYTES, SETTLE_RESCANS
 
 
 def read(tailer: Tailer, rescan: bool = False) -> tuple[list[bytes], list]:
@@ -66,6 +66,22 @@ def test_a_50_mib_line_without_newline_is_cut_at_the_cap_in_bounded_memory(tmp_p
     # The rest of the long line is dropped up to its newline, then lines flow again.
     append(log, b"yyyy\nafter\n")
     assert read(tailer)[0] == [b"after"]
+
+
+def test_chunks_read_in_pieces_hand_out_every_byte_in_order(tmp_path):
+    # Lines of every length up to 3 pieces, so lines straddle pieces and chunks everywhere.
+    lines = [b"%d:" % n + b"abcdefghij"[n % 10 :] * (n * 7919 % (3 * READ_PIECE_BYTES // 10)) for n in range(400)]
+    text = b"".join(line + b"\n" for line in lines)
+    assert len(text) > 3 * CHUNK_BYTES and len(text) % READ_PIECE_BYTES
+    log = tmp_path / "worker_0.log"
+    append(log, text[:-100])  # the last line unfinished: it waits for its newline
+    tailer = Tailer(str(log), max_line_bytes=len(text))
+    got, batches = read(tailer)
+    assert got == lines[:-1]
+    assert [batch.bytes_read for batch in batches[:-1]] == [CHUNK_BYTES] * (len(batches) - 1)
+    assert sum(batch.bytes_read for batch in batches) == len(text) - 100
+    append(log, text[-100:])
+    assert read(tailer)[0] == lines[-1:]
 
 
 def test_idle_flush_hands_out_an_unterminated_line_once(tmp_path):
