@@ -3,12 +3,16 @@
 from __future__ import annotations
 
 import contextlib
+import gzip
 import os
 import shutil
 import tracemalloc
 
+import pytest
+
 from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
+from exporter.follow.stream import read_log
 from exporter.follow.tailer import CHUNK_BYTES, READ_PIECE_BYTES, SETTLE_RESCANS
 
 
@@ -68,10 +72,14 @@ def test_a_50_mib_line_without_newline_is_cut_at_the_cap_in_bounded_memory(tmp_p
     assert read(tailer)[0] == [b"after"]
 
 
-def test_chunks_read_in_pieces_hand_out_every_byte_in_order(tmp_path):
-    # Lines of every length up to 3 pieces, so lines straddle pieces and chunks everywhere.
+def straddling_lines() -> tuple[list[bytes], bytes]:
+    """Lines of every length up to 3 read pieces, so that lines straddle pieces and chunks everywhere."""
     lines = [b"%d:" % n + b"abcdefghij"[n % 10 :] * (n * 7919 % (3 * READ_PIECE_BYTES // 10)) for n in range(400)]
-    text = b"".join(line + b"\n" for line in lines)
+    return lines, b"".join(line + b"\n" for line in lines)
+
+
+def test_chunks_read_in_pieces_hand_out_every_byte_in_order(tmp_path):
+    lines, text = straddling_lines()
     assert len(text) > 3 * CHUNK_BYTES and len(text) % READ_PIECE_BYTES
     log = tmp_path / "worker_0.log"
     append(log, text[:-100])  # the last line unfinished: it waits for its newline
@@ -82,6 +90,17 @@ def test_chunks_read_in_pieces_hand_out_every_byte_in_order(tmp_path):
     assert sum(batch.bytes_read for batch in batches) == len(text) - 100
     append(log, text[-100:])
     assert read(tailer)[0] == lines[-1:]
+
+
+@pytest.mark.parametrize("name", ["worker_0.log", "worker_0.log.1.gz"])
+def test_a_finished_log_is_read_in_pieces_byte_for_byte(tmp_path, name):
+    lines, text = straddling_lines()
+    log = tmp_path / name
+    with (gzip.open if name.endswith(".gz") else open)(log, "wb") as handle:
+        handle.write(text + b"no newline at the end")
+    batches = list(read_log(str(log), max_line_bytes=len(text)))
+    assert [line for batch in batches for line in batch.lines] == [*lines, b"no newline at the end"]
+    assert sum(batch.bytes_read for batch in batches) == len(text) + len(b"no newline at the end")
 
 
 def test_idle_flush_hands_out_an_unterminated_line_once(tmp_path):

@@ -9,17 +9,18 @@ a ``.gz`` is decompressed as it is read.
 from __future__ import annotations
 
 import gzip
+import io
 import logging
 import os
 import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO
+from typing import BinaryIO, cast
 
 from exporter.follow.discover import LogFileRole
 from exporter.follow.follower import FollowedFile, Sink
-from exporter.follow.tailer import CHUNK_BYTES, ReadBatch, _LineCutter
+from exporter.follow.tailer import CHUNK_BYTES, ReadBatch, _LineCutter, chunk_buffers, fill_chunk
 
 log = logging.getLogger(__name__)
 
@@ -41,17 +42,28 @@ def read_blocks(stream: BinaryIO, max_line_bytes: int = 1 << 20, *, partial_read
     instead of waiting for full chunks.
     """
     cutter = _LineCutter(max_line_bytes)
-    read = stream.read1 if partial_reads and hasattr(stream, "read1") else stream.read
-    while True:
-        chunk = read(chunk_bytes)
-        if not chunk:
-            break
+    for chunk in _partial_reads(stream, chunk_bytes) if partial_reads else _full_reads(stream, chunk_bytes):
         batch = cutter.cut(chunk)
         if batch.data:
             yield batch
     rest = cutter.take_partial()
     if rest:
         yield ReadBatch(rest + b"\n", bytes_read=0)
+
+
+def _full_reads(stream: BinaryIO, chunk_bytes: int) -> Iterator[bytearray]:
+    """Chunks of ``chunk_bytes`` (the last one shorter), each valid until the next is asked for."""
+    buffer, piece = chunk_buffers(chunk_bytes)
+    readinto = cast(io.BufferedIOBase, stream).readinto  # what open() and gzip.open() return have it
+    while count := fill_chunk(buffer, lambda view, _at: readinto(view), piece):
+        yield buffer if count == len(buffer) else buffer[:count]
+
+
+def _partial_reads(stream: BinaryIO, chunk_bytes: int) -> Iterator[bytes]:
+    """Whatever each read returns at once (a pipe), up to ``chunk_bytes``."""
+    read = stream.read1 if hasattr(stream, "read1") else stream.read
+    while chunk := read(chunk_bytes):
+        yield chunk
 
 
 def open_log(path: str) -> BinaryIO:

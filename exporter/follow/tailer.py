@@ -291,9 +291,9 @@ class Tailer:
         # of the last block frees the memory the next one takes.
         if size is None:
             size = os.fstat(opened.fd).st_size
-        buffer = bytearray(max(READ_SLACK, min(CHUNK_BYTES, size - opened.offset + READ_SLACK)))
-        piece = bytearray(READ_PIECE_BYTES) if len(buffer) > READ_PIECE_BYTES else None
-        while count := _read_into(opened.fd, buffer, opened.offset, piece):
+        buffer, piece = chunk_buffers(max(READ_SLACK, min(CHUNK_BYTES, size - opened.offset + READ_SLACK)))
+        fd = opened.fd
+        while count := fill_chunk(buffer, lambda view, at: os.preadv(fd, [view], opened.offset + at), piece):
             opened.offset += count
             if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
                 opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
@@ -435,22 +435,29 @@ class Tailer:
         return FilePosition(opened.device, opened.inode, consumed, opened.fingerprint, self._cutter.skipping)
 
 
-def _read_into(fd: int, buffer: bytearray, offset: int, piece: bytearray | None) -> int:
-    """How many bytes from ``offset`` on were read into ``buffer``: until it is full or the file ends.
+def fill_chunk(buffer: bytearray, read: Callable[[memoryview, int], int | None], piece: bytearray | None) -> int:
+    """How many bytes were read into ``buffer``: until it is full or the source has no more.
 
-    With ``piece``, the file is read into it and copied on: the same bytes, fewer cache misses.
+    ``read(view, at)`` reads into ``view`` what follows the first ``at`` bytes of the chunk
+    and says how many it read. With ``piece``, every read lands in it and is copied on into
+    ``buffer``: the same bytes, fewer cache misses (READ_PIECE_BYTES).
     """
     if piece is None:
-        return os.preadv(fd, [buffer], offset)
+        return read(memoryview(buffer), 0) or 0
     filled, size = 0, len(buffer)
     into, staged = memoryview(buffer), memoryview(piece)
     while filled < size:
-        count = os.preadv(fd, [staged[: size - filled]], offset + filled)
+        count = read(staged[: size - filled], filled)
         if not count:
             break
         into[filled : filled + count] = staged[:count]
         filled += count
     return filled
+
+
+def chunk_buffers(size: int) -> tuple[bytearray, bytearray | None]:
+    """A chunk buffer of ``size`` bytes and, when it is larger than a piece, the piece it is read through."""
+    return bytearray(size), bytearray(READ_PIECE_BYTES) if size > READ_PIECE_BYTES else None
 
 
 def _cap_lines(block: bytes, cap: int) -> tuple[bytes, int]:
