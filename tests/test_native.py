@@ -114,6 +114,18 @@ def test_fingerprints_change_the_speed_of_the_scan_never_its_results():
             assert _scan_kernel(ALL_ANCHORS, PREFIX_ANCHORS, offsets, simd).scan(data) == twin
 
 
+def test_anchors_sharing_one_fingerprint_are_each_found():
+    # One fingerprint, many anchors: the kernel's table chains them, and every one must be tried.
+    anchors = sorted({b"abc%d" % digit for digit in range(10)} | {b"Xabc", b"abcabc", b"zzabc"})
+    offsets = tuple(anchor.index(b"abc") for anchor in anchors)
+    lines = [b"abc", b"abc ", b"ab abc", *(b"x " + anchor + b" y" for anchor in anchors), b"Xab", b"zzab c"]
+    data = b"\n".join(lines) + b"\n"
+    twin = native.scanner(anchors, (), "regex").scan(data)
+    assert len(twin[1]) == len(anchors)
+    for simd in (True, False):
+        assert _scan_kernel(anchors, (), offsets, simd).scan(data) == twin
+
+
 def test_fingerprint_offset_avoids_word_edges_and_common_bytes():
     # " by" would be three rare bytes alone; as the start of a word it is in every other line.
     assert scan_twin.fingerprint_offset(b"is killed by signal: ") != b"is killed by signal: ".index(b" by")

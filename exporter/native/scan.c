@@ -9,8 +9,10 @@
  * Candidates come from a SIMD fingerprint test in the manner of Hyperscan's and the Rust
  * aho-corasick crate's "Teddy": each anchor contributes three consecutive bytes to one of
  * sixteen buckets ("fat" Teddy: two sets of eight); per 32 bytes, nibble lookup tables
- * (pshufb) tell which positions may start a fingerprint of which bucket, and only those are
- * verified with memcmp. Without AVX2 the same tables are used one byte at a time.
+ * (pshufb) tell which positions may start a fingerprint of which bucket. Such a candidate
+ * passes per-byte tables, then a hash table of the fingerprints names the anchors to
+ * compare with memcmp: a busy bucket's anchors are never walked one by one. Without AVX2
+ * the same tables are used one byte at a time.
  */
 #define _GNU_SOURCE /* memrchr */
 #define PY_SSIZE_T_CLEAN
@@ -34,7 +36,15 @@ typedef struct {
     Py_ssize_t length;
     Py_ssize_t offset; /* where the fingerprint starts inside the anchor */
     uint32_t fingerprint; /* its bytes, as load_fingerprint reads them */
+    Py_ssize_t next; /* the next anchor with the same fingerprint, or -1 */
 } Anchor;
+
+/* Open addressing, linear probing; a fingerprint has 24 bits, so EMPTY is no fingerprint. */
+#define EMPTY UINT32_MAX
+typedef struct {
+    uint32_t fingerprint;
+    Py_ssize_t first; /* its first anchor; Anchor.next chains the others */
+} Slot;
 
 typedef struct {
     PyObject_HEAD
@@ -43,8 +53,8 @@ typedef struct {
     int simd;                /* use the AVX2 loop where the CPU has it (tests turn it off) */
     Anchor *table;
     Py_ssize_t count;
-    Py_ssize_t *members[BUCKETS]; /* anchor indexes per bucket */
-    Py_ssize_t member_count[BUCKETS];
+    Slot *slots; /* fingerprint -> anchors, a quarter full at most */
+    size_t slot_mask;
     uint16_t exact[FINGERPRINT][256]; /* bucket bits per fingerprint byte */
     /* nibble tables of buckets 0-7 and 8-15, each repeated in both AVX2 lanes */
     uint8_t low[2][FINGERPRINT][32], high[2][FINGERPRINT][32];
@@ -168,7 +178,7 @@ assign_buckets(const Anchor *table, Py_ssize_t count, const Commonness *commonne
 static void
 Scanner_dealloc(Scanner *self)
 {
-    for (int bucket = 0; bucket < BUCKETS; bucket++) PyMem_Free(self->members[bucket]);
+    PyMem_Free(self->slots);
     PyMem_Free(self->table);
     Py_XDECREF(self->anchors);
     Py_XDECREF(self->line_starts);
@@ -195,6 +205,38 @@ read_offsets(Anchor *table, Py_ssize_t count, PyObject *offsets)
     Py_DECREF(tuple);
     if (failed) PyErr_SetString(PyExc_ValueError, "offsets: one per anchor, each leaving three bytes of it");
     return failed ? -1 : 0;
+}
+
+static inline size_t
+slot_of(uint32_t fingerprint, size_t mask)
+{
+    return (size_t)((fingerprint * 2654435761u) >> 8) & mask; /* Knuth's multiplicative hash */
+}
+
+/* The fingerprint table of ``table``, with each anchor chained to the next of its fingerprint. */
+static Slot *
+fingerprint_slots(Anchor *table, Py_ssize_t count, size_t *mask)
+{
+    size_t size = 16;
+    while (size < (size_t)count * 4) size *= 2;
+    Slot *slots = PyMem_Malloc(size * sizeof(Slot));
+    if (slots == NULL) {
+        PyErr_NoMemory();
+        return NULL;
+    }
+    for (size_t i = 0; i < size; i++) slots[i] = (Slot){EMPTY, -1};
+    /* Last to first, so that each chain lists its anchors in the given order. */
+    for (Py_ssize_t index = count - 1; index >= 0; index--) {
+        size_t slot = slot_of(table[index].fingerprint, size - 1);
+        while (slots[slot].fingerprint != EMPTY && slots[slot].fingerprint != table[index].fingerprint) {
+            slot = (slot + 1) & (size - 1);
+        }
+        slots[slot].fingerprint = table[index].fingerprint;
+        table[index].next = slots[slot].first;
+        slots[slot].first = index;
+    }
+    *mask = size - 1;
+    return slots;
 }
 
 static int
@@ -262,15 +304,12 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         table[i].length = PyBytes_GET_SIZE(item);
     }
     if (read_offsets(table, count, offsets) < 0 || assign_buckets(table, count, &commonness, bucket_of) < 0) goto fail;
-    for (int bucket = 0; bucket < BUCKETS; bucket++) {
-        PyMem_Free(self->members[bucket]);
-        self->members[bucket] = PyMem_Calloc(count, sizeof(Py_ssize_t));
-        self->member_count[bucket] = 0;
-        if (self->members[bucket] == NULL) {
-            PyErr_NoMemory();
-            goto fail;
-        }
-    }
+    size_t slot_mask;
+    Slot *slots = fingerprint_slots(table, count, &slot_mask);
+    if (slots == NULL) goto fail;
+    PyMem_Free(self->slots);
+    self->slots = slots;
+    self->slot_mask = slot_mask;
     memset(self->exact, 0, sizeof(self->exact));
     memset(self->low, 0, sizeof(self->low));
     memset(self->high, 0, sizeof(self->high));
@@ -278,7 +317,6 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         int bucket = bucket_of[index], set = bucket / 8;
         uint8_t bit = (uint8_t)(1u << bucket % 8);
         const Anchor *anchor = &table[index];
-        self->members[bucket][self->member_count[bucket]++] = index;
         for (int i = 0; i < FINGERPRINT; i++) {
             uint8_t byte = anchor->bytes[anchor->offset + i];
             self->exact[i][byte] |= (uint16_t)(1u << bucket);
@@ -345,18 +383,19 @@ verify(const Scanner *self, ScanState *state, Py_ssize_t position, unsigned buck
 {
     if (position < state->line_end) return 0; /* on a line already reported */
     const uint8_t *at = state->data + position;
-    buckets &= self->exact[0][at[0]] & self->exact[1][at[1]] & self->exact[2][at[2]];
-    uint32_t fingerprint = buckets ? load_fingerprint(at) : 0;
-    while (buckets) {
-        int bucket = __builtin_ctz(buckets);
-        buckets &= buckets - 1;
-        for (Py_ssize_t i = 0; i < self->member_count[bucket]; i++) {
-            const Anchor *anchor = &self->table[self->members[bucket][i]];
-            Py_ssize_t start = position - anchor->offset;
-            if (anchor->fingerprint == fingerprint && start >= 0 && start + anchor->length <= state->length
-                && memcmp(state->data + start, anchor->bytes, (size_t)anchor->length) == 0) {
-                return report_line(self, state, start);
-            }
+    if (!(buckets & self->exact[0][at[0]] & self->exact[1][at[1]] & self->exact[2][at[2]])) return 0;
+    uint32_t fingerprint = load_fingerprint(at);
+    size_t slot = slot_of(fingerprint, self->slot_mask);
+    while (self->slots[slot].fingerprint != fingerprint) {
+        if (self->slots[slot].fingerprint == EMPTY) return 0;
+        slot = (slot + 1) & self->slot_mask;
+    }
+    for (Py_ssize_t index = self->slots[slot].first; index >= 0; index = self->table[index].next) {
+        const Anchor *anchor = &self->table[index];
+        Py_ssize_t start = position - anchor->offset;
+        if (start >= 0 && start + anchor->length <= state->length
+            && memcmp(state->data + start, anchor->bytes, (size_t)anchor->length) == 0) {
+            return report_line(self, state, start);
         }
     }
     return 0;
