@@ -9,6 +9,7 @@ file against a build with AddressSanitizer and UndefinedBehaviorSanitizer.
 
 from __future__ import annotations
 
+import gc
 import math
 import random
 import re
@@ -169,6 +170,23 @@ def test_scanner_refuses_anchors_too_short_for_its_fingerprint():
         native.scanner([b"ab"], (), "native")
     with pytest.raises(ValueError):
         native.scanner([b""], (), "regex")
+
+
+def test_a_scanner_initialised_again_with_bad_anchors_stays_as_it_was():
+    given = [b"abc" + bytes([65 + n]) * n for n in range(1, 40)]  # abcB, abcCC, abcDDD, ...
+    scanner = _scan_kernel(given, [b"[rank"])
+    data = b"x abcBB y\n[rank1]: abcCCC\nabcB\n"
+    before = scanner.scan(data)
+    assert before == native.scanner(given, [b"[rank"], "regex").scan(data) == (3, [0, 10, 26], [10])
+    # Nothing but the scanner holds its anchors now: were they let go, its table would point into freed memory.
+    anchors = [anchor.hex() for anchor in scanner.anchors]
+    del given
+    with pytest.raises(ValueError, match="three bytes"):
+        scanner.__init__([b"bytes" + bytes([48 + n]) for n in range(40)] + [b"ab"], (), offsets=(0,) * 41,
+                         commonness=scan_twin.COMMONNESS)
+    gc.collect()
+    assert [anchor.hex() for anchor in scanner.anchors] == anchors
+    assert scanner.scan(data) == before
 
 
 # --- kernel 2: step lines read by a field table ---------------------------------------------

@@ -265,7 +265,8 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "offsets and commonness are required (exporter/native/scan.py)");
         return -1;
     }
-    self->simd = simd;
+    /* A scanner initialised again keeps its anchors, and the table pointing into them, until
+     * the new ones are all read: a failure leaves it as it was. */
     PyObject *tuple = PySequence_Tuple(anchors);
     if (tuple == NULL) return -1;
     PyObject *starts = line_starts ? PySequence_Tuple(line_starts) : PyTuple_New(0);
@@ -273,23 +274,23 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         Py_DECREF(tuple);
         return -1;
     }
-    Py_XSETREF(self->anchors, tuple);
-    Py_XSETREF(self->line_starts, starts);
+    Anchor *table = NULL;
+    int *bucket_of = NULL;
+    Commonness commonness;
     Py_ssize_t count = PyTuple_GET_SIZE(tuple);
     if (count == 0) {
         PyErr_SetString(PyExc_ValueError, "anchors must not be empty");
-        return -1;
+        goto fail;
     }
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(starts); i++) {
         if (!PyBytes_Check(PyTuple_GET_ITEM(starts, i))) {
             PyErr_SetString(PyExc_TypeError, "line_starts must be bytes");
-            return -1;
+            goto fail;
         }
     }
-    Commonness commonness;
-    if (read_commonness(&commonness, commonness_bytes) < 0) return -1;
-    Anchor *table = PyMem_Calloc(count, sizeof(Anchor));
-    int *bucket_of = PyMem_Calloc(count, sizeof(int));
+    if (read_commonness(&commonness, commonness_bytes) < 0) goto fail;
+    table = PyMem_Calloc(count, sizeof(Anchor));
+    bucket_of = PyMem_Calloc(count, sizeof(int));
     if (table == NULL || bucket_of == NULL) {
         PyErr_NoMemory();
         goto fail;
@@ -330,10 +331,15 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
     PyMem_Free(self->table);
     self->table = table;
     self->count = count;
+    self->simd = simd;
+    Py_XSETREF(self->anchors, tuple);
+    Py_XSETREF(self->line_starts, starts);
     return 0;
 fail:
     PyMem_Free(table);
     PyMem_Free(bucket_of);
+    Py_DECREF(tuple);
+    Py_DECREF(starts);
     return -1;
 }
 
