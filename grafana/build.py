@@ -35,6 +35,8 @@ from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from grafana_foundation_sdk.models.text import TextMode
 
+from exporter.thresholds import STALL_SECONDS, STRAGGLER_FACTOR
+
 DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
 
 # The provisioned datasource (grafana/provisioning/datasources/prometheus.yaml) has this uid;
@@ -72,10 +74,10 @@ EXPORTERS = 'job=~"$job", instance=~"$instance"'
 
 # Seconds without a log line before a rank turns yellow / red (TrainingStalled waits 10 min).
 SILENCE_WARNING_SECONDS = 60
-SILENCE_CRITICAL_SECONDS = 600
+SILENCE_CRITICAL_SECONDS = STALL_SECONDS
 # Step time relative to the run's median at which a rank turns yellow / red (stragglers).
 STRAGGLER_WARNING_RATIO = 1.2
-STRAGGLER_CRITICAL_RATIO = 1.5
+STRAGGLER_CRITICAL_RATIO = STRAGGLER_FACTOR
 # How many ranks the per-rank panels draw at most: readable at 8 ranks and at 1024.
 TOP_RANKS = 5
 TOP_RANKS_TABLE = 20

@@ -69,7 +69,7 @@ def test_simulated_incidents_each_at_its_step_rank_and_time(tmp_path):
     log_dir = write_simulated(tmp_path, run_config("spike@80", "nan:1@150", "oom:3@200", ranks=4, steps=300))
     run = only_run(analyze_json(log_dir))
     assert run["run"] == "drill"
-    assert run["steps"] == {"first": 1, "last": 199, "total": 4 * 199}
+    assert run["steps"] == {"first": 1, "last": 199, "total": 300, "lines": 4 * 199}  # total: as planned
     spikes = findings(run, "loss_spike")
     assert sorted(finding["rank"] for finding in spikes) == ["0", "1", "2", "3"]
     assert {finding["step"] for finding in spikes} == {80}

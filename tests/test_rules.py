@@ -21,6 +21,7 @@ from pathlib import Path
 import pytest
 import yaml
 
+from exporter.thresholds import RULE_KEYS
 from tests.support.prometheus import require_binary
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -317,3 +318,11 @@ def test_threshold_table_matches_rules(path: Path):
             rule = by_name[name]
             haystack = rule["expr"] + " " + str(rule.get("for", ""))
             assert token.search(haystack), f"{path.name}: {key}={value} not found in {name}"
+
+
+def test_package_thresholds_are_the_rules():
+    """exporter/thresholds.py (analyze, the status page, the dashboards) says what the rules' table says."""
+    table = {key: value for path in RULE_FILES for key, value, _ in _thresholds(path)}
+    for key, value in RULE_KEYS.items():
+        assert key in table, f"{key} is in no rules' THRESHOLDS table"
+        assert float(table[key]) == value, f"{key}: {value} in exporter/thresholds.py, {table[key]} in the rules"

@@ -108,6 +108,7 @@ class RunReport:
     ranks: list[RankReport]
     findings: list[Finding]
     median_step_time: float | None = None
+    planned_steps: int | None = None  # the total the step lines print (step:[ 100/ 1000]), as training_total_steps
 
     @property
     def root_cause(self) -> Finding | None:
@@ -120,7 +121,8 @@ class RunReport:
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run,
-                "steps": {"first": self.first_step, "last": self.last_step, "total": self.steps_total},
+                "steps": {"first": self.first_step, "last": self.last_step, "total": self.planned_steps,
+                          "lines": self.steps_total},
                 "loss": self.loss.to_json(), "median_step_time_seconds": self.median_step_time,
                 "ranks": [rank.to_json() for rank in self.ranks],
                 "findings": [finding.to_json() for finding in self.findings]}

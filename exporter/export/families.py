@@ -30,6 +30,7 @@ from exporter.export.metrics_table import (
     EXPORTER,
     FOLLOWER,
     INFO,
+    KIND_TABLE,
     METRICS,
     OTLP_ADAPTER,
     PRINTED,
@@ -38,6 +39,7 @@ from exporter.export.metrics_table import (
     RANKS,
     MetricSpec,
 )
+from exporter.kinds import KINDS
 from exporter.state import ExporterStats, RankState, SeriesKey, TrainingState
 
 Labels = TypeVar("Labels")
@@ -140,11 +142,21 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
             info = getattr(scrape_time, spec.attribute)()
             names = tuple(sorted(info))
             families.append(Family(spec, [series_labels(names, tuple(info[name] for name in names))], [1]))
+        elif spec.source == KIND_TABLE:
+            families.append(Family(spec, [series_labels(KIND_LABELS, values) for values in _kind_labels()],
+                                   [1] * len(KINDS)))
         elif spec.source == FOLLOWER:
             lags = getattr(scrape_time, spec.attribute)()
             if lags is not None:
                 families.append(Family(spec, [series_labels((), ())], [dict(lags)]))
     return families
+
+
+KIND_LABELS = ("kind", "family", "severity", "alert")
+
+
+def _kind_labels() -> list[tuple[str, str, str, str]]:
+    return [(kind.name, kind.family, kind.severity, kind.alert or "") for kind in KINDS.values()]
 
 
 def _in_key_order(series: Mapping[SeriesKey, RankState]) -> tuple[tuple[SeriesKey, ...],

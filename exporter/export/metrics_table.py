@@ -25,8 +25,8 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 # rank's log printed (RankState.printed, by the name a format parser gives it), an
 # ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter, /proc, the
 # follower and the exporter's build.
-RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, FOLLOWER, BUILD = (
-    "ranks", "printed", "exporter", "otlp adapter", "processes", "follower", "build")
+RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, FOLLOWER, BUILD, KIND_TABLE = (
+    "ranks", "printed", "exporter", "otlp adapter", "processes", "follower", "build", "kinds")
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
 _UNIT_SUFFIXES = {"s": "_seconds", "By": "_bytes"}
@@ -154,6 +154,11 @@ PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --pro
 BUILD_INFO = MetricSpec("trainlog_build_info", "1, labeled with the exporter's version, source revision and Python version.",
                         "build_info", type=INFO, source=BUILD)
 
+# ... and the table of kinds (exporter/kinds.py): which alert pages on each kind, so that the rules join on it
+# (``and on (kind) trainlog_kind_info{alert="..."}``) and a new kind needs no rule of its own.
+KIND_INFO = MetricSpec("trainlog_kind_info", "1 for every kind of event the exporter counts, labeled with its family, "
+                       "severity and the alert that pages on it (empty: none).", "kinds", type=INFO, source=KIND_TABLE)
+
 # Every family in exposition order; the ones read from the state come first (one lock hold).
 METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           OTLP_EXPORT_FAILURES, FILE_LAG, PROCESS_UP, BUILD_INFO)
+           OTLP_EXPORT_FAILURES, FILE_LAG, PROCESS_UP, BUILD_INFO, KIND_INFO)

@@ -18,38 +18,22 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from itertools import groupby
 
+from exporter import kinds
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
-from exporter.state import ANOMALY_KINDS, RankState, SeriesKey, TrainingState
+from exporter.kinds import ANOMALY_KINDS
+from exporter.state import RankState, SeriesKey, TrainingState
+from exporter.thresholds import STALL_SECONDS, STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"  # --runbook-url
-_STALE_AFTER_SECONDS = 600  # the troubleshooting guide's "no log line for 10 minutes"
+_STALE_AFTER_SECONDS = STALL_SECONDS  # the troubleshooting guide's "no log line for 10 minutes"
 # An anomaly this many steps behind the rank's step is in the past: the row says at which
 # step it was, without staying red for the rest of the run.
 RECENT_ANOMALY_STEPS = 50
 # A rank whose recent step time exceeds the run's median by this factor is slow, as the
 # TrainingStraggler alert says (with at least this many ranks to compare).
-SLOW_FACTOR, SLOW_MIN_RANKS = 1.5, 3
+SLOW_FACTOR, SLOW_MIN_RANKS = STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
 _STEP_TIME_WINDOW = 16  # the recent step times whose median is a rank's pace
 REFRESH_SECONDS = 5
-
-# The alert (and so the runbook, docs/runbooks/<AlertName>.md) of each kind of incident.
-RUNBOOKS = {
-    "loss_nonfinite": "TrainingLossNonFinite", "loss_spike": "TrainingLossSpike",
-    "oom": "TrainingOutOfMemory", "nccl": "TrainingCommunicationError", "nccl_timeout": "TrainingCommunicationError",
-    "hccl": "TrainingCommunicationError", "cuda": "TrainingProcessCrashed", "segfault": "TrainingProcessCrashed",
-    "traceback": "TrainingProcessCrashed", "elastic": "TrainingProcessCrashed", "killed": "TrainingProcessCrashed",
-    "hardware": "TrainingHardwareError", "slow": "TrainingStraggler", "slowdown": "TrainingSlowdown",
-    "rank_divergence": "TrainingRankDivergence",
-}
-_KIND_WORDS = {
-    "loss_nonfinite": "non-finite loss", "loss_spike": "loss spike", "grad_norm_nonfinite": "non-finite grad norm",
-    "grad_norm_spike": "grad norm spike", "oom": "out of memory", "nccl": "NCCL error", "nccl_timeout": "NCCL timeout",
-    "hccl": "HCCL error", "cuda": "CUDA error", "segfault": "segmentation fault", "traceback": "traceback",
-    "elastic": "worker failed (elastic agent)", "other": "error", "slow": "slow rank",
-    "killed": "killed (SIGKILL)", "hardware": "hardware error", "slowdown": "slowdown",
-    "rank_divergence": "rank divergence",
-}
-
 
 @dataclass(frozen=True, slots=True)
 class _Rank:
@@ -136,9 +120,9 @@ def _run_section(run: str, ranks: list[_Rank], runbook_url: str) -> str:
     workers = [rank for rank in ranks if rank.role != "scheduler"]
     slow = slow_ranks({rank.label: rank.pace for rank in workers})
     incidents = _incidents(ranks, slow)
-    markers = [Marker(step, ", ".join(f"{_KIND_WORDS.get(kind, kind)} @ step {step}" for kind in kinds),
-                      "error" if any(kind not in _ANOMALY_KINDS for kind in kinds) else "anomaly")
-               for step, kinds in _kinds_by_step(incidents)]
+    markers = [Marker(step, ", ".join(f"{kinds.words(kind)} @ step {step}" for kind in at_step),
+                      "error" if any(kind not in _ANOMALY_KINDS for kind in at_step) else "anomaly")
+               for step, at_step in _kinds_by_step(incidents)]
     chart = loss_chart({rank.label: list(zip(rank.recent[0], rank.recent[1], strict=True)) for rank in workers},
                        markers)
     bars = step_time_chart([(rank.label, rank.pace, rank.label in slow) for rank in workers])
@@ -179,11 +163,11 @@ def _incidents(ranks: Sequence[_Rank], slow: Mapping[str, float]) -> list[_Incid
 
 
 def _kinds_by_step(incidents: Iterable[_Incident]) -> list[tuple[int, list[str]]]:
-    kinds: dict[int, list[str]] = defaultdict(list)
+    by_step: dict[int, list[str]] = defaultdict(list)
     for incident in incidents:
-        if incident.step is not None and incident.kind != "slow" and incident.kind not in kinds[incident.step]:
-            kinds[incident.step].append(incident.kind)
-    return sorted(kinds.items())
+        if incident.step is not None and incident.kind != "slow" and incident.kind not in by_step[incident.step]:
+            by_step[incident.step].append(incident.kind)
+    return sorted(by_step.items())
 
 
 def _incident_table(incidents: Sequence[_Incident], runbook_url: str) -> str:
@@ -191,10 +175,10 @@ def _incident_table(incidents: Sequence[_Incident], runbook_url: str) -> str:
         return '<p class="muted">No incidents.</p>'
     rows = []
     for incident in incidents:
-        alert = RUNBOOKS.get(incident.kind)
+        alert = kinds.alert(incident.kind)
         link = (f'<a href="{html.escape(runbook_url.rstrip("/") + "/" + alert + ".md")}">{alert}</a>'
                 if alert else "")
-        what = incident.what or _KIND_WORDS.get(incident.kind, incident.kind)
+        what = incident.what or kinds.words(incident.kind)
         if incident.kind != "slow" and incident.count > len(incident.ranks):
             what += f" ({incident.count} times)"
         css = "anomaly" if incident.kind in _ANOMALY_KINDS else "slow" if incident.kind == "slow" else "error"
@@ -295,7 +279,7 @@ def failure_summaries(counts: Mapping[str, int], facts: Mapping[str, Mapping[str
         if kind == "traceback" and _same_failure(detail, timestamps.get(kind), facts, timestamps):
             continue
         said = error_summary(detail)
-        summaries[kind] = _KIND_WORDS.get(kind, kind) + (f": {said}" if said else "")
+        summaries[kind] = kinds.words(kind) + (f": {said}" if said else "")
     return summaries
 
 

@@ -382,6 +382,10 @@ class LineParser:
                 if len(self._failures_seen) >= _MAX_FAILURE_KEYS:
                     self._failures_seen.clear()
                 self._failures_seen.add(key)
+            # The rank's steps above the failure reach the state first: its step is the one it failed after.
+            builder = self._batches.get(rank)
+            if builder is not None:
+                self._end_batch(builder, parsed)
         elif type(record) is SchedulerEvent:
             observed = self._scheduler_log.observe(record)
             if observed is None:

@@ -148,6 +148,11 @@ class SlowdownDetector:
     def seen(self) -> int:
         return self.state[1]
 
+    @property
+    def slow_run(self) -> int:
+        """How many slow steps in a row end the values seen so far."""
+        return self.state[2]
+
     def check(self, config: DetectorConfig, steps: Sequence[int | None], seconds: Sequence[float],
               spans: Sequence[float], time_split: tuple[float, float]) -> tuple[int, int | None, tuple[float, float]]:
         """Feed step times in order: (slowdowns begun, step of the last, ``time_split`` — productive and

@@ -6,13 +6,15 @@ one lock; writers take it once per batch of lines, not per line.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import operator
 import threading
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple, cast
 
+from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
@@ -26,17 +28,13 @@ from exporter.state.detectors import (
     check_departures,
     check_series,
 )
+from exporter.state.events import CONTEXT_FIELDS, Event, Listener, SeriesKey
 from exporter.state.recent import RecentSteps
 
-ANOMALY_KINDS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "rank_divergence",
-                 "slowdown")
+__all__ = ["ANOMALY_KINDS", "ERROR_KINDS", "LOST_KINDS", "SCHEDULER_KINDS", "SeriesKey", "TrainingState"]
+
 # Where time that did not train the model went (DESIGN 3.3, training_lost_seconds_total{kind}).
 LOST_KINDS = ("replayed", "startup", "checkpoint", "stall")
-ERROR_KINDS = ("oom", "nccl", "nccl_timeout", "hccl", "cuda", "segfault", "traceback", "elastic", "killed", "hardware",
-               "other")
-SCHEDULER_KINDS = ("worker_registered", "cluster_initialized", "node_timeout", "worker_exited")
-
-SeriesKey = tuple[str, str, str]  # (run, node, rank)
 DROPPED_TRUNCATED, DROPPED_SERIES_LIMIT = "truncated", "series_limit"
 MAX_REMEMBERED_DROPS = 1 << 16
 # A step time stands for at most this many steps (a log line every MAX_SPAN steps or fewer).
@@ -73,6 +71,8 @@ class RankState:
     rank_value_departures: dict[str, DepartureState] = field(default_factory=dict)  # their detectors' state
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
+    # A run of non-finite values going on at the last value: kind -> the step it began at.
+    nonfinite_since: dict[str, int | None] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
     # For the status page: the step the rank had reached when its failure was read. Lines read
@@ -91,6 +91,8 @@ class RankState:
     # The status page's charts; a checkpoint leaves it out (metadata), a restart fills it again.
     recent: RecentSteps = field(default_factory=RecentSteps, metadata={"checkpoint": False})
     slowdown: SlowdownDetector | None = None
+    # The step (and values around it) where the slow run in progress began: its event, once declared, is there.
+    slow_start: Event | None = field(default=None, metadata={"checkpoint": False})
     # Restarts and goodput (DESIGN 3.3). A restart is a start banner after step records, or
     # the step going back; the steps up to the highest reached before it are replayed.
     restarts_total: int = 0
@@ -169,13 +171,16 @@ class ExporterStats:
 class TrainingState:
     """Per-rank state plus exporter stats, guarded by one lock."""
 
-    def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None) -> None:
+    def __init__(self, detectors: DetectorConfig | None = None, limits: Limits | None = None,
+                 listener: Listener | None = None) -> None:
+        """``listener`` hears every event the state applies, in order, with the lock held (analyze's findings)."""
         self.lock = threading.Lock()
         self.series: dict[SeriesKey, RankState] = {}
         self.stats = ExporterStats()
         self._detectors = detectors or DetectorConfig()
         self._limits = limits or Limits()
         self._dropped: set[tuple[str, ...]] = set()  # series kept out by the limits, counted once each
+        self.listener = listener
 
     @property
     def detectors(self) -> DetectorConfig:
@@ -208,8 +213,14 @@ class TrainingState:
         records: list[Record],
         log_timestamp: float | None,
         now: float,
+        line_time: LineTime | None = None,
     ) -> None:
-        """Apply one batch of a rank's lines. Call with the lock held."""
+        """Apply one batch of a rank's lines. Call with the lock held.
+
+        ``now`` is the time of the records (when they were read, or their lines' own time); ``line_time``
+        gives the own time of a record's line for its events (None: unknown): a step batch's line by its
+        index, any other record's line at index 0.
+        """
         rank = self._rank_state(key)
         if rank is None:
             self.stats.lines_out_of_series_total += lines
@@ -220,21 +231,23 @@ class TrainingState:
         rank.lines_total += lines
         if log_timestamp is not None:
             rank.last_log_timestamp = log_timestamp
+        when = now if line_time is None else line_time(0)
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(key, rank, record, now)
+                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now))
             elif isinstance(record, ErrorEvent):
-                self._apply_error(rank, record, now)
+                self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
             elif isinstance(record, SchedulerEvent):
-                self._count(key, rank, rank.scheduler_events, record.kind)
-                if record.kind == "node_timeout" and record.node_id is not None:
-                    self._count(key, rank, rank.node_timeouts, label_value(record.node_id))
-                elif record.kind == "cluster_initialized" and rank.scheduler_events[record.kind] > 1:
-                    rank.restarts_total += 1  # msrun's workers registered again: the job restarted
+                detail = {name: value for name, value in (("node_id", record.node_id), ("node_rank", record.node_rank))
+                          if value is not None}
+                self._apply(key, rank, Event(record.kind, key, None, when, detail={**record.detail, **detail}))
+                if record.kind == "cluster_initialized" and rank.scheduler_events[record.kind] > 1:
+                    # msrun's workers registered again: the job restarted
+                    self._apply(key, rank, Event("restart", key, None, when, detail={"by": "scheduler"}))
             elif isinstance(record, RunInfo):
                 rank.info.update({name: label_value(value) for name, value in record.values.items()})
                 if rank.step is not None:
-                    self._restarted(rank, now)  # a start banner after step records
+                    self._restarted(key, rank, now, when)  # a start banner after step records
 
     def _rank_state(self, key: SeriesKey) -> RankState | None:
         rank = self.series.get(key)
@@ -245,9 +258,10 @@ class TrainingState:
             rank = self.series[key] = RankState()
         return rank
 
-    def _apply_steps(self, key: SeriesKey, rank: RankState, batch: StepBatch, now: float) -> None:
+    def _apply_steps(self, applying: _Applying) -> None:
         # What applying each line in turn would do, a column at a time: the fields of
         # different columns never interact, and within a column the order is kept.
+        key, rank, batch, now = applying.key, applying.rank, applying.batch, applying.now
         if not batch.steps:
             return
         step_before = rank.step
@@ -260,30 +274,37 @@ class TrainingState:
             rank.info[f"{name}_unit"] = label_value(unit)
         for name, (value, _lines, aux_loss) in batch.named.items():
             if is_rank_value(name):
-                self._apply_rank_value(key, rank, name, value, batch, step_before)
+                self._apply_rank_value(applying, name, value, step_before)
             else:
                 self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         # Replayed steps (re-run after a restart) go to no detector: they are neither anomalies
         # nor a reason for a detector to forget its baseline.
+        attempt_before = rank.attempt_step
         restarted, replay_until, after = _progress(batch.steps, Progress(rank.attempt_step, rank.highest_step,
                                                                         rank.replay_until))
+        if restarted:
+            first = next(step for step in batch.steps if step is not None)
+            self._apply(key, rank, Event("restart", key, first, self._line_time(applying, first),
+                                         detail={"after_step": attempt_before or 0}))
         replay_before = rank.replay_until
         losses = batch.series.get("loss")
         step_time = batch.latest.get("step_time_seconds")
         if losses:
             losses = _split_replayed(losses, replay_until, replay_before)
             loss_steps = _at_known_steps(losses.steps, step_before)
-            self._check_losses(rank, loss_steps, losses.values)
+            self._check_series(applying, "loss", loss_steps, losses.values)
             rank.recent.add(loss_steps, losses.values, step_time)
         elif step_time is not None:
             rank.recent.add((rank.step,), (math.nan,), step_time)
         if batch.unprinted_nonfinite_losses:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
-            self._anomaly(rank, "loss_nonfinite", rank.step, batch.unprinted_nonfinite_losses)
+            self._apply(key, rank, self._step_event(applying, "loss_nonfinite", rank.step, None,
+                                                    count=batch.unprinted_nonfinite_losses))
         grad_norms = batch.series.get("grad_norm")
         if grad_norms:
             grad_norms = _split_replayed(grad_norms, replay_until, replay_before)
-            self._check_grad_norms(rank, _at_known_steps(grad_norms.steps, step_before), grad_norms.values)
+            self._check_series(applying, "grad_norm", _at_known_steps(grad_norms.steps, step_before),
+                               grad_norms.values)
         step_times = batch.series.get("step_time_seconds")
         printed = 0.0
         if step_times:
@@ -296,23 +317,39 @@ class TrainingState:
             if any(replayed):
                 rank.lost_seconds_total["replayed"] += _covered(*_picked(replayed, seconds, spans))
                 steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
-            self._account_step_times(rank, steps, seconds, spans)
+            self._account_step_times(applying, steps, seconds, spans)
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
-        rank.restarts_total += restarted
         rank.attempt_step, rank.highest_step, rank.replay_until = after
 
-    def _account_step_times(self, rank: RankState, steps: Sequence[int | None], seconds: Sequence[float],
+    def _account_step_times(self, applying: _Applying, steps: Sequence[int | None], seconds: Sequence[float],
                             spans: Sequence[float]) -> None:
         """Productive and checkpoint time of the step times not replayed, as the slowdown detector tells them."""
         if not seconds:
             return
+        rank = applying.rank
         if rank.slowdown is None:
             rank.slowdown = SlowdownDetector()
         lost = rank.lost_seconds_total
+        baseline = rank.slowdown.baseline
         slowdowns, slowdown_step, (rank.productive_seconds_total, lost["checkpoint"]) = rank.slowdown.check(
             self._detectors, steps, seconds, spans, (rank.productive_seconds_total, lost["checkpoint"]))
+        needed = self._detectors.slowdown_steps
         if slowdowns:
-            self._anomaly(rank, "slowdown", slowdown_step, slowdowns)
+            # Reported at the step the slow run began, with the values around it (which an earlier batch
+            # may have held: the run's start is kept until it is declared or ends).
+            declared = steps.index(slowdown_step) if slowdown_step in steps else len(steps) - 1
+            first = _slow_run_first(seconds, declared, needed)
+            began = (self._step_event(applying, "slowdown", steps[first], "step_time_seconds") if first is not None
+                     else rank.slow_start or self._step_event(applying, "slowdown", slowdown_step, "step_time_seconds"))
+            self._apply(applying.key, rank, dataclasses.replace(
+                began, count=slowdowns, detail={"baseline": baseline, "steps": needed}))
+        slow_run = rank.slowdown.slow_run
+        if not slow_run:
+            rank.slow_start = None
+        else:
+            first = _slow_run_first(seconds, len(seconds) - 1, slow_run)
+            if first is not None:  # the run in progress began in this batch
+                rank.slow_start = self._step_event(applying, "slowdown", steps[first], "step_time_seconds")
 
     def _account_idle(self, rank: RankState, since_last_step: float | None, printed: float, *,
                       restarted: bool, now: float) -> None:
@@ -328,21 +365,21 @@ class TrainingState:
             elif idle > self._detectors.stall_gap_seconds:
                 lost["stall"] += idle
 
-    @staticmethod
-    def _restarted(rank: RankState, now: float) -> None:
+    def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None) -> None:
         """A start seen before any of its steps: the steps up to the highest reached are replayed."""
-        rank.restarts_total += 1
+        self._apply(key, rank, Event("restart", key, None, when, detail={"after_step": rank.step or 0}))
         rank.replay_until = rank.highest_step
         rank.attempt_step = None
         rank.starting_since = now
 
-    def _apply_rank_value(self, key: SeriesKey, rank: RankState, name: str, latest: float, batch: StepBatch,
-                          step_before: int | None) -> None:
+    def _apply_rank_value(self, applying: _Applying, name: str, latest: float, step_before: int | None) -> None:
         """Set the gauge and feed the rank's own departure detector (within the cap of names)."""
+        key, rank, batch = applying.key, applying.rank, applying.batch
         label = label_value(name)
         if label not in rank.rank_values and len(rank.rank_values) >= self._limits.max_rank_values_per_series:
             self._dropped_once((*key, label))
             return
+        previous = rank.rank_values.get(label)
         rank.rank_values[label] = latest
         series = batch.series.get(name)  # none when the native step reader read the lines: the latest only
         steps, values = ((_at_known_steps(series.steps, step_before), series.values) if series
@@ -350,43 +387,99 @@ class TrainingState:
         departures, step, rank.rank_value_departures[label] = check_departures(
             self._detectors, rank.rank_value_departures.get(label, NEW_DEPARTURE), steps, values)
         if departures:
-            self._anomaly(rank, "rank_divergence", step, departures)
+            event = self._step_event(applying, "rank_divergence", step, None, count=departures,
+                                     detail={"name": label})
+            index = steps.index(step) if step in steps else len(values) - 1
+            value = (values[index - 1] if index > 0 else previous, values[index])
+            self._apply(key, rank, dataclasses.replace(event, value=value))
 
-    def _check_losses(self, rank: RankState, steps: list[int | None], losses: list[float]) -> None:
-        if rank.loss_spikes is None and any(map(math.isfinite, losses)):
-            rank.loss_spikes = SpikeDetector()
-            rank.plateau = PlateauTracker()
-        nonfinite, nonfinite_step, spikes, spike_step = check_series(self._detectors, rank.loss_spikes, rank.plateau,
-                                                                     steps, losses)
+    def _check_series(self, applying: _Applying, name: str, steps: list[int | None], values: list[float]) -> None:
+        """The non-finite, spike (and for the loss, plateau) detectors over one batch's values of ``name``."""
+        rank = applying.rank
+        spikes = rank.loss_spikes if name == "loss" else rank.grad_norm_spikes
+        if spikes is None and any(map(math.isfinite, values)):
+            spikes = SpikeDetector()
+            if name == "loss":
+                rank.loss_spikes, rank.plateau = spikes, PlateauTracker()
+            else:
+                rank.grad_norm_spikes = spikes
+        spikes_before = spikes.state if spikes is not None else None
+        plateau = rank.plateau if name == "loss" else None
+        nonfinite, _, spiked, spike_step = check_series(self._detectors, spikes, plateau, steps, values)
         if nonfinite:
-            self._anomaly(rank, "loss_nonfinite", nonfinite_step, nonfinite)
-        if spikes:
-            self._anomaly(rank, "loss_spike", spike_step, spikes)
+            self._nonfinite(applying, f"{name}_nonfinite", name, steps, values)
+        elif values:
+            rank.nonfinite_since.pop(f"{name}_nonfinite", None)  # a finite value ended the run
+        if spiked:
+            at = [spike_step] if spiked == 1 else _spike_steps(self._detectors, spikes_before, steps, values)
+            for step in at:
+                self._apply(applying.key, rank, self._step_event(applying, f"{name}_spike", step, name,
+                                                                 series=Series(steps, values)))
 
-    def _check_grad_norms(self, rank: RankState, steps: list[int | None], grad_norms: list[float]) -> None:
-        if rank.grad_norm_spikes is None and any(map(math.isfinite, grad_norms)):
-            rank.grad_norm_spikes = SpikeDetector()
-        nonfinite, nonfinite_step, spikes, spike_step = check_series(self._detectors, rank.grad_norm_spikes, None,
-                                                                     steps, grad_norms)
-        if nonfinite:
-            self._anomaly(rank, "grad_norm_nonfinite", nonfinite_step, nonfinite)
-        if spikes:
-            self._anomaly(rank, "grad_norm_spike", spike_step, spikes)
+    def _nonfinite(self, applying: _Applying, kind: str, name: str, steps: list[int | None],
+                   values: list[float]) -> None:
+        """An event per run of non-finite values; a run going on from the batch before continues its incident."""
+        rank = applying.rank
+        open_before = kind in rank.nonfinite_since
+        start = None
+        for index, value in enumerate([*values, 0.0]):  # a finite value at the end closes the last run
+            if not math.isfinite(value):
+                start = index if start is None else start
+                continue
+            if start is None:
+                continue
+            event = self._step_event(applying, kind, steps[start], name, count=index - start,
+                                     series=Series(steps, values),
+                                     detail=_last_step_detail(steps[index - 1]))
+            continued = start == 0 and open_before
+            self._apply(applying.key, rank, dataclasses.replace(event, continued=continued))
+            if index == len(values):
+                rank.nonfinite_since[kind] = rank.nonfinite_since[kind] if continued else steps[start]
+            start = None
+        if values and math.isfinite(values[-1]):
+            rank.nonfinite_since.pop(kind, None)
+
+    def _step_event(self, applying: _Applying, kind: str, step: int | None, subject: str | None, *, count: int = 1,
+                    series: Series | None = None, detail: dict[str, str | int | float] | None = None) -> Event:
+        """An anomaly at ``step`` of the batch being applied, with its line's time and the values around it."""
+        batch, before = applying.batch, applying.printed_before
+        context = {name: _around(batch.series.get(name), step, before.get(name)) for name in CONTEXT_FIELDS}
+        value = (_around(series or batch.series.get(subject), step, before.get(subject)) if subject is not None
+                 else (None, None))
+        return Event(kind, applying.key, step, self._line_time(applying, step), count, value, context, detail or {})
 
     @staticmethod
-    def _anomaly(rank: RankState, kind: str, step: int | None, count: int = 1) -> None:
-        rank.anomalies[kind] += count
-        if step is not None:
-            rank.last_anomaly_step[kind] = step
+    def _line_time(applying: _Applying, step: int | None) -> float | None:
+        """The time of the batch's first line at ``step`` (its last line when no line printed it)."""
+        if applying.line_time is None:
+            return applying.now
+        steps = applying.batch.steps
+        return applying.line_time(steps.index(step) if step in steps else len(steps) - 1)
 
-    def _apply_error(self, rank: RankState, event: ErrorEvent, now: float) -> None:
-        kind = event.kind if event.kind in rank.errors else "other"
-        rank.errors[kind] += 1
-        rank.last_error_timestamp[kind] = now
-        if rank.step is not None:
-            rank.last_error_step[kind] = rank.step
-        if event.detail:
-            rank.last_error_facts[kind] = dict(event.detail)
+    def _apply(self, key: SeriesKey, rank: RankState, event: Event) -> None:
+        """Count an event into the rank's state, then tell the listener."""
+        kind = event.kind
+        if kind in rank.anomalies:
+            rank.anomalies[kind] += event.count
+            last = event.detail.get("last_step", event.step)
+            if last is not None:
+                rank.last_anomaly_step[kind] = int(last)
+        elif kind in rank.errors:
+            rank.errors[kind] += 1
+            rank.last_error_timestamp[kind] = event.time if event.time is not None else 0.0
+            if rank.step is not None:
+                rank.last_error_step[kind] = rank.step
+            if event.detail:
+                rank.last_error_facts[kind] = dict(event.detail)
+        elif kind == "restart":
+            rank.restarts_total += 1
+        else:
+            self._count(key, rank, rank.scheduler_events, kind)
+            node_id = event.detail.get("node_id")
+            if kind == "node_timeout" and node_id is not None:
+                self._count(key, rank, rank.node_timeouts, label_value(str(node_id)))
+        if self.listener is not None:
+            self.listener(event)
 
     def _count(self, key: SeriesKey, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
@@ -518,3 +611,56 @@ def _at_known_steps(steps: list[int | None], step_before: int | None) -> list[in
     if steps and steps[0] is None:
         return [step_before if step is None else step for step in steps]
     return steps
+
+
+LineTime = Callable[[int], "float | None"]  # a step batch's line, by its index -> the line's own time
+
+
+class _Applying(NamedTuple):
+    """A step batch being applied to a rank, with what its events need."""
+
+    key: SeriesKey
+    rank: RankState
+    batch: StepBatch
+    printed_before: dict[str, float]  # the rank's printed values before the batch
+    line_time: LineTime | None
+    now: float
+
+
+def _around(series: Series | None, step: int | None, previous: float | None) -> tuple[float | None, float | None]:
+    """A series' value before ``step`` and at it (``previous``: its value before the batch)."""
+    if series is None or step not in series.steps:
+        return previous, None
+    index = series.steps.index(step)
+    return (series.values[index - 1] if index > 0 else previous), series.values[index]
+
+
+def _spike_steps(config: DetectorConfig, before: tuple | None, steps: list[int | None],
+                 values: list[float]) -> list[int | None]:
+    """The steps of a batch's spikes: the spike detector replayed value by value from its state before the
+    batch (only a batch with more than one spike gets here)."""
+    detector = SpikeDetector(before) if before is not None else None
+    found = []
+    for step, value in zip(steps, values, strict=True):
+        if detector is None:
+            if not math.isfinite(value):
+                continue
+            detector = SpikeDetector()
+        if check_series(config, detector, None, [step], [value])[2]:
+            found.append(step)
+    return found
+
+
+def _slow_run_first(seconds: Sequence[float], end: int, length: int) -> int | None:
+    """Where a run of ``length`` step times ending at index ``end`` began (values that are no time are not
+    counted, as the slowdown detector skips them); None when it began before these values."""
+    for index in range(end, -1, -1):
+        if 0 < seconds[index] < math.inf:
+            length -= 1
+            if length == 0:
+                return index
+    return None
+
+
+def _last_step_detail(step: int | None) -> dict[str, str | int | float]:
+    return {} if step is None else {"last_step": step}

@@ -1,0 +1,104 @@
+"""Every kind of thing the exporter reports, defined once: anomalies, errors, scheduler events, findings.
+
+A kind's entry says how a person reads it, how bad it is, whether it follows another
+rank's failure rather than causing one, and which alert pages on it (whose runbook is
+``docs/runbooks/<alert>.md``). The counters created at 0, the status page's words and
+runbook links, ``analyze``'s findings, OTLP and ``trainlog_kind_info`` (which the alert
+rules join on, so a new kind needs no rule of its own) all derive from this table.
+``tests/test_kinds.py`` fails when a kind lacks wording, an alert or a runbook.
+
+Nothing here imports the rest of the package: parse/, state/, export/ and analyze/ all read it.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+ANOMALY, ERROR, SCHEDULER, FINDING = "anomaly", "error", "scheduler", "finding"
+FAMILIES = (ANOMALY, ERROR, SCHEDULER, FINDING)
+SEVERITIES = ("critical", "warning", "info")
+
+
+@dataclass(frozen=True, slots=True)
+class Kind:
+    """One kind of event."""
+
+    name: str
+    family: str  # ANOMALY: a step detector's; ERROR: a failure line's; SCHEDULER: scheduler.log's; FINDING: analysis
+    words: str  # how a person reads it: "out of memory"
+    severity: str
+    # The alert that pages on it; None only with ``quiet`` saying why nothing pages.
+    alert: str | None = None
+    quiet: str = ""
+    # It follows another rank's failure (a collective timeout, a launcher's summary of a
+    # child's death) rather than causing one: never the root cause while a primary is there.
+    follower: bool = False
+
+
+_KINDS = (
+    # --- anomalies: the step detectors (state/detectors.py), counted in training_anomalies_total{kind}
+    Kind("loss_nonfinite", ANOMALY, "non-finite loss", "critical", "TrainingLossNonFinite"),
+    Kind("loss_spike", ANOMALY, "loss spike", "warning", "TrainingLossSpike"),
+    Kind("grad_norm_nonfinite", ANOMALY, "non-finite grad norm", "warning",
+         quiet="counted and shown beside the loss; a NaN loss pages as TrainingLossNonFinite"),
+    Kind("grad_norm_spike", ANOMALY, "grad norm spike", "info",
+         quiet="context for a loss spike, which pages; a grad norm spike alone is common"),
+    Kind("rank_divergence", ANOMALY, "rank divergence", "warning", "TrainingRankDivergence"),
+    Kind("slowdown", ANOMALY, "slowdown", "warning", "TrainingSlowdown"),
+    # --- errors: failure lines (parse/signatures.py), counted in training_errors_total{kind}
+    Kind("oom", ERROR, "out of memory", "critical", "TrainingOutOfMemory"),
+    Kind("nccl", ERROR, "NCCL error", "critical", "TrainingCommunicationError"),
+    Kind("nccl_timeout", ERROR, "NCCL collective timeout", "critical", "TrainingCommunicationError", follower=True),
+    Kind("hccl", ERROR, "HCCL error", "critical", "TrainingCommunicationError"),
+    Kind("cuda", ERROR, "CUDA error", "critical", "TrainingProcessCrashed"),
+    Kind("segfault", ERROR, "segmentation fault", "critical", "TrainingProcessCrashed"),
+    Kind("traceback", ERROR, "Python traceback", "critical", "TrainingProcessCrashed"),
+    Kind("elastic", ERROR, "worker failed (elastic agent)", "critical", "TrainingProcessCrashed", follower=True),
+    Kind("killed", ERROR, "killed (SIGKILL)", "critical", "TrainingProcessCrashed"),
+    Kind("hardware", ERROR, "hardware error", "critical", "TrainingHardwareError"),
+    Kind("other", ERROR, "error", "info", quiet="an unclassified error line: exported, not paged"),
+    # --- scheduler.log (msrun), counted in training_scheduler_events_total{kind}
+    Kind("worker_registered", SCHEDULER, "worker registered", "info", quiet="the cluster forming: no failure"),
+    Kind("cluster_initialized", SCHEDULER, "cluster initialized", "info",
+         quiet="a (re)start of the job, counted as a restart (TrainingRestartLoop)"),
+    Kind("node_timeout", SCHEDULER, "node timed out", "critical", "TrainingNodeTimedOut"),
+    Kind("worker_exited", SCHEDULER, "worker exited", "info",
+         quiet="a worker leaving: the end of a run, or of a failure that pages on its own"),
+    # --- findings: what a whole log or the ranks together tell
+    Kind("restart", FINDING, "restart", "warning", "TrainingRestartLoop"),
+    Kind("loss_plateau", FINDING, "loss plateau", "warning", "TrainingLossPlateau"),
+    Kind("first_stopped_rank", FINDING, "first stopped rank", "critical", "TrainingFirstStalledRank"),
+    Kind("slow", FINDING, "slow rank", "warning", "TrainingStraggler"),
+)
+
+KINDS: dict[str, Kind] = {kind.name: kind for kind in _KINDS}
+
+
+def named(family: str) -> tuple[str, ...]:
+    """The kinds of one family, in the table's order."""
+    return tuple(kind.name for kind in _KINDS if kind.family == family)
+
+
+ANOMALY_KINDS = named(ANOMALY)
+ERROR_KINDS = named(ERROR)
+SCHEDULER_KINDS = named(SCHEDULER)
+FINDING_KINDS = named(FINDING)
+FOLLOWER_KINDS = frozenset(kind.name for kind in _KINDS if kind.follower)
+
+
+def words(kind: str) -> str:
+    """How a person reads a kind ("out of memory"); an unknown kind as it is."""
+    entry = KINDS.get(kind)
+    return entry.words if entry is not None else kind
+
+
+def alert(kind: str) -> str | None:
+    """The alert that pages on a kind (its runbook: docs/runbooks/<alert>.md), None when none does."""
+    entry = KINDS.get(kind)
+    return entry.alert if entry is not None else None
+
+
+def error_kind(kind: str) -> str:
+    """An error's kind as counted: a kind the table does not know is ``other``, never a crash."""
+    entry = KINDS.get(kind)
+    return kind if entry is not None and entry.family == ERROR else "other"
