@@ -35,6 +35,7 @@ from exporter.analyze.timestamps import LineClock
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser
+from exporter.parse.formats import FormatSelection
 from exporter.parse.records import StepBatch
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
 from exporter.state.events import Event
@@ -78,8 +79,10 @@ class Analysis:
     """Feed sources in, then ``report()``."""
 
     def __init__(self, detectors: DetectorConfig | None = None, *, rows: RowSink | None = None,
-                 points: PointSink | None = None, max_line_bytes: int = 1 << 20) -> None:
+                 points: PointSink | None = None, max_line_bytes: int = 1 << 20,
+                 formats: FormatSelection | None = None) -> None:
         self._state = TrainingState(detectors, listener=self._event)
+        self._formats = formats or FormatSelection()
         self._rows = rows
         self._points = points
         self._max_line_bytes = max_line_bytes
@@ -93,7 +96,9 @@ class Analysis:
         """Read one source to its end (``stdin``: the stream of the source ``-``); False when it failed before
         a line could be read (a warning says why). ``progress`` hears of every block: (source, bytes so far)."""
         # A batch per line when every step's aux losses are wanted (the CSV): the kernel keeps the latest only.
-        parser = LineParser(rows_per_batch=1 if self._rows else None, line_offsets=True, series_fields=SERIES_FIELDS)
+        # The file's formats as serve chooses them: scheduler.log is read as msrun's scheduler log, by its role.
+        parser = LineParser(self._formats.candidates(), forced=self._formats.forced(source.name, source.role.role),
+                            rows_per_batch=1 if self._rows else None, line_offsets=True, series_fields=SERIES_FIELDS)
         key = (source.run, source.node, source.role.rank)
         self._track(key, source.role.role).files.append(source.name)
         self._state.register(key, {"file": source.name, "role": source.role.role}, None)
