@@ -36,7 +36,7 @@ class Kind:
 
 
 _KINDS = (
-    # --- anomalies: the step detectors (state/detectors.py), counted in training_anomalies_total{kind}
+    # --- anomalies: the step detectors (state/detectors/), counted in training_anomalies_total{kind}
     Kind("loss_nonfinite", ANOMALY, "non-finite loss", "critical", "TrainingLossNonFinite"),
     Kind("loss_spike", ANOMALY, "loss spike", "warning", "TrainingLossSpike"),
     Kind("grad_norm_nonfinite", ANOMALY, "non-finite grad norm", "warning",

@@ -132,8 +132,17 @@ def _threshold_bounds(name: str, kind: type) -> _Bounds:
 
 
 def _field_comments(cls: type) -> dict[str, str]:
-    """Each field's comment in the class source: the block of ``#`` lines above it, shared by
-    the fields that follow the block. Empty when the source is not at hand."""
+    """Each field's comment in the source of the class or of the base that declares it (each detector's
+    thresholds are a base of DetectorConfig): the block of ``#`` lines above it, shared by the fields that
+    follow the block. Empty when the source is not at hand."""
+    comments: dict[str, str] = {}
+    for base in reversed(cls.__mro__):
+        if dataclasses.is_dataclass(base):
+            comments.update(_declared_comments(base))
+    return comments
+
+
+def _declared_comments(cls: type) -> dict[str, str]:
     try:
         lines, _ = inspect.getsourcelines(cls)
     except (OSError, TypeError):

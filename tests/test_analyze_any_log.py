@@ -13,7 +13,6 @@ import io
 import json
 import os
 from datetime import datetime
-from pathlib import Path
 
 import pytest
 from hypothesis import HealthCheck, given, settings

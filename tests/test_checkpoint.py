@@ -129,7 +129,7 @@ def damaged(change) -> bytes:
         b"[]",
         damaged(lambda document: document.update(version=99)),
         damaged(lambda document: document["state"]["series"][0]["values"].update(lines_total="many")),
-        damaged(lambda document: document["state"]["series"][0]["values"].update(loss_spikes={"mean": 1})),
+        damaged(lambda document: document["state"]["series"][0]["values"].update(detectors={"loss": {"spikes": [1]}})),
         damaged(lambda document: document["state"]["series"][0].update(key=["only", "two"])),
         damaged(lambda document: document["positions"].update({"/x.log": {"inode": "?"}})),
         damaged(lambda document: document["state"].pop("stats")),

@@ -10,7 +10,7 @@ from exporter.app import Exporter
 from exporter.cli import main
 from exporter.settings import load_settings
 from exporter.state import ANOMALY_KINDS, DetectorConfig, RankState
-from exporter.state.detectors import SpikeDetector, check_series
+from exporter.state.detectors import SeriesState, check_series
 from tests.support.net import eventually
 from tests.support.runs import read_once
 from tests.support.simulated import run_config, write_simulated
@@ -149,10 +149,10 @@ def test_a_resume_replays_its_steps_without_anomalies(tmp_path):
 
 def test_spike_detector_ignores_a_doubling_but_not_a_tenfold_jump():
     # The documented defaults: +50 % over the baseline and 6 mean deviations.
-    detector = SpikeDetector()
+    state = SeriesState()
 
     def spikes(value: float) -> int:
-        return check_series(DetectorConfig(), detector, None, [None], [value])[2]
+        return check_series(DetectorConfig(), state, [None], [value], plateau=False)[2]
 
     for step in range(40):
         assert not spikes(2.0 + 0.02 * (-1) ** step)

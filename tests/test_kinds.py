@@ -61,7 +61,7 @@ def test_the_rules_tests_see_the_table_of_kinds_as_the_exporter_exposes_it():
     expected = {(kind.name, kind.family, kind.severity, kind.alert or "") for kind in kinds.KINDS.values()}
     for path in sorted((ROOT / "tests" / "rules").glob("*.yml")):
         for test in yaml.safe_load(path.read_text(encoding="utf-8"))["tests"]:
-            rows = {KIND_INFO.search(series["series"]).groups()  # type: ignore[union-attr]
+            rows = {KIND_INFO.search(series["series"]).groups()
                     for series in test["input_series"] if series["series"].startswith("trainlog_kind_info")}
             if rows:
                 assert rows == expected, f"{path.name} {test['name']}: {rows ^ expected}"

@@ -88,8 +88,8 @@ def test_a_resume_from_a_checkpoint_is_one_restart_and_its_replay_is_lost_time(b
     # The replayed losses are several times the latest one: a spike, were they not left out.
     assert state.anomalies == dict.fromkeys(state.anomalies, 0)
     # ... and no detector saw them: each saw every step once.
-    assert state.loss_spikes.state[2] == 130
-    assert state.slowdown.seen == 130
+    assert state.detectors["loss"].spikes[2] == 130
+    assert state.detectors["slowdown"].seen == 130
 
 
 def test_the_step_going_back_without_a_banner_is_a_restart():
@@ -196,7 +196,8 @@ def test_a_checkpoint_keeps_restarts_goodput_and_the_slowdown_baseline():
     assert restore_state(restored, dump_state(rank.state)) == []
     assert dump_state(restored) == dump_state(rank.state)
     again = restored.series[KEY]
-    assert (again.restarts_total, again.replay_until, again.slowdown.state) == (1, None, rank.rank.slowdown.state)
+    assert (again.restarts_total, again.replay_until, again.detectors["slowdown"].kernel) == (
+        1, None, rank.rank.detectors["slowdown"].kernel)
     assert again.lost_seconds_total == rank.rank.lost_seconds_total
 
 

@@ -157,7 +157,8 @@ MUTATIONS = {
         "unless on (run, node) (sum by (run, node) (increase(training_steps_total[10m])) > 0)",
     ),
     "counter compared to a level, not increased": (
-        'increase(training_errors_total[10m]) > 0\n            and on (kind) trainlog_kind_info{alert="TrainingOutOfMemory"}',
+        'increase(training_errors_total[10m]) > 0\n'
+        '            and on (kind) trainlog_kind_info{alert="TrainingOutOfMemory"}',
         'training_errors_total > 1\n            and on (kind) trainlog_kind_info{alert="TrainingOutOfMemory"}',
     ),
     "crashes joined on another alert's kinds": (

@@ -67,7 +67,8 @@ def test_a_rank_row_words_the_latest_failure_of_each_kind_and_its_step():
     assert cells[:5] == ["node-0", "3", "worker_3.log", "12 / 100", "2.5"]
     assert cells[-4] == "10"  # seconds since the last line
     assert cells[-2] == "oom 1 at step 12, nccl_timeout 1 at step 12, elastic 1 at step 12"
-    assert cells[-1] == ("out of memory; NCCL collective timeout: op ALLREDUCE; "  # the oom said nothing more than its kind
+    # the oom said nothing more than its kind
+    assert cells[-1] == ("out of memory; NCCL collective timeout: op ALLREDUCE; "
                          "worker failed (elastic agent): ChildFailedError (exitcode 1, signal SIGKILL)")
 
 

@@ -1,7 +1,8 @@
 """A TrainingState as JSON-ready data and back: what a checkpoint keeps of the state.
 
-Every RankState field is kept, the detectors' internals included, so after a restart the
-gauges, counters and detectors carry on where they stood; only the status page's own
+Every RankState field is kept, the detectors' internals included (each registered
+detector's state dataclass, field by field), so after a restart the gauges, counters and
+detectors carry on where they stood; only the status page's own
 fields (``recent``, its ring of recent steps, and ``last_error_step``, marked
 ``checkpoint: False``) start empty again. Reading back validates every
 value against the field's type before anything is changed: a damaged dump is refused
@@ -13,16 +14,17 @@ again, series beyond the series limit are left out (the most recently active kep
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import functools
 import sys
 import typing
 from typing import TYPE_CHECKING, Any
 
-from typing_extensions import NotRequired, TypedDict  # pydantic needs this one before Python 3.12
+from typing_extensions import TypedDict  # pydantic needs this one before Python 3.12
 
 from exporter.parse.numbers import MAX_INTEGER
-from exporter.state.detectors import PlateauTracker, SlowdownDetector, SpikeDetector
+from exporter.state.detectors import DETECTORS
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
 if TYPE_CHECKING:
@@ -33,36 +35,6 @@ if TYPE_CHECKING:
 
 # A gauge, recomputed by the follower: not restored.
 _NOT_RESTORED_STATS = frozenset({"files_followed"})
-
-
-class _SpikeSnapshot(TypedDict):
-    mean: float
-    deviation: float
-    seen: int
-    excursion: int
-
-
-class _PlateauSnapshot(TypedDict):
-    smoothed: float | None
-    change: float
-    previous: float
-    history: list[tuple[int, float]]
-    best_step: int | None
-
-
-class _SlowdownSnapshot(TypedDict):
-    baseline: float
-    seen: int
-    slow_run: int
-    held: float
-    in_slowdown: bool
-    warmup: list[float]
-    held_span: NotRequired[float]
-
-
-_DETECTORS: dict[type, type] = {SpikeDetector: _SpikeSnapshot, PlateauTracker: _PlateauSnapshot,
-                                SlowdownDetector: _SlowdownSnapshot}
-_DETECTOR_TYPES = (SpikeDetector, PlateauTracker, SlowdownDetector)
 
 
 def dump_state(state: TrainingState) -> dict[str, Any]:
@@ -110,7 +82,9 @@ def _activity(item: tuple[SeriesKey, RankState]) -> float:
 
 
 _COUNTS = ("lines_total", "steps_total", "anomalies", "errors", "scheduler_events", "node_timeouts", "restarts_total")
-_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau", "slowdown")
+_UNITS = {detector.name: detector for detector in DETECTORS}
+# Checkpoints written before the detectors were registered units held their states as fields of their own.
+_OLD_DETECTOR_FIELDS = ("loss_spikes", "grad_norm_spikes", "plateau", "slowdown", "rank_value_departures")
 
 
 def _repair_rank(values: dict[str, Any]) -> list[str]:
@@ -120,11 +94,14 @@ def _repair_rank(values: dict[str, Any]) -> list[str]:
     integer out of range is left out, a negative or huge count starts at 0 again.
     """
     repairs = []
-    for name in _DETECTOR_FIELDS:
-        if _repair(values.get(name), counts=True):  # its counts and steps are never negative
-            values[name] = None
-            repairs.append(f"{name} out of range")
-    for name in [name for name in values if name not in _DETECTOR_FIELDS]:
+    detectors = values.get("detectors")
+    if not isinstance(detectors, dict):
+        detectors = {}
+    for name, dumped in list(detectors.items()):
+        if _repair(dumped, counts=True):  # its counts and steps are never negative
+            del detectors[name]
+            repairs.append(f"detector {name} out of range")
+    for name in [name for name in values if name != "detectors"]:
         repairs += _repair({name: values[name]}, values, counts=name in _COUNTS)
     return repairs
 
@@ -151,11 +128,15 @@ def _repair(data: Any, into: Any = None, *, counts: bool = False, path: str = ""
 
 
 def _dump_rank(rank: RankState) -> dict[str, Any]:
-    values = {}
-    for item in _CHECKPOINTED_FIELDS:
-        value = getattr(rank, item.name)
-        values[item.name] = value.snapshot() if isinstance(value, _DETECTOR_TYPES) else _plain(value)
+    values = {item.name: _plain(getattr(rank, item.name)) for item in _CHECKPOINTED_FIELDS}
+    values["detectors"] = {name: _dump_detector(state) for name, state in rank.detectors.items()}
     return values
+
+
+def _dump_detector(state: Any) -> dict[str, Any]:
+    """A detector's state dataclass as plain data: its fields but those marked checkpoint: False, copied."""
+    return {item.name: copy.deepcopy(getattr(state, item.name)) for item in dataclasses.fields(state)
+            if item.metadata.get("checkpoint", True)}
 
 
 # The status page's own fields (marked checkpoint: False) are not kept: the ring of recent
@@ -174,19 +155,47 @@ _PRINTED_AS_FIELDS = ("total_steps", "loss", "learning_rate", "grad_norm", "step
 
 
 def _load_rank(values: dict[str, Any]) -> RankState:
+    if "detectors" not in values:
+        values = {**values, "detectors": _migrated_detectors(values)}
     if "printed" not in values:
         values = {**values, "printed": {name: values[name] for name in _PRINTED_AS_FIELDS
                                         if isinstance(values.get(name), (int, float))}}
     rank = RankState()
-    detector: Any
-    for name, (detector, adapter) in _rank_adapters().items():
-        if name not in values:
-            continue  # a field added since the checkpoint was written keeps its default
-        value = adapter.validate_python(values[name])
-        if detector is not None and value is not None:
-            value = detector.restored(value)
-        setattr(rank, name, value)
+    for name, adapter in _rank_adapters().items():
+        if name in values:  # a field added since the checkpoint was written keeps its default
+            setattr(rank, name, adapter.validate_python(values[name]))
+    rank.detectors = {name: _detector_adapter(name).validate_python(dumped)
+                      for name, dumped in _dict(values["detectors"]).items() if name in _UNITS}
     return rank
+
+
+def _dict(value: Any) -> dict:
+    if not isinstance(value, dict):
+        raise TypeError(f"detectors: a mapping expected, not {type(value).__name__}")
+    return value
+
+
+def _migrated_detectors(values: dict[str, Any]) -> dict[str, Any]:
+    """The detector states of a checkpoint written before the detectors were units, in today's form."""
+    def spikes(old: Any) -> list | None:
+        return None if old is None else [old["mean"], old["deviation"], old["seen"], old["excursion"]]
+
+    detectors: dict[str, Any] = {}
+    plateau = values.get("plateau")
+    if values.get("loss_spikes") is not None:
+        detectors["loss"] = {"spikes": spikes(values["loss_spikes"]), "plateau": None if plateau is None else [
+            plateau["smoothed"], plateau["change"], plateau["previous"], [step for step, _ in plateau["history"]],
+            [value for _, value in plateau["history"]], plateau["best_step"]]}
+    if values.get("grad_norm_spikes") is not None:
+        detectors["grad_norm"] = {"spikes": spikes(values["grad_norm_spikes"])}
+    slowdown = values.get("slowdown")
+    if slowdown is not None:
+        detectors["slowdown"] = {"kernel": [slowdown["baseline"], slowdown["seen"], slowdown["slow_run"],
+                                            slowdown["held"], slowdown["in_slowdown"], slowdown["warmup"],
+                                            slowdown.get("held_span", 1.0)]}
+    if values.get("rank_value_departures"):
+        detectors["rank_divergence"] = {"levels": values["rank_value_departures"]}
+    return detectors
 
 
 def _key(raw: Any) -> SeriesKey:
@@ -202,18 +211,20 @@ def _key_adapter() -> TypeAdapter:
 
 
 @functools.cache
-def _rank_adapters() -> dict[str, tuple[type | None, TypeAdapter]]:
-    """Per RankState field: its detector class (or None) and a validator for its dumped value."""
+def _rank_adapters() -> dict[str, TypeAdapter]:
+    """Per RankState field but the detectors: a validator for its dumped value."""
     from pydantic import TypeAdapter
 
-    adapters = {}
     hints = typing.get_type_hints(RankState)
-    for name in (item.name for item in _CHECKPOINTED_FIELDS):
-        hint = hints[name]
-        detector = next((cls for cls in _DETECTORS if cls in typing.get_args(hint)), None)
-        dumped: Any = _DETECTORS[detector] | None if detector else hint
-        adapters[name] = (detector, TypeAdapter(dumped))
-    return adapters
+    return {item.name: TypeAdapter(hints[item.name]) for item in _CHECKPOINTED_FIELDS if item.name != "detectors"}
+
+
+@functools.cache
+def _detector_adapter(name: str) -> TypeAdapter:
+    """A validator for a registered detector's dumped state: its State dataclass."""
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(_UNITS[name].State)
 
 
 @functools.cache

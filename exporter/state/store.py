@@ -12,22 +12,13 @@ import operator
 import threading
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
-from typing import NamedTuple, cast
+from typing import Any, NamedTuple, cast
 
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
-from exporter.state.detectors import (
-    NEW_DEPARTURE,
-    DepartureState,
-    DetectorConfig,
-    PlateauTracker,
-    SlowdownDetector,
-    SpikeDetector,
-    check_departures,
-    check_series,
-)
+from exporter.state.detectors import DETECTORS, DetectorConfig, Found, RankValue, SeriesState, StepView
 from exporter.state.events import CONTEXT_FIELDS, Event, Listener, SeriesKey
 from exporter.state.recent import RecentSteps
 
@@ -68,16 +59,12 @@ class RankState:
     aux_losses: dict[str, float] = field(default_factory=dict)
     extra: dict[str, float] = field(default_factory=dict)
     rank_values: dict[str, float] = field(default_factory=dict)  # fields.is_rank_value, by name
-    rank_value_departures: dict[str, DepartureState] = field(default_factory=dict)  # their detectors' state
     anomalies: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ANOMALY_KINDS, 0))
     last_anomaly_step: dict[str, int] = field(default_factory=dict)
-    # A run of non-finite values going on at the last value: kind -> the step it began at.
-    nonfinite_since: dict[str, int | None] = field(default_factory=dict)
     errors: dict[str, int] = field(default_factory=lambda: dict.fromkeys(ERROR_KINDS, 0))
     last_error_timestamp: dict[str, float] = field(default_factory=dict)
-    # For the status page: the step the rank had reached when its failure was read. Lines read
-    # in one block apply their steps as one batch, so this may be a few steps late (never kept
-    # in checkpoints, whose state must not depend on how the lines were cut into blocks).
+    # For the status page: the step the rank had reached when its failure was read (the parser
+    # ends a step batch at a failure line: the last step above it).
     last_error_step: dict[str, int] = field(default_factory=dict, metadata={"checkpoint": False})
     # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said
     # anything. int spelled out: a checkpoint read back must give exitcode -6, not -6.0.
@@ -85,14 +72,10 @@ class RankState:
     scheduler_events: dict[str, int] = field(default_factory=dict)
     node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
-    loss_spikes: SpikeDetector | None = None
-    grad_norm_spikes: SpikeDetector | None = None
-    plateau: PlateauTracker | None = None
+    # Each registered detector's state (state/detectors/), by its name, from the rank's first step batch.
+    detectors: dict[str, Any] = field(default_factory=dict)
     # The status page's charts; a checkpoint leaves it out (metadata), a restart fills it again.
     recent: RecentSteps = field(default_factory=RecentSteps, metadata={"checkpoint": False})
-    slowdown: SlowdownDetector | None = None
-    # The step (and values around it) where the slow run in progress began: its event, once declared, is there.
-    slow_start: Event | None = field(default=None, metadata={"checkpoint": False})
     # Restarts and goodput (DESIGN 3.3). A restart is a start banner after step records, or
     # the step going back; the steps up to the highest reached before it are replayed.
     restarts_total: int = 0
@@ -136,11 +119,13 @@ class RankState:
 
     @property
     def loss_best_step(self) -> int | None:
-        return self.plateau.best_step if self.plateau else None
+        loss: SeriesState | None = self.detectors.get("loss")
+        return loss.best_step if loss is not None else None
 
     @property
     def loss_smoothed(self) -> float | None:
-        return self.plateau.smoothed if self.plateau else None
+        loss: SeriesState | None = self.detectors.get("loss")
+        return loss.smoothed if loss is not None else None
 
 
 @dataclass(slots=True)
@@ -272,9 +257,12 @@ class TrainingState:
         rank.printed.update(batch.latest)
         for name, unit in batch.units.items():
             rank.info[f"{name}_unit"] = label_value(unit)
+        rank_values = []
         for name, (value, _lines, aux_loss) in batch.named.items():
             if is_rank_value(name):
-                self._apply_rank_value(applying, name, value, step_before)
+                admitted = self._set_rank_value(key, rank, name, value, batch, step_before)
+                if admitted is not None:
+                    rank_values.append(admitted)
             else:
                 self._set_named(key, rank, rank.aux_losses if aux_loss else rank.extra, label_value(name), value)
         # Replayed steps (re-run after a restart) go to no detector: they are neither anomalies
@@ -287,24 +275,24 @@ class TrainingState:
             self._apply(key, rank, Event("restart", key, first, self._line_time(applying, first),
                                          detail={"after_step": attempt_before or 0}))
         replay_before = rank.replay_until
-        losses = batch.series.get("loss")
+
+        def event_at(kind: str, step: int | None, subject: str | None) -> Event:
+            return self._step_event(applying, Found(kind, step, subject=subject))
+
+        time_split = [rank.productive_seconds_total, rank.lost_seconds_total["checkpoint"]]
+        view = StepView({}, rank_values=rank_values, unprinted_nonfinite_losses=batch.unprinted_nonfinite_losses,
+                        step=rank.step, time_split=time_split, event_at=event_at)
+        for name in ("loss", "grad_norm"):
+            series = batch.series.get(name)
+            if series:
+                series = _split_replayed(series, replay_until, replay_before)
+                view.series[name] = Series(_at_known_steps(series.steps, step_before), series.values)
+        losses = view.series.get("loss")
         step_time = batch.latest.get("step_time_seconds")
         if losses:
-            losses = _split_replayed(losses, replay_until, replay_before)
-            loss_steps = _at_known_steps(losses.steps, step_before)
-            self._check_series(applying, "loss", loss_steps, losses.values)
-            rank.recent.add(loss_steps, losses.values, step_time)
+            rank.recent.add(losses.steps, losses.values, step_time)
         elif step_time is not None:
             rank.recent.add((rank.step,), (math.nan,), step_time)
-        if batch.unprinted_nonfinite_losses:
-            # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
-            self._apply(key, rank, self._step_event(applying, "loss_nonfinite", rank.step, None,
-                                                    count=batch.unprinted_nonfinite_losses))
-        grad_norms = batch.series.get("grad_norm")
-        if grad_norms:
-            grad_norms = _split_replayed(grad_norms, replay_until, replay_before)
-            self._check_series(applying, "grad_norm", _at_known_steps(grad_norms.steps, step_before),
-                               grad_norms.values)
         step_times = batch.series.get("step_time_seconds")
         printed = 0.0
         if step_times:
@@ -317,39 +305,18 @@ class TrainingState:
             if any(replayed):
                 rank.lost_seconds_total["replayed"] += _covered(*_picked(replayed, seconds, spans))
                 steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
-            self._account_step_times(applying, steps, seconds, spans)
+            if seconds:
+                view.series["step_time_seconds"] = Series(list(steps), list(seconds))
+                view.spans = spans
+        for detector in DETECTORS:
+            state = rank.detectors.get(detector.name)
+            if state is None:
+                state = rank.detectors[detector.name] = detector.new_state()
+            for found in detector.apply(self._detectors, state, view):
+                self._apply(key, rank, self._step_event(applying, found))
+        rank.productive_seconds_total, rank.lost_seconds_total["checkpoint"] = view.time_split
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.attempt_step, rank.highest_step, rank.replay_until = after
-
-    def _account_step_times(self, applying: _Applying, steps: Sequence[int | None], seconds: Sequence[float],
-                            spans: Sequence[float]) -> None:
-        """Productive and checkpoint time of the step times not replayed, as the slowdown detector tells them."""
-        if not seconds:
-            return
-        rank = applying.rank
-        if rank.slowdown is None:
-            rank.slowdown = SlowdownDetector()
-        lost = rank.lost_seconds_total
-        baseline = rank.slowdown.baseline
-        slowdowns, slowdown_step, (rank.productive_seconds_total, lost["checkpoint"]) = rank.slowdown.check(
-            self._detectors, steps, seconds, spans, (rank.productive_seconds_total, lost["checkpoint"]))
-        needed = self._detectors.slowdown_steps
-        if slowdowns:
-            # Reported at the step the slow run began, with the values around it (which an earlier batch
-            # may have held: the run's start is kept until it is declared or ends).
-            declared = steps.index(slowdown_step) if slowdown_step in steps else len(steps) - 1
-            first = _slow_run_first(seconds, declared, needed)
-            began = (self._step_event(applying, "slowdown", steps[first], "step_time_seconds") if first is not None
-                     else rank.slow_start or self._step_event(applying, "slowdown", slowdown_step, "step_time_seconds"))
-            self._apply(applying.key, rank, dataclasses.replace(
-                began, count=slowdowns, detail={"baseline": baseline, "steps": needed}))
-        slow_run = rank.slowdown.slow_run
-        if not slow_run:
-            rank.slow_start = None
-        else:
-            first = _slow_run_first(seconds, len(seconds) - 1, slow_run)
-            if first is not None:  # the run in progress began in this batch
-                rank.slow_start = self._step_event(applying, "slowdown", steps[first], "step_time_seconds")
 
     def _account_idle(self, rank: RankState, since_last_step: float | None, printed: float, *,
                       restarted: bool, now: float) -> None:
@@ -372,81 +339,34 @@ class TrainingState:
         rank.attempt_step = None
         rank.starting_since = now
 
-    def _apply_rank_value(self, applying: _Applying, name: str, latest: float, step_before: int | None) -> None:
-        """Set the gauge and feed the rank's own departure detector (within the cap of names)."""
-        key, rank, batch = applying.key, applying.rank, applying.batch
+    def _set_rank_value(self, key: SeriesKey, rank: RankState, name: str, latest: float, batch: StepBatch,
+                        step_before: int | None) -> RankValue | None:
+        """Set the gauge of a value the rank computed for itself (within the cap of names): its values for the
+        divergence detector, None when the cap keeps it out."""
         label = label_value(name)
         if label not in rank.rank_values and len(rank.rank_values) >= self._limits.max_rank_values_per_series:
             self._dropped_once((*key, label))
-            return
+            return None
         previous = rank.rank_values.get(label)
         rank.rank_values[label] = latest
         series = batch.series.get(name)  # none when the native step reader read the lines: the latest only
-        steps, values = ((_at_known_steps(series.steps, step_before), series.values) if series
-                         else ([rank.step], [latest]))
-        departures, step, rank.rank_value_departures[label] = check_departures(
-            self._detectors, rank.rank_value_departures.get(label, NEW_DEPARTURE), steps, values)
-        if departures:
-            event = self._step_event(applying, "rank_divergence", step, None, count=departures,
-                                     detail={"name": label})
-            index = steps.index(step) if step in steps else len(values) - 1
-            value = (values[index - 1] if index > 0 else previous, values[index])
-            self._apply(key, rank, dataclasses.replace(event, value=value))
+        if series is None:
+            return RankValue(label, [rank.step], [latest], previous)
+        return RankValue(label, _at_known_steps(series.steps, step_before), series.values, previous)
 
-    def _check_series(self, applying: _Applying, name: str, steps: list[int | None], values: list[float]) -> None:
-        """The non-finite, spike (and for the loss, plateau) detectors over one batch's values of ``name``."""
-        rank = applying.rank
-        spikes = rank.loss_spikes if name == "loss" else rank.grad_norm_spikes
-        if spikes is None and any(map(math.isfinite, values)):
-            spikes = SpikeDetector()
-            if name == "loss":
-                rank.loss_spikes, rank.plateau = spikes, PlateauTracker()
-            else:
-                rank.grad_norm_spikes = spikes
-        spikes_before = spikes.state if spikes is not None else None
-        plateau = rank.plateau if name == "loss" else None
-        nonfinite, _, spiked, spike_step = check_series(self._detectors, spikes, plateau, steps, values)
-        if nonfinite:
-            self._nonfinite(applying, f"{name}_nonfinite", name, steps, values)
-        elif values:
-            rank.nonfinite_since.pop(f"{name}_nonfinite", None)  # a finite value ended the run
-        if spiked:
-            at = [spike_step] if spiked == 1 else _spike_steps(self._detectors, spikes_before, steps, values)
-            for step in at:
-                self._apply(applying.key, rank, self._step_event(applying, f"{name}_spike", step, name,
-                                                                 series=Series(steps, values)))
-
-    def _nonfinite(self, applying: _Applying, kind: str, name: str, steps: list[int | None],
-                   values: list[float]) -> None:
-        """An event per run of non-finite values; a run going on from the batch before continues its incident."""
-        rank = applying.rank
-        open_before = kind in rank.nonfinite_since
-        start = None
-        for index, value in enumerate([*values, 0.0]):  # a finite value at the end closes the last run
-            if not math.isfinite(value):
-                start = index if start is None else start
-                continue
-            if start is None:
-                continue
-            event = self._step_event(applying, kind, steps[start], name, count=index - start,
-                                     series=Series(steps, values),
-                                     detail=_last_step_detail(steps[index - 1]))
-            continued = start == 0 and open_before
-            self._apply(applying.key, rank, dataclasses.replace(event, continued=continued))
-            if index == len(values):
-                rank.nonfinite_since[kind] = rank.nonfinite_since[kind] if continued else steps[start]
-            start = None
-        if values and math.isfinite(values[-1]):
-            rank.nonfinite_since.pop(kind, None)
-
-    def _step_event(self, applying: _Applying, kind: str, step: int | None, subject: str | None, *, count: int = 1,
-                    series: Series | None = None, detail: dict[str, str | int | float] | None = None) -> Event:
-        """An anomaly at ``step`` of the batch being applied, with its line's time and the values around it."""
-        batch, before = applying.batch, applying.printed_before
+    def _step_event(self, applying: _Applying, found: Found) -> Event:
+        """An event of what a detector found at a step of the batch being applied, with its line's time and the
+        values around it (or as an earlier batch's event gave them)."""
+        detail = found.detail or {}
+        if found.earlier is not None:
+            return dataclasses.replace(found.earlier, count=found.count, detail=detail)
+        batch, before, step = applying.batch, applying.printed_before, found.step
         context = {name: _around(batch.series.get(name), step, before.get(name)) for name in CONTEXT_FIELDS}
-        value = (_around(series or batch.series.get(subject), step, before.get(subject)) if subject is not None
-                 else (None, None))
-        return Event(kind, applying.key, step, self._line_time(applying, step), count, value, context, detail or {})
+        value = found.value
+        if value is None and found.subject is not None:
+            value = _around(batch.series.get(found.subject), step, before.get(found.subject))
+        return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
+                     value or (None, None), context, detail, found.continued)
 
     @staticmethod
     def _line_time(applying: _Applying, step: int | None) -> float | None:
@@ -635,32 +555,3 @@ def _around(series: Series | None, step: int | None, previous: float | None) -> 
     return (series.values[index - 1] if index > 0 else previous), series.values[index]
 
 
-def _spike_steps(config: DetectorConfig, before: tuple | None, steps: list[int | None],
-                 values: list[float]) -> list[int | None]:
-    """The steps of a batch's spikes: the spike detector replayed value by value from its state before the
-    batch (only a batch with more than one spike gets here)."""
-    detector = SpikeDetector(before) if before is not None else None
-    found = []
-    for step, value in zip(steps, values, strict=True):
-        if detector is None:
-            if not math.isfinite(value):
-                continue
-            detector = SpikeDetector()
-        if check_series(config, detector, None, [step], [value])[2]:
-            found.append(step)
-    return found
-
-
-def _slow_run_first(seconds: Sequence[float], end: int, length: int) -> int | None:
-    """Where a run of ``length`` step times ending at index ``end`` began (values that are no time are not
-    counted, as the slowdown detector skips them); None when it began before these values."""
-    for index in range(end, -1, -1):
-        if 0 < seconds[index] < math.inf:
-            length -= 1
-            if length == 0:
-                return index
-    return None
-
-
-def _last_step_detail(step: int | None) -> dict[str, str | int | float]:
-    return {} if step is None else {"last_step": step}

@@ -1,0 +1,80 @@
+"""The detectors are registered units: each one's thresholds are settings, its kinds are the table's anomaly
+kinds, and its state goes through a checkpoint and back field by field, whatever it holds."""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+from pathlib import Path
+
+from exporter import kinds
+from exporter.parse import LineParser
+from exporter.settings import DETECTOR_OPTIONS
+from exporter.state import TrainingState
+from exporter.state.detectors import DETECTORS, DetectorConfig
+from exporter.state.snapshot import dump_state, restore_state
+from tests.support.records import parse_lines
+from tests.support.simulated import lines_by_file, run_config
+
+FIXTURES = Path(__file__).resolve().parent / "fixtures"
+
+
+def test_every_unit_s_thresholds_are_detector_config_s_and_settings():
+    for detector in DETECTORS:
+        assert issubclass(DetectorConfig, detector.Config), f"{detector.name}: its Config is not DetectorConfig's"
+        for threshold in dataclasses.fields(detector.Config):
+            assert threshold.name in DETECTOR_OPTIONS
+
+
+def test_the_units_find_exactly_the_table_s_anomaly_kinds_each_once():
+    found = [kind for detector in DETECTORS for kind in detector.kinds]
+    assert sorted(found) == sorted(kinds.ANOMALY_KINDS) and len(found) == len(set(found))
+    assert len({detector.name for detector in DETECTORS}) == len(DETECTORS)
+
+
+def test_every_unit_s_state_goes_through_a_checkpoint_and_carries_on():
+    # A run that gives every detector something to hold: spikes, NaN, a slowdown, a rank's own value departing.
+    config = run_config("spike:1@60", "nan:2@90", "straggler:0@40", "diverge:3@70", ranks=4, steps=120)
+    state = TrainingState()
+    for name, lines in lines_by_file(config).items():
+        records = parse_lines(LineParser(), (line.encode() for line in lines)).records
+        with state.lock:
+            for record in records:
+                state.ingest(("run", "node", name), 1, [record], None, 0.0)
+    with state.lock:
+        dumped = json.loads(json.dumps(dump_state(state)))
+    held = {name for values in dumped["series"] for name in values["values"]["detectors"]}
+    assert held == {detector.name for detector in DETECTORS}
+    restored = TrainingState()
+    assert restore_state(restored, dumped) == []
+    again = {tuple(entry["key"]): entry["values"]["detectors"] for entry in dump_state(restored)["series"]}
+    for entry in dumped["series"]:
+        assert json.dumps(again[tuple(entry["key"])], sort_keys=True) == json.dumps(entry["values"]["detectors"],
+                                                                                     sort_keys=True)
+    for key, rank in state.series.items():
+        for name, detector_state in rank.detectors.items():
+            assert _kept(restored.series[key].detectors[name]) == _kept(detector_state), (key, name)
+
+
+def test_a_checkpoint_written_before_the_units_restores_every_detector_as_it_stood():
+    """tests/fixtures/checkpoints/state-c431fb3.json: the state dump of c431fb3 (detector states as fields of
+    their own) after this very run; read back, each detector holds what today's code holds after the run."""
+    config = run_config("spike:1@60", "straggler:0@40", "diverge:3@70", ranks=4, steps=120)
+    today = TrainingState()
+    for name, lines in lines_by_file(config).items():
+        for record in parse_lines(LineParser(), (line.encode() for line in lines)).records:
+            with today.lock:
+                today.ingest(("run", "node", name), 1, [record], None, 0.0)
+    restored = TrainingState()
+    dumped = json.loads((FIXTURES / "checkpoints" / "state-c431fb3.json").read_text())
+    assert restore_state(restored, dumped) == []
+    assert set(restored.series) == set(today.series)
+    for key, rank in today.series.items():
+        assert {name: _kept(state) for name, state in restored.series[key].detectors.items()} == {
+            name: _kept(state) for name, state in rank.detectors.items()}, key
+
+
+def _kept(state: object) -> str:
+    """What a checkpoint keeps of a detector's state, as text (NaN equal to NaN)."""
+    return repr([getattr(state, item.name) for item in dataclasses.fields(state)  # type: ignore[arg-type]
+                 if item.metadata.get("checkpoint", True)])
