@@ -14,13 +14,13 @@ from pathlib import Path
 
 from exporter import checkpoint, native
 from exporter.export import text_format
-from exporter.export.collector import runtime_registry
+from exporter.export.collector import WebConfigCollector, runtime_registry
 from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer, ListenError
 from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
-from exporter.export.web_config import WebConfig, WebConfigError, load_web_config
+from exporter.export.web_config import WebConfigError, WebConfigReloader
 from exporter.follow import Follower, run_label
 from exporter.follow.discover import DEFAULT_INCLUDE, DirectoryRules
 from exporter.follow.stream import STDIN, StreamFollower
@@ -49,7 +49,8 @@ class Exporter:
     def __init__(self, settings: Settings) -> None:
         # The server first: a bad web config or a busy port ends the start before anything
         # else is set up (the demo's directory, the checkpoint). It serves once started.
-        self.http = _http_server(settings, self)
+        self.web_config = WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
+        self.http = _http_server(settings, self, self.web_config)
         self.demo = DemoRun() if settings.demo else None
         if self.demo is not None:
             demo = LogDirectory.model_validate({"path": self.demo.log_dir})
@@ -88,6 +89,8 @@ class Exporter:
             scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         self.scrape_time = scrape_time
         self.runtime = runtime_registry()
+        if self.web_config is not None:
+            self.runtime.register(WebConfigCollector(self.web_config))
 
     def metrics(self, openmetrics: bool) -> bytes:
         """/metrics: the walk's families and the process's own, after every line written so far."""
@@ -147,14 +150,12 @@ def serve(settings: Settings) -> int:
     return 0
 
 
-def _http_server(settings: Settings, exporter: Exporter) -> ExporterHTTPServer:
-    """The bound (not yet serving) server; raises WebConfigError or ListenError."""
-    path = settings.web_config_file
-    web_config = load_web_config(path) if path is not None else WebConfig()
+def _http_server(settings: Settings, exporter: Exporter, web_config: WebConfigReloader | None) -> ExporterHTTPServer:
+    """The bound (not yet serving) server; raises ListenError."""
     host, port = settings.listen_host_port
     return ExporterHTTPServer(host, port, exporter.metrics, exporter.ready, exporter.status_page,
-                              telemetry_path=settings.web_telemetry_path, web_config=web_config,
-                              web_config_path=path or Path("-"))
+                              telemetry_path=settings.web_telemetry_path,
+                              served=web_config.served if web_config is not None else None)
 
 
 def _rules(directory: LogDirectory, settings: Settings) -> DirectoryRules:
