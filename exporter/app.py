@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import resource
 import signal
 import socket
@@ -23,7 +24,7 @@ from exporter.export.status_page import render_status_page
 from exporter.export.web_config import WebConfigError, WebConfigReloader
 from exporter.follow import Follower, run_label
 from exporter.follow.discover import DEFAULT_INCLUDE, DirectoryRules
-from exporter.follow.stream import STDIN, StreamFollower
+from exporter.follow.stream import STDIN, SourceError, StreamFollower
 from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
@@ -135,19 +136,46 @@ class Exporter:
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT; returns the exit status."""
     _raise_file_limit()
+    exporter: Exporter | None = None
+    stopping = threading.Event()
     try:
         exporter = Exporter(settings)
-    except (WebConfigError, ListenError) as error:
-        print(f"trainlog-exporter: {error}", file=sys.stderr)
-        return 2
-    stopping = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stopping.set())
-    exporter.start()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopping.set())
+        exporter.start()
+    except (WebConfigError, ListenError, checkpoint.StateFileError, SourceError) as error:
+        return _start_failed(str(error), 2, exporter)
+    except Exception as error:  # noqa: BLE001 - whatever it is, the start ends here, in one line
+        return _start_failed(f"cannot start: {type(error).__name__}: {error}", 1, exporter)
     stopping.wait()
     log.info("shutting down")
     exporter.stop()
     return 0
+
+
+STOP_SECONDS = 5.0  # a start that failed stops what it started within this long, then the process exits
+
+
+def _start_failed(message: str, status: int, exporter: Exporter | None) -> int:
+    """One line on stderr; what was started is stopped; the process ends even if a thread would keep it."""
+    print(f"trainlog-exporter: {message}", file=sys.stderr, flush=True)
+    if exporter is not None:
+        stopper = threading.Thread(target=_stop_quietly, args=(exporter,), name="stop", daemon=True)
+        stopper.start()
+        stopper.join(STOP_SECONDS)
+    if any(thread.is_alive() and not thread.daemon and thread is not threading.current_thread()
+           for thread in threading.enumerate()):
+        # A non-daemon thread (a library's) would keep the process alive neither serving nor exiting.
+        logging.shutdown()
+        os._exit(status)
+    return status
+
+
+def _stop_quietly(exporter: Exporter) -> None:
+    try:
+        exporter.stop()
+    except Exception as error:  # noqa: BLE001 - half-started parts may fail to stop; the exit follows anyway
+        log.debug("stopping after a failed start: %s", error)
 
 
 def _http_server(settings: Settings, exporter: Exporter, web_config: WebConfigReloader | None) -> ExporterHTTPServer:

@@ -13,7 +13,7 @@ from exporter.analyze.csv_out import StepCsv
 from exporter.analyze.engine import Analysis
 from exporter.analyze.render import RENDERERS
 from exporter.analyze.sources import resolve
-from exporter.follow.stream import STDIN
+from exporter.follow.stream import STDIN, SourceError, standard_input
 
 PROGRAM = "trainlog-exporter: analyze"
 DESCRIPTION = "Post-mortem of finished logs: where the loss went wrong, on which rank, and why."
@@ -48,6 +48,12 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     if paths.count(STDIN) > 1:
         print(f"{PROGRAM}: standard input (-) can be given once", file=err)
         return 2
+    if STDIN in paths and stdin is None:
+        try:
+            standard_input()
+        except SourceError as error:
+            print(f"{PROGRAM}: {error}", file=err)
+            return 2
     resolved = resolve(paths, run)
     if not resolved.sources:
         for problem in resolved.problems:
@@ -60,7 +66,7 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     progress = _Progress(err, len(resolved.sources)) if err.isatty() else None
     failed = 0
     for number, source in enumerate(resolved.sources, 1):
-        read = analysis.add(source, (stdin or sys.stdin).buffer if source.name == STDIN else None,
+        read = analysis.add(source, (stdin.buffer if stdin else standard_input()) if source.name == STDIN else None,
                             progress=progress.show if progress else None)
         failed += not read
         if progress:

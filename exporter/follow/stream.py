@@ -107,6 +107,22 @@ def read_log(path: str, max_line_bytes: int = 1 << 20) -> Iterator[ReadBatch]:
             raise SourceError(f"{path}: read failed: {error.strerror or error}") from None
 
 
+STDIN_CLOSED = ("-: standard input is closed, so there is nothing to read; pipe a log into it "
+                "(kubectl logs -f POD | trainlog-exporter ... -) or name files instead")
+
+
+def standard_input() -> BinaryIO:
+    """The process's standard input as bytes; SourceError when it is closed (``<&-``, a daemon without one)."""
+    stream = sys.stdin
+    try:
+        if stream is None:  # Python sets it to None when descriptor 0 was closed at start
+            raise ValueError
+        os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        raise SourceError(STDIN_CLOSED) from None
+    return stream.buffer
+
+
 def stdin_file(rank: str = "") -> FollowedFile:
     """Standard input as a followed file: rank from the line prefixes, else ``rank``."""
     return FollowedFile(STDIN, STDIN, STDIN, LogFileRole(rank, "worker"))
@@ -118,7 +134,7 @@ class StreamFollower:
     def __init__(self, sink: Sink, stream: BinaryIO | None = None, max_line_bytes: int = 1 << 20,
                  on_end: Callable[[], None] | None = None) -> None:
         self._sink = sink
-        self._stream = stream if stream is not None else sys.stdin.buffer
+        self._stream = stream if stream is not None else standard_input()  # SourceError when closed
         self._max_line_bytes = max_line_bytes
         self._on_end = on_end
         self._thread = threading.Thread(target=self._run, name="stdin", daemon=True)
