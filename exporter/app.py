@@ -78,12 +78,14 @@ class Exporter:
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
             rules={str(directory): _rules(directory, settings) for directory in settings.log_dir},
+            max_open_files=_file_budget(open_file_limit()), open_file_limit=open_file_limit(),
         )
         # --log-file -: standard input through the same pipeline (kubectl logs -f pod | trainlog-exporter ...).
         self.stdin = StreamFollower(pipeline, max_line_bytes=settings.max_line_bytes) if STDIN in settings.log_file \
             else None
         scrape_time = dataclasses.replace(_scrape_time(settings, [run_of(directory) for directory in directories]),
-                                          file_lag_bytes=functools.partial(_file_lags, self.follower))
+                                          file_lag_bytes=functools.partial(_file_lags, self.follower),
+                                          files_unfollowed=self.follower.unfollowed)
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
@@ -251,6 +253,22 @@ def _state_file(settings: Settings) -> Path | None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")
     return path
+
+
+# Descriptors kept out of the followed files' reach: the listener, probe and scrape connections, the
+# inotify instance, the checkpoint, the OTLP push, the status page. The follower takes the rest.
+FILE_RESERVE = 64
+
+
+def open_file_limit() -> int | None:
+    """The soft open-file limit now (None: unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _file_budget(limit: int | None) -> int | None:
+    """Files the follower may hold open: the limit less the reserve, at least one."""
+    return None if limit is None else max(1, limit - FILE_RESERVE)
 
 
 def _raise_file_limit() -> None:
