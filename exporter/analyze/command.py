@@ -12,8 +12,9 @@ from exporter.analyze import plot
 from exporter.analyze.csv_out import StepCsv
 from exporter.analyze.engine import Analysis
 from exporter.analyze.render import RENDERERS
-from exporter.analyze.sources import resolve
+from exporter.analyze.sources import resolve, within_series_cap
 from exporter.follow.stream import STDIN, SourceError, standard_input
+from exporter.state import Limits
 
 PROGRAM = "trainlog-exporter: analyze"
 DESCRIPTION = "Post-mortem of finished logs: where the loss went wrong, on which rank, and why."
@@ -63,9 +64,12 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     points = plot.PlotData() if plot_file else None
     analysis = Analysis(rows=rows.add if rows else None, points=points.add if points else None)
     analysis.warnings += resolved.problems
-    progress = _Progress(err, len(resolved.sources)) if err.isatty() else None
+    sources, capped = within_series_cap(resolved.sources, Limits().max_series)
+    if capped is not None:
+        analysis.warnings.append(capped)
+    progress = _Progress(err, len(sources)) if err.isatty() else None
     failed = 0
-    for number, source in enumerate(resolved.sources, 1):
+    for number, source in enumerate(sources, 1):
         read = analysis.add(source, (stdin.buffer if stdin else standard_input()) if source.name == STDIN else None,
                             progress=progress.show if progress else None)
         failed += not read
@@ -73,7 +77,7 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
             progress.file_done(number)
     if progress:
         progress.clear()
-    if failed == len(resolved.sources):
+    if failed == len(sources):
         for warning in analysis.warnings:
             print(f"{PROGRAM}: {warning}", file=err)
         return 2
