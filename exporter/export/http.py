@@ -21,6 +21,7 @@ import concurrent.futures
 import contextlib
 import errno
 import gzip
+import http
 import logging
 import socket
 import ssl
@@ -389,7 +390,7 @@ class ExporterHTTPServer:
     async def _send(writer: asyncio.StreamWriter, connection: h11.Connection, status: int,
                     headers: list[tuple[str, str]], body: bytes) -> None:
         head = [("Server", SERVER), ("Date", formatdate(usegmt=True)), *headers]
-        data = connection.send(h11.Response(status_code=status, headers=head))
+        data = connection.send(h11.Response(status_code=status, headers=head, reason=_reason(status)))
         if body:
             data += connection.send(h11.Data(data=body))
         data += connection.send(h11.EndOfMessage())
@@ -421,11 +422,18 @@ def _end_of_request(connection: h11.Connection) -> None:
 
 async def _send_raw(writer: asyncio.StreamWriter, status: int, body: bytes) -> None:
     """An answer to a head that could not be parsed (h11 refuses to send on a broken connection)."""
-    reason = {431: "Request Header Fields Too Large", 400: "Bad Request", 501: "Not Implemented"}.get(status, "Error")
+    reason = _reason(status).decode()
     writer.write(f"HTTP/1.1 {status} {reason}\r\nServer: {SERVER}\r\nContent-Type: {TEXT}\r\n"
                  f"Content-Length: {len(body)}\r\nConnection: close\r\n\r\n".encode() + body)
     with contextlib.suppress(OSError, ConnectionError, asyncio.TimeoutError):
         await asyncio.wait_for(writer.drain(), TIMEOUT_SECONDS)
+
+
+def _reason(status: int) -> bytes:
+    try:
+        return http.HTTPStatus(status).phrase.encode()
+    except ValueError:
+        return b""
 
 
 def _listen(host: str, port: int) -> socket.socket:
