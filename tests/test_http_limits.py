@@ -226,3 +226,22 @@ def test_a_flood_of_wrong_passwords_neither_delays_a_cached_scrape_nor_lets_bcry
         limited = [line for line in exporter.metrics().splitlines()
                    if line.startswith("trainlog_http_auth_limited_total ")]
         assert limited and float(limited[0].split()[1]) == answers.count(429)
+
+
+def test_the_web_configs_rate_limit_bounds_the_bcrypt_checks_and_never_a_cached_scrape(tmp_path):
+    config = tmp_path / "web-config.yml"
+    config.write_text(yaml.safe_dump({
+        "basic_auth_users": {USER: bcrypt.hashpw(PASSWORD.encode(), bcrypt.gensalt(rounds=4)).decode()},
+        "rate_limit": {"interval": "1m", "burst": 3}}))
+    with ExporterProcess("--log-dir", str(tmp_path), "--web.config.file", str(config),
+                         headers=_basic(USER, PASSWORD)) as exporter:  # its start took one check of the 3
+        statuses = [_timed_get(exporter.port, "/-/ready", headers=_basic(USER, f"wrong {number}"))[0]
+                    for number in range(4)]
+        assert statuses == [401, 401, 429, 429]
+        assert _timed_get(exporter.port, "/-/ready", headers=_basic(USER, "wrong 0"))[0] == 401  # cached: no check
+        assert _timed_get(exporter.port, "/-/ready", headers=_basic(USER, PASSWORD))[0] == 200
+        with socket.create_connection(("127.0.0.1", exporter.port), timeout=5) as sock:
+            sock.sendall(b"GET /-/ready HTTP/1.1\r\nHost: x\r\nAuthorization: Basic "
+                         + base64.b64encode(f"{USER}:wrong 9".encode()) + b"\r\nConnection: close\r\n\r\n")
+            answer = _answer(sock)
+        assert answer.startswith(b"HTTP/1.1 429 Too Many Requests\r\n") and b"Retry-After: 1\r\n" in answer

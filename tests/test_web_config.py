@@ -218,3 +218,25 @@ def test_a_replaced_secret_is_read_again_and_a_bad_edit_keeps_the_last_good_conf
         eventually(lambda: http_get(exporter.url + "/-/ready", headers=_basic(USER, "third"))[0] == 200, timeout=5,
                    what="the password after the bad edit")
         assert _reload_gauge(exporter, "third") == 1
+
+
+def test_pure_checks_of_hashes_durations_and_buckets():
+    from exporter.export.web_config import TokenBucket, bcrypt_problem, go_duration
+
+    assert bcrypt_problem(bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()) is None
+    assert bcrypt_problem("$2y$31$" + _SALT_AND_HASH) is None
+    assert "cost 3" in bcrypt_problem("$2a$03$" + _SALT_AND_HASH)
+    assert "not a bcrypt hash" in bcrypt_problem("secret")
+    assert [go_duration(text) for text in ("0", "1s", "250ms", "1m30s", "1.5h", "2us")] == [
+        0, 1, 0.25, 90, 5400, pytest.approx(2e-6)]
+    for bad in ("1", "1x", "s", "1s 2s", "-1s"):
+        with pytest.raises(ValueError, match="is not a duration"):
+            go_duration(bad)
+    bucket = TokenBucket(rate=2.0, burst=2, stamp=0.0)
+    taken = []
+    for now in (0.0, 0.0, 0.0, 0.4, 0.5, 1.5, 1.5, 1.5):
+        ok = bucket.available(now)
+        if ok:
+            bucket.take()
+        taken.append(ok)
+    assert taken == [True, True, False, False, True, True, True, False]
