@@ -85,8 +85,11 @@ def idle_prometheus_rss_mb(directory: Path) -> float:
 def start_exporters(stack: ExitStack, log_dirs: list[Path]) -> list[ExporterProcess]:
     """One exporter per node directory, started a few at a time (each waits until it answers)."""
     def start(node: int) -> ExporterProcess:
+        # Its own state file beside (not in) its log directory: "" named the working directory, which a
+        # state file can no longer be.
         return ExporterProcess("--log-dir", str(log_dirs[node]), "--run", RUN, "--node", f"node-{node}",
-                               "--state-file", "", ready_within=120).start()
+                               "--state-file", str(log_dirs[node].parent / "exporter-state.json"),
+                               ready_within=120).start()
 
     with ThreadPoolExecutor(max_workers=4) as pool:
         exporters = list(pool.map(start, range(len(log_dirs))))

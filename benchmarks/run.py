@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, fleet, scale, scrapers, steady
+from benchmarks import catchup, fleet, hostile, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
 from benchmarks.measure import run_measured
 from tests.support.exporter_process import exporter_command
@@ -54,14 +54,20 @@ class Size:
     scrape_ranks: int
     fleet_nodes: int  # exporter processes of 8 ranks each, scraped by one Prometheus
     fleet_steps: int
+    hostile_seconds: float  # each of the three hostile loads (benchmarks/hostile.py)
+    trickling: int  # connections trickling request heads
+    flooding: int  # clients sending wrong passwords
+    sending: int  # clients sending 1 GiB bodies
 
 
 # The prefixed log's length at most: it is read line by line, 13 us a line (docs/benchmarks.md).
 PREFIXED_LINES = 200_000
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
-            scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200)
+            scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200,
+            hostile_seconds=20, trickling=256, flooding=32, sending=16)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
-             scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20)
+             scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20,
+             hostile_seconds=2, trickling=16, flooding=4, sending=2)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +109,12 @@ def targets(results: Results) -> list[Target]:
         Target(f"scrapers: /metrics p99 with {results['scrapers']['exporter']['clients']} scrapers",
                results["scrapers"]["exporter"]["p99_ms"], 1000, False, " ms"),
         Target("scrapers: failed scrapes", results["scrapers"]["exporter"]["errors"], 1, False, ""),
+        Target(f"hostile: /metrics p99 with credentials while {results['hostile']['trickle']['trickling']} "
+               "connections trickle heads", results["hostile"]["trickle"]["p99_ms"], 250, False, " ms"),
+        Target(f"hostile: /metrics p99 with credentials while {results['hostile']['flood']['flooding']} clients "
+               "send wrong passwords", results["hostile"]["flood"]["p99_ms"], 250, False, " ms"),
+        Target(f"hostile: peak RSS above idle while {results['hostile']['bodies']['sending']} clients send 1 GiB "
+               "bodies", results["hostile"]["bodies"]["peak_above_idle_mb"], 16, False, " MiB"),
         Target("analyze: wall seconds / grep|awk wall seconds",
                results["analyze"]["wall_seconds"] / results["catchup"]["grep_awk"]["wall_seconds"], 2, False, "x"),
     ]
@@ -171,6 +183,9 @@ def run(size: Size, workdir: Path) -> Results:
     print(f"fleet of {size.fleet_nodes} exporters ...", file=sys.stderr)
     results["fleet"] = fleet.measure(workdir / "fleet", size.fleet_nodes, size.fleet_steps)
     results["fleet"]["per_rank"] = fleet.per_rank(results["fleet"])
+    print("hostile clients ...", file=sys.stderr)
+    results["hostile"] = hostile.measure(workdir / "hostile", size.trickling, size.flooding, size.sending,
+                                         size.hostile_seconds)
     print("analyze ...", file=sys.stderr)
     results["analyze"] = measure_analyze(log, shape, size.catchup_rounds)
     results["seconds"] = time.time() - started
@@ -191,6 +206,7 @@ def report(results: Results, judged: list[Target]) -> str:
         _scale_summary(results["scale"]),
         _scrapers_summary(results["scrapers"]),
         _fleet_summary(results["fleet"]),
+        _hostile_summary(results["hostile"]),
         _analyze_summary(results["analyze"], results["catchup"]),
         "",
         "| target | measured | limit | verdict |",
@@ -247,6 +263,19 @@ def _fleet_summary(row: dict) -> str:
             f"(slowest {slowest[1]['max_ms']:.1f} ms); {row['per_rank']['series']:.1f} series and "
             f"{row['per_rank']['samples_per_scrape']:.1f} samples per scrape per rank; Prometheus RSS "
             f"{row['prometheus_rss_mb']:.0f} MB (idle {row['idle_prometheus_rss_mb']:.0f} MB)")
+
+
+def _hostile_summary(row: dict) -> str:
+    def one(load: dict) -> str:
+        return (f"{load['scrapes']} scrapes with credentials, p50 {load['p50_ms']:.0f} ms, "
+                f"p99 {load['p99_ms']:.0f} ms, max {load['max_ms']:.0f} ms, {load['failures']} failed")
+    trickle, flood, bodies = row["trickle"], row["flood"], row["bodies"]
+    return (f"hostile: {trickle['trickling']} connections trickling heads ({trickle['closed_and_reopened']} closed at "
+            f"the deadline and reopened): {one(trickle)}; {flood['flooding']} clients with wrong passwords "
+            f"(answers {flood['answers']}): {one(flood)}; {bodies['sending']} clients sending 1 GiB bodies "
+            f"({bodies['connections']} connections, each closed after the answer, {bodies['bytes_accepted_mb']:.0f} MB "
+            "taken by the kernels' socket buffers in all): peak RSS "
+            f"{bodies['peak_above_idle_mb']:+.1f} MiB over {bodies['rss_before_kb'] / 1024:.1f} MiB, {one(bodies)}")
 
 
 def _analyze_summary(row: dict, catchup: dict) -> str:

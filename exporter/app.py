@@ -5,6 +5,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import logging
+import os
 import resource
 import signal
 import socket
@@ -14,16 +15,16 @@ from pathlib import Path
 
 from exporter import checkpoint, native
 from exporter.export import text_format
-from exporter.export.collector import runtime_registry
+from exporter.export.collector import WebConfigCollector, runtime_registry
 from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer, ListenError
 from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
-from exporter.export.web_config import WebConfig, WebConfigError, load_web_config
+from exporter.export.web_config import WebConfigError, WebConfigReloader
 from exporter.follow import Follower, run_label
 from exporter.follow.discover import DEFAULT_INCLUDE, DirectoryRules
-from exporter.follow.stream import STDIN, StreamFollower
+from exporter.follow.stream import STDIN, SourceError, StreamFollower
 from exporter.parse.fields import label_value
 from exporter.parse.formats import selection
 from exporter.pipeline import Pipeline
@@ -49,7 +50,8 @@ class Exporter:
     def __init__(self, settings: Settings) -> None:
         # The server first: a bad web config or a busy port ends the start before anything
         # else is set up (the demo's directory, the checkpoint). It serves once started.
-        self.http = _http_server(settings, self)
+        self.web_config = WebConfigReloader(settings.web_config_file) if settings.web_config_file else None
+        self.http = _http_server(settings, self, self.web_config)
         self.demo = DemoRun() if settings.demo else None
         if self.demo is not None:
             demo = LogDirectory.model_validate({"path": self.demo.log_dir})
@@ -76,18 +78,22 @@ class Exporter:
             rescan_interval=settings.rescan_interval,
             idle_flush_seconds=settings.idle_flush_seconds,
             rules={str(directory): _rules(directory, settings) for directory in settings.log_dir},
+            max_open_files=_file_budget(open_file_limit()), open_file_limit=open_file_limit(),
         )
         # --log-file -: standard input through the same pipeline (kubectl logs -f pod | trainlog-exporter ...).
         self.stdin = StreamFollower(pipeline, max_line_bytes=settings.max_line_bytes) if STDIN in settings.log_file \
             else None
         scrape_time = dataclasses.replace(_scrape_time(settings, [run_of(directory) for directory in directories]),
-                                          file_lag_bytes=functools.partial(_file_lags, self.follower))
+                                          file_lag_bytes=functools.partial(_file_lags, self.follower),
+                                          files_unfollowed=self.follower.unfollowed)
         otlp = otlp_config(settings, socket.gethostname())
         self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
             scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         self.scrape_time = scrape_time
         self.runtime = runtime_registry()
+        if self.web_config is not None:
+            self.runtime.register(WebConfigCollector(self.web_config))
 
     def metrics(self, openmetrics: bool) -> bytes:
         """/metrics: the walk's families and the process's own, after every line written so far."""
@@ -132,29 +138,54 @@ class Exporter:
 def serve(settings: Settings) -> int:
     """Run until SIGTERM or SIGINT; returns the exit status."""
     _raise_file_limit()
+    exporter: Exporter | None = None
+    stopping = threading.Event()
     try:
         exporter = Exporter(settings)
-    except (WebConfigError, ListenError) as error:
-        print(f"trainlog-exporter: {error}", file=sys.stderr)
-        return 2
-    stopping = threading.Event()
-    for signum in (signal.SIGTERM, signal.SIGINT):
-        signal.signal(signum, lambda *_: stopping.set())
-    exporter.start()
+        for signum in (signal.SIGTERM, signal.SIGINT):
+            signal.signal(signum, lambda *_: stopping.set())
+        exporter.start()
+    except (WebConfigError, ListenError, checkpoint.StateFileError, SourceError) as error:
+        return _start_failed(str(error), 2, exporter)
+    except Exception as error:  # noqa: BLE001 - whatever it is, the start ends here, in one line
+        return _start_failed(f"cannot start: {type(error).__name__}: {error}", 1, exporter)
     stopping.wait()
     log.info("shutting down")
     exporter.stop()
     return 0
 
 
-def _http_server(settings: Settings, exporter: Exporter) -> ExporterHTTPServer:
-    """The bound (not yet serving) server; raises WebConfigError or ListenError."""
-    path = settings.web_config_file
-    web_config = load_web_config(path) if path is not None else WebConfig()
+STOP_SECONDS = 5.0  # a start that failed stops what it started within this long, then the process exits
+
+
+def _start_failed(message: str, status: int, exporter: Exporter | None) -> int:
+    """One line on stderr; what was started is stopped; the process ends even if a thread would keep it."""
+    print(f"trainlog-exporter: {message}", file=sys.stderr, flush=True)
+    if exporter is not None:
+        stopper = threading.Thread(target=_stop_quietly, args=(exporter,), name="stop", daemon=True)
+        stopper.start()
+        stopper.join(STOP_SECONDS)
+    if any(thread.is_alive() and not thread.daemon and thread is not threading.current_thread()
+           for thread in threading.enumerate()):
+        # A non-daemon thread (a library's) would keep the process alive neither serving nor exiting.
+        logging.shutdown()
+        os._exit(status)
+    return status
+
+
+def _stop_quietly(exporter: Exporter) -> None:
+    try:
+        exporter.stop()
+    except Exception as error:  # noqa: BLE001 - half-started parts may fail to stop; the exit follows anyway
+        log.debug("stopping after a failed start: %s", error)
+
+
+def _http_server(settings: Settings, exporter: Exporter, web_config: WebConfigReloader | None) -> ExporterHTTPServer:
+    """The bound (not yet serving) server; raises ListenError."""
     host, port = settings.listen_host_port
     return ExporterHTTPServer(host, port, exporter.metrics, exporter.ready, exporter.status_page,
-                              telemetry_path=settings.web_telemetry_path, web_config=web_config,
-                              web_config_path=path or Path("-"))
+                              telemetry_path=settings.web_telemetry_path,
+                              served=web_config.served if web_config is not None else None)
 
 
 def _rules(directory: LogDirectory, settings: Settings) -> DirectoryRules:
@@ -222,6 +253,22 @@ def _state_file(settings: Settings) -> Path | None:
         log.warning("the default state file would be inside a log directory: running without checkpoints; "
                     "give --state-file PATH outside the log directories")
     return path
+
+
+# Descriptors kept out of the followed files' reach: the listener, probe and scrape connections, the
+# inotify instance, the checkpoint, the OTLP push, the status page. The follower takes the rest.
+FILE_RESERVE = 64
+
+
+def open_file_limit() -> int | None:
+    """The soft open-file limit now (None: unlimited)."""
+    soft = resource.getrlimit(resource.RLIMIT_NOFILE)[0]
+    return None if soft == resource.RLIM_INFINITY else soft
+
+
+def _file_budget(limit: int | None) -> int | None:
+    """Files the follower may hold open: the limit less the reserve, at least one."""
+    return None if limit is None else max(1, limit - FILE_RESERVE)
 
 
 def _raise_file_limit() -> None:

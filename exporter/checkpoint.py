@@ -20,6 +20,7 @@ import hashlib
 import json
 import logging
 import os
+import stat
 import threading
 import time
 from collections.abc import Sequence
@@ -94,10 +95,30 @@ def containing_log_dir(path: Path, log_dirs: Sequence[Path]) -> Path | None:
     return next((directory for directory in log_dirs if resolved.is_relative_to(directory.resolve())), None)
 
 
+class StateFileError(Exception):
+    """A state file that cannot be one (a device, a FIFO, a directory), worded for the user (exit 2)."""
+
+
+def _kind(mode: int) -> str:
+    for test, kind in ((stat.S_ISDIR, "a directory"), (stat.S_ISCHR, "a character device"),
+                       (stat.S_ISBLK, "a block device"), (stat.S_ISFIFO, "a FIFO"), (stat.S_ISSOCK, "a socket")):
+        if test(mode):
+            return kind
+    return "a special file"
+
+
 def usable_state_file(path: Path | None) -> Path | None:
     """``path`` if checkpoints can be written there; else None, with a warning."""
     if path is None:
         return None
+    try:
+        mode = path.stat().st_mode
+    except OSError:
+        mode = None  # not there yet (it is written later) or not reachable (below)
+    if mode is not None and not stat.S_ISREG(mode):
+        # /dev/zero would be read without end, a FIFO would block the start: refused by name.
+        raise StateFileError(f"state file {path}: is {_kind(mode)}, not a regular file: give a file path "
+                             "(--state-file, TRAINLOG_STATE_FILE)")
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         if not os.access(path.parent, os.W_OK | os.X_OK):

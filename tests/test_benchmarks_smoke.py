@@ -28,7 +28,9 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["analyze"]["lines_per_second"] > 0  # its report was checked against the generated log
     assert results["scrapers"]["exporter"]["requests"] > 0
     assert results["scrapers"]["prometheus_client"]["requests"] > 0
-    assert len(results["targets"]) == 10
+    assert len(results["targets"]) == 13
+    hostile = results["hostile"]  # slow heads, wrong passwords and large bodies against one exporter
+    assert all(hostile[load]["scrapes"] > 0 for load in ("trickle", "flood", "bodies"))
     fleet = results["fleet"]  # several exporters, one real Prometheus with the shipped rules
     assert fleet["nodes"] == 2 and fleet["head_series"] > fleet["rank_series"] > 0
     assert {"trainlog.rules", "trainlog.alerts"} <= set(fleet["rule_group_ms"])

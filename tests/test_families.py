@@ -16,6 +16,7 @@ from exporter.export.metrics_table import (
     COUNTER,
     EXPORTER,
     FILE_LAG,
+    FILES_UNFOLLOWED,
     METRICS,
     OTLP_EXPORT_FAILURES,
     PROCESS_UP,
@@ -47,7 +48,8 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
     failures = iter(range(1, 100))
     scrape_time = ScrapeTime(otlp_export_failures=lambda: next(failures),
                              process_up=lambda: {("run", "node-0"): True, ("other", "node-0"): False},
-                             file_lag_bytes=lambda: {"/logs/worker_3.log": 120, "/logs/worker_1.log": 0})
+                             file_lag_bytes=lambda: {"/logs/worker_3.log": 120, "/logs/worker_1.log": 0},
+                             files_unfollowed=lambda: 236)
     families = walk(state, values, scrape_time)
     assert [family.spec for family in families] == list(METRICS)
     by_name = {family.spec.name: family for family in families}
@@ -56,20 +58,23 @@ def test_every_family_in_table_order_and_the_outside_ones_read_at_walk_time():
     assert by_name[PROCESS_UP.name].samples == [({"run": "other", "node": "node-0"}, "", 0),
                                                ({"run": "run", "node": "node-0"}, "", 1)]
     assert by_name[FILE_LAG.name].samples == [({}, "/logs/worker_1.log", 0), ({}, "/logs/worker_3.log", 120)]
+    assert by_name[FILES_UNFOLLOWED.name].samples == [({}, "", 236)]
     assert walk(state, values, scrape_time, [OTLP_EXPORT_FAILURES])[0].samples == [({}, "", 2)]  # asked again
     fixed = ScrapeTime(otlp_export_failures=lambda: 3, process_up=scrape_time.process_up,
-                       file_lag_bytes=scrape_time.file_lag_bytes)
+                       file_lag_bytes=scrape_time.file_lag_bytes, files_unfollowed=scrape_time.files_unfollowed)
     text = render(state, fixed)
     assert text == reference(state, fixed)
     assert b'trainlog_otlp_export_failures_total 3.0\n' in text
     assert (b'training_process_up{node="node-0",run="other"} 0.0\n'
             b'training_process_up{node="node-0",run="run"} 1.0\n') in text
     assert b'trainlog_file_lag_bytes{file="/logs/worker_3.log"} 120.0\n' in text
+    assert b'trainlog_files_unfollowed 236.0\n' in text
 
 
 def test_without_readers_the_failures_are_0_and_there_is_no_process_or_lag_family():
     families = walk(TrainingState(), values)
-    assert [family.spec for family in families] == [spec for spec in METRICS if spec not in (PROCESS_UP, FILE_LAG)]
+    assert [family.spec for family in families] == [spec for spec in METRICS
+                                                             if spec not in (PROCESS_UP, FILE_LAG, FILES_UNFOLLOWED)]
     by_name = {family.spec.name: family for family in families}
     assert by_name[OTLP_EXPORT_FAILURES.name].samples == [({}, "", 0)]
 

@@ -8,6 +8,7 @@ import re
 import subprocess
 import sys
 import threading
+import time
 import urllib.request
 from pathlib import Path
 
@@ -20,8 +21,9 @@ from exporter.cli import main
 from exporter.export import metrics_table
 from exporter.export.otlp import ExportHealth, OtlpConfig, OtlpPush, metrics_url, resource_attributes
 from exporter.settings import ConfigError, load_settings
+from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
-from tests.support.otlp import GrpcOtlpReceiver, HangingReceiver, OtlpReceiver, refused_url
+from tests.support.otlp import GrpcOtlpReceiver, HangingReceiver, OtlpReceiver, TricklingReceiver, refused_url
 from tests.support.runs import copy_example, read_once
 
 REPO = Path(__file__).resolve().parents[1]
@@ -376,3 +378,21 @@ def test_the_push_needs_its_config_only(tmp_path):
     assert point_value(request, "training.step", run="deepseek-moe-8rank", rank="7") == 200
     assert point_value(request, "trainlog.otlp_export_failures") == 0
     assert push.failed_exports() == 0
+
+
+def test_a_collector_answering_a_byte_a_second_fails_each_export_at_its_deadline(tmp_path):
+    log_dir = write_run(tmp_path)
+    with TricklingReceiver() as trickling:
+        environment = {"OTEL_EXPORTER_OTLP_ENDPOINT": trickling.base_url, "OTEL_EXPORTER_OTLP_TIMEOUT": "1500",
+                       "OTEL_METRIC_EXPORT_INTERVAL": "1000"}
+        with ExporterProcess("--log-dir", str(log_dir), "--node", "node-a", env=environment) as exporter:
+            started = time.monotonic()
+            # c431fb3: 0 after 40 s, the first push never ended.
+            eventually(lambda: exporter.total("trainlog_otlp_export_failures_total") >= 3, timeout=15,
+                       what="three exports failed at their deadline")
+            assert time.monotonic() - started < 15
+            for _ in range(5):
+                scraped = time.monotonic()
+                exporter.samples()
+                assert time.monotonic() - scraped < 1.0
+        assert "OTLP export to" in exporter.output() and "no whole answer within 1.5 s" in exporter.output()

@@ -148,3 +148,95 @@ def test_basic_auth_without_tls_serves_plain_http_with_credentials(tmp_path):
         with urllib.request.urlopen(request, timeout=5) as response:
             assert response.status == 200
             assert response.headers["X-Content-Type-Options"] == "nosniff"
+
+
+_SALT_AND_HASH = "a" * 53
+
+
+@pytest.mark.parametrize(("content", "message"), [
+    (f"basic_auth_users: {{alice: '$2b$03${_SALT_AND_HASH}'}}", "user 'alice' is a bcrypt hash of cost 3"),
+    (f"basic_auth_users: {{bob: '$2y$32${_SALT_AND_HASH}'}}", "user 'bob' is a bcrypt hash of cost 32"),
+    (f"basic_auth_users: {{carol: '$2$10${_SALT_AND_HASH}'}}", "user 'carol' has the bcrypt prefix $2$"),
+    (f"basic_auth_users: {{dave: '$2x$10${_SALT_AND_HASH}'}}", "user 'dave' has the bcrypt prefix $2x$"),
+    ("tls_server_config: {cert_file: server.crt, key_file: server.key, min_version: TLS13, max_version: TLS12}",
+     "tls_server_config: Value error, min_version TLS13 is above max_version TLS12"),
+    ("rate_limit: {interval: 1x, burst: 3}", "rate_limit.interval: Value error, '1x' is not a duration"),
+    ("rate_limit: {interval: 1s}", "rate_limit: Value error, burst must be at least 1"),
+])
+def test_hashes_that_can_never_match_and_impossible_settings_are_refused_by_name(tmp_path, capsys, content, message):
+    make_pki(tmp_path)
+    path = tmp_path / "web-config.yml"
+    path.write_text(content)
+    status = main(["--log-dir", str(tmp_path / "logs"), "--web.config.file", str(path),
+                   "--web.listen-address", f"127.0.0.1:{free_port()}"])
+    error = capsys.readouterr().err
+    assert status == 2 and error.count("\n") == 1
+    assert message in error, error
+
+
+def _secret_volume(directory, generation: str, password: str | None) -> None:
+    """A Kubernetes Secret volume: web-config.yml -> ..data/web-config.yml, ..data swapped atomically."""
+    data = directory / generation
+    data.mkdir()
+    users = {USER: bcrypt.hashpw(password.encode(), bcrypt.gensalt(rounds=4)).decode()} if password else None
+    content = yaml.safe_dump({"basic_auth_users": users}) if users else "basic_auth_users: ["
+    (data / "web-config.yml").write_text(content)
+    link = directory / "..data_tmp"
+    link.symlink_to(generation)
+    link.replace(directory / "..data")
+    if not (directory / "web-config.yml").is_symlink():
+        (directory / "web-config.yml").symlink_to("..data/web-config.yml")
+
+
+def _reload_gauge(exporter: ExporterProcess, password: str) -> float:
+    status, body = http_get(exporter.url + "/metrics", headers=_basic(USER, password))
+    assert status == 200, body
+    line = next(line for line in body.splitlines() if line.startswith("trainlog_web_config_last_reload_successful "))
+    return float(line.split()[1])
+
+
+def test_a_replaced_secret_is_read_again_and_a_bad_edit_keeps_the_last_good_config(tmp_path):
+    secret = tmp_path / "secret"
+    secret.mkdir()
+    _secret_volume(secret, "..2026_01", "first")
+    with ExporterProcess("--log-dir", str(tmp_path), "--web.config.file", str(secret / "web-config.yml"),
+                         headers=_basic(USER, "first")) as exporter:
+        assert _reload_gauge(exporter, "first") == 1
+        _secret_volume(secret, "..2026_02", "second")
+        eventually(lambda: http_get(exporter.url + "/-/ready", headers=_basic(USER, "second"))[0] == 200, timeout=5,
+                   what="the rotated password")
+        assert http_get(exporter.url + "/-/ready", headers=_basic(USER, "first"))[0] == 401
+        assert _reload_gauge(exporter, "second") == 1
+
+        _secret_volume(secret, "..2026_03", None)  # not valid YAML
+        eventually(lambda: _reload_gauge(exporter, "second") == 0, timeout=5, what="the failed reload")
+        assert http_get(exporter.url + "/-/ready", headers=_basic(USER, "second"))[0] == 200
+        assert "keeping the last good web config" in exporter.output()
+        assert "Traceback" not in exporter.output()
+
+        _secret_volume(secret, "..2026_04", "third")
+        eventually(lambda: http_get(exporter.url + "/-/ready", headers=_basic(USER, "third"))[0] == 200, timeout=5,
+                   what="the password after the bad edit")
+        assert _reload_gauge(exporter, "third") == 1
+
+
+def test_pure_checks_of_hashes_durations_and_buckets():
+    from exporter.export.web_config import TokenBucket, bcrypt_problem, go_duration
+
+    assert bcrypt_problem(bcrypt.hashpw(b"x", bcrypt.gensalt(rounds=4)).decode()) is None
+    assert bcrypt_problem("$2y$31$" + _SALT_AND_HASH) is None
+    assert "cost 3" in bcrypt_problem("$2a$03$" + _SALT_AND_HASH)
+    assert "not a bcrypt hash" in bcrypt_problem("secret")
+    assert [go_duration(text) for text in ("0", "1s", "250ms", "1m30s", "1.5h", "2us")] == [
+        0, 1, 0.25, 90, 5400, pytest.approx(2e-6)]
+    for bad in ("1", "1x", "s", "1s 2s", "-1s"):
+        with pytest.raises(ValueError, match="is not a duration"):
+            go_duration(bad)
+    bucket = TokenBucket(rate=2.0, burst=2, stamp=0.0)
+    taken = []
+    for now in (0.0, 0.0, 0.0, 0.4, 0.5, 1.5, 1.5, 1.5):
+        ok = bucket.available(now)
+        if ok:
+            bucket.take()
+        taken.append(ok)
+    assert taken == [True, True, False, False, True, True, True, False]

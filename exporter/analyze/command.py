@@ -12,8 +12,9 @@ from exporter.analyze import plot
 from exporter.analyze.csv_out import StepCsv
 from exporter.analyze.engine import Analysis
 from exporter.analyze.render import RENDERERS
-from exporter.analyze.sources import resolve
-from exporter.follow.stream import STDIN
+from exporter.analyze.sources import resolve, within_series_cap
+from exporter.follow.stream import STDIN, SourceError, standard_input
+from exporter.state import Limits
 
 PROGRAM = "trainlog-exporter: analyze"
 DESCRIPTION = "Post-mortem of finished logs: where the loss went wrong, on which rank, and why."
@@ -48,6 +49,12 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     if paths.count(STDIN) > 1:
         print(f"{PROGRAM}: standard input (-) can be given once", file=err)
         return 2
+    if STDIN in paths and stdin is None:
+        try:
+            standard_input()
+        except SourceError as error:
+            print(f"{PROGRAM}: {error}", file=err)
+            return 2
     resolved = resolve(paths, run)
     if not resolved.sources:
         for problem in resolved.problems:
@@ -57,17 +64,20 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     points = plot.PlotData() if plot_file else None
     analysis = Analysis(rows=rows.add if rows else None, points=points.add if points else None)
     analysis.warnings += resolved.problems
-    progress = _Progress(err, len(resolved.sources)) if err.isatty() else None
+    sources, capped = within_series_cap(resolved.sources, Limits().max_series)
+    if capped is not None:
+        analysis.warnings.append(capped)
+    progress = _Progress(err, len(sources)) if err.isatty() else None
     failed = 0
-    for number, source in enumerate(resolved.sources, 1):
-        read = analysis.add(source, (stdin or sys.stdin).buffer if source.name == STDIN else None,
+    for number, source in enumerate(sources, 1):
+        read = analysis.add(source, (stdin.buffer if stdin else standard_input()) if source.name == STDIN else None,
                             progress=progress.show if progress else None)
         failed += not read
         if progress:
             progress.file_done(number)
     if progress:
         progress.clear()
-    if failed == len(resolved.sources):
+    if failed == len(sources):
         for warning in analysis.warnings:
             print(f"{PROGRAM}: {warning}", file=err)
         return 2

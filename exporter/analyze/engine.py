@@ -118,7 +118,8 @@ class Analysis:
                 broken = True
             if mtime is not None and generation == source.generations[-1]:
                 track = self._tracks[key]
-                if track.last_line_time is None and self._state.series[key].lines_total:
+                rank = self._state.series.get(key)  # none when the series limit kept the rank out
+                if track.last_line_time is None and rank is not None and rank.lines_total:
                     track.last_line_time = mtime  # no line had a timestamp: the file's own time for its last
         return read_any or not broken
 

@@ -103,3 +103,34 @@ def _order(source: Source) -> tuple:
     rank = source.role.rank
     return (source.node, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
             [int(part) if part.isdigit() else part for part in _NUMBER.split(source.name)])
+
+
+def within_series_cap(sources: list[Source], max_series: int) -> tuple[list[Source], str | None]:
+    """The sources of the first ``max_series`` (run, node, rank) series, in report order, and a sentence
+    for the report when others are left out (None when all fit).
+
+    One analysis holds at most as many series as the exporter's cardinality guard
+    (``state.Limits.max_series``); beyond it a report of the ranks it holds beats a crash.
+    """
+    kept: list[Source] = []
+    seen: set[tuple[str, str, str]] = set()
+    left_out: set[tuple[str, str, str]] = set()
+    for source in sources:
+        key = (source.run, source.node, source.role.rank)
+        if key not in seen and len(seen) >= max_series:
+            left_out.add(key)
+            continue
+        seen.add(key)
+        kept.append(source)
+    if not left_out:
+        return kept, None
+    return kept, (f"{len(seen) + len(left_out)} series (run, node, rank) found, more than the {max_series} one "
+                  f"analysis holds: the report covers the first {max_series} in node and rank order and leaves "
+                  f"out {len(left_out)} (from rank {_first_rank(left_out)}); analyze their directories or files "
+                  "separately")
+
+
+def _first_rank(keys: set[tuple[str, str, str]]) -> str:
+    ranks = sorted((int(rank) if rank.isdigit() else -1, node, rank) for _run, node, rank in keys)
+    _number, node, rank = ranks[0]
+    return f"{rank} of node {node}" if node else rank

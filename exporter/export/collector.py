@@ -10,11 +10,12 @@ from __future__ import annotations
 from collections.abc import Iterator
 
 from prometheus_client import PlatformCollector, ProcessCollector
-from prometheus_client.core import Metric
+from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, Metric
 from prometheus_client.registry import Collector, CollectorRegistry
 
 from exporter.export.families import STATE_ONLY, Family, ScrapeTime, walk
 from exporter.export.metrics_table import COUNTER, INFO
+from exporter.export.web_config import WebConfigReloader
 from exporter.state import TrainingState
 
 
@@ -60,3 +61,22 @@ def exporter_registry(state: TrainingState, scrape_time: ScrapeTime = STATE_ONLY
     registry.register(TrainingCollector(state, scrape_time))
     registry.register(runtime_registry())
     return registry
+
+
+class WebConfigCollector(Collector):
+    """``--web.config.file``'s reload outcome and the credential checks refused, read at scrape time."""
+
+    def __init__(self, reloader: WebConfigReloader) -> None:
+        self._reloader = reloader
+
+    def collect(self) -> Iterator[Metric]:
+        reloader = self._reloader
+        yield GaugeMetricFamily("trainlog_web_config_last_reload_successful",
+                                "1 if the latest read of --web.config.file succeeded; 0: the last good config serves.",
+                                value=1.0 if reloader.last_reload_successful else 0.0)
+        yield GaugeMetricFamily("trainlog_web_config_last_reload_success_timestamp_seconds",
+                                "When --web.config.file was last read successfully.",
+                                value=reloader.last_reload_seconds)
+        yield CounterMetricFamily("trainlog_http_auth_limited",
+                                  "Requests answered 429: bcrypt checks of unknown credentials over the rate limit.",
+                                  value=reloader.checks.limiter.limited)

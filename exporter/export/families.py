@@ -111,6 +111,8 @@ class ScrapeTime:
     build_info: Callable[[], Mapping[str, str]] = build_info
     # followed file (as a label value) -> bytes it holds beyond what was read; None when nothing is followed.
     file_lag_bytes: Callable[[], Mapping[str, int] | None] = _no_follower
+    # log files found but left unfollowed for the open-file limit; None when nothing is followed.
+    files_unfollowed: Callable[[], int | None] = _no_follower
 
 
 # Nothing outside the state: no OTLP push, no --process-pattern.
@@ -146,9 +148,9 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
             families.append(Family(spec, [series_labels(KIND_LABELS, values) for values in _kind_labels()],
                                    [1] * len(KINDS)))
         elif spec.source == FOLLOWER:
-            lags = getattr(scrape_time, spec.attribute)()
-            if lags is not None:
-                families.append(Family(spec, [series_labels((), ())], [dict(lags)]))
+            value = getattr(scrape_time, spec.attribute)()
+            if value is not None:
+                families.append(Family(spec, [series_labels((), ())], [dict(value) if spec.label else value]))
     return families
 
 

@@ -146,6 +146,10 @@ OTLP_EXPORT_FAILURES = MetricSpec("trainlog_otlp_export_failures", "OTLP metric 
 # as many as files are followed, at most the open-file limit) ...
 FILE_LAG = MetricSpec("trainlog_file_lag_bytes", "Bytes a followed file holds beyond what the exporter has read (at scrape time).",
                       "file_lag_bytes", "By", "file", source=FOLLOWER)
+# ... the log files found but left unfollowed because the open-file limit leaves no descriptor for them ...
+FILES_UNFOLLOWED = MetricSpec("trainlog_files_unfollowed", "Log files found but not followed: the open-file limit "
+                              "(less a reserve for the listener) is reached.", "files_unfollowed", "{file}",
+                              source=FOLLOWER)
 # ... and, only with --process-pattern, per (run, node): not a rank's series.
 PROCESS_UP = MetricSpec("training_process_up", "1 while a process matching --process-pattern runs, else 0.", "process_up",
                         source=PROCESSES)
@@ -161,4 +165,4 @@ KIND_INFO = MetricSpec("trainlog_kind_info", "1 for every kind of event the expo
 
 # Every family in exposition order; the ones read from the state come first (one lock hold).
 METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           OTLP_EXPORT_FAILURES, FILE_LAG, PROCESS_UP, BUILD_INFO, KIND_INFO)
+           OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO, KIND_INFO)

@@ -17,9 +17,11 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import threading
 import time
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
+from typing import Any
 from urllib.parse import urlsplit
 
 from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter
@@ -50,6 +52,9 @@ _SDK_EXPORT_LOGGERS = {"http/protobuf": (OTLPMetricExporter.__module__,),
                        GRPC: ("opentelemetry.exporter.otlp.proto.grpc.exporter",
                               "opentelemetry.exporter.otlp.proto.grpc.metric_exporter")}
 _MAX_REASON_CHARS = 400
+# Exports left running past their deadline (a collector trickling its answer) before the next
+# ones fail at once instead of adding threads.
+MAX_OVERDUE = 2
 
 Attributes = dict[str, str]
 
@@ -196,14 +201,10 @@ class _CountingExporter(MetricExporter):
         self._count_failure = count_failure
         self._health = health
         self._sdk_log = sdk_log
+        self._overdue: list[threading.Thread] = []  # exports left running past their deadline
 
     def export(self, metrics_data: MetricsData, timeout_millis: float = 10_000, **kwargs) -> MetricExportResult:
-        try:
-            result = self._delegate.export(metrics_data, timeout_millis=timeout_millis, **kwargs)
-        except Exception as error:
-            log.debug("OTLP exporter raised", exc_info=True)
-            result = MetricExportResult.FAILURE
-            self._sdk_log.note(repr(error))
+        result = self._export_by_deadline(metrics_data, timeout_millis, kwargs)
         ok = result is MetricExportResult.SUCCESS
         if not ok:
             self._count_failure()
@@ -211,6 +212,39 @@ class _CountingExporter(MetricExporter):
         if decision is not None:
             log.log(*decision)
         return result
+
+    def _export_by_deadline(self, metrics_data: MetricsData, timeout_millis: float,
+                            kwargs: dict[str, Any]) -> MetricExportResult:
+        """The delegate's export on a thread of its own, waited for ``timeout_millis`` of wall-clock time.
+
+        The SDK's timeout bounds each read, not the request: a collector that answers a byte
+        a second keeps an export going for ever. Past the deadline the export counts as failed
+        and the reader moves on; the thread is left to end when the connection does, and at
+        most ``MAX_OVERDUE`` such threads are left before the next exports fail at once.
+        """
+        self._overdue = [thread for thread in self._overdue if thread.is_alive()]
+        if len(self._overdue) >= MAX_OVERDUE:
+            self._sdk_log.note(f"{len(self._overdue)} earlier exports still run past their deadline")
+            return MetricExportResult.FAILURE
+        outcome: list[MetricExportResult] = []
+        thread = threading.Thread(target=self._attempt, args=(metrics_data, timeout_millis, kwargs, outcome),
+                                  name="otlp-export", daemon=True)
+        thread.start()
+        thread.join(timeout_millis / 1000)
+        if thread.is_alive():
+            self._overdue.append(thread)
+            self._sdk_log.note(f"no whole answer within {timeout_millis / 1000:g} s")
+            return MetricExportResult.FAILURE
+        return outcome[0] if outcome else MetricExportResult.FAILURE
+
+    def _attempt(self, metrics_data: MetricsData, timeout_millis: float, kwargs: dict[str, Any],
+                 outcome: list[MetricExportResult]) -> None:
+        try:
+            outcome.append(self._delegate.export(metrics_data, timeout_millis=timeout_millis, **kwargs))
+        except Exception as error:  # noqa: BLE001 - an exporter that raises is a failed export
+            log.debug("OTLP exporter raised", exc_info=True)
+            self._sdk_log.note(repr(error))
+            outcome.append(MetricExportResult.FAILURE)
 
     def force_flush(self, timeout_millis: float = 10_000) -> bool:
         return self._delegate.force_flush(timeout_millis=timeout_millis)

@@ -111,8 +111,15 @@ class Follower:
         idle_flush_seconds: float | None = None,
         rules: DirectoryRules | Mapping[str, DirectoryRules] = DEFAULT_RULES,
         append_batch_seconds: float = APPEND_BATCH_SECONDS,
+        max_open_files: int | None = None,
+        open_file_limit: int | None = None,
     ) -> None:
-        """``rules``: which files to follow, for every directory or per directory (as given in ``directories``)."""
+        """``rules``: which files to follow, for every directory or per directory (as given in ``directories``).
+
+        ``max_open_files``: files followed at most (each holds a descriptor): the open-file limit
+        ``open_file_limit`` less a reserve for the listener, the probes and the checkpoint. Files
+        beyond are left unfollowed (``unfollowed``), said once, until others go away.
+        """
         self._directories = [os.path.abspath(d) for d in directories]
         # Single files (--log-file): followed whatever their name, waited for like a directory.
         self._single_files = [os.path.abspath(f) for f in files]
@@ -136,6 +143,9 @@ class Follower:
         self._observer = None if poll_interval else self._native_observer()
         self._appends: AppendWatcher | None = None  # created by start(): only a running follower needs it
         self._append_batch_seconds = append_batch_seconds
+        self._max_open_files = max_open_files
+        self._open_file_limit = open_file_limit
+        self._unfollowed: set[str] = set()  # files left out for the open-file limit
         # catch_up's hand-over: requests asked, the last one whose appends were read, and whether the
         # follow thread is reading appends it took from the kernel (they are no longer queued there).
         self._passes = threading.Condition()
@@ -151,6 +161,10 @@ class Follower:
     def lag_bytes(self) -> dict[str, int]:
         """Per followed path, the bytes its file holds beyond what was read. From any thread (a scrape's)."""
         return {path: tailer.lag_bytes() for path, tailer in list(self._tailers.items())}
+
+    def unfollowed(self) -> int:
+        """Log files found but not followed for the open-file limit (trainlog_files_unfollowed). From any thread."""
+        return len(self._unfollowed)
 
     def start(self) -> None:
         if self._observer is not None:
@@ -228,6 +242,8 @@ class Follower:
             self._discover(os.path.dirname(path), path, explicit=True)
         for path in list(self._tailers):
             self._guarded(self._read, path, True)  # one unreadable file must not hold up the others
+        # Files left out that went away are no longer waiting; the others are tried again by the next scans.
+        self._unfollowed = {path for path in self._unfollowed if path not in self._tailers and os.path.exists(path)}
         self._sink.files_followed(len(self._tailers))
         if all_present:
             self._ready.set()
@@ -385,6 +401,10 @@ class Follower:
             self._say_once(f"not following {path}: a symbolic link out of the log directory {directory} "
                            "(--follow-symlinks-outside, or follow_symlinks_outside for the directory, allows it)")
             return
+        if self._max_open_files is not None and len(self._tailers) >= self._max_open_files:
+            self._leave_out(path)
+            return
+        self._unfollowed.discard(path)
         followed = FollowedFile(path, directory, relative, classify(relative))
         try:
             mtime = os.stat(path).st_mtime
@@ -397,6 +417,14 @@ class Follower:
         if self._appends is not None:
             self._appends.watch(os.path.dirname(path))
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
+
+    def _leave_out(self, path: str) -> None:
+        """A file beyond the open-file budget: counted, and said once for all of them (Filebeat's harvester_limit)."""
+        self._unfollowed.add(path)
+        self._say_once(f"following at most {self._max_open_files} log files: the open-file limit (RLIMIT_NOFILE, "
+                       f"ulimit -n) is {self._open_file_limit} and a reserve is kept for the listener and the "
+                       "probes; the others are left unfollowed (trainlog_files_unfollowed) until followed files "
+                       "go away or the limit is raised")
 
     def _read(self, path: str, rescan: bool = False) -> None:
         tailer = self._tailers[path]

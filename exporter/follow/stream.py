@@ -16,7 +16,7 @@ import sys
 import threading
 import zlib
 from collections.abc import Callable, Iterator
-from typing import BinaryIO, cast
+from typing import Any, BinaryIO, cast
 
 from exporter.follow.discover import LogFileRole
 from exporter.follow.follower import FollowedFile, Sink
@@ -35,8 +35,9 @@ class SourceError(Exception):
 
 
 def read_blocks(stream: BinaryIO, max_line_bytes: int = 1 << 20, *, partial_reads: bool = False,
-                chunk_bytes: int = CHUNK_BYTES) -> Iterator[ReadBatch]:
-    """Blocks of whole lines from ``stream`` to its end; a last line without newline is handed out too.
+                chunk_bytes: int = CHUNK_BYTES, last_line: Callable[[], bool] = lambda: True) -> Iterator[ReadBatch]:
+    """Blocks of whole lines from ``stream`` to its end; a last line without newline is handed out too,
+    unless ``last_line()`` says no (a compressed file cut in the middle of it).
 
     ``partial_reads``: hand on whatever a read returns at once (a pipe: ``kubectl logs -f``),
     instead of waiting for full chunks.
@@ -47,8 +48,34 @@ def read_blocks(stream: BinaryIO, max_line_bytes: int = 1 << 20, *, partial_read
         if batch.data:
             yield batch
     rest = cutter.take_partial()
-    if rest:
+    if rest and last_line():
         yield ReadBatch(rest + b"\n", bytes_read=0)
+
+
+class _UpToTheCut(io.RawIOBase):
+    """A ``.gz`` read up to where it breaks: a generation cut short (a copy interrupted, a full disk
+    while rotating) ends there, with every line before the cut, instead of losing the chunk being
+    filled. ``error`` says what broke."""
+
+    def __init__(self, stream: gzip.GzipFile) -> None:
+        super().__init__()
+        self._stream = stream
+        self.error: Exception | None = None
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, view: Any) -> int:
+        if self.error is not None:
+            return 0
+        try:
+            # read1: what is decompressed so far, so the error comes on a read that has nothing left.
+            data = self._stream.read1(len(view))
+        except (EOFError, zlib.error, gzip.BadGzipFile) as error:
+            self.error = error
+            return 0
+        view[:len(data)] = data
+        return len(data)
 
 
 def _full_reads(stream: BinaryIO, chunk_bytes: int) -> Iterator[bytearray]:
@@ -99,12 +126,33 @@ def open_log(path: str) -> BinaryIO:
 def read_log(path: str, max_line_bytes: int = 1 << 20) -> Iterator[ReadBatch]:
     """The blocks of a finished log file (``.gz`` included); SourceError, naming the path, when it breaks."""
     with open_log(path) as stream:
+        cut = _UpToTheCut(stream) if isinstance(stream, gzip.GzipFile) else None
         try:
-            yield from read_blocks(stream, max_line_bytes)
+            yield from read_blocks(cast(BinaryIO, cut) if cut is not None else stream, max_line_bytes,
+                                   last_line=lambda: cut is None or cut.error is None)
         except (EOFError, zlib.error, gzip.BadGzipFile) as error:
             raise SourceError(f"{path}: corrupt compressed data ({error}): the rest of it was skipped") from None
         except OSError as error:
             raise SourceError(f"{path}: read failed: {error.strerror or error}") from None
+        if cut is not None and cut.error is not None:
+            raise SourceError(f"{path}: corrupt compressed data, or cut short ({cut.error}): every whole line "
+                              "before that point was read, the rest is lost")
+
+
+STDIN_CLOSED = ("-: standard input is closed, so there is nothing to read; pipe a log into it "
+                "(kubectl logs -f POD | trainlog-exporter ... -) or name files instead")
+
+
+def standard_input() -> BinaryIO:
+    """The process's standard input as bytes; SourceError when it is closed (``<&-``, a daemon without one)."""
+    stream = sys.stdin
+    try:
+        if stream is None:  # Python sets it to None when descriptor 0 was closed at start
+            raise ValueError
+        os.fstat(stream.fileno())
+    except (OSError, ValueError):
+        raise SourceError(STDIN_CLOSED) from None
+    return stream.buffer
 
 
 def stdin_file(rank: str = "") -> FollowedFile:
@@ -118,7 +166,7 @@ class StreamFollower:
     def __init__(self, sink: Sink, stream: BinaryIO | None = None, max_line_bytes: int = 1 << 20,
                  on_end: Callable[[], None] | None = None) -> None:
         self._sink = sink
-        self._stream = stream if stream is not None else sys.stdin.buffer
+        self._stream = stream if stream is not None else standard_input()  # SourceError when closed
         self._max_line_bytes = max_line_bytes
         self._on_end = on_end
         self._thread = threading.Thread(target=self._run, name="stdin", daemon=True)

@@ -146,3 +146,29 @@ class GrpcOtlpReceiver:
 
     def __exit__(self, *exc_info: object) -> None:
         self._server.stop(grace=None)
+
+
+class TricklingReceiver(HangingReceiver):
+    """Reads the request, then answers one byte a second: every read succeeds, the answer never ends."""
+
+    ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n" + b"\0" * 1000
+
+    def _accept(self) -> None:
+        while not self._stopped.is_set():
+            try:
+                connection, _ = self._listener.accept()
+            except OSError:
+                return
+            self._connections.append(connection)
+            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+
+    def _trickle(self, connection: socket.socket) -> None:
+        connection.settimeout(1)
+        try:
+            connection.recv(1 << 20)
+            for byte in self.ANSWER:
+                if self._stopped.wait(1):
+                    return
+                connection.sendall(bytes([byte]))
+        except OSError:
+            return
