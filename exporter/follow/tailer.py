@@ -7,8 +7,10 @@ Semantics after google/mtail's filestream, made lossless where the file system a
   path names another inode. The old file stays open and is read until the writer has
   moved on (the new file has bytes, or two rescans passed), then drained to its end;
   siblings rotated in between are read, then the new file from its start.
-- ``copytruncate``: the size fell below the read offset, or the first bytes changed. The
-  bytes not yet read are taken from the copy (the sibling with the same fingerprint).
+- ``copytruncate``, and a file written again from its start (msrun's ``>`` at a restart):
+  the size fell below the read offset, or the first bytes changed (looked at when the file
+  grew, or changed without growing). The bytes not yet read are taken from the copy (the
+  sibling with the same fingerprint), if there is one; then the file is read from its start.
 - A saved :class:`FilePosition` resumes reading after a restart, wherever the file went.
 
 Memory is bounded: a line longer than ``max_line_bytes`` is cut, its head handed out and
@@ -77,6 +79,9 @@ class _OpenFile:
     inode: int
     offset: int = 0
     fingerprint: Fingerprint | None = None
+    # The modification time the file had when it was last read to its end (None: not yet): a
+    # file that changed without growing was written again from its start (see _was_rewritten).
+    drained_mtime_ns: int | None = None
 
     @classmethod
     def open(cls, path: str, offset: int = 0, fingerprint: Fingerprint | None = None) -> _OpenFile:
@@ -279,9 +284,12 @@ class Tailer:
 
     def _drain(self, current: _OpenFile) -> Iterator[ReadBatch]:
         stat = os.fstat(current.fd)
-        if _was_truncated(current, stat.st_size):
+        if _was_truncated(current, stat.st_size) or _was_rewritten(current, stat):
             yield from self._recover_truncation(current, stat.st_size)
         yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
+        # The time before the read: a write during it changes the time again, and costs the next
+        # drain one look at the first bytes, never a missed rewrite.
+        current.drained_mtime_ns = stat.st_mtime_ns
 
     def _read_to_end(self, opened: _OpenFile, mtime: float | None = None,
                      size: int | None = None) -> Iterator[ReadBatch]:
@@ -485,6 +493,18 @@ def _cap_lines(block: bytes, cap: int) -> tuple[bytes, int]:
 def _was_shrunk(opened: _OpenFile, size: int) -> bool:
     """Size below the offset, but the first bytes are the same: the file lost its end, it is not new content."""
     return size < opened.offset and opened.fingerprint is not None and opened.fingerprint.matches(opened.fd)
+
+
+def _was_rewritten(opened: _OpenFile, stat: os.stat_result) -> bool:
+    """Written again from its start to exactly the size read so far: new first bytes in a file that changed.
+
+    msrun opens ``worker_{i}.log`` with "w" at each restart (a shell's ``>``); a restart that
+    prints the same lines with other timestamps often ends at the very size of the previous
+    attempt, which neither the size nor the growth past the offset shows. The first bytes are
+    looked at only when the modification time moved since the last read.
+    """
+    return (stat.st_size == opened.offset > 0 and stat.st_mtime_ns != opened.drained_mtime_ns
+            and opened.fingerprint is not None and not opened.fingerprint.matches(opened.fd))
 
 
 def _was_truncated(opened: _OpenFile, size: int) -> bool:
