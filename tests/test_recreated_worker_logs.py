@@ -18,8 +18,12 @@ from pathlib import Path
 
 import pytest
 
+from tests.support.drill_rules import write_shortened_rules
+from tests.support.drills import INCIDENT_RULES
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
+from tests.support.prometheus import PrometheusServer, require_binary
+from tests.test_e2e_alerts import INCIDENT_TEST_VALUES
 
 RANKS = ("0", "1")
 START = datetime(2026, 6, 9, 10, 18, 2)
@@ -72,29 +76,81 @@ def samples(exporter: ExporterProcess, name: str) -> dict[str, float]:
     return {rank: exporter.total(name, rank=rank) for rank in RANKS}
 
 
-@pytest.mark.parametrize("how", ["truncate", "truncate at once", "recreate"])
-def test_three_restarts_in_rewritten_worker_logs_count_three_per_rank(tmp_path, log_dir, how):
+def first_run(log_dir: Path) -> dict[str, Path]:
+    """Each rank's log as the first start left it: banner and steps 1 to 306."""
     logs = {rank: log_dir / f"worker_{rank}.log" for rank in RANKS}
     for rank, path in logs.items():
         path.write_text("".join(f"{line}\n" for line in attempt_lines(0, 1, 306, rank)))
-    exporter = ExporterProcess("--log-dir", str(log_dir), "--node", "n", "--state-file", str(tmp_path / "state.json"),
-                               wait_for="/-/ready").start()
+    return logs
+
+
+def serve(tmp_path: Path, log_dir: Path) -> ExporterProcess:
+    return ExporterProcess("--log-dir", str(log_dir), "--node", "n", "--state-file", str(tmp_path / "state.json"),
+                           wait_for="/-/ready").start()
+
+
+def caught_up(exporter: ExporterProcess) -> None:
+    eventually(lambda: samples(exporter, "training_step") == dict.fromkeys(RANKS, 306.0), 15,
+               what=lambda: f"{samples(exporter, 'training_step')}\n{exporter.output()}")
+
+
+def restart(exporter: ExporterProcess, logs: dict[str, Path], how: str, attempt: int) -> None:
+    """Every rank started again, and the exporter has counted it (a restart and a crash more)."""
+    for rank, path in logs.items():
+        rewrite(path, attempt_lines(attempt, 251, 280, rank), how)
+    counted = dict.fromkeys(RANKS, float(attempt))
+    eventually(lambda: samples(exporter, "training_restarts_total") == counted
+               and samples(exporter, "training_errors_total") == counted, 15,
+               what=lambda: (f"attempt {attempt}: restarts {samples(exporter, 'training_restarts_total')}, errors "
+                             f"{samples(exporter, 'training_errors_total')}, step {samples(exporter, 'training_step')}"
+                             f"\n{exporter.output()}"))
+
+
+@pytest.mark.parametrize("how", ["truncate", "truncate at once", "recreate"])
+def test_three_restarts_in_rewritten_worker_logs_count_three_per_rank(tmp_path, log_dir, how):
+    logs = first_run(log_dir)
+    exporter = serve(tmp_path, log_dir)
     try:
-        eventually(lambda: samples(exporter, "training_step") == dict.fromkeys(RANKS, 306.0), 15,
-                   what=lambda: f"{samples(exporter, 'training_step')}\n{exporter.output()}")
+        caught_up(exporter)
         for attempt in (1, 2, 3):
-            for rank, path in logs.items():
-                rewrite(path, attempt_lines(attempt, 251, 280, rank), how)
-            counted = dict.fromkeys(RANKS, float(attempt))
-            eventually(lambda counted=counted: samples(exporter, "training_restarts_total") == counted
-                       and samples(exporter, "training_errors_total") == counted, 15,
-                       what=lambda attempt=attempt: (
-                           f"attempt {attempt}: restarts {samples(exporter, 'training_restarts_total')}, errors "
-                           f"{samples(exporter, 'training_errors_total')}, step {samples(exporter, 'training_step')}"
-                           f"\n{exporter.output()}"))
+            restart(exporter, logs, how, attempt)
         assert samples(exporter, "training_step") == dict.fromkeys(RANKS, 280.0)
         # Every rewrite replays 251-280, all below the 306 reached before: nothing productive after the first start.
         replayed = {rank: exporter.total("training_lost_seconds_total", rank=rank, kind="replayed") for rank in RANKS}
         assert replayed == pytest.approx(dict.fromkeys(RANKS, 3 * 30 * 0.85))
+    finally:
+        exporter.stop()
+
+
+def test_three_rewrites_raise_training_restart_loop_in_prometheus(tmp_path, log_dir):
+    """A real Prometheus with the shipped incident rules (windows shortened as in the fire drills:
+    1h -> 2m, 2m -> 2s) scrapes the exporter while the logs are rewritten three times."""
+    require_binary("prometheus")
+    rules = write_shortened_rules(INCIDENT_RULES, tmp_path / "rules" / INCIDENT_RULES.name, INCIDENT_TEST_VALUES)
+    logs = first_run(log_dir)
+    exporter = serve(tmp_path, log_dir)
+    try:
+        target = f"127.0.0.1:{exporter.port}"
+        with PrometheusServer(tmp_path / "prometheus", [target], rule_files=[rules]) as prometheus:
+            # The counters at 0 and the step at 306 scraped first: increase() and the old highest step need them.
+            caught_up(exporter)
+            eventually(lambda: len(prometheus.query("training_restarts_total == 0 and on (rank) training_step == 306"))
+                       == len(RANKS), 30, interval=0.2, what="a scrape of the first start")
+
+            def loop() -> list[dict]:
+                return [alert for alert in prometheus.api("alerts")["alerts"]
+                        if alert["labels"]["alertname"] == "TrainingRestartLoop"]
+
+            for attempt in (1, 2):
+                restart(exporter, logs, "truncate at once", attempt)
+            time.sleep(3)  # three scrapes and evaluations: two restarts are no loop
+            assert loop() == []
+            restart(exporter, logs, "truncate at once", 3)
+            (alert,) = eventually(lambda: [alert for alert in loop() if alert["state"] == "firing"], 30, interval=0.2,
+                                  what=lambda: f"TrainingRestartLoop firing; alerts: {prometheus.api('alerts')}")
+            assert alert["labels"]["node"] == "n" and float(alert["value"]) == len(RANKS)  # the ranks in the loop
+            restarts = {item["metric"]["rank"]: float(item["value"][1])
+                        for item in prometheus.query("increase(training_restarts_total[2m])")}
+            assert restarts.keys() == set(RANKS) and all(value >= 2.9 for value in restarts.values()), restarts
     finally:
         exporter.stop()
