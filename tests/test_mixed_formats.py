@@ -14,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from exporter.parse import LineParser, StepBatch
+from exporter.parse.line_parser import DISCOVERY_STEP_LINES
 from exporter.state import TrainingState
 from tests.support.records import fixture_lines
 
@@ -102,3 +103,32 @@ def test_a_forced_format_reads_only_its_own_lines():
     parsed = parser.parse_block(fixture_data())
     assert parsed.lines_by_format == {"mindformers_pynative": 4}
     assert "device_local_norm" not in batches(parsed.records)[0].series
+
+
+def keyvalue_steps(first: int, last: int) -> bytes:
+    return b"".join(b"step=%d loss=2.5\n" % step for step in range(first, last + 1))
+
+
+def test_after_the_first_step_lines_only_the_formats_found_and_their_frameworks_are_looked_for():
+    """Every candidate's anchor costs the scan: formats that print beside a file's own do so from its first
+    steps on, so after DISCOVERY_STEP_LINES step lines the others are no longer looked for."""
+    megatron = (b" iteration      %d/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
+                b" learning rate: 2.997600E-04 | global batch size:   512 | lm loss: 2.201000E+00 |\n")
+    parser = LineParser()
+    parsed = parser.parse_block(keyvalue_steps(1, 10) + megatron % 10)
+    assert parsed.lines_by_format == {"keyvalue": 10, "megatron": 1}  # found while discovering: stays
+    parser.parse_block(keyvalue_steps(11, DISCOVERY_STEP_LINES))
+    value = b"2026-06-09 10:00:00 - INFO - Epoch:[  1/  1], step:[ 2001/ 5000] device_local_norm: 1.0\n"
+    first = DISCOVERY_STEP_LINES + 1
+    later = parser.parse_block(keyvalue_steps(first, first) + megatron % 2000 + value)
+    assert later.lines_by_format == {"keyvalue": 1, "megatron": 1}  # MindFormers' value is no longer looked for
+    assert later.unparsed == 1
+
+
+def test_the_main_formats_framework_stays_looked_for_after_the_first_step_lines():
+    lines = fixture_lines(FIXTURE)
+    records = [line for line in lines if b"_print_log" in line][:1]
+    parser = LineParser()
+    parser.parse_block(b"".join(records[0] + b"\n" for _ in range(DISCOVERY_STEP_LINES)))
+    parsed = parser.parse_block(b"".join(line + b"\n" for line in lines if b"_to_log" in line))
+    assert parsed.lines_by_format == {"mindformers_static": 7}

@@ -8,7 +8,9 @@ parser reads it; only the lines holding a format's or a failure signature's byte
 are looked at (parse/scan.py): the framework noise that makes up most of a worker log
 costs nothing. The first format with a field table whose line was read (the file's main
 format) has its runs of step lines read by the step-field kernel; the other formats' lines,
-few beside them, go one at a time. A format forced by the configuration or by the file's
+few beside them, go one at a time. Every candidate is looked for during the file's first
+DISCOVERY_STEP_LINES step lines, then only the formats found and their frameworks' (the
+scan's cost grows with its anchors). A format forced by the configuration or by the file's
 role is the only one that runs. Step lines leave as
 StepBatch (step_batch.py), one per rank and block unless a line ends one. The only state
 kept between lines is what spans lines: open tracebacks (one per rank stream of a tee'd
@@ -47,6 +49,11 @@ MAX_OPEN_PER_PREFIX = 1024
 # range, or any other failure of a parser on the line's text.
 REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR = "number_out_of_range", "parse_error"
 REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
+# Formats that print beside a file's own do so from its first steps on (MindFormers'
+# TrainingStateMonitor every step, DeepSpeed's engine every steps_per_print): after this many
+# step lines only the formats found so far, and those of their frameworks, are looked for.
+# Every candidate's anchors cost the scan kernel a third more time over a worker log's noise.
+DISCOVERY_STEP_LINES = 1000
 
 
 @dataclass(slots=True)
@@ -77,6 +84,8 @@ class LineParser:
         # Every line not taken by the kernel is offered to these, in order (most specific first).
         self._routing = self._candidates
         self._found: set[str] = set()  # the names of the formats whose parser read a line of the file
+        self._step_lines = 0  # step lines read while other formats are still looked for (DISCOVERY_STEP_LINES)
+        self._discovering = forced is None
         self._format: Format | None = None  # the file's format (training_info): see _settle
         self._format_has_loss = False  # a line of ``_format`` printed a loss: it is final
         self._provisional: Format | None = None  # found, but its lines carry no loss (DeepSpeed's engine)
@@ -148,7 +157,19 @@ class LineParser:
         held, self._held_exits = self._held_exits, {}
         for event, rank in held.values():
             self._emit(event, rank, parsed)
+        if self._discovering and self._found:
+            self._step_lines += sum(parsed.lines_by_format.values())
+            if self._step_lines >= DISCOVERY_STEP_LINES:
+                self._end_discovery()
         return parsed
+
+    def _end_discovery(self) -> None:
+        """From the next block on, only the formats found and those of their frameworks are looked for."""
+        self._discovering = False
+        frameworks = {fmt.framework for fmt in self._routing if fmt.name in self._found and fmt.framework}
+        routing = tuple(fmt for fmt in self._routing if fmt.name in self._found or fmt.framework in frameworks)
+        if len(routing) < len(self._routing):
+            self._routing, self._scanner = routing, scanner_for(routing)
 
     def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
         """Every line, one at a time."""
