@@ -231,29 +231,16 @@ class LineParser:
         kernel_format = self._kernel_format
         if builder is None or kernel_format is None:
             return 0
-        if builder.has_lines_read_alone and self._goes_back_at(builder, data, starts[index], kernel_format):
-            # The kernel ends a run where the step goes back, but cannot see the steps of lines read
-            # one by one (a declined line, another format's): a new batch keeps a batch's steps from going back.
-            self._end_batch(builder, parsed)
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
-        taken = builder.read_run(data, starts, index, limit)
+        taken, ended = builder.read_run(data, starts, index, limit)
+        if ended is not None:  # the run's first step went back below a line read one by one: a restart
+            self._append(ended, parsed)
         if taken:
             name = kernel_format.name
             parsed.lines_by_format[name] = parsed.lines_by_format.get(name, 0) + taken
             if self._rows_per_batch and len(builder) >= self._rows_per_batch:
                 self._end_batch(builder, parsed)
         return taken
-
-    @staticmethod
-    def _goes_back_at(builder: StepBatchBuilder, data: bytes, start: int, fmt: Format) -> bool:
-        """True when the kernel's line at ``start`` would take the batch's step back (a restart).
-
-        Asked only after lines read one by one (one a step in a log that mixes formats, none in
-        a log of one format): reading the line's step in Python here costs one parse a step.
-        """
-        end = data.find(b"\n", start)
-        record = fmt.parse(data[start:end if end >= 0 else len(data)].decode("utf-8", "replace"))
-        return isinstance(record, StepLine) and builder.goes_back(record.step)
 
     def _parse_line_isolated(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
         """``_parse_line``, but a line whose reading fails is counted as rejected and skipped, not the whole block.
