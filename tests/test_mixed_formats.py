@@ -109,9 +109,9 @@ def keyvalue_steps(first: int, last: int) -> bytes:
     return b"".join(b"step=%d loss=2.5\n" % step for step in range(first, last + 1))
 
 
-def test_after_the_first_step_lines_only_the_formats_found_and_their_frameworks_are_looked_for():
-    """Every candidate's anchor costs the scan: formats that print beside a file's own do so from its first
-    steps on, so after DISCOVERY_STEP_LINES step lines the others are no longer looked for."""
+def test_after_the_first_step_lines_only_the_formats_found_are_looked_for():
+    """Every anchor costs the scan: formats that print beside a file's own do so from its first steps on,
+    so after DISCOVERY_STEP_LINES step lines the others are no longer looked for."""
     megatron = (b" iteration      %d/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
                 b" learning rate: 2.997600E-04 | global batch size:   512 | lm loss: 2.201000E+00 |\n")
     parser = LineParser()
@@ -125,10 +125,13 @@ def test_after_the_first_step_lines_only_the_formats_found_and_their_frameworks_
     assert later.unparsed == 1
 
 
-def test_the_main_formats_framework_stays_looked_for_after_the_first_step_lines():
+@pytest.mark.parametrize("found", [True, False])
+def test_state_monitor_values_are_read_on_if_they_came_in_the_first_step_lines(found):
     lines = fixture_lines(FIXTURE)
-    records = [line for line in lines if b"_print_log" in line][:1]
+    record = next(line for line in lines if b"_print_log" in line)
+    values = b"".join(line + b"\n" for line in lines if b"_to_log" in line)
     parser = LineParser()
-    parser.parse_block(b"".join(records[0] + b"\n" for _ in range(DISCOVERY_STEP_LINES)))
-    parsed = parser.parse_block(b"".join(line + b"\n" for line in lines if b"_to_log" in line))
-    assert parsed.lines_by_format == {"mindformers_static": 7}
+    parser.parse_block(record + b"\n" + (values if found else b""))
+    parser.parse_block(b"".join(record + b"\n" for _ in range(DISCOVERY_STEP_LINES)))
+    parsed = parser.parse_block(values)
+    assert parsed.lines_by_format == ({"mindformers_static": 7} if found else {})

@@ -9,8 +9,8 @@ are looked at (parse/scan.py): the framework noise that makes up most of a worke
 costs nothing. The first format with a field table whose line was read (the file's main
 format) has its runs of step lines read by the step-field kernel; the other formats' lines,
 few beside them, go one at a time. Every candidate is looked for during the file's first
-DISCOVERY_STEP_LINES step lines, then only the formats found and their frameworks' (the
-scan's cost grows with its anchors). A format forced by the configuration or by the file's
+DISCOVERY_STEP_LINES step lines, then only the formats found (the scan's cost grows with
+its anchors). A format forced by the configuration or by the file's
 role is the only one that runs. Step lines leave as
 StepBatch (step_batch.py), one per rank and block unless a line ends one. The only state
 kept between lines is what spans lines: open tracebacks (one per rank stream of a tee'd
@@ -50,9 +50,10 @@ MAX_OPEN_PER_PREFIX = 1024
 REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR = "number_out_of_range", "parse_error"
 REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
 # Formats that print beside a file's own do so from its first steps on (MindFormers'
-# TrainingStateMonitor every step, DeepSpeed's engine every steps_per_print): after this many
-# step lines only the formats found so far, and those of their frameworks, are looked for.
-# Every candidate's anchors cost the scan kernel a third more time over a worker log's noise.
+# TrainingStateMonitor every step by default, DeepSpeed's engine every steps_per_print): after
+# this many step lines only the formats found so far are looked for. Each anchor costs the scan
+# kernel time over a worker log's noise: every candidate's ~50 % more than one format's, even
+# MindFormers' other anchor (``Epoch:[``) ~15 % (the catch-up benchmark's log).
 DISCOVERY_STEP_LINES = 1000
 
 
@@ -164,10 +165,9 @@ class LineParser:
         return parsed
 
     def _end_discovery(self) -> None:
-        """From the next block on, only the formats found and those of their frameworks are looked for."""
+        """From the next block on, only the formats found are looked for (their anchors, in the scanner)."""
         self._discovering = False
-        frameworks = {fmt.framework for fmt in self._routing if fmt.name in self._found and fmt.framework}
-        routing = tuple(fmt for fmt in self._routing if fmt.name in self._found or fmt.framework in frameworks)
+        routing = tuple(fmt for fmt in self._routing if fmt.name in self._found)
         if len(routing) < len(self._routing):
             self._routing, self._scanner = routing, scanner_for(routing)
 
