@@ -152,9 +152,11 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     assert seen == [b"{ step:[ 1/ 2], loss: 3.0 }", b"{ step:[ 2/ 2], loss: 2.9 }", b"fftsplus noise",
                     b"fftsplus noise"]
     assert (batch.lines_by_rank, batch.unparsed, batch.lines_by_format) == ({None: 5}, 3, {"mindformers_pynative": 2})
-    # The kernel cannot see the step of a line read alone (it might go back: a restart), so its
-    # run starts a new batch.
-    assert [(type(record), record.steps) for record in batch.records] == [(StepBatch, [1]), (StepBatch, [2])]
+    # The kernel cannot see the step of a line read alone: the line parser reads the step of the
+    # kernel's next line, and only a step going back (a restart) starts a new batch.
+    assert [(type(record), record.steps) for record in batch.records] == [(StepBatch, [1, 2])]
+    restarted = LineParser().parse_block(b"{ step:[ 5/ 9], loss: 3.0 }\nfftsplus noise\n{ step:[ 2/ 9], loss: 2.9 }\n")
+    assert [record.steps for record in restarted.records if isinstance(record, StepBatch)] == [[5], [2]]
 
 
 def test_a_block_with_rank_prefixes_is_parsed_line_by_line():

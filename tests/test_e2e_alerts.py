@@ -122,6 +122,9 @@ DRILLS = (
     Drill("node-timeout", ("node_timeout:2@12",), {"TrainingNodeTimedOut": NO_RANK}, RUN_GOES_SILENT),
     # A bad card: rank 1's own local norm jumps 12x; when every rank's triples together, nothing.
     Drill("diverge", ("diverge:1@40",), {"TrainingRankDivergence": frozenset({"1"})}),
+    # The same in PyNative worker logs: TrainingStateMonitor values beside LossCallback records (issue 26).
+    Drill("diverge-pynative", ("diverge:1@40",), {"TrainingRankDivergence": frozenset({"1"})},
+          options=("--mode", "pynative")),
     Drill("norm-shift", ("norm_shift@40",), {}),
     # The cascade: rank 2 runs out of memory, the others time out in the collective it never joins.
     Drill("oom-cascade", ("oom:2@12", "watchdog@12"),
@@ -224,7 +227,7 @@ def test_every_rank_departing_together_is_counted_but_not_alerted(drills):
     """The quiet norm-shift drill is quiet because of the rule's cross-rank part: each rank's own
     departure did reach Prometheus (the exporter compares a rank only with itself)."""
     drills.wait_until_settled(SETTLE, budget=FIRE_BUDGET + 15)
-    for run, ranks in (("norm-shift", ALL_RANKS), ("diverge", {"1"})):
+    for run, ranks in (("norm-shift", ALL_RANKS), ("diverge", {"1"}), ("diverge-pynative", {"1"})):
         departed = drills.prometheus.query(f'training_anomalies_total{{kind="rank_divergence",run="{run}"}} > 0')
         assert {sample["metric"]["rank"] for sample in departed} == ranks, (run, departed)
 

@@ -56,13 +56,16 @@ def test_brackets_that_are_not_launcher_prefixes_keep_the_file_rank(line):
     assert all(record.rank is None for record in parsed.records)
 
 
-def test_detection_locks_on_the_first_step_line_and_then_runs_only_that_format():
+def test_a_file_keeps_its_first_format_and_reads_every_other_format_a_line_matches():
+    """Issue 26: a file's records come from each format whose parser reads one of its lines, not from
+    the first one detected; the first one stays the file's format (training_info's label)."""
     parser = LineParser()
     assert parser.format is None
-    parsed = parse_lines(parser, [b"noise", b"step=1 loss=2.5", MEGATRON, b"step=2 loss=2.4"])
+    parsed = parse_lines(parser, [b"noise", b"step=1 loss=2.5", MEGATRON, b"step=201 loss=2.4"])
     assert parser.format.name == "keyvalue"
-    assert steps(parsed.records) == [(None, 1), (None, 2)]
-    assert parsed.unparsed == 2  # the noise and the Megatron line, which is not this file's format
+    assert steps(parsed.records) == [(None, 1), (None, 200), (None, 201)]
+    assert parsed.lines_by_format == {"keyvalue": 2, "megatron": 1}
+    assert parsed.unparsed == 1  # the noise
 
 
 def test_a_deepspeed_file_switches_to_megatron_when_megatron_lines_appear():
@@ -73,7 +76,9 @@ def test_a_deepspeed_file_switches_to_megatron_when_megatron_lines_appear():
     assert first[0].latest["learning_rate"] == 0.00024
     later = parse_lines(parser, [MEGATRON, DEEPSPEED_LR]).records
     assert parser.format.name == "megatron"
-    assert [(batch.steps, batch.latest["loss"]) for batch in later] == [([200], 2.201)]
+    # The engine's lr line at the same step completes Megatron's record (the state counts one step).
+    assert [(batch.steps, batch.latest["loss"], batch.latest["learning_rate"]) for batch in later] == [
+        ([200, 200], 2.201, 0.00024)]
 
 
 def test_overrides_force_a_format_by_path_and_scheduler_logs_get_theirs():

@@ -24,6 +24,7 @@ DETECTED_FORMAT = {
     "formats/keyvalue": "keyvalue",
     "formats/megatron": "megatron",
     "formats/mindformers_pynative": "mindformers_pynative",
+    "formats/mindformers_pynative_state_monitor": "mindformers_pynative",
     "formats/mindformers_legacy": "mindformers_static",
     "formats/mindformers_static": "mindformers_static",
     "formats/msrun_scheduler": "msrun_scheduler",

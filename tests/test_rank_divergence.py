@@ -9,6 +9,7 @@ by the real pipeline.
 from __future__ import annotations
 
 import math
+import subprocess
 
 import pytest
 
@@ -16,22 +17,31 @@ from exporter.parse.records import StepLine
 from exporter.simulate import RunConfig, parse_incident, simulate, write_run
 from exporter.state import DetectorConfig, Limits, TrainingState
 from exporter.state.detectors import NEW_DEPARTURE, check_departures
+from tests.support.exporter_process import ExporterProcess, exporter_command
+from tests.support.net import eventually
 from tests.support.records import in_batches
 from tests.support.runs import exposition, read_once
 
 CONFIG = DetectorConfig()
 
 
-def divergences(tmp_path, *specs: str, ranks: int = 4, steps: int = 60) -> dict[str, int]:
+def divergences(tmp_path, *specs: str, ranks: int = 4, steps: int = 60, mode: str | None = None) -> dict[str, int]:
     """rank -> rank_divergence count after following a simulated run with these incidents."""
     log_dir = tmp_path / "msrun_log"
-    write_run(simulate(RunConfig(ranks=ranks, steps=steps, incidents=tuple(map(parse_incident, specs)))), log_dir)
+    write_run(simulate(RunConfig(ranks=ranks, steps=steps, incidents=tuple(map(parse_incident, specs)), mode=mode)),
+              log_dir)
     state = read_once(log_dir)
     return {rank: values.anomalies["rank_divergence"] for (_, _, rank), values in state.series.items() if rank}
 
 
 def test_one_rank_jumping_12x_departs_on_that_rank_only(tmp_path):
     assert divergences(tmp_path, "diverge:1@40") == {"0": 0, "1": 1, "2": 0, "3": 0}
+
+
+def test_a_pynative_log_with_state_monitor_values_departs_on_that_rank_only(tmp_path):
+    """LossCallback records and TrainingStateMonitor values in one PyNative worker log (issue 26): the
+    values used to be dropped once the file's format was settled on LossCallback."""
+    assert divergences(tmp_path, "diverge:1@40", mode="pynative") == {"0": 0, "1": 1, "2": 0, "3": 0}
 
 
 def test_every_rank_tripling_departs_on_every_rank(tmp_path):
@@ -90,3 +100,36 @@ def test_rank_values_have_their_own_cap():
     rank = state.series[key]
     assert rank.rank_values == {"device_local_norm": 1.0, "local_norm_a": 2.0}
     assert rank.extra == {"mfu": 0.4} and state.stats.series_dropped_total == 1
+
+
+def test_a_live_exporter_reads_rank_values_from_pynative_worker_logs(tmp_path):
+    """The real process on files ``simulate --mode pynative`` writes live: device_local_norm per rank,
+    one rank_divergence on the rank whose value jumps 12x, and the TrainingStateMonitor lines neither
+    counted as steps nor taken for restarts."""
+    log_dir = tmp_path / "job" / "msrun_log"
+    log_dir.mkdir(parents=True)
+    ranks = ("0", "1", "2", "3")
+    with ExporterProcess("--log-dir", str(log_dir), "--node", "n") as exporter:
+        writer = subprocess.Popen(exporter_command("simulate", "--out", str(log_dir), "--ranks", "4", "--steps", "60",
+                                                   "--step-interval", "0.02", "--mode", "pynative",
+                                                   "--inject", "diverge:1@40"),
+                                  stdout=subprocess.DEVNULL, stderr=subprocess.PIPE)
+        try:
+            assert writer.wait(timeout=60) == 0, writer.stderr.read() if writer.stderr else ""
+        finally:
+            if writer.poll() is None:
+                writer.kill()
+        eventually(lambda: all(exporter.total("training_step", rank=rank) == 60 for rank in ranks), 15,
+                   what=lambda: f"step 60 on every rank\n{exporter.output()}")
+        samples = exporter.samples()
+        norms = {dict(labels)["rank"]: value for (name, labels), value in samples.items()
+                 if name == "training_rank_value" and dict(labels).get("name") == "device_local_norm"}
+        assert sorted(norms) == list(ranks) and all(value > 0 for value in norms.values())
+        assert norms["1"] > 5 * max(norms[rank] for rank in ("0", "2", "3"))  # still 12x its own level
+        divergence = {rank: exporter.total("training_anomalies_total", rank=rank, kind="rank_divergence")
+                      for rank in ranks}
+        assert divergence == {"0": 0, "1": 1, "2": 0, "3": 0}
+        for rank in ranks:
+            assert exporter.total("training_steps_total", rank=rank) == 60
+            assert exporter.total("training_restarts_total", rank=rank) == 0
+            assert exporter.total("training_loss", rank=rank) > 0

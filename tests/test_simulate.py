@@ -156,6 +156,28 @@ def test_msrun_layout_with_banner_and_scheduler_lines():
     assert sum("has unregistered" in line for line in scheduler) == 4  # a clean end
 
 
+@pytest.mark.parametrize(("mode", "banner", "records"), [
+    (None, "GRAPH_MODE", "{ Epoch:["),  # the default with TrainingStateMonitor values, as the golden runs hold
+    ("graph", "GRAPH_MODE", "{ Epoch:["),
+    ("pynative", "PYNATIVE_MODE", "_print_log: { step:["),  # LossCallback records beside the values
+])
+def test_mode_chooses_the_record_layout_beside_the_state_monitor_values(mode, banner, records):
+    files = lines_by_file(run_config("diverge:1@20", ranks=2, steps=30, mode=mode))
+    for rank in range(2):
+        lines = files[worker_log(rank)]
+        assert lines[0].endswith(f"Running MindFormers in {banner}.")
+        assert sum(records in line for line in lines) == 30
+        values = [line for line in lines if "] device_local_norm: " in line]
+        assert len(values) == 30 and all(line.count("Epoch:[  1/  1], step:[") == 1 for line in values)
+    without_values = lines_by_file(run_config(ranks=1, steps=5, mode=mode))["worker_0.log"]
+    assert sum("_print_log: { step:[" in line for line in without_values) == (0 if mode == "graph" else 5)
+
+
+def test_mode_must_be_known():
+    with pytest.raises(ValueError, match="--mode must be one of pynative, graph"):
+        run_config(ranks=1, steps=5, mode="eager")
+
+
 def test_healthy_curve_warmup_and_decay():
     steps = steps_of(records_by_file(run_config(ranks=1, steps=1000))["worker_0.log"])
     assert [record.step for record in steps] == list(range(1, 1001))

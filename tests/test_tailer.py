@@ -208,6 +208,45 @@ def test_truncation_regrown_past_the_offset_is_seen_by_the_fingerprint(tmp_path)
     assert sum(batch.truncated for batch in batches) == 1
 
 
+def test_a_file_written_again_to_the_very_size_read_is_read_from_its_start(tmp_path):
+    """msrun's ``>`` at a restart: the same lines, other timestamps, the same length. Neither the size
+    nor a growth past the offset shows it; the modification time and the first bytes do."""
+    log, tailer = started(tmp_path, numbered("a", 1, 3))
+    assert read(tailer)[0] == []  # looked at again, unchanged: nothing
+    stat = os.stat(log)
+    with open(log, "wb") as handle:
+        handle.write(numbered("b", 1, 3).encode())
+    os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))  # a coarse clock could give the same time
+    assert os.stat(log).st_size == stat.st_size
+    lines, batches = read(tailer)
+    assert lines == [f"b line {n}".encode() for n in range(1, 4)]
+    assert sum(batch.truncated for batch in batches) == 1
+    assert read(tailer)[0] == []
+
+
+@pytest.mark.parametrize("grown", [0, 1, 40], ids=["same size", "a byte more", "more lines"])
+def test_a_file_written_again_behind_the_same_first_bytes_is_read_from_its_start(tmp_path, grown):
+    """Python's warnings at import, without a timestamp, fill the first kilobytes of each attempt's log:
+    the first bytes match, the bytes last read do not."""
+    header = "".join(f"/usr/lib/python3/site-packages/numpy/getlimits.py:{n}: UserWarning: subnormal\n"
+                     for n in range(30))
+    log, tailer = started(tmp_path, header + "10:00:01 step 1\n10:00:02 step 2\n")
+    stat = os.stat(log)
+    with open(log, "w") as handle:
+        handle.write(header + "11:00:01 step 1\n11:00:02 step 2\n" + "x" * (grown - 1) + "\n" * (grown > 0))
+    os.utime(log, ns=(stat.st_atime_ns, stat.st_mtime_ns + 1_000_000))
+    lines, batches = read(tailer)
+    assert lines[30:32] == [b"11:00:01 step 1", b"11:00:02 step 2"] and len(lines) == 32 + (grown > 0)
+    assert sum(batch.truncated for batch in batches) == 1
+
+
+def test_a_file_touched_without_a_change_is_not_read_again(tmp_path):
+    log, tailer = started(tmp_path, numbered("a", 1, 3))
+    os.utime(log, ns=(os.stat(log).st_atime_ns, os.stat(log).st_mtime_ns + 1_000_000))
+    lines, batches = read(tailer)
+    assert lines == [] and not any(batch.truncated for batch in batches)
+
+
 def test_delete_and_recreate_follows_the_new_file_from_its_start(tmp_path):
     log, tailer = started(tmp_path, numbered("a", 1, 1))
     append(log, numbered("a", 2, 2))

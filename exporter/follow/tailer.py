@@ -7,8 +7,10 @@ Semantics after google/mtail's filestream, made lossless where the file system a
   path names another inode. The old file stays open and is read until the writer has
   moved on (the new file has bytes, or two rescans passed), then drained to its end;
   siblings rotated in between are read, then the new file from its start.
-- ``copytruncate``: the size fell below the read offset, or the first bytes changed. The
-  bytes not yet read are taken from the copy (the sibling with the same fingerprint).
+- ``copytruncate``, and a file written again from its start (msrun's ``>`` at a restart):
+  the size fell below the read offset, or the first bytes changed (looked at when the file
+  grew, or changed without growing). The bytes not yet read are taken from the copy (the
+  sibling with the same fingerprint), if there is one; then the file is read from its start.
 - A saved :class:`FilePosition` resumes reading after a restart, wherever the file went.
 
 Memory is bounded: a line longer than ``max_line_bytes`` is cut, its head handed out and
@@ -36,6 +38,9 @@ CHUNK_BYTES = 1 << 20
 # through one small buffer, each copied on into the chunk by the C library.
 READ_PIECE_BYTES = 1 << 17
 READ_SLACK = 4096  # room in a read buffer for what is appended after the size was looked up
+# The last bytes read, kept to tell a file written again from its start (_was_rewritten): a
+# timestamp's worth of a line, at least, whatever the lines before it.
+TAIL_BYTES = 64
 # Rescans that must see the path missing, or naming a still-empty new file, before the old
 # file is given up: a rotation in progress (rename, then create, then the writer reopens)
 # must not be cut short.
@@ -77,6 +82,11 @@ class _OpenFile:
     inode: int
     offset: int = 0
     fingerprint: Fingerprint | None = None
+    # The modification time the file had when it was last read to its end (None: not yet), and
+    # the last bytes read before ``offset``: a file that changed where it was read already was
+    # written again from its start (see _was_rewritten).
+    drained_mtime_ns: int | None = None
+    tail: bytes = b""
 
     @classmethod
     def open(cls, path: str, offset: int = 0, fingerprint: Fingerprint | None = None) -> _OpenFile:
@@ -279,9 +289,12 @@ class Tailer:
 
     def _drain(self, current: _OpenFile) -> Iterator[ReadBatch]:
         stat = os.fstat(current.fd)
-        if _was_truncated(current, stat.st_size):
+        if _was_truncated(current, stat.st_size) or _was_rewritten(current, stat):
             yield from self._recover_truncation(current, stat.st_size)
         yield from self._read_to_end(current, stat.st_mtime, stat.st_size)
+        # The time before the read: a write during it changes the time again, and costs the next
+        # drain one look at the first bytes, never a missed rewrite.
+        current.drained_mtime_ns = stat.st_mtime_ns
 
     def _read_to_end(self, opened: _OpenFile, mtime: float | None = None,
                      size: int | None = None) -> Iterator[ReadBatch]:
@@ -295,6 +308,7 @@ class Tailer:
         fd = opened.fd
         while count := fill_chunk(buffer, lambda view, at: os.preadv(fd, [view], opened.offset + at), piece):
             opened.offset += count
+            opened.tail = _tail(opened.tail, buffer, count)
             if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
                 opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
             self._last_growth = self._clock()
@@ -311,7 +325,7 @@ class Tailer:
         The lines before the new end were read already; a pending partial line lost its end.
         """
         bytes_lost = len(self._cutter.take_partial())
-        current.offset = size
+        current.offset, current.tail = size, b""
         return ReadBatch(b"", self._position_in(current), truncated=True, bytes_lost=bytes_lost)
 
     def _recover_truncation(self, current: _OpenFile, size: int) -> Iterator[ReadBatch]:
@@ -333,7 +347,7 @@ class Tailer:
             else:
                 # Unread bytes of the old content are gone; the pending partial line is all we know of.
                 bytes_lost = len(self._cutter.take_partial())
-        current.offset, current.fingerprint = 0, None
+        current.offset, current.fingerprint, current.tail = 0, None, b""
         if located.found is None:
             position = self._position_in(current)
         # With a copy, the position saved stays the end of the last copy read until the file has
@@ -485,6 +499,32 @@ def _cap_lines(block: bytes, cap: int) -> tuple[bytes, int]:
 def _was_shrunk(opened: _OpenFile, size: int) -> bool:
     """Size below the offset, but the first bytes are the same: the file lost its end, it is not new content."""
     return size < opened.offset and opened.fingerprint is not None and opened.fingerprint.matches(opened.fd)
+
+
+def _tail(before: bytes, chunk: bytes | bytearray, count: int) -> bytes:
+    """The last TAIL_BYTES of ``before`` and the chunk's first ``count`` bytes (copied: the buffer is reused)."""
+    if count >= TAIL_BYTES:
+        return bytes(chunk[count - TAIL_BYTES:count])
+    return (before + bytes(chunk[:count]))[-TAIL_BYTES:]
+
+
+def _was_rewritten(opened: _OpenFile, stat: os.stat_result) -> bool:
+    """Written again from its start, to the size read so far or beyond: the file changed where it was read.
+
+    msrun opens ``worker_{i}.log`` with "w" at each restart (a shell's ``>``). A restart that
+    prints the same lines with other timestamps often ends at the very size of the attempt
+    before (which neither the size nor a growth past the offset shows), and a log that starts
+    with more than FINGERPRINT_BYTES of text without a timestamp (Python warnings at import)
+    keeps its first bytes. The last bytes read are looked at again, and at the very size the
+    first bytes too, only when the modification time moved since the last read.
+    """
+    if stat.st_size < opened.offset or stat.st_mtime_ns == opened.drained_mtime_ns:
+        return False
+    tail = opened.tail
+    if tail and os.pread(opened.fd, len(tail), opened.offset - len(tail)) != tail:
+        return True
+    return (stat.st_size == opened.offset > 0 and opened.fingerprint is not None
+            and not opened.fingerprint.matches(opened.fd))
 
 
 def _was_truncated(opened: _OpenFile, size: int) -> bool:

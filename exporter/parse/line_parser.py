@@ -1,10 +1,17 @@
 """Per-file dispatch from a file's bytes to records: ``LineParser.parse_block``.
 
-A file's format is detected from its first step line (or forced by the configuration);
-from then on only that format's parser runs, behind a byte test, and only on the lines
-holding one of the format's or the failure signatures' byte literals (parse/scan.py): the
-framework noise that makes up most of a worker log costs nothing. A format with a field
-table has its runs of step lines read by the step-field kernel. Step lines leave as
+A file's records come from every format whose parser reads one of its lines, not from the
+first one detected: one MindFormers worker log carries LossCallback records and
+TrainingStateMonitor values, one console a Trainer's dicts and a launcher's lines. A line
+goes to the most specific format (detection order) whose byte test it passes and whose
+parser reads it; only the lines holding a format's or a failure signature's byte literal
+are looked at (parse/scan.py): the framework noise that makes up most of a worker log
+costs nothing. The first format with a field table whose line was read (the file's main
+format) has its runs of step lines read by the step-field kernel; the other formats' lines,
+few beside them, go one at a time. Every candidate is looked for during the file's first
+DISCOVERY_STEP_LINES step lines, then only the formats found (the scan's cost grows with
+its anchors). A format forced by the configuration or by the file's
+role is the only one that runs. Step lines leave as
 StepBatch (step_batch.py), one per rank and block unless a line ends one. The only state
 kept between lines is what spans lines: open tracebacks (one per rank stream of a tee'd
 file), the exception a C++ ``terminate`` announced, failures already counted that print
@@ -42,6 +49,12 @@ MAX_OPEN_PER_PREFIX = 1024
 # range, or any other failure of a parser on the line's text.
 REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR = "number_out_of_range", "parse_error"
 REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
+# Formats that print beside a file's own do so from its first steps on (MindFormers'
+# TrainingStateMonitor every step by default, DeepSpeed's engine every steps_per_print): after
+# this many step lines only the formats found so far are looked for. Each anchor costs the scan
+# kernel time over a worker log's noise: every candidate's ~50 % more than one format's, even
+# MindFormers' other anchor (``Epoch:[``) ~15 % (the catch-up benchmark's log).
+DISCOVERY_STEP_LINES = 1000
 
 
 @dataclass(slots=True)
@@ -69,8 +82,16 @@ class LineParser:
         the lines again for their timestamps); ``series_fields``: the gauges whose every value a StepBatch
         keeps (the detectors need loss and grad_norm; analyze keeps them all)."""
         self._candidates = tuple(candidates)
-        self._format: Format | None = None  # final: no more detection
-        self._provisional: Format | None = None  # detected, but its lines carry no loss
+        # Every line not taken by the kernel is offered to these, in order (most specific first).
+        self._routing = self._candidates
+        self._found: set[str] = set()  # the names of the formats whose parser read a line of the file
+        self._step_lines = 0  # step lines read while other formats are still looked for (DISCOVERY_STEP_LINES)
+        self._discovering = forced is None
+        self._format: Format | None = None  # the file's format (training_info): see _settle
+        self._format_has_loss = False  # a line of ``_format`` printed a loss: it is final
+        self._provisional: Format | None = None  # found, but its lines carry no loss (DeepSpeed's engine)
+        self._kernel_format: Format | None = None  # the format whose runs of step lines the kernel reads
+        self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
         self._line_offsets = line_offsets
@@ -88,6 +109,9 @@ class LineParser:
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
         self._scanner = scanner_for(self._candidates)
         if forced is not None:
+            # Chosen, not detected: no other format reads this file (scheduler.log holds worker-like lines).
+            self._routing, self._scanner = (forced,), scanner_for((forced,))
+            self._banners = (forced.banner,) if forced.banner is not None else ()
             self._settle(forced)
 
     @property
@@ -134,7 +158,18 @@ class LineParser:
         held, self._held_exits = self._held_exits, {}
         for event, rank in held.values():
             self._emit(event, rank, parsed)
+        if self._discovering and self._found:
+            self._step_lines += sum(parsed.lines_by_format.values())
+            if self._step_lines >= DISCOVERY_STEP_LINES:
+                self._end_discovery()
         return parsed
+
+    def _end_discovery(self) -> None:
+        """From the next block on, only the formats found are looked for (their anchors, in the scanner)."""
+        self._discovering = False
+        routing = tuple(fmt for fmt in self._routing if fmt.name in self._found)
+        if len(routing) < len(self._routing):
+            self._routing, self._scanner = routing, scanner_for(routing)
 
     def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
         """Every line, one at a time."""
@@ -193,16 +228,15 @@ class LineParser:
     def _read_step_run(self, data: bytes, starts: list[int], index: int, parsed: ParsedBlock) -> int:
         """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
         builder = self._batches.get(None)
-        if builder is None or self._format is None:
+        kernel_format = self._kernel_format
+        if builder is None or kernel_format is None:
             return 0
-        if builder.has_lines_read_alone:
-            # The kernel ends a run where the step goes back, but cannot see the steps of lines read
-            # one by one (a declined line): a new batch keeps a batch's steps from ever going back.
-            self._end_batch(builder, parsed)
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
-        taken = builder.read_run(data, starts, index, limit)
+        taken, ended = builder.read_run(data, starts, index, limit)
+        if ended is not None:  # the run's first step went back below a line read one by one: a restart
+            self._append(ended, parsed)
         if taken:
-            name = self._format.name
+            name = kernel_format.name
             parsed.lines_by_format[name] = parsed.lines_by_format.get(name, 0) + taken
             if self._rows_per_batch and len(builder) >= self._rows_per_batch:
                 self._end_batch(builder, parsed)
@@ -228,17 +262,10 @@ class LineParser:
             block = self._blocks.get(rank)
             if block is not None and self._feed_block(block, rank, body, parsed, host):
                 return rank, True
-        fmt = self._format
-        if fmt is not None:
-            if fmt.prefilter in body:
-                record = fmt.parse(body.decode("utf-8", "replace"))
-                if record is not None:
-                    self._take(fmt, record, rank, parsed)
-                    return rank, True
-        elif self._detect(body, rank, parsed):
+        if self._route(body, rank, parsed):
             return rank, True
-        for banner in (fmt.banner,) if fmt is not None else self._banners:
-            if banner is not None and banner.prefilter in body and self._banner(banner, body, rank, parsed):
+        for banner in self._banners:
+            if banner.prefilter in body and self._banner(banner, body, rank, parsed):
                 return rank, True
         return rank, self._failure(body, rank, parsed, host)
 
@@ -286,8 +313,7 @@ class LineParser:
 
     def _feed_block(self, block: Block, rank: int | None, body: bytes, parsed: ParsedBlock,
                     host: str | None) -> bool:
-        fmt = self._format
-        starts_record = fmt is not None and bool(fmt.prefilter) and fmt.prefilter in body
+        starts_record = _starts_record(body, self._routing, self._found)
         found, consumed = block.feed(body, starts_record)
         if block.finished:
             del self._blocks[rank]
@@ -295,27 +321,46 @@ class LineParser:
             self._emit(_on_host(event, host), rank, parsed)
         return consumed
 
-    def _detect(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
+    def _route(self, body: bytes, rank: int | None, parsed: ParsedBlock) -> bool:
+        """The line's record from the first format (most specific first) whose byte test it passes and whose
+        parser reads it; True when one did."""
         text = None
-        for fmt in self._candidates:
+        for fmt in self._routing:
             if fmt.prefilter in body:
                 if text is None:
                     text = body.decode("utf-8", "replace")
                 record = fmt.parse(text)
                 if record is not None:
-                    if fmt.provisional:
-                        self._provisional = fmt
-                    else:
+                    if fmt.name not in self._found:
                         self._settle(fmt)
+                    if not self._format_has_loss and type(record) is StepLine and "loss" in record.values:
+                        # TrainingStateMonitor's values may come before the step's LossCallback record.
+                        self._format, self._format_has_loss = fmt, True
                     self._take(fmt, record, rank, parsed)
                     return True
         return False
 
     def _settle(self, fmt: Format) -> None:
-        """The file's format is known: from now on only its anchors matter, its field table reads runs of steps."""
-        self._format = fmt
-        self._scanner = scanner_for((fmt,))
-        if fmt.step_table is not None:
+        """A format read a line of the file: it joins the file's formats (its lines keep coming to it).
+
+        The first one whose line printed a loss is the file's format (training_info's label;
+        until one did, the first one found that is not provisional); the first one with a field
+        table has its runs of step lines read by the kernel. Once a format is found, a candidate
+        without a byte literal (a user's pattern without ``contains``) is left out: it would send
+        every line of the file through Python.
+        """
+        first = not self._found
+        self._found.add(fmt.name)
+        if fmt.provisional:
+            self._provisional = self._provisional or fmt
+        elif self._format is None:
+            self._format = fmt
+        if first and not self._forced:
+            routing = tuple(other for other in self._candidates if other.prefilter or other is fmt)
+            if len(routing) < len(self._routing):
+                self._routing, self._scanner = routing, scanner_for(routing)
+        if fmt.step_table is not None and self._kernel_format is None:
+            self._kernel_format = fmt
             table = fmt.step_table
             kernel_table = (table.kernel_table if self._series_fields == SERIES_FIELDS
                             else table.kernel_table_keeping(self._series_fields))
@@ -410,6 +455,12 @@ def _drop_out_of_range(detail: dict[str, str | float]) -> None:
     for name, value in list(detail.items()):
         if type(value) is int and not -MAX_INTEGER <= value <= MAX_INTEGER:
             del detail[name]
+
+
+def _starts_record(body: bytes, formats: tuple[Format, ...], found: set[str]) -> bool:
+    """True when the line passes the byte test of a format found in the file: a record, which ends a
+    failure block (a traceback's frames never hold one)."""
+    return any(fmt.prefilter and fmt.prefilter in body for fmt in formats if fmt.name in found)
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:

@@ -52,17 +52,29 @@ class StepBatchBuilder:
         self._merge_reader()
         self._reader, self._gauges = reader, gauges
 
-    @property
-    def has_lines_read_alone(self) -> bool:
-        """True when lines were added one by one since the last take (the reader cannot see their steps)."""
-        return bool(self._steps)
+    def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
+        """Read the run of step lines at ``starts[index]`` (at most ``limit``): how many lines it took, and the
+        batch of the lines before it when its first step goes back below theirs (a restart: the run starts
+        a new batch).
 
-    def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> int:
-        """Read the run of step lines at ``starts[index]`` (at most ``limit``); how many lines it took."""
-        taken = self._reader.read(data, starts, index, limit) if self._reader is not None else 0
+        The reader sees the steps of its own lines only: after lines added one by one (another
+        format's, in a file that mixes them; a line the reader declined), the run is taken at
+        once and its first step compared with theirs.
+        """
+        reader = self._reader
+        if reader is None:
+            return 0, None
+        after_lines_alone = bool(self._steps) and not len(reader)
+        taken = reader.read(data, starts, index, limit)
+        ended = None
+        if taken and after_lines_alone:
+            run = reader.take()
+            if self._known_step is not None and run[0][0] < self._known_step:
+                ended = self.take()
+            self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
-        return taken
+        return taken, ended
 
     def goes_back(self, step: int | None) -> bool:
         """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch

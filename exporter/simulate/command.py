@@ -27,10 +27,14 @@ def add_simulate_options(parser: argparse.ArgumentParser) -> None:
                         help="pipeline stages: only the last stage's ranks print step records (default 1)")
     parser.add_argument("--seed", type=int, default=0, metavar="N",
                         help="random seed: same seed, same numbers (default 0)")
+    parser.add_argument("--mode", choices=("pynative", "graph"), default=None,
+                        help="step records as PyNative LossCallback or graph-mode MFLossMonitor prints them (default: "
+                             "PyNative, graph mode when diverge or norm_shift print TrainingStateMonitor values; "
+                             "--mode pynative prints those values beside LossCallback records)")
 
 
 def run_simulate(out: Path, ranks: int, steps: int, step_interval: float, inject: list[str],
-                 pp_stages: int, seed: int) -> int:
+                 pp_stages: int, seed: int, mode: str | None = None) -> int:
     """The subcommand; returns the exit status (2 for a bad option or --inject spec)."""
     try:
         if step_interval < 0:
@@ -39,7 +43,8 @@ def run_simulate(out: Path, ranks: int, steps: int, step_interval: float, inject
         seconds_per_slot = step_interval or STEP_MS / 1000
         # Written at once, the run ends now; written live, it starts now.
         start = datetime.now() - (timedelta(0) if step_interval else timedelta(seconds=steps * seconds_per_slot))
-        config = RunConfig(ranks, steps, incidents, pp_stages, seed, start.replace(microsecond=0), seconds_per_slot)
+        config = RunConfig(ranks, steps, incidents, pp_stages, seed, start.replace(microsecond=0), seconds_per_slot,
+                           mode)
         config.check()
     except ValueError as error:
         print(f"trainlog-exporter simulate: {error}", file=sys.stderr)

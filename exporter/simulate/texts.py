@@ -68,10 +68,13 @@ def graph_step_lines(when: datetime, step: int, total: int, loss: float, step_ms
     ]
 
 
-def state_monitor_line(when: datetime, step: int, total: int, name: str, value: float) -> str:
-    """A value MindFormers' TrainingStateMonitor logs for this rank (its ``_to_log``; one epoch of ``total`` steps)."""
-    return graph_log(when, f"{_CALLBACK}:1211",
-                     f"Epoch:[{1:3d}/{1:3d}], step:[{step:5d}/{total:5d}] {name}: {value:.4f}")
+def state_monitor_line(when: datetime, step: int, total: int, name: str, value: float, pynative: bool = False) -> str:
+    """A value MindFormers' TrainingStateMonitor logs for this rank (its ``_to_log``; one epoch of ``total`` steps),
+    in the logger layout of a graph-mode run, or (``pynative``) of the LossCallback lines around it."""
+    message = f"Epoch:[{1:3d}/{1:3d}], step:[{step:5d}/{total:5d}] {name}: {value:.4f}"
+    if pynative:
+        return python_log("INFO", when, f"{_CALLBACK}:1211", f"_to_log: {message}")
+    return graph_log(when, f"{_CALLBACK}:1211", message)
 
 
 def startup_lines(when: datetime, pid: int, total_steps: int, pp_stages: int, ranks: int,
