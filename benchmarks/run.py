@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, fleet, hostile, scale, scrapers, steady
+from benchmarks import catchup, fleet, hostile, repeats, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
 from benchmarks.measure import run_measured
 from tests.support.exporter_process import exporter_command
@@ -48,6 +48,8 @@ class Size:
     steady_seconds: float
     steady_ranks: int
     noise_per_second: int
+    chatter_per_second: int  # heavy chatter: noise lines a second per rank (an NCCL_DEBUG=INFO console)
+    chatter_seconds: float
     scale_files: int
     scrape_clients: int
     scrape_seconds: float
@@ -58,16 +60,19 @@ class Size:
     trickling: int  # connections trickling request heads
     flooding: int  # clients sending wrong passwords
     sending: int  # clients sending 1 GiB bodies
+    repeats: int  # copies of one step line (benchmarks/repeats.py)
 
 
 # The prefixed log's length at most: it is read line by line, 13 us a line (docs/benchmarks.md).
 PREFIXED_LINES = 200_000
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
+            chatter_per_second=1000, chatter_seconds=30,
             scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200,
-            hostile_seconds=20, trickling=256, flooding=32, sending=16)
+            hostile_seconds=20, trickling=256, flooding=32, sending=16, repeats=10_000_000)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
+             chatter_per_second=50, chatter_seconds=2,
              scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20,
-             hostile_seconds=2, trickling=16, flooding=4, sending=2)
+             hostile_seconds=2, trickling=16, flooding=4, sending=2, repeats=20_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -103,6 +108,9 @@ def targets(results: Results) -> list[Target]:
         Target("steady: exporter CPU, share of one core", 100 * results["steady"]["cpu_share_of_one_core"], 1, False,
                "%"),
         Target("steady: write to /metrics latency p99", results["steady"]["latency_p99_ms"], 250, False, " ms"),
+        Target(f"heavy chatter ({results['chatter']['lines_per_second']:,} lines/s over {results['chatter']['ranks']} "
+               "ranks): exporter CPU, share of one core", 100 * results["chatter"]["cpu_share_of_one_core"], 5,
+               False, "%"),
         Target(f"scale: RSS with {results['scale']['files']} files", results["scale"]["rss_mb"], 80, False, " MB"),
         Target(f"scale: /metrics render with {results['scale']['files']} files", results["scale"]["render_median_ms"],
                50, False, " ms"),
@@ -115,6 +123,12 @@ def targets(results: Results) -> list[Target]:
                "send wrong passwords", results["hostile"]["flood"]["p99_ms"], 250, False, " ms"),
         Target(f"hostile: peak RSS above idle while {results['hostile']['bodies']['sending']} clients send 1 GiB "
                "bodies", results["hostile"]["bodies"]["peak_above_idle_mb"], 16, False, " MiB"),
+        Target(f"repeats: RSS after {results['repeats']['repeats']:,} copies of one step line, above a 1,000-line "
+               "log's", results["repeats"]["after_repeats"]["rss_mb"] - results["repeats"]["after_baseline"]["rss_mb"],
+               16, False, " MiB"),
+        Target(f"repeats: checkpoint after {results['repeats']['repeats']:,} copies / after 1,000 lines",
+               results["repeats"]["after_repeats"]["checkpoint_bytes"]
+               / max(1, results["repeats"]["after_baseline"]["checkpoint_bytes"]), 1.5, False, "x"),
         Target("analyze: wall seconds / grep|awk wall seconds",
                results["analyze"]["wall_seconds"] / results["catchup"]["grep_awk"]["wall_seconds"], 2, False, "x"),
     ]
@@ -175,6 +189,9 @@ def run(size: Size, workdir: Path) -> Results:
     print("steady state ...", file=sys.stderr)
     results["steady"] = steady.measure(workdir / "steady", size.steady_ranks, size.noise_per_second,
                                        size.steady_seconds)
+    print("heavy chatter ...", file=sys.stderr)
+    results["chatter"] = steady.measure(workdir / "chatter", size.steady_ranks, size.chatter_per_second,
+                                        size.chatter_seconds)
     print("scale ...", file=sys.stderr)
     results["scale"] = scale.measure(workdir / "scale", size.scale_files)
     print("scrapers ...", file=sys.stderr)
@@ -186,6 +203,8 @@ def run(size: Size, workdir: Path) -> Results:
     print("hostile clients ...", file=sys.stderr)
     results["hostile"] = hostile.measure(workdir / "hostile", size.trickling, size.flooding, size.sending,
                                          size.hostile_seconds)
+    print(f"{size.repeats:,} repeats of one step line ...", file=sys.stderr)
+    results["repeats"] = repeats.measure(workdir / "repeats", size.repeats)
     print("analyze ...", file=sys.stderr)
     results["analyze"] = measure_analyze(log, shape, size.catchup_rounds)
     results["seconds"] = time.time() - started
@@ -203,10 +222,12 @@ def report(results: Results, judged: list[Target]) -> str:
         _exporter_summary(results["catchup"]["exporter"], results["log"]["lines"]),
         _prefixed_summary(results["catchup_prefixed"], results["catchup"]["exporter"]),
         _steady_summary(results["steady"]),
+        "heavy chatter, " + _steady_summary(results["chatter"]),
         _scale_summary(results["scale"]),
         _scrapers_summary(results["scrapers"]),
         _fleet_summary(results["fleet"]),
         _hostile_summary(results["hostile"]),
+        _repeats_summary(results["repeats"]),
         _analyze_summary(results["analyze"], results["catchup"]),
         "",
         "| target | measured | limit | verdict |",
@@ -276,6 +297,14 @@ def _hostile_summary(row: dict) -> str:
             f"({bodies['connections']} connections, each closed after the answer, {bodies['bytes_accepted_mb']:.0f} MB "
             "taken by the kernels' socket buffers in all): peak RSS "
             f"{bodies['peak_above_idle_mb']:+.1f} MiB over {bodies['rss_before_kb'] / 1024:.1f} MiB, {one(bodies)}")
+
+
+def _repeats_summary(row: dict) -> str:
+    def one(run: dict) -> str:
+        return (f"{run['lines']:,} lines read in {run['seconds']:.1f} s, RSS {run['rss_mb']:.1f} MB (peak "
+                f"{run['peak_rss_mb']:.1f}), checkpoint {run['checkpoint_bytes']:,} bytes")
+    return (f"repeats: one step line {row['repeats']:,} times: {one(row['after_repeats'])}; the same line 1,000 "
+            f"times: {one(row['after_baseline'])}")
 
 
 def _analyze_summary(row: dict, catchup: dict) -> str:

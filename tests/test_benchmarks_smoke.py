@@ -28,7 +28,10 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["analyze"]["lines_per_second"] > 0  # its report was checked against the generated log
     assert results["scrapers"]["exporter"]["requests"] > 0
     assert results["scrapers"]["prometheus_client"]["requests"] > 0
-    assert len(results["targets"]) == 13
+    assert len(results["targets"]) == 16
+    assert results["chatter"]["cpu_share_of_one_core"] > 0  # heavy chatter followed and measured
+    repeats = results["repeats"]  # one step line again and again: memory and checkpoint beside a 1,000-line log
+    assert repeats["after_repeats"]["lines"] == repeats["repeats"] and repeats["after_baseline"]["checkpoint_bytes"] > 0
     hostile = results["hostile"]  # slow heads, wrong passwords and large bodies against one exporter
     assert all(hostile[load]["scrapes"] > 0 for load in ("trickle", "flood", "bodies"))
     fleet = results["fleet"]  # several exporters, one real Prometheus with the shipped rules

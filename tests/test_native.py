@@ -363,9 +363,13 @@ def test_the_kinds_are_numbered_alike():
 # --- kernel 3: the detectors ----------------------------------------------------------------
 
 def _series(rng: random.Random, length: int) -> tuple[list, list]:
-    steps, values, level = [], [], 2.5
+    steps: list[int | None] = []
+    values: list[float] = []
+    level = 2.5
     for index in range(length):
-        steps.append(None if rng.random() < 0.05 else index * rng.choice([1, 1, 1, 3]))
+        repeated = steps[-1] if steps and rng.random() < 0.1 else None  # the same step printed again
+        steps.append(repeated if repeated is not None else None if rng.random() < 0.05
+                     else index * rng.choice([1, 1, 1, 3]))
         roll = rng.random()
         if roll < 0.03:
             values.append(rng.choice([math.nan, math.inf, -math.inf]))
@@ -397,6 +401,20 @@ def test_check_series_native_matches_the_twin_bit_for_bit(seed):
         twin = detectors_twin.check_series(config, spikes, plateau, steps, values)
         assert _bits(compiled) == _bits(twin)
         *_, spikes, plateau = compiled
+
+
+@pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
+def test_one_step_printed_again_and_again_holds_one_history_entry(check):
+    """A trainer printing at every micro-batch repeats its step: the plateau's window holds one entry a step,
+    so its memory (and a checkpoint's size) is bounded by steps, not lines."""
+    config = kernel_config(DetectorConfig(plateau_window_steps=100))
+    plateau = FRESH_PLATEAU
+    for _ in range(20):
+        *_, plateau = check(config, FRESH_SPIKES, plateau, [7] * 5_000, [2.5] * 5_000)
+    assert plateau[3] == [7] and len(plateau[4]) == 1
+    *_, plateau = check(config, FRESH_SPIKES, plateau, [step for step in range(8, 300) for _ in range(50)],
+                        [2.5] * (292 * 50))
+    assert len(plateau[3]) == len(set(plateau[3])) <= 101
 
 
 def test_check_series_counts_non_finite_values_without_detectors():

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import os
+import socket
 import subprocess
+import sys
 
 import pytest
 
@@ -63,3 +65,31 @@ def test_analyze_reading_a_closed_standard_input_is_a_clear_error(tmp_path):
     assert result.returncode == 2
     assert result.stderr.startswith("trainlog-exporter: analyze: -: standard input is closed")
     assert result.stderr.count("\n") == 1
+
+
+# The start made to fail after the listener, the follower and a library's own (non-daemon) thread run: the
+# checkpointer, started last, finds the disk full. The real program, with that one fault injected.
+_FAILING_LATE = """
+import errno, sys, threading
+from exporter import checkpoint, cli
+def full_disk(self):
+    threading.Thread(target=threading.Event().wait, name="a library's worker").start()  # never ends by itself
+    raise OSError(errno.ENOSPC, "No space left on device")
+checkpoint.Checkpointer.start = full_disk
+sys.exit(cli.main(sys.argv[1:]))
+"""
+
+
+def test_a_start_that_fails_after_threads_run_stops_them_and_exits_with_one_line(tmp_path):
+    (tmp_path / "logs").mkdir()
+    port = free_port()
+    result = subprocess.run([sys.executable, "-c", _FAILING_LATE, "--log-dir", str(tmp_path / "logs"),
+                             "--web.listen-address", f"127.0.0.1:{port}"], stdin=subprocess.DEVNULL,
+                            capture_output=True, text=True, timeout=START_WITHIN, cwd=tmp_path,
+                            env=exporter_environment(XDG_STATE_HOME=str(tmp_path / "state")), check=False)
+    assert result.returncode == 1, result.stderr
+    lines = [line for line in result.stderr.splitlines() if line.startswith("trainlog-exporter: ")]
+    assert lines == ["trainlog-exporter: cannot start: OSError: [Errno 28] No space left on device"]
+    assert "Traceback" not in result.stderr
+    with socket.socket() as probe:  # nothing listens any more
+        assert probe.connect_ex(("127.0.0.1", port)) != 0

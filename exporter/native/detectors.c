@@ -180,9 +180,13 @@ observe_plateau(Plateau *p, const Config *c, int has_step, long long step, doubl
     }
     p->previous = value;
     if (!has_step) return;
-    p->history_steps[p->tail] = step;
-    p->history_smoothed[p->tail] = p->smoothed;
-    p->tail++;
+    if (p->tail > p->head && p->history_steps[p->tail - 1] == step) {
+        p->history_smoothed[p->tail - 1] = p->smoothed; /* the same step again: one entry a step, memory bounded */
+    } else {
+        p->history_steps[p->tail] = step;
+        p->history_smoothed[p->tail] = p->smoothed;
+        p->tail++;
+    }
     while (p->tail - p->head > 1 && p->history_steps[p->head + 1] <= step - c->window) p->head++;
     long long reference_step = p->history_steps[p->head];
     double reference = p->history_smoothed[p->head];

@@ -160,7 +160,10 @@ class _Plateau:
         if step is None:
             return
         history = self.history
-        history.append((step, self.smoothed))
+        if history and history[-1][0] == step:
+            history[-1] = (step, self.smoothed)  # the same step printed again: one entry a step, memory bounded
+        else:
+            history.append((step, self.smoothed))
         while len(history) > 1 and history[1][0] <= step - window:
             history.popleft()
         reference_step, reference = history[0]

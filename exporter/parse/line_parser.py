@@ -427,9 +427,9 @@ class LineParser:
                 if len(self._failures_seen) >= _MAX_FAILURE_KEYS:
                     self._failures_seen.clear()
                 self._failures_seen.add(key)
-            # The rank's steps above the failure reach the state first: its step is the one it failed after.
-            builder = self._batches.get(rank)
-            if builder is not None:
+            # The steps above the failure reach the state first: its step is the one the rank failed after.
+            # Every stream's (a line may name a rank other than its stream's: a c10 message's [Rank 7]).
+            for builder in self._batches.values():
                 self._end_batch(builder, parsed)
         elif type(record) is SchedulerEvent:
             observed = self._scheduler_log.observe(record)
