@@ -56,6 +56,9 @@ _KINDS = (
     Kind("elastic", ERROR, "worker failed (elastic agent)", "critical", "TrainingProcessCrashed", follower=True),
     Kind("killed", ERROR, "killed (SIGKILL)", "critical", "TrainingProcessCrashed"),
     Kind("hardware", ERROR, "hardware error", "critical", "TrainingHardwareError"),
+    Kind("terminated", ERROR, "stopped by a signal from outside the job", "warning",
+         quiet="a stop from outside (a preemption, the scheduler, a user's Ctrl-C) is no failure of the training: "
+               "counted and shown; an unplanned one pages by the silence after it (TrainingStalled)"),
     Kind("other", ERROR, "error", "info", quiet="an unclassified error line: exported, not paged"),
     # --- scheduler.log (msrun), counted in training_scheduler_events_total{kind}
     Kind("worker_registered", SCHEDULER, "worker registered", "info", quiet="the cluster forming: no failure"),

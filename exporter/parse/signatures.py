@@ -100,6 +100,19 @@ def _elastic_failed(text: str) -> ErrorEvent | None:
     return _exit_event(int(code), {"local_rank": int(local_rank), "pid": int(pid)})
 
 
+# torchrun's agent told to stop: ``Received 15 death signal, shutting down workers`` (torch 2.4 names the signal,
+# ``Received Signals.SIGTERM death signal``).
+_DEATH_SIGNAL = lazy(r"Received (?:(?P<number>\d+)|Signals\.(?P<name>SIG[A-Z0-9]+)) death signal")
+
+
+def _death_signal(text: str) -> ErrorEvent | None:
+    match = _DEATH_SIGNAL.search(text)
+    if match is None:
+        return None
+    name = match.group("name") or signal_name(-int(match.group("number")))
+    return ErrorEvent("terminated", {"signal": name} if name else {})
+
+
 def _deepspeed_exit(text: str) -> ErrorEvent | None:
     match = _DEEPSPEED_EXIT.search(text)
     return None if match is None else _exit_event(int(match.group(1)), {"launcher": "deepspeed"})
@@ -542,6 +555,9 @@ SIGNATURES: tuple[Signature, ...] = (
               _elastic_failed, _ELASTIC,
               "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) "
               "of binary:", superseded=True),
+    Signature("torchelastic_death_signal", ("terminated",), (b" death signal",), _death_signal, _ELASTIC,
+              "W0409 07:28:49.530000 1359 torch/distributed/elastic/agent/server/api.py:719] Received 15 death "
+              "signal, shutting down workers"),
     Signature("fatal_python_error", ("segfault", "hardware", "killed", "other"), (b"Fatal Python error: ",),
               _fatal_python, _TORCH, "Fatal Python error: Segmentation fault"),
     Signature("segfault", ("segfault",), (b"Segmentation fault", b"SIGSEGV"), _segfault, _ELASTIC,
