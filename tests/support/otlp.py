@@ -90,6 +90,10 @@ class HangingReceiver:
             except OSError:
                 return
             self._connections.append(connection)
+            self._accepted(connection)
+
+    def _accepted(self, connection: socket.socket) -> None:
+        """What happens to a connection once accepted: here, nothing (it hangs)."""
 
     def __enter__(self) -> HangingReceiver:
         self._thread.start()
@@ -153,14 +157,8 @@ class TricklingReceiver(HangingReceiver):
 
     ANSWER = b"HTTP/1.1 200 OK\r\nContent-Type: application/x-protobuf\r\nContent-Length: 100000\r\n\r\n" + b"\0" * 1000
 
-    def _accept(self) -> None:
-        while not self._stopped.is_set():
-            try:
-                connection, _ = self._listener.accept()
-            except OSError:
-                return
-            self._connections.append(connection)
-            threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
+    def _accepted(self, connection: socket.socket) -> None:
+        threading.Thread(target=self._trickle, args=(connection,), daemon=True).start()
 
     def _trickle(self, connection: socket.socket) -> None:
         connection.settimeout(1)
