@@ -109,6 +109,13 @@ def test_nccl_error_is_the_root_cause_of_the_watchdog_timeouts(tmp_path):
     timeouts = findings(run, "nccl_timeout")
     assert sorted(finding["rank"] for finding in timeouts) == ["0", "1", "3"]
     assert all(finding["time"] > cause["time"] for finding in timeouts)
+    # DESIGN 3.6: the root cause lists the findings it accounts for.
+    assert sorted((follower["kind"], follower["rank"]) for follower in cause["explains"]) == [
+        ("nccl_timeout", "0"), ("nccl_timeout", "1"), ("nccl_timeout", "3")]
+    assert not any("explains" in finding for finding in run["findings"] if not finding["root_cause"])
+    text = io.StringIO()
+    assert run_analyze([str(log_dir)], "text", stdout=text) == 0
+    assert "It explains nccl_timeout on ranks 0, 1, 3." in text.getvalue()
 
 
 @pytest.mark.parametrize("with_csv", [False, True])  # --csv reads a batch per line: same findings

@@ -417,6 +417,7 @@ def _mark_root_cause(findings: list[Finding]) -> None:
                  and (cause.time is None or finding.time is None or finding.time >= cause.time)]
     if followers or failing_ranks <= {(cause.node, cause.rank)}:
         cause.root_cause = True
+        cause.explains = sorted(followers, key=finding_order)
 
 
 def _percentile(ordered: list[float], share: float) -> float:

@@ -29,6 +29,8 @@ class Finding:
     context: dict[str, list[float | None]] = field(default_factory=dict)
     count: int = 1  # occurrences merged into this finding (consecutive non-finite steps, repeated errors)
     last_step: int | None = None  # the last step of those occurrences
+    # A root cause's followers: the findings it accounts for (collective timeouts after an OOM, ...).
+    explains: list[Finding] = field(default_factory=list)
 
     def to_json(self) -> dict[str, object]:
         found: dict[str, object] = {"kind": self.kind, "step": self.step, "rank": self.rank, "node": self.node,
@@ -38,6 +40,9 @@ class Finding:
         if self.count > 1:
             found["count"] = self.count
             found["last_step"] = self.last_step
+        if self.root_cause:
+            found["explains"] = [{"kind": follower.kind, "rank": follower.rank, "node": follower.node,
+                                  "step": follower.step, "time": follower.time} for follower in self.explains]
         return found
 
 
