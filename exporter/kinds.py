@@ -12,16 +12,15 @@ Nothing here imports the rest of the package: parse/, state/, export/ and analyz
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 ANOMALY, ERROR, SCHEDULER, FINDING = "anomaly", "error", "scheduler", "finding"
 FAMILIES = (ANOMALY, ERROR, SCHEDULER, FINDING)
 SEVERITIES = ("critical", "warning", "info")
 
 
-@dataclass(frozen=True, slots=True)
-class Kind:
-    """One kind of event."""
+class Kind(NamedTuple):
+    """One kind of event (a NamedTuple: 25 constants, cheaper to define at every start than a dataclass)."""
 
     name: str
     family: str  # ANOMALY: a step detector's; ERROR: a failure line's; SCHEDULER: scheduler.log's; FINDING: analysis

@@ -16,7 +16,7 @@ SeriesKey = tuple[str, str, str]  # (run, node, rank)
 CONTEXT_FIELDS = ("learning_rate", "grad_norm", "step_time_seconds")
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Event:
     """One thing that happened on one rank: an anomaly, a failure, a scheduler event, a restart."""
 

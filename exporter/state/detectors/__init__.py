@@ -10,7 +10,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from exporter.state.detectors.base import Detector, Found, LostTimeConfig, RankValue, StepView
+from exporter.state.detectors.base import Detector, Found, RankValue, StepView
 from exporter.state.detectors.divergence import (
     NEW_DEPARTURE,
     DepartureState,
@@ -18,7 +18,7 @@ from exporter.state.detectors.divergence import (
     DivergenceDetector,
     check_departures,
 )
-from exporter.state.detectors.series import SeriesConfig, SeriesDetector, SeriesState, check_series, kernel_config
+from exporter.state.detectors.series import SeriesDetector, SeriesState, check_series, kernel_config
 from exporter.state.detectors.slowdown import SlowdownConfig, SlowdownDetector
 
 __all__ = ["DETECTORS", "NEW_DEPARTURE", "DepartureState", "Detector", "DetectorConfig", "Found", "RankValue",
@@ -26,7 +26,7 @@ __all__ = ["DETECTORS", "NEW_DEPARTURE", "DepartureState", "Detector", "Detector
 
 
 @dataclass(frozen=True)
-class DetectorConfig(SeriesConfig, DivergenceConfig, SlowdownConfig, LostTimeConfig):
+class DetectorConfig(DivergenceConfig, SlowdownConfig):
     """Every registered detector's thresholds; the defaults are documented in docs/detectors.md."""
 
 

@@ -18,15 +18,6 @@ from typing import Any, ClassVar, NamedTuple
 from exporter.parse.records import Series
 
 
-@dataclass(frozen=True)
-class LostTimeConfig:
-    """Thresholds of the time accounting beside the detectors (goodput)."""
-
-    # Lost time: a gap between two step records (as the exporter reads them) longer than
-    # this, beyond the steps' own printed time, is lost as a stall.
-    stall_gap_seconds: float = 60.0
-
-
 class RankValue(NamedTuple):
     """The values of one name a rank printed for itself (device_local_norm), admitted by the cardinality cap."""
 
@@ -53,7 +44,7 @@ class StepView:
     event_at: Callable[[str, int | None, str | None], Any] = lambda kind, step, subject: None
 
 
-@dataclass(frozen=True, slots=True)
+@dataclass(slots=True)
 class Found:
     """What a detector found in a batch: the state makes an event of it."""
 

@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.state.detectors.base import Detector, Found, StepView
-from exporter.state.detectors.series import SpikeConfig
+from exporter.state.detectors.series import SeriesConfig
 
 # (mean of log(value), smoothed |change| of log(value), values seen, length of the current excursion)
 DepartureState = tuple[float, float, int, int]
@@ -19,7 +19,7 @@ NEW_DEPARTURE: DepartureState = (0.0, 0.0, 0, 0)
 
 
 @dataclass(frozen=True)
-class DivergenceConfig(SpikeConfig):
+class DivergenceConfig(SeriesConfig):
     """Rank-divergence thresholds (smoothing and excursions as the spike detector's)."""
 
     # Rank divergence: a value a rank prints for itself (MindFormers' device_local_norm) departs

@@ -20,8 +20,8 @@ FRESH_PLATEAU: PlateauState = (None, 0.0, 0.0, [], [], None)
 
 
 @dataclass(frozen=True)
-class SpikeConfig:
-    """Spike thresholds (loss and grad norm)."""
+class SeriesConfig:
+    """Spike thresholds (loss and grad norm) and plateau thresholds (loss)."""
 
     # A value is a spike when it exceeds the smoothed baseline by both this relative
     # margin and this many smoothed absolute deviations: 2.3 -> 25 is one, +-5 % noise is not.
@@ -33,23 +33,12 @@ class SpikeConfig:
     spike_baseline_alpha: float = 0.1
     # Consecutive spiking steps after which the new level is accepted as the baseline.
     spike_max_excursion_steps: int = 10
-
-
-@dataclass(frozen=True)
-class PlateauConfig:
-    """Plateau thresholds (loss)."""
-
     # Plateau: progress is the smoothed loss being lower than `plateau_window_steps` steps
     # before, by this fraction and by this many standard deviations of the noise.
     plateau_min_relative_improvement: float = 0.01
     plateau_noise_deviations: float = 5.0
     plateau_window_steps: int = 100
     plateau_alpha: float = 0.03
-
-
-@dataclass(frozen=True)
-class SeriesConfig(SpikeConfig, PlateauConfig):
-    """What the series kernel takes."""
 
 
 def kernel_config(config: SeriesConfig) -> tuple:

@@ -24,7 +24,7 @@ FRESH_SLOWDOWN: SlowdownState = (0.0, 0, 0, 0.0, False, [], 1.0)
 
 @dataclass(frozen=True)
 class SlowdownConfig:
-    """Slowdown thresholds."""
+    """Slowdown thresholds, and the stall gap of the time accounting."""
 
     # Slowdown (fail-slow): a step is slow when its time exceeds the rank's own baseline by
     # this factor; this many slow steps in a row are a slowdown (a single long step, such as a
@@ -34,6 +34,9 @@ class SlowdownConfig:
     slowdown_steps: int = 20
     slowdown_warmup_steps: int = 20
     slowdown_baseline_alpha: float = 0.05
+    # Lost time (goodput, beside the slowdown's split of step time): a gap between two step records
+    # (as the exporter reads them) longer than this, beyond the steps' own printed time, is lost as a stall.
+    stall_gap_seconds: float = 60.0
 
 
 @dataclass(slots=True)
