@@ -25,7 +25,7 @@ class Kind(NamedTuple):
     name: str
     family: str  # ANOMALY: a step detector's; ERROR: a failure line's; SCHEDULER: scheduler.log's; FINDING: analysis
     words: str  # how a person reads it: "out of memory"
-    severity: str
+    severity: str  # as the alert's severity label says, when one pages
     # The alert that pages on it; None only with ``quiet`` saying why nothing pages.
     alert: str | None = None
     quiet: str = ""
@@ -67,9 +67,9 @@ _KINDS = (
     Kind("worker_exited", SCHEDULER, "worker exited", "info",
          quiet="a worker leaving: the end of a run, or of a failure that pages on its own"),
     # --- findings: what a whole log or the ranks together tell
-    Kind("restart", FINDING, "restart", "warning", "TrainingRestartLoop"),
-    Kind("loss_plateau", FINDING, "loss plateau", "warning", "TrainingLossPlateau"),
-    Kind("first_stopped_rank", FINDING, "first stopped rank", "critical", "TrainingFirstStalledRank"),
+    Kind("restart", FINDING, "restart", "critical", "TrainingRestartLoop"),
+    Kind("loss_plateau", FINDING, "loss plateau", "info", "TrainingLossPlateau"),
+    Kind("first_stopped_rank", FINDING, "first stopped rank", "warning", "TrainingFirstStalledRank"),
     Kind("slow", FINDING, "slow rank", "warning", "TrainingStraggler"),
 )
 
@@ -84,7 +84,6 @@ def named(family: str) -> tuple[str, ...]:
 ANOMALY_KINDS = named(ANOMALY)
 ERROR_KINDS = named(ERROR)
 SCHEDULER_KINDS = named(SCHEDULER)
-FINDING_KINDS = named(FINDING)
 FOLLOWER_KINDS = frozenset(kind.name for kind in _KINDS if kind.follower)
 
 

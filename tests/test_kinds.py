@@ -19,8 +19,9 @@ from exporter.state import TrainingState
 ROOT = Path(__file__).resolve().parent.parent
 RUNBOOKS = ROOT / "docs" / "runbooks"
 RULES = ROOT / "deploy" / "prometheus" / "rules"
-ALERTS = {rule["alert"] for path in RULES.glob("*.yml") for group in yaml.safe_load(path.read_text())["groups"]
-          for rule in group["rules"] if "alert" in rule}
+# Every shipped alert -> its severity label.
+ALERTS = {rule["alert"]: rule.get("labels", {}).get("severity") for path in RULES.glob("*.yml")
+          for group in yaml.safe_load(path.read_text())["groups"] for rule in group["rules"] if "alert" in rule}
 KIND_INFO = re.compile(r'trainlog_kind_info\{kind="([^"]*)",family="([^"]*)",severity="([^"]*)",alert="([^"]*)"')
 
 
@@ -32,6 +33,7 @@ def test_every_kind_is_worded_and_paged_or_says_why_not(kind):
         assert kind.quiet, f"{kind.name}: no alert, and no word on why nothing pages"
         return
     assert kind.alert in ALERTS, f"{kind.name}: {kind.alert} is no shipped alert"
+    assert ALERTS[kind.alert] == kind.severity, f"{kind.name}: {kind.severity}, its alert pages {ALERTS[kind.alert]}"
     runbook = RUNBOOKS / f"{kind.alert}.md"
     assert runbook.is_file(), f"{kind.name}: no runbook {runbook.name}"
     assert f"`{kind.name}`" in runbook.read_text(encoding="utf-8"), \
