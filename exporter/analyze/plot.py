@@ -11,8 +11,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from exporter.analyze.report import ANOMALY_FINDINGS, Report
-from exporter.state import ERROR_KINDS, SeriesKey
+from exporter import kinds
+from exporter.analyze.report import Report
+from exporter.state import SeriesKey
 
 MAX_POINTS = 4000  # per rank and gauge
 MAX_LINES = 16  # ranks drawn one by one; beyond, median and band
@@ -120,8 +121,8 @@ def _mark_findings(axes: list, report: Report) -> None:
                 marks.setdefault((finding.step, finding.kind, finding.root_cause), []).append(finding.rank or "?")
     low, high = axes[0].get_xlim()
     for number, ((step, kind, root_cause), ranks) in enumerate(sorted(marks.items())):
-        color = "tab:red" if kind in ANOMALY_FINDINGS else (
-            "black" if root_cause else "tab:purple" if kind in ERROR_KINDS else "tab:orange")
+        color = "tab:red" if kind in kinds.ANOMALY_KINDS or kind == "loss_plateau" else (
+            "black" if root_cause else "tab:purple" if kind in kinds.ERROR_KINDS else "tab:orange")
         for axis in axes:
             axis.axvline(step, color=color, linestyle="--", linewidth=0.8, alpha=0.7)
         if number >= 12:

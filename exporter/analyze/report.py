@@ -9,9 +9,9 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# The findings about the numbers (the others are errors, stops, restarts, slowdowns).
-ANOMALY_FINDINGS = ("loss_nonfinite", "loss_spike", "grad_norm_nonfinite", "grad_norm_spike", "loss_plateau")
-CONTEXT_FIELDS = ("learning_rate", "grad_norm", "step_time_seconds")
+from exporter.state.events import CONTEXT_FIELDS
+
+__all__ = ["CONTEXT_FIELDS", "Finding", "LossSummary", "RankReport", "Report", "RunReport", "finding_order"]
 
 
 @dataclass(slots=True)
