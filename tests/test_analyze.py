@@ -309,3 +309,15 @@ def test_a_resume_reports_its_restart_and_the_replayed_time_as_serve_counts_them
     text = io.StringIO()
     assert run_analyze([str(log_dir)], "text", stdout=text) == 0
     assert "goodput (lost s by kind)" in text.getvalue() and "replayed " in text.getvalue()
+
+
+def test_a_directory_of_rotated_generations_only_is_read(tmp_path):
+    """Logs archived after the run: worker_0.log.1 and worker_0.log.2.gz, the live file gone."""
+    log_dir = tmp_path / "run" / "logs"
+    log_dir.mkdir(parents=True)
+    lines = keyvalue_lines(0, range(1, 201), START)
+    with gzip.open(log_dir / "worker_0.log.2.gz", "wt") as oldest:
+        oldest.write("".join(line + "\n" for line in lines[:100]))
+    write(log_dir / "worker_0.log.1", lines[100:])
+    (rank,) = only_run(analyze_json(log_dir))["ranks"]
+    assert (rank["rank"], rank["first_step"], rank["last_step"], rank["steps_total"]) == ("0", 1, 200, 200)

@@ -57,7 +57,7 @@ def test_analyze_reads_any_log_directory_without_a_traceback(tmp_path_factory, f
         csv_path = log_dir.parent / "steps.csv"
         status = run_analyze([str(log_dir)], output, csv=str(csv_path) if output == "json" else None,
                              stdout=out, stderr=err)
-        if status == 2:  # bad input (a directory of rotated generations only): one line that names the path
+        if status == 2:  # bad input (nothing readable): one line that names the path
             assert err.getvalue().count("\n") == 1 and str(log_dir) in err.getvalue(), err.getvalue()
             return
         assert status == 0, err.getvalue()

@@ -58,13 +58,18 @@ def resolve(paths: list[str], run: str | None = None) -> Resolved:
 
 
 def _logs_in(directory: str) -> list[str]:
-    files = []
+    """The logs of a directory, a live file standing for its generations; generations whose live
+    file is gone (a run's logs archived as ``worker_3.log.1``, ``.2.gz``) under the live name they had."""
+    files: dict[str, None] = {}
     for root, _dirs, names in os.walk(directory):
         for name in names:
             path = os.path.join(root, name)
+            base = rotated_base(path, compressed=True)
             if is_followed(os.path.relpath(path, directory)):
-                files.append(path)
-    return files
+                files[path] = None
+            elif base is not None and not os.path.exists(base) and is_followed(os.path.relpath(base, directory)):
+                files[base] = None
+    return list(files)
 
 
 def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
