@@ -54,3 +54,18 @@ def test_more_ranks_than_one_analysis_holds_is_a_report_that_says_so(tmp_path):
     message = f"{ranks} series (run, node, rank) found, more than the {SERIES_CAP} one analysis holds"
     assert message in result.stdout and message in result.stderr
     assert f"leaves out 10 (from rank {SERIES_CAP})" in result.stdout
+
+
+def test_more_ranks_in_one_file_than_one_analysis_holds_are_left_out_and_counted(tmp_path):
+    """One console with torchrun's [rankN]: prefixes of 5,000 ranks: the ranks past the cap are left out, said."""
+    log_dir = tmp_path / "run" / "logs"
+    log_dir.mkdir(parents=True)
+    ranks = SERIES_CAP + 904
+    (log_dir / "console.log").write_text("".join(f"[rank{rank}]: step=1 loss=2.5 lr=0.0001\n" for rank in range(ranks)))
+    result = _analyze(str(log_dir), "--format", "json", timeout=300)
+    assert result.returncode == 0, result.stderr[-2000:]
+    report = json.loads(result.stdout)
+    assert len(report["runs"][0]["ranks"]) == SERIES_CAP
+    # The console's own series (its unprefixed lines) and 4,095 prefixed ranks fit; 905 are left out.
+    assert report["warnings"] == [f"905 ranks left out: one analysis holds at most {SERIES_CAP} (run, node, rank) "
+                                  "series, as the exporter's cardinality limit"]

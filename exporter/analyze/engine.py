@@ -88,6 +88,7 @@ class Analysis:
         self._max_line_bytes = max_line_bytes
         self._tracks: dict[SeriesKey, _Track] = {}
         self._findings: dict[str, list[Finding]] = {}  # by run
+        self._left_out: set[SeriesKey] = set()  # ranks beyond the series limit (their lines are not read)
         self.warnings: list[str] = []
         self.bytes_read = 0
 
@@ -150,8 +151,10 @@ class Analysis:
                 key = keys[rank] = (source.run, source.node, str(rank))
                 self._track(key, source.role.role).files.append(source.name)
                 self._state.register(key, {"file": source.name, "role": source.role.role}, None)
-            if key in self._state.series:  # not a series the limits keep out
+            if key in self._state.series:
                 self._state.ingest(key, lines, [], mtime, first or 0.0)
+            else:  # the series limit keeps it out: the report says how many
+                self._left_out.add(key)
         track = self._tracks[own]
         if track.first_line_time is None:
             track.first_line_time = first
@@ -305,6 +308,10 @@ class Analysis:
     # ----- the report
 
     def report(self) -> Report:
+        if self._left_out:
+            limit = self._state.limits.max_series
+            self.warnings.append(f"{len(self._left_out)} ranks left out: one analysis holds at most {limit} "
+                                 "(run, node, rank) series, as the exporter's cardinality limit")
         runs = sorted({key[0] for key in self._tracks})
         return Report([self._run(run) for run in runs], self.warnings)
 
