@@ -10,6 +10,7 @@ import csv
 import gzip
 import io
 import json
+import os
 import subprocess
 from datetime import datetime
 from pathlib import Path
@@ -321,3 +322,4 @@ def test_a_directory_of_rotated_generations_only_is_read(tmp_path):
     write(log_dir / "worker_0.log.1", lines[100:])
     (rank,) = only_run(analyze_json(log_dir))["ranks"]
     assert (rank["rank"], rank["first_step"], rank["last_step"], rank["steps_total"]) == ("0", 1, 200, 200)
+

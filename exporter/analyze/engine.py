@@ -409,13 +409,16 @@ def _mark_root_cause(findings: list[Finding]) -> None:
     """The earliest failure from which later errors on other ranks follow (or the only failing rank's).
 
     Candidates are errors that cause rather than follow (an OOM, a crash, a segfault, not a
-    collective's timeout) and the first stopped rank (a hang); collective timeouts only when
-    nothing else is there. A tie in time goes to the error.
+    collective's timeout nor the traceback it raised on its rank) and the first stopped rank (a
+    hang); followers only when nothing else is there. A tie in time goes to the error.
     """
     errors = [finding for finding in findings if finding.kind in kinds.ERROR_KINDS or finding.kind == "node_timeout"]
     if not errors:
         return
-    causes = [finding for finding in errors if finding.kind not in kinds.FOLLOWER_KINDS]
+    # A plain traceback on a rank whose collective timed out is that timeout's exception, a follower too.
+    waited = {(finding.node, finding.rank) for finding in errors if finding.kind in kinds.FOLLOWER_KINDS}
+    causes = [finding for finding in errors if finding.kind not in kinds.FOLLOWER_KINDS
+              and not (finding.kind == "traceback" and (finding.node, finding.rank) in waited)]
     stopped = [finding for finding in findings if finding.kind == "first_stopped_rank"]
     candidates = sorted(causes + stopped or errors, key=lambda f: (*finding_order(f), f.kind == "first_stopped_rank"))
     cause = candidates[0]
