@@ -49,6 +49,12 @@ _KINDS = (
     Kind("nccl", ERROR, "NCCL error", "critical", "TrainingCommunicationError"),
     Kind("nccl_timeout", ERROR, "NCCL collective timeout", "critical", "TrainingCommunicationError", follower=True),
     Kind("hccl", ERROR, "HCCL error", "critical", "TrainingCommunicationError"),
+    # Collectives over the CPU (gloo, MindSpore's CPU ring): they fail when a peer dies (its connection
+    # closed or reset) or stops (the wait times out), so they follow that peer's failure.
+    Kind("collective", ERROR, "collective failed (peer connection lost)", "critical", "TrainingCommunicationError",
+         follower=True),
+    Kind("collective_timeout", ERROR, "collective timeout (gloo)", "critical", "TrainingCommunicationError",
+         follower=True),
     Kind("cuda", ERROR, "CUDA error", "critical", "TrainingProcessCrashed"),
     Kind("segfault", ERROR, "segmentation fault", "critical", "TrainingProcessCrashed"),
     Kind("traceback", ERROR, "Python traceback", "critical", "TrainingProcessCrashed"),

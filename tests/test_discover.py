@@ -3,6 +3,7 @@ from __future__ import annotations
 import pytest
 
 from exporter.follow import classify, is_followed
+from exporter.follow.discover import RanklessFiles
 
 
 @pytest.mark.parametrize(
@@ -38,6 +39,18 @@ def test_rank_from_file_name(path, rank, role):
     assert classify(path).rank == rank
     assert classify(path).role == role
     assert not classify(path).local_rank
+    assert classify(path).rankless == (rank == path)
+
+
+def test_the_first_rankless_file_of_a_directory_has_the_empty_rank_a_second_one_its_path():
+    # DESIGN 3.2: `cmd > train.log 2>&1`, a --tee console: no rank in the name, none in the label.
+    files = RanklessFiles()
+    assert files.role("/job/a", "train.log").rank == ""
+    assert files.role("/job/a", "train.log").rank == ""  # the same file asked again
+    assert files.role("/job/a", "console.log").rank == "console.log"  # two rank-less files stay two series
+    assert files.role("/job/b", "console.log").rank == ""  # another directory
+    assert files.role("/job/a", "worker_3.log").rank == "3"
+    assert files.role("/job/a", "scheduler.log").role == "scheduler"
 
 
 @pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log"])

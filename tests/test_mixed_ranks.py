@@ -28,8 +28,8 @@ def tee_run(tmp_path: Path) -> Path:
 def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
     state = read_once(tee_run(tmp_path))
     series = {key[2]: rank for key, rank in state.series.items()}
-    # The launcher's unprefixed lines go to the file's own series, named by the file (its name holds no rank).
-    assert sorted(series) == ["0", "1", "2", "3", "4", "5", "6", "7", "train.log"]
+    # The launcher's unprefixed lines go to the file's own series: its name holds no rank, so the empty rank.
+    assert sorted(series) == ["", "0", "1", "2", "3", "4", "5", "6", "7"]
     for rank in "01234567":
         assert series[rank].info == {"file": "train.log", "role": "worker", "format": "keyvalue"}
     assert [(rank, series[rank].step) for rank in "01234567"] == [
@@ -38,9 +38,10 @@ def test_a_mixed_file_of_eight_ranks_is_split_into_their_series(tmp_path):
     assert series["3"].step_time_seconds == 0.83
     # Rank 5's out-of-memory traceback went to rank 5, interleaved with the other ranks' steps.
     assert {rank: {kind: n for kind, n in series[rank].errors.items() if n} for rank in series} == {
-        "train.log": {"elastic": 1}, "5": {"oom": 1, "traceback": 1}, **{rank: {} for rank in "0123467"}}
-    launcher = series["train.log"]
-    assert error_summary(launcher.last_error_facts["elastic"]) == "ChildFailedError (root_cause_rank 5, exitcode 1)"
+        "": {}, "5": {"oom": 1, "traceback": 1, "elastic": 1}, **{rank: {} for rank in "0123467"}}
+    # The launcher's ChildFailedError summary names the rank that failed: it counts there.
+    assert error_summary(series["5"].last_error_facts["elastic"]) == (
+        "ChildFailedError (root_cause_rank 5, exitcode 1)")
     assert error_summary(series["5"].last_error_facts["oom"]) == (
         "torch.OutOfMemoryError (device cuda, requested 2.00 GiB)")
     # Lines by rank: rank 4 also printed a warning (two lines); the launcher printed the rest.
@@ -52,7 +53,7 @@ def test_the_rank_offset_makes_local_prefixes_global(tmp_path):
     state = read_once(tee_run(tmp_path), rank_offset=8)
     ranks = sorted(key[2] for key in state.series)
     # [rank5]: lines are global already
-    assert ranks == ["10", "11", "12", "13", "14", "15", "5", "8", "9", "train.log"]
+    assert ranks == ["", "10", "11", "12", "13", "14", "15", "5", "8", "9"]
     assert state.series[("job", "node-0", "13")].errors["oom"] == 0
     assert state.series[("job", "node-0", "5")].errors["oom"] == 1
 

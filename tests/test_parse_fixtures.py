@@ -51,6 +51,12 @@ DETECTED_FORMAT = {
     "real/nemo2": "nemo",
     "real/paddlenlp": "paddlenlp",
     "real/srun_label": None,
+    "real/torchrun_ddp_hang_console": None,
+    "real/torchrun_ddp_hang_rank0": None,
+    "real/torchrun_ddp_kill": "keyvalue",
+    "real/torchrun_ddp_nan": "keyvalue",
+    "real/torchrun_ddp_oom": "keyvalue",
+    "real/torchrun_ddp_raise": "keyvalue",
     "real/torchtitan_tflops": "torchtitan",
 }
 

@@ -125,3 +125,43 @@ def test_words_before_a_colon_are_not_hosts():
 def test_torch_2_0_names_the_rank_inside_the_message():
     line = b"[E ProcessGroupNCCL.cpp:916] [Rank 7] NCCL watchdog thread terminated with exception: CUDA error: x"
     assert [(kind, rank) for kind, rank, _ in _events([line])] == [("cuda", 7)]
+
+
+REAL = FIXTURES / "real"
+
+
+def _fixture_line(name: str, needle: bytes) -> bytes:
+    """The line of a real fixture (tests/fixtures/SOURCES.md) that holds ``needle``."""
+    return next(line for line in fixture_lines(REAL / name) if needle in line)
+
+
+@pytest.mark.parametrize(("fixture", "needle", "kind", "facts"), [
+    # torch 2.13.0's gloo under torchrun (tests/real/): the ranks whose peer died, or stopped.
+    ("torchrun_ddp_raise.log", b"Connection closed by peer", "collective",
+     {"backend": "gloo", "reason": "peer closed"}),
+    ("torchrun_ddp_kill.log", b"Connection reset by peer", "collective", {"backend": "gloo", "reason": "peer reset"}),
+    ("torchrun_ddp_hang_rank0.log", b"Timed out waiting", "collective_timeout",
+     {"backend": "gloo", "op": "recv", "timeout_seconds": 5.0}),
+    ("torchrun_ddp_oom.log", b"DefaultCPUAllocator", "oom", {"device": "cpu", "requested_bytes": 1 << 50}),
+])
+def test_cpu_training_failures_printed_by_real_runs_have_their_kind(fixture, needle, kind, facts):
+    event = signatures.classify(ranks.strip_rank_prefixes(_fixture_line(fixture, needle), 0)[1])
+    assert event is not None and event.kind == kind
+    assert facts.items() <= event.detail.items()
+
+
+@pytest.mark.parametrize("line", [
+    b"requests.exceptions.ConnectionError: ('Connection aborted.', ConnectionResetError(104, 'Connection reset by "
+    b"peer'))",  # a download, not a collective
+    b"Timed out waiting for the checkpoint writer",
+])
+def test_peer_and_timeout_words_outside_gloo_are_no_collective_failure(line):
+    assert signatures.classify(line) is None
+
+
+def test_torchruns_agent_names_the_rank_that_died_in_an_unranked_console():
+    # The kill run's console (torch 2.13.0, tests/real/): the agent's line for local rank 1, and its summary.
+    lines = fixture_lines(REAL / "torchrun_ddp_kill.log")
+    killed = [(rank, detail) for kind, rank, detail in _events(lines) if kind == "killed"]
+    assert [(rank, detail["signal"]) for rank, detail in killed] == [(1, "SIGKILL")]
+    assert [rank for kind, rank, _ in _events(lines) if kind == "collective"] == [2, 0]

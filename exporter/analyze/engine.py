@@ -105,12 +105,15 @@ class Analysis:
         self._state.register(key, {"file": source.name, "role": source.role.role}, None)
         keys: dict[int | None, SeriesKey] = {None: key}
         read_any = broken = False
+        track = self._tracks[key]
+        before, lines = track.last_line_time, False
         for generation in source.generations:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
             try:
                 for batch in self._blocks(generation, stdin):
                     read_any = True
+                    lines = lines or bool(batch.data)
                     self._block(source, parser, keys, batch, clock, mtime)
                     if progress is not None:
                         progress(source.name, self.bytes_read)
@@ -118,10 +121,11 @@ class Analysis:
                 self.warnings.append(str(error))
                 broken = True
             if mtime is not None and generation == source.generations[-1]:
-                track = self._tracks[key]
                 rank = self._state.series.get(key)  # none when the series limit kept the rank out
-                if track.last_line_time is None and rank is not None and rank.lines_total:
-                    track.last_line_time = mtime  # no line had a timestamp: the file's own time for its last
+                # No line of this file had a timestamp: the file's own time for its last, unless another file of
+                # the rank (torchrun's stdout.log beside its stderr.log) ended later.
+                if lines and track.last_line_time == before and rank is not None and rank.lines_total:
+                    track.last_line_time = max(mtime, before) if before is not None else mtime
         return read_any or not broken
 
     def _blocks(self, generation: str, stdin: BinaryIO | None) -> Iterator[ReadBatch]:
@@ -145,16 +149,21 @@ class Analysis:
         own = keys[None]
         # The state's clock is the lines' own time (its start-up and stall time are measured by it).
         first = clock.first_in(data)
-        for rank, lines in parsed.lines_by_rank.items():
+        # A record may name a rank no line of the block is prefixed with (torchrun's ChildFailedError summary,
+        # its agent's line): it has that rank's series, as in serve (pipeline.lines_read).
+        named = {record.rank: 0 for record in parsed.records if record.rank not in parsed.lines_by_rank}
+        for rank, lines in {**parsed.lines_by_rank, **named}.items():
             key = keys.get(rank)
             if key is None:
                 key = keys[rank] = (source.run, source.node, str(rank))
-                self._track(key, source.role.role).files.append(source.name)
+                files = self._track(key, source.role.role).files
+                if source.name not in files:  # a rank's own file that also prefixes its lines with its rank
+                    files.append(source.name)
                 self._state.register(key, {"file": source.name, "role": source.role.role}, None)
-            if key in self._state.series:
-                self._state.ingest(key, lines, [], mtime, first or 0.0)
-            else:  # the series limit keeps it out: the report says how many
+            if key not in self._state.series:  # the series limit keeps it out: the report says how many
                 self._left_out.add(key)
+            elif lines:
+                self._state.ingest(key, lines, [], mtime, first or 0.0)
         track = self._tracks[own]
         if track.first_line_time is None:
             track.first_line_time = first
@@ -390,7 +399,10 @@ def _last_step(event: Event) -> int | None:
 
 def _first_stopped(ranks: list[RankReport], median_step_time: float | None) -> Finding | None:
     """The rank whose last line is the earliest, when the ranks' last lines are spread out."""
-    workers = [rank for rank in ranks if rank.role == "worker" and rank.last_line_time is not None]
+    # Only ranks that printed steps: a launcher's console (torchrun's agent lines, a tee'd banner) stops
+    # printing when the job starts, and a pipeline stage that prints no loss is no stopped rank (DESIGN 3.4).
+    workers = [rank for rank in ranks
+               if rank.role == "worker" and rank.last_line_time is not None and rank.last_step is not None]
     if len(workers) < 2:
         return None
     first = min(workers, key=lambda rank: rank.last_line_time or 0.0)

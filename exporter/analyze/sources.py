@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from exporter.follow.discover import LogFileRole, classify, is_followed, run_label
+from exporter.follow.discover import LogFileRole, RanklessFiles, is_followed, run_label
 from exporter.follow.rotated import generations, rotated_base
 from exporter.follow.stream import STDIN
 
@@ -78,7 +78,8 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
     run_of_directories = run or (os.path.basename(os.path.commonpath(directories)) if len(directories) > 1
                                  else run_label(directories[0]) if directories else "stdin")
     sources: dict[str, Source] = {}
-    for directory, path in found:
+    rankless = RanklessFiles()
+    for directory, path in sorted(found):  # as serve finds them: a directory's rank-less files in name order
         if path == STDIN:
             sources[STDIN] = Source(STDIN, (STDIN,), run or "stdin", "", LogFileRole("", "worker"))
             continue
@@ -89,7 +90,7 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
         # Generations whose live file is gone (rotated away at the end of the run) are read all the same.
         chain = [file for file in generations(path) if os.path.exists(file)] or [path]
         sources[key] = Source(relative, tuple(chain), run_of_directories,
-                              nodes.get(os.path.abspath(directory), ""), classify(relative))
+                              nodes.get(os.path.abspath(directory), ""), rankless.role(directory, relative))
     return sorted(sources.values(), key=_order)
 
 
@@ -106,8 +107,15 @@ def _node_labels(directories: list[str]) -> dict[str, str]:
 
 def _order(source: Source) -> tuple:
     rank = source.role.rank
+    directory, _, name = source.name.rpartition("/")
+    # torchrun's --redirects splits a rank's output into stdout.log and stderr.log, without times: its failure
+    # (the traceback that ended it, in stderr.log) came after its steps (stdout.log), so stdout.log is read first.
     return (source.node, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
-            [int(part) if part.isdigit() else part for part in _NUMBER.split(source.name)])
+            _natural(directory), source.role.local_rank and name == "stderr.log", _natural(name))
+
+
+def _natural(text: str) -> list[int | str]:
+    return [int(part) if part.isdigit() else part for part in _NUMBER.split(text)]
 
 
 def within_series_cap(sources: list[Source], max_series: int) -> tuple[list[Source], str | None]:

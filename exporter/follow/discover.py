@@ -28,6 +28,8 @@ class LogFileRole:
     role: str  # "worker" or "scheduler"
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
+    # True when the name holds no rank (``train.log``, a ``--tee`` console): ``rank`` is the path.
+    rankless: bool = False
 
 
 @dataclass(frozen=True, slots=True)
@@ -79,7 +81,25 @@ def classify(relative_path: str) -> LogFileRole:
     if torchrun:
         return LogFileRole(torchrun.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
-    return LogFileRole(match.group(1) if match else relative_path, "worker")
+    return LogFileRole(match.group(1), "worker") if match else LogFileRole(relative_path, "worker", rankless=True)
+
+
+class RanklessFiles:
+    """The rank label of the worker logs whose name holds no rank, per log directory.
+
+    The first such file of a directory (in the order they are found) has the empty rank, as DESIGN
+    3.2 says (``cmd > train.log``, a ``--tee`` console: its ``[rankN]:`` lines still go to their ranks);
+    a second one keeps its path, so two rank-less files stay two series, never one with false spikes.
+    """
+
+    def __init__(self) -> None:
+        self._first: dict[str, str] = {}
+
+    def role(self, directory: str, relative_path: str) -> LogFileRole:
+        role = classify(relative_path)
+        if not role.rankless or self._first.setdefault(directory, relative_path) != relative_path:
+            return role
+        return LogFileRole("", role.role)
 
 
 def run_label(directory: str, run: str | None = None) -> str:

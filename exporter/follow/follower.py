@@ -35,7 +35,7 @@ from watchdog.events import (
 )
 
 from exporter.follow.appends import AppendWatcher
-from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, classify
+from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, RanklessFiles
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -132,6 +132,7 @@ class Follower:
         self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
+        self._rankless = RanklessFiles()  # which rank-less file of a directory has the empty rank
         self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
         self._waiting: set[str] = set()  # directories reported missing, to say so once
@@ -337,7 +338,7 @@ class Follower:
         for root, subdirectories, names in os.walk(directory, onerror=self._say_skipped):
             subdirectories[:] = [name for name in subdirectories
                                  if self._walks_into(directory, rules, os.path.join(root, name))]
-            for name in names:
+            for name in sorted(names):  # name order: the first rank-less file of a directory is the same one
                 path = os.path.join(root, name)
                 if path not in self._tailers:
                     self._discover(directory, path)
@@ -405,7 +406,7 @@ class Follower:
             self._leave_out(path)
             return
         self._unfollowed.discard(path)
-        followed = FollowedFile(path, directory, relative, classify(relative))
+        followed = FollowedFile(path, directory, relative, self._rankless.role(directory, relative))
         try:
             mtime = os.stat(path).st_mtime
         except OSError:

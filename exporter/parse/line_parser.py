@@ -30,7 +30,7 @@ from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
-from exporter.parse.ranks import RANK_PREFIX, has_srun_label, strip_host_prefix, strip_rank_prefixes
+from exporter.parse.ranks import RANK_PREFIX, global_rank, has_srun_label, strip_host_prefix, strip_rank_prefixes
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
@@ -384,6 +384,8 @@ class LineParser:
             if exception or signature.continued:
                 self._open_block(rank, Block.continuation(), parsed)  # its detail lines are not failures of their own
             named_rank = rank if rank is not None else _rank_in_message(body)
+            if named_rank is None:
+                named_rank = self._rank_named_by_launcher(event)
             key = signatures.failure_key(event, named_rank)
             if key is not None and signature.superseded:
                 self._held_exits[key] = (_on_host(event, host), named_rank)
@@ -405,6 +407,11 @@ class LineParser:
                 return True
         return False
 
+    def _rank_named_by_launcher(self, event: ErrorEvent) -> int | None:
+        """The global rank a launcher's report of a child names (torchrun's agent line: its local rank)."""
+        local_rank = event.detail.get("local_rank")
+        return global_rank(local_rank, True, self._rank_offset) if type(local_rank) is int else None
+
     def _open_block(self, rank: int | None, block: Block, parsed: ParsedBlock) -> None:
         """Start a rank stream's failure block; past MAX_OPEN_PER_PREFIX open ones, the oldest is given up."""
         if len(self._blocks) >= MAX_OPEN_PER_PREFIX and rank not in self._blocks:
@@ -416,6 +423,10 @@ class LineParser:
     def _emit(self, record: Record, rank: int | None, parsed: ParsedBlock) -> None:
         if type(record) is ErrorEvent or type(record) is SchedulerEvent:
             _drop_out_of_range(record.detail)
+        if rank is None and type(record) is ErrorEvent:
+            # A ChildFailedError summary read from a launcher's own output names the rank that failed.
+            named = record.detail.get("root_cause_rank")
+            rank = named if type(named) is int and named >= 0 else None
         if rank is not None:
             record.rank = rank
         if type(record) is ErrorEvent:

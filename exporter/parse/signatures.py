@@ -199,6 +199,32 @@ def _nccl_code(text: str) -> ErrorEvent | None:
     return None if match is None else ErrorEvent("nccl", {"nccl_error": match.group(1)})
 
 
+# --- gloo (torch.distributed on the CPU) ----------------------------------------------------
+
+# gloo's transport names its source file (``gloo/transport/tcp/pair.cc``) before the message: a
+# bare "Connection reset by peer" elsewhere (a download, a socket of the data loader) is not one.
+_GLOO = lazy(
+    r"gloo/transport/\w+/\w+\.cc:\d+\] (?:(?P<closed>Connection closed by peer)|Read error (?P<peer>\S+): "
+    r"(?P<reset>Connection reset by peer)|Timed out waiting (?P<ms>\d+)ms for (?P<op>\w+) operation to complete)")
+_PEER = lazy(r"by peer (\[[^\]]*\]:\d+)")
+
+
+def _gloo(text: str) -> ErrorEvent | None:
+    match = _GLOO.search(text)
+    if match is None:
+        return None
+    detail: Detail = {"backend": "gloo"}
+    if match.group("ms"):
+        detail["op"] = match.group("op")
+        detail["timeout_seconds"] = int(match.group("ms")) / 1000
+        return ErrorEvent("collective_timeout", detail)
+    peer = match.group("peer") or _PEER.search(text)
+    detail["reason"] = "peer closed" if match.group("closed") else "peer reset"
+    if peer is not None:
+        detail["peer"] = peer if isinstance(peer, str) else peer.group(1)
+    return ErrorEvent("collective", detail)
+
+
 # --- c10d store, rendezvous ---------------------------------------------------------------
 
 _STORE_TIMEOUT = lazy(
@@ -231,6 +257,8 @@ _MINDSPORE_OOM = lazy(
     r"|memory isn't enough and alloc failed.*?alloc size: (?P<alloc>\d+)B"
     r"|alloc size : (?P<size>\d+) is more than total mem size : (?P<total>\d+)")
 _HOST_PINNED_OOM = lazy(r"cudaHostAlloc failed, ret\[(\d+)\], out of memory")
+# c10's CPU allocator: ``DefaultCPUAllocator: can't allocate memory: you tried to allocate 1125899906842624 bytes``.
+_CPU_OOM = lazy(r"DefaultCPUAllocator: can't allocate memory: you tried to allocate (\d+) bytes")
 
 
 def _device_oom(text: str) -> ErrorEvent | None:
@@ -262,6 +290,11 @@ def _host_pinned_oom(text: str) -> ErrorEvent | None:
     # minddata's pinned host buffer for the device queue: the data pipeline stops with it.
     match = _HOST_PINNED_OOM.search(text)
     return None if match is None else ErrorEvent("oom", {"device": "host_pinned", "ret": int(match.group(1))})
+
+
+def _cpu_oom(text: str) -> ErrorEvent | None:
+    match = _CPU_OOM.search(text)
+    return None if match is None else ErrorEvent("oom", {"device": "cpu", "requested_bytes": int(match.group(1))})
 
 
 # --- Ascend: CANN codes, runtime codes, HCCL ----------------------------------------------
@@ -449,6 +482,8 @@ def _segfault(text: str) -> ErrorEvent | None:
 
 _TORCH, _ELASTIC, _NCCL = "formats/errors_torch.log", "real/errors_torchelastic.log", "real/errors_nccl.log"
 _ASCEND, _HOST, _ASCEND_WRITTEN = "real/errors_ascend.log", "real/errors_host.log", "formats/errors_ascend.log"
+# Printed here by the real suite's runs (tests/real/, torch 2.13.0 under torchrun with gloo).
+_DDP_OOM, _DDP_HANG = "real/torchrun_ddp_oom.log", "real/torchrun_ddp_hang_rank0.log"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl"), (b"Watchdog caught collective operation timeout",),
@@ -478,6 +513,10 @@ SIGNATURES: tuple[Signature, ...] = (
               "[ERROR] "
               "MD(14433,7fea2effd700,python):2021-12-12-14:13:43.932.181 [mindspore/ccsrc/minddata/dataset/util/"
               "arena.cc:250] Init] cudaHostAlloc failed, ret[2], out of memory"),
+    Signature("cpu_allocator_oom", ("oom",), (b"DefaultCPUAllocator: can't allocate memory",), _cpu_oom, _DDP_OOM,
+              "[default1]:[rank1]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
+              "can't allocate memory: you tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate "
+              "memory)"),
     Signature("nvidia_xid", ("hardware",), (b"NVRM: Xid", b"fallen off the bus"), _xid, _HOST,
               "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"),
     Signature("dataloader_worker_signal", ("hardware", "killed", "segfault", "other"), (b"is killed by signal: ",),
@@ -527,6 +566,11 @@ SIGNATURES: tuple[Signature, ...] = (
               "2.26.2", continued=True),
     Signature("nccl_code", ("nccl",), (b"nccl",), _nccl_code, _NCCL,
               "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. "),
+    Signature("gloo", ("collective", "collective_timeout"),
+              (b"Connection closed by peer", b"Connection reset by peer", b"Timed out waiting "),
+              _gloo, _DDP_HANG,
+              "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
+              "Timed out waiting 5000ms for recv operation to complete"),
     Signature("store_timeout", ("nccl_timeout",),
               (b"DistStoreError: Timed out", b"RendezvousTimeoutError", b"client socket has timed out"),
               _store_timeout, _HOST,

@@ -1,0 +1,247 @@
+"""Real training jobs followed by the exporter as a live sidecar, then ``analyze`` on the same files.
+
+The sidecar starts first, on a log directory that does not exist yet (DESIGN 3.1: waited for, not
+a crash). The job runs under ``nice -n 19`` with its output captured the way people capture it;
+/metrics is scraped every half second while it runs and once more after every line is read;
+``analyze --format json --csv`` reads the same files after. The training program wrote its ground
+truth (every rank's every step, and each incident with its rank and step) outside the log, in
+``truth/rank_<R>.jsonl``: ``check_steps`` compares every CSV row and every scrape with it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import csv
+import json
+import math
+import os
+import shutil
+import subprocess
+import sys
+import threading
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pytest
+
+from tests.support.exporter_process import ExporterProcess, exporter_command, exporter_environment
+from tests.support.net import Samples, eventually, scrape
+
+PROGRAMS = Path(__file__).parent / "programs"
+BIN = Path(sys.executable).parent
+VALUES = ("loss", "learning_rate", "grad_norm", "step_time_seconds")
+GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "grad_norm": "training_grad_norm",
+          "step_time_seconds": "training_step_duration_seconds"}
+# Where a job's output goes, as people capture it:
+#   file       ``cmd > LOG_DIR/train.log 2>&1`` (with torchrun --tee 3: every line behind [defaultN]:)
+#   redirects  ``torchrun --log-dir LOG_DIR/torchrun --redirects 3 ... > LOG_DIR/console.log 2>&1``: a file per
+#              rank in torchrun's attempt_K/<local_rank>/ layout, the agent's own lines in the console file
+#   pipe       ``cmd 2>&1 | tee LOG | trainlog-exporter --log-file -``
+CAPTURES = ("file", "redirects", "pipe")
+
+
+def require(module: str) -> None:
+    """Skip without the trainer installed, except in CI, where a missing trainer is a broken install."""
+    try:
+        __import__(module)
+    except ImportError:
+        if os.environ.get("CI"):
+            raise
+        pytest.skip(f"{module} is not installed: make setup-real (or .ci/run) installs the real trainers")
+
+
+@dataclass
+class RealRun:
+    """What one job printed, what the sidecar served while and after it ran, and what analyze said."""
+
+    root: Path
+    log_dir: Path
+    returncode: int
+    during: list[Samples] = field(default_factory=list)
+    after: Samples = field(default_factory=dict)
+    report: dict = field(default_factory=dict)  # analyze --format json, its one run
+    rows: list[dict[str, str]] = field(default_factory=list)  # analyze --csv
+    seconds: float = 0.0
+
+    @property
+    def truth_dir(self) -> Path:
+        return self.root / "truth"
+
+    def truth(self) -> dict[int, dict[int, dict[str, float]]]:
+        """rank -> step -> the values the program computed (its last record of a step, after a restart)."""
+        steps: dict[int, dict[int, dict[str, float]]] = {}
+        for path in sorted(self.truth_dir.glob("rank_*.jsonl")):
+            for line in path.read_text().splitlines():
+                record = json.loads(line)
+                if "incident" not in record:
+                    steps.setdefault(record["rank"], {})[record["step"]] = record
+        return steps
+
+    def incidents(self) -> list[dict]:
+        return [record for path in sorted(self.truth_dir.glob("rank_*.jsonl"))
+                for record in map(json.loads, path.read_text().splitlines()) if "incident" in record]
+
+    def findings(self, kind: str) -> list[dict]:
+        return [finding for finding in self.report["findings"] if finding["kind"] == kind]
+
+    def counters(self, metric: str, samples: Samples | None = None) -> dict[tuple[str, str], float]:
+        """(kind, rank) -> value of every non-zero sample of a per-kind counter."""
+        found = {}
+        for (name, labels), value in (self.after if samples is None else samples).items():
+            named = dict(labels)
+            if name == metric and value:
+                found[named["kind"], named["rank"]] = value
+        return found
+
+    def gauge(self, metric: str, rank: str, samples: Samples | None = None) -> float | None:
+        for (name, labels), value in (self.after if samples is None else samples).items():
+            named = dict(labels)
+            if name == metric and named.get("rank") == rank and "kind" not in named:
+                return value
+        return None
+
+
+def _line_count(log_dir: Path) -> int:
+    return sum(path.read_bytes().count(b"\n") for path in log_dir.rglob("*") if path.is_file())
+
+
+def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job", timeout: float = 300,
+            env: dict[str, str] | None = None, cwd: Path | None = None) -> RealRun:
+    """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze."""
+    assert capture in CAPTURES
+    log_dir = root / "logs"
+    assert not log_dir.exists()
+    command = ["nice", "-n", "19", *command]
+    environment = {**exporter_environment(), "PYTHONUNBUFFERED": "1", **(env or {})}
+    if capture == "redirects":
+        command = [*command[:4], "--log-dir", str(log_dir / "torchrun"), "--redirects", "3", *command[4:]]
+    if capture == "pipe":
+        exporter = ExporterProcess("--log-file", "-", "--run", run, stdin=subprocess.PIPE)
+    else:
+        exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run)
+    result = RealRun(root, log_dir, returncode=-1)
+    with exporter:
+        assert scrape(exporter.url) is not None  # answers before the job has written anything
+        stop = threading.Event()
+
+        def scrape_while_running() -> None:
+            while not stop.wait(0.5):
+                with contextlib.suppress(OSError, AssertionError):  # a scrape that failed is no sample
+                    result.during.append(scrape(exporter.url))
+
+        scraper = threading.Thread(target=scrape_while_running, daemon=True)
+        scraper.start()
+        started = time.monotonic()
+        log_dir.mkdir(parents=True)
+        target = log_dir / ("console.log" if capture == "redirects" else "train.log")
+        with open(target, "wb") as out:
+            job = subprocess.Popen(command, stdout=subprocess.PIPE if capture == "pipe" else out,
+                                   stderr=subprocess.STDOUT, env=environment, cwd=cwd or root)
+            if capture == "pipe":
+                _tee(job, out, exporter._running().stdin)
+            try:
+                result.returncode = job.wait(timeout)
+            except subprocess.TimeoutExpired:
+                job.kill()
+                job.wait()
+                raise
+        result.seconds = time.monotonic() - started
+        lines = _line_count(log_dir)
+        eventually(lambda: _total(scrape(exporter.url), "training_log_lines_total") >= lines, 30, interval=0.25,
+                   what=lambda: f"the sidecar to read {lines} lines:\n{exporter.output()[-3000:]}")
+        stop.set()
+        scraper.join()
+        result.after = scrape(exporter.url)
+    steps_csv = root / "steps.csv"
+    analyzed = subprocess.run(exporter_command("analyze", str(log_dir), "--format", "json", "--csv", str(steps_csv),
+                                               "--run", run),
+                              capture_output=True, text=True, env=exporter_environment(), timeout=120, check=False)
+    assert analyzed.returncode == 0, analyzed.stderr
+    (result.report,) = json.loads(analyzed.stdout)["runs"]
+    with open(steps_csv, newline="") as handle:
+        result.rows = list(csv.DictReader(handle))
+    return result
+
+
+def _tee(job: subprocess.Popen[bytes], out, stdin) -> None:
+    """``cmd | tee LOG | trainlog-exporter --log-file -``: every byte to the file and the exporter, then EOF."""
+    assert job.stdout is not None and stdin is not None
+    for line in iter(job.stdout.readline, b""):
+        out.write(line)
+        out.flush()
+        stdin.write(line)
+        stdin.flush()
+    stdin.close()
+
+
+def _total(samples: Samples, metric: str) -> float:
+    return sum(value for (name, _), value in samples.items() if name == metric)
+
+
+def _same(printed: str | float | None, truth: float) -> bool:
+    if printed in (None, ""):
+        return False
+    value = float(printed)
+    return (math.isnan(value) and math.isnan(truth)) or value == truth
+
+
+def check_steps(result: RealRun, rank_labels: dict[int, str] | None = None,
+                values: Sequence[str] = VALUES) -> None:
+    """Every step of every rank in analyze's CSV, and the sidecar's last gauges, equal the ground truth."""
+    truth = result.truth()
+    assert truth, "the program wrote no ground truth"
+    labels = rank_labels or {rank: str(rank) for rank in truth}
+    rows: dict[str, dict[int, dict[str, str]]] = {}
+    for row in result.rows:
+        rows.setdefault(row["rank"], {})[int(row["step"])] = row
+    assert set(rows) == set(labels.values()), f"CSV ranks {sorted(rows)} != {sorted(labels.values())}"
+    for rank, steps in truth.items():
+        read = rows[labels[rank]]
+        assert sorted(read) == sorted(steps), f"rank {rank}: steps read {sorted(read)} != {sorted(steps)}"
+        for step, record in steps.items():
+            for name in values:
+                assert _same(read[step][name], record[name]), \
+                    f"rank {rank} step {step} {name}: read {read[step][name]!r}, truth {record[name]!r}"
+        last = max(steps)
+        assert result.gauge("training_step", labels[rank]) == last, f"rank {rank}: training_step"
+        for name in values:
+            served = result.gauge(GAUGES[name], labels[rank])
+            assert served is not None and _same(served, steps[last][name]), \
+                f"rank {rank}: {GAUGES[name]} {served!r} != {steps[last][name]!r} at step {last}"
+    check_live(result, labels, values)
+
+
+def check_live(result: RealRun, labels: dict[int, str], values: Sequence[str]) -> None:
+    """Every scrape taken while the job ran shows, for each rank, the values of the step it shows."""
+    truth = result.truth()
+    seen = 0
+    for samples in result.during:
+        for rank, label in labels.items():
+            step = result.gauge("training_step", label, samples)
+            if step is None:
+                continue
+            seen += 1
+            record = truth[rank][int(step)]
+            for name in values:
+                served = result.gauge(GAUGES[name], label, samples)
+                assert served is not None and _same(served, record[name]), \
+                    f"live, rank {rank} at step {int(step)}: {GAUGES[name]} {served!r} != {record[name]!r}"
+    assert seen, "no scrape during the job saw a step: the sidecar was not live"
+
+
+def torchrun(program: str, *args: str, nproc: int = 4, launcher: Sequence[str] = ()) -> list[str]:
+    """``torchrun --standalone --nproc-per-node N LAUNCHER PROGRAM ARGS`` from this interpreter's environment."""
+    return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), *launcher, str(PROGRAMS / program),
+            *args]
+
+
+def keep_fixture(result: RealRun, name: str) -> None:
+    """With TRAINLOG_KEEP_REAL=DIR, copy what the job printed to DIR/NAME (to refresh tests/fixtures/real/)."""
+    keep = os.environ.get("TRAINLOG_KEEP_REAL")
+    if keep:
+        target = Path(keep) / name
+        shutil.rmtree(target, ignore_errors=True)
+        shutil.copytree(result.log_dir, target / "logs")
+        shutil.copytree(result.truth_dir, target / "truth")

@@ -1,0 +1,127 @@
+"""A tiny real DDP training loop for torchrun with gloo on the CPU, its ground truth written beside the log.
+
+Run under ``torchrun --standalone --nproc-per-node 4``. Every rank prints one ``key=value`` step
+line per step (its own, unreduced loss) and appends the same values, as Python floats, to
+``TRUTH/rank_<R>.jsonl`` (one JSON object a line, flushed before the step line is printed), so
+the file holds every step even when the rank is killed. An incident is written to the truth
+file before it is caused (``{"incident": KIND, "rank": R, "step": S}``).
+
+Incidents, each at ``--at`` on ``--rank`` (the step counted from 1):
+  nan      the rank's loss becomes NaN from that step (the all-reduced gradients carry it to every rank)
+  kill     the rank SIGKILLs itself
+  raise    the rank raises RuntimeError
+  hang     the rank sleeps for good inside the step; the others wait in the all-reduce until gloo's timeout
+  oom      the rank asks the CPU allocator for an absurd block
+  slow     the rank sleeps ``--slow-seconds`` in every step from then on (every rank slows with it)
+Every step sleeps ``--step-seconds`` first (the work a real step does), then meets its incident.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import signal
+import sys
+import time
+from datetime import timedelta
+from pathlib import Path
+
+import torch
+import torch.distributed as dist
+from torch.nn.parallel import DistributedDataParallel
+
+
+def _arguments() -> argparse.Namespace:
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--truth", required=True, help="directory for the ground truth files")
+    parser.add_argument("--steps", type=int, default=40)
+    parser.add_argument("--batch", type=int, default=32)
+    parser.add_argument("--lr", type=float, default=0.05)
+    parser.add_argument("--incident", choices=("nan", "kill", "raise", "hang", "oom", "slow"))
+    parser.add_argument("--rank", type=int, default=1, help="the rank the incident happens on")
+    parser.add_argument("--at", type=int, default=20, help="the step the incident happens at")
+    parser.add_argument("--slow-seconds", type=float, default=0.2)
+    parser.add_argument("--timeout", type=float, default=5.0, help="gloo's collective timeout, seconds")
+    # A step takes at least this long, as real steps do: torchrun --tee tails each rank's stdout and stderr
+    # every 0.1 s, separately, so a traceback printed within 0.1 s of a step line may come out before it.
+    parser.add_argument("--step-seconds", type=float, default=0.2)
+    parser.add_argument("--seed", type=int, default=0)
+    return parser.parse_args()
+
+
+class Truth:
+    """This rank's ground truth file: a JSON object a line, flushed and synced at once."""
+
+    def __init__(self, directory: Path, rank: int) -> None:
+        directory.mkdir(parents=True, exist_ok=True)
+        self._file = open(directory / f"rank_{rank}.jsonl", "a", buffering=1)  # noqa: SIM115
+
+    def write(self, record: dict) -> None:
+        self._file.write(json.dumps(record) + "\n")
+        self._file.flush()
+        os.fsync(self._file.fileno())
+
+
+def main() -> int:
+    args = _arguments()
+    dist.init_process_group("gloo", timeout=timedelta(seconds=args.timeout))
+    rank, world = dist.get_rank(), dist.get_world_size()
+    truth = Truth(Path(args.truth), rank)
+    torch.manual_seed(args.seed)  # the same initial weights on every rank
+    model = DistributedDataParallel(torch.nn.Sequential(
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)))
+    optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
+    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1.0 - done / (args.steps + 1))
+    data = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
+    target = torch.randn(16, 1, generator=torch.Generator().manual_seed(7))
+    mine = args.incident is not None and rank == args.rank
+    print(f"rank {rank} of {world}: training {args.steps} steps", flush=True)
+    for step in range(1, args.steps + 1):
+        started = time.perf_counter()
+        time.sleep(args.step_seconds)  # the step's work beyond this toy model's, before anything else
+        features = torch.randn(args.batch, 16, generator=data)
+        labels = features @ target + 0.1 * torch.randn(args.batch, 1, generator=data)
+        loss = torch.nn.functional.mse_loss(model(features), labels)
+        if mine and step >= args.at and args.incident == "nan":
+            if step == args.at:
+                truth.write({"incident": "loss_nonfinite", "rank": rank, "step": step})
+            loss = loss * float("nan")
+        if mine and step == args.at and args.incident in ("kill", "raise", "hang", "oom"):
+            kind = {"kill": "killed", "raise": "traceback", "hang": "hang", "oom": "oom"}[args.incident]
+            truth.write({"incident": kind, "rank": rank, "step": step})
+            if args.incident == "kill":
+                os.kill(os.getpid(), signal.SIGKILL)
+            elif args.incident == "raise":
+                raise RuntimeError(f"injected failure on rank {rank} at step {step}")
+            elif args.incident == "hang":
+                while True:
+                    time.sleep(3600)
+            else:
+                torch.empty(1 << 50, dtype=torch.uint8)  # 1 PiB
+        if mine and step >= args.at and args.incident == "slow":
+            if step == args.at:
+                truth.write({"incident": "slowdown", "rank": rank, "step": step})
+            time.sleep(args.slow_seconds)
+        optimizer.zero_grad()
+        loss.backward()  # DDP all-reduces the gradients here: every rank waits for every other
+        grad_norm = float(torch.nn.utils.clip_grad_norm_(model.parameters(), float("inf")))
+        lr = optimizer.param_groups[0]["lr"]
+        optimizer.step()
+        schedule.step()
+        step_time = time.perf_counter() - started
+        value = float(loss.item())
+        truth.write({"rank": rank, "step": step, "loss": value, "learning_rate": lr, "grad_norm": grad_norm,
+                     "step_time_seconds": step_time})
+        # repr: the shortest text that reads back as the same float, so the exporter can be exact.
+        print(f"step={step}/{args.steps} loss={value!r} lr={lr!r} grad_norm={grad_norm!r} "
+              f"step_time={step_time!r}", flush=True)
+        if not math.isfinite(value) and step >= args.at + 3:
+            break  # a NaN run goes on a few steps, as one does before someone notices
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
