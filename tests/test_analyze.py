@@ -323,3 +323,25 @@ def test_a_directory_of_rotated_generations_only_is_read(tmp_path):
     (rank,) = only_run(analyze_json(log_dir))["ranks"]
     assert (rank["rank"], rank["first_step"], rank["last_step"], rank["steps_total"]) == ("0", 1, 200, 200)
 
+
+
+def test_a_rank_silent_inside_a_step_is_the_root_cause_not_the_tracebacks_of_those_that_waited(tmp_path):
+    """Rank 3 hangs inside step 100; ranks 0-2 wait in the all-reduce, time out and raise. Their timeouts and
+    tracebacks carry no timestamp (stderr), so they sit at their last step line's time, rank 3's too: the
+    tracebacks are the timeouts' exceptions, followers, and the silent rank is the cause (issue 28)."""
+    log_dir = tmp_path / "job" / "logs"
+    for rank in range(4):
+        lines = keyvalue_lines(rank, range(1, 100), START)
+        if rank != 3:
+            lines += [f"[Rank {rank}] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=99, "
+                      "OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out.",
+                      "Traceback (most recent call last):", '  File "train.py", line 40, in <module>',
+                      "    loss.backward()", "RuntimeError: the process group was aborted"]
+        log = write(log_dir / f"worker_{rank}.log", lines)
+        written = START.timestamp() + 98 + (0 if rank == 3 else 11)  # the others' last write: after the timeout
+        os.utime(log, (written, written))
+    run = only_run(analyze_json(log_dir))
+    (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"], cause["step"]) == ("first_stopped_rank", "3", 99)
+    assert sorted((f["kind"], f["rank"]) for f in cause["explains"]) == sorted(
+        [(kind, rank) for kind in ("nccl_timeout", "traceback") for rank in ("0", "1", "2")])

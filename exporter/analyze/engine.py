@@ -63,6 +63,7 @@ class _Track:
     first_step: int | None = None
     last_step: int | None = None
     last_step_time: float | None = None  # the time of the last step line
+    last_line_timed: bool = False  # the last line read printed its own timestamp
     errors: dict[str, Finding] = field(default_factory=dict)  # kind -> its first occurrence, counting the rest
     open_nonfinite: dict[str, Finding] = field(default_factory=dict)  # a run of non-finite values still going
     losses: deque[float] = field(default_factory=lambda: deque(maxlen=NORMAL_WINDOW))
@@ -106,7 +107,7 @@ class Analysis:
         keys: dict[int | None, SeriesKey] = {None: key}
         read_any = broken = False
         track = self._tracks[key]
-        before, lines = track.last_line_time, False
+        lines = False
         for generation in source.generations:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
@@ -122,10 +123,12 @@ class Analysis:
                 broken = True
             if mtime is not None and generation == source.generations[-1]:
                 rank = self._state.series.get(key)  # none when the series limit kept the rank out
-                # No line of this file had a timestamp: the file's own time for its last, unless another file of
-                # the rank (torchrun's stdout.log beside its stderr.log) ended later.
-                if lines and track.last_line_time == before and rank is not None and rank.lines_total:
-                    track.last_line_time = max(mtime, before) if before is not None else mtime
+                # The file's last line has no timestamp (a traceback on stderr, a launcher's words): the file's
+                # own time is its time (DESIGN 3.6), unless the rank's lines elsewhere (torchrun's stdout.log beside
+                # its stderr.log) ended later.
+                if lines and not track.last_line_timed and rank is not None and rank.lines_total:
+                    latest = track.last_line_time
+                    track.last_line_time = mtime if latest is None else max(mtime, latest)
         return read_any or not broken
 
     def _blocks(self, generation: str, stdin: BinaryIO | None) -> Iterator[ReadBatch]:
@@ -170,6 +173,8 @@ class Analysis:
         last = clock.last_in(data)
         if last is not None:
             track.last_line_time = last
+        if data:
+            track.last_line_timed = clock.at(data, data.rfind(b"\n", 0, len(data) - 1) + 1) is not None
         # In the order of the lines: a failure is applied after the steps above it (the parser ends a
         # rank's step batch at its failure), so its step is the one the rank failed after.
         for record, offset in zip(parsed.records, parsed.offsets or [], strict=True):
