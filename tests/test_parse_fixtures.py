@@ -59,6 +59,7 @@ DETECTED_FORMAT = {
     "real/torchrun_ddp_nan": "keyvalue",
     "real/torchrun_ddp_oom": "keyvalue",
     "real/torchrun_ddp_raise": "keyvalue",
+    "real/torchrun_ddp_raise_glued": "keyvalue",
     "real/torchtitan_tflops": "torchtitan",
 }
 
