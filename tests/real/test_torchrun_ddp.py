@@ -86,8 +86,10 @@ def test_one_rank_sigkilled(tmp_path):
     assert _error_ranks(result, "killed") == {str(CULPRIT)}
     (killed,) = result.findings("killed")
     assert killed["rank"] == str(CULPRIT) and killed["step"] == AT - 1  # it died in step AT, after AT - 1
-    # The others lost their peer in the all-reduce: collective failures (and their own tracebacks), which follow.
-    assert _error_ranks(result, "collective") and str(CULPRIT) not in _error_ranks(result, "collective")
+    # The others lost their peer in the all-reduce (gloo's "Connection reset/closed by peer"): a collective failure
+    # beside its traceback, never a traceback alone. (Or torchrun's SIGTERM came first and they printed nothing.)
+    assert _error_ranks(result, "traceback") <= _error_ranks(result, "collective")
+    assert str(CULPRIT) not in _error_ranks(result, "collective")
 
 
 def test_one_rank_raising(tmp_path):
