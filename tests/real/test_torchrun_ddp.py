@@ -100,7 +100,8 @@ def test_one_rank_raising(tmp_path):
     # The culprit's exception, a plain traceback; the others lost it in the all-reduce: gloo's "Connection
     # closed by peer", a collective failure (their own traceback too: their processes died of it).
     assert str(CULPRIT) in _error_ranks(result, "traceback")
-    assert _error_ranks(result, "collective") <= others and _error_ranks(result, "collective")
+    # (Unless torchrun's SIGTERM reached them first: then they printed nothing.)
+    assert _error_ranks(result, "traceback") - {str(CULPRIT)} <= _error_ranks(result, "collective") <= others
     crash = next(finding for finding in result.findings("traceback") if finding["rank"] == str(CULPRIT))
     assert crash["step"] == AT - 1
     # torchrun's agent names the failed rank: its ChildFailedError summary counts there too.
