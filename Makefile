@@ -4,7 +4,7 @@ VENV ?= .venv
 BIN := $(VENV)/bin
 EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 
-.PHONY: setup run lint test sanitize system-deps clean kubernetes-rules
+.PHONY: setup setup-real run lint test test-real sanitize system-deps clean kubernetes-rules
 
 setup: $(VENV)/.installed
 
@@ -13,6 +13,18 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard exporter/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
 	$(BIN)/pip install --quiet -e '.[test]'
+	touch $@
+
+# The real trainers tests/real/ runs (torch's CPU build, transformers, accelerate), into the same venv, once:
+# again only when their list changes. The list is also the constraints, so nothing pulls another torch.
+REAL_REQUIREMENTS := tests/real/requirements.txt
+setup-real: $(VENV)/.installed-real
+
+$(VENV)/.installed-real: $(VENV)/.installed $(REAL_REQUIREMENTS)
+	@start=$$(date +%s); \
+	$(BIN)/pip install --quiet -c $(REAL_REQUIREMENTS) -r $(REAL_REQUIREMENTS) && \
+	$(BIN)/python -c 'import torch; assert torch.__version__.endswith("+cpu"), torch.__version__' && \
+	echo "setup-real: the real trainers installed in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 run: setup
@@ -28,8 +40,13 @@ lint: setup
 
 # system-deps first: it brings the C compiler that setup builds the native kernels with; lint and
 # the sanitized kernels before the tests.
-test: system-deps setup lint sanitize
+# The real runs (tests/real/, marker `real`) are part of it: the PyTorch runs (each job under nice -n 19).
+test: system-deps setup setup-real lint sanitize
 	$(BIN)/python -m pytest -q
+
+# The whole real matrix: every run of tests/real/, the long ones too (TRAINLOG_REAL_MATRIX=1).
+test-real: setup setup-real
+	TRAINLOG_REAL_MATRIX=1 $(BIN)/python -m pytest -q -m real tests/real
 
 # The native kernels built with AddressSanitizer and UndefinedBehaviorSanitizer into a copy of
 # the package, and the kernels' tests against their twins (tests/test_native.py) run on that

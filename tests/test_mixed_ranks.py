@@ -6,6 +6,7 @@ from pathlib import Path
 
 from exporter.export.status_page import error_summary
 from exporter.parse.formats import selection
+from exporter.parse.ranks import split_glued
 from tests.support.records import fixture_lines
 from tests.support.runs import exposition, read_once
 
@@ -102,3 +103,14 @@ def test_exposition_of_other_formats(tmp_path):
     assert 'training_scheduler_node_timeouts_total{node="node-0",node_id="3",rank="",run="job"} 1.0' in text
     assert f'training_errors_total{{kind="traceback",{scheduler}}} 1.0' in text
     assert f'training_last_error_timestamp_seconds{{kind="traceback",{scheduler}}}' in text
+
+
+def test_a_line_glued_to_another_ranks_by_torchruns_tee_is_two_lines():
+    # torch 2.13.0 --tee piped (tests/fixtures/SOURCES.md): rank 2's step 8 glued to the end of rank 0's.
+    (glued,) = [line for line in fixture_lines(FIXTURES.parent / "real" / "torchrun_ddp_raise_glued.log")
+                if b"[default2]:step=8/30" in line and not line.startswith(b"[default2]")]
+    first, second = split_glued(glued)
+    assert first.startswith(b"[default0]:step=8/30") and second.startswith(b"[default2]:step=8/30")
+    assert split_glued(b"[default1]:[rank1]: Traceback (most recent call last):") == [
+        b"[default1]:[rank1]: Traceback (most recent call last):"]  # torch's own prefix is no second line
+    assert split_glued(b"[default1]:a [defaultx]:b [worker2]:c") == [b"[default1]:a [defaultx]:b [worker2]:c"]

@@ -50,6 +50,8 @@ DETECTED_FORMAT = {
     "real/nanogpt": "nanogpt",
     "real/nemo2": "nemo",
     "real/paddlenlp": "paddlenlp",
+    "real/hf_trainer_nan": "hf_trainer",
+    "real/hf_trainer_tqdm": "hf_trainer",
     "real/srun_label": None,
     "real/torchrun_ddp_hang_console": None,
     "real/torchrun_ddp_hang_rank0": None,
@@ -57,6 +59,7 @@ DETECTED_FORMAT = {
     "real/torchrun_ddp_nan": "keyvalue",
     "real/torchrun_ddp_oom": "keyvalue",
     "real/torchrun_ddp_raise": "keyvalue",
+    "real/torchrun_ddp_raise_glued": "keyvalue",
     "real/torchtitan_tflops": "torchtitan",
 }
 
@@ -86,3 +89,10 @@ def test_every_fixture_log_has_expectations_and_a_detection_case() -> None:
     missing = [log.name for log in logs if not log.with_name(log.stem + ".expected.json").exists()]
     assert missing == []
     assert sorted(DETECTED_FORMAT) == sorted(case_id(case) for case in CASES)
+
+
+def test_a_trainer_dict_takes_the_step_of_the_last_bar_before_it() -> None:
+    # transformers 5.24.0 redirected to a file (tests/fixtures/SOURCES.md): each physical line holds the bars
+    # drawn since the previous dict, the first of them that dict's step; the last one is this dict's.
+    records = parse_fixture(FIXTURES / "real" / "hf_trainer_tqdm.log")
+    assert [record["step"] for record in records if record["type"] == "step"] == list(range(5, 61, 5))

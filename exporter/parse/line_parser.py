@@ -30,7 +30,14 @@ from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
-from exporter.parse.ranks import RANK_PREFIX, global_rank, has_srun_label, strip_host_prefix, strip_rank_prefixes
+from exporter.parse.ranks import (
+    RANK_PREFIX,
+    global_rank,
+    has_srun_label,
+    split_glued,
+    strip_host_prefix,
+    strip_rank_prefixes,
+)
 from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
@@ -175,12 +182,15 @@ class LineParser:
         """Every line, one at a time."""
         lines_by_rank = parsed.lines_by_rank
         self._line_start = 0
-        for line in data.split(b"\n")[:-1]:
-            rank, recognized = self._parse_line_isolated(line, parsed)
-            self._line_start += len(line) + 1
-            lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-            if not recognized:
-                parsed.unparsed += 1
+        for whole in data.split(b"\n")[:-1]:
+            start = self._line_start
+            for line in split_glued(whole) if whole[:1] == b"[" else (whole,):  # two ranks' lines glued by --tee
+                rank, recognized = self._parse_line_isolated(line, parsed)
+                self._line_start += len(line)
+                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+                if not recognized:
+                    parsed.unparsed += 1
+            self._line_start = start + len(whole) + 1
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.

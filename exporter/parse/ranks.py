@@ -74,3 +74,33 @@ def has_srun_label(line: bytes) -> bool:
     """True when a line starts with ``srun --label``'s task number."""
     match = LAUNCHER_PREFIX.match(line)
     return match is not None and match.group("task") is not None
+
+
+_ROLE_PREFIX = lazy(rb"\[([A-Za-z_]+)\d+\]:")
+
+
+def split_glued(line: bytes) -> list[bytes]:
+    """A line of torchrun's --tee console cut where another rank's line was glued to it.
+
+    torchrun's tail threads (one per rank and stream) write to the console at once, and a line of
+    one rank sometimes ends without its newline before the next rank's (seen on torch 2.13.0:
+    ``[default0]:step=8/30 ... step_time=0.21[default2]:step=8/30 loss=...``). A line starting with a
+    role prefix (``[default0]:``) is cut before each later prefix of the same role: torch itself
+    prints none (its own ``[rank0]:`` names another role).
+    """
+    start = _ROLE_PREFIX.match(line)
+    if start is None:
+        return [line]
+    tag = b"[" + start.group(1)
+    cut = line.find(tag, start.end())
+    if cut < 0:
+        return [line]
+    parts, begin = [], 0
+    while cut >= 0:
+        glued = _ROLE_PREFIX.match(line, cut)
+        if glued is not None and glued.group(1) == start.group(1):
+            parts.append(line[begin:cut])
+            begin = cut
+        cut = line.find(tag, cut + 1)
+    parts.append(line[begin:])
+    return parts

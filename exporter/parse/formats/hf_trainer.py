@@ -4,13 +4,20 @@ Current versions print formatted strings, ``{'loss': '0.466', 'grad_norm': '0.81
 'learning_rate': '4.6e-05', 'epoch': '0.2'}``; older ones raw floats with bare ``nan``
 (not a Python literal, hence a regular expression rather than ``ast.literal_eval``).
 Transformers' dict holds no step: step and total come from a tqdm bar glued to the same
-physical line by ``\\r`` (``40/1000 [00:52<20:48, ...]\\r...\\r{'loss': ...}``). Trainers
+physical line by ``\\r`` (``40/1000 [00:52<20:48, ...]\\r...\\r{'loss': ...}``), the last bar
+before the dict: a redirected file holds every redraw since the previous dict on that line, the
+first of them the step of the previous dict (tqdm.write redraws the bar after the dict it writes).
+The last one is the bar tqdm showed when the dict was written: the dict's step whenever a step takes
+longer than tqdm's 0.1 s refresh (under it, tqdm may not have drawn the last steps yet). Trainers
 modelled on it print the step inside the dict (PaddleNLP's ``'global_step': 150``, others
 ``'step'``): that one wins.
 Evaluation dicts (``eval_loss``) and the final train summary are not training steps.
 """
 
 from __future__ import annotations
+
+import re
+from collections.abc import Iterator
 
 from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
@@ -33,7 +40,7 @@ def parse(text: str) -> StepLine | None:
     if match is None:
         return None
     line = StepLine(None)
-    progress = _PROGRESS.search(text, 0, match.start())
+    progress = _last(_PROGRESS.finditer(text, 0, match.start()))
     if progress is not None:
         line.step, line.values["total_steps"] = int(progress.group(1)), int(progress.group(2))
     for key, raw in _PAIR.findall(match.group(0)):
@@ -45,6 +52,14 @@ def parse(text: str) -> StepLine | None:
         else:
             add_named(line, metric_name(key), value)
     return line
+
+
+def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
+    """The last of the matches, None when there is none."""
+    last = None
+    for last in matches:  # noqa: B007 - kept after the loop: the last one
+        continue
+    return last
 
 
 FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40))

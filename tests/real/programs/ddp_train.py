@@ -48,6 +48,9 @@ def _arguments() -> argparse.Namespace:
     # every 0.1 s, separately, so a traceback printed within 0.1 s of a step line may come out before it.
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
+    # regress: a mean squared error over --batch samples; classify: a cross entropy over 10 classes, the kind of
+    # loss a language model prints (a small batch's MSE is heavy-tailed as no token-averaged loss is).
+    parser.add_argument("--task", choices=("regress", "classify"), default="regress")
     return parser.parse_args()
 
 
@@ -70,20 +73,25 @@ def main() -> int:
     rank, world = dist.get_rank(), dist.get_world_size()
     truth = Truth(Path(args.truth), rank)
     torch.manual_seed(args.seed)  # the same initial weights on every rank
+    outputs = 10 if args.task == "classify" else 1
     model = DistributedDataParallel(torch.nn.Sequential(
-        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, 1)))
+        torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, outputs)))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
     schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1.0 - done / (args.steps + 1))
     data = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
-    target = torch.randn(16, 1, generator=torch.Generator().manual_seed(7))
+    target = torch.randn(16, outputs, generator=torch.Generator().manual_seed(7))
     mine = args.incident is not None and rank == args.rank
     print(f"rank {rank} of {world}: training {args.steps} steps", flush=True)
     for step in range(1, args.steps + 1):
         started = time.perf_counter()
         time.sleep(args.step_seconds)  # the step's work beyond this toy model's, before anything else
         features = torch.randn(args.batch, 16, generator=data)
-        labels = features @ target + 0.1 * torch.randn(args.batch, 1, generator=data)
-        loss = torch.nn.functional.mse_loss(model(features), labels)
+        if args.task == "classify":  # the class a fixed linear map scores highest, with noise
+            scores = features @ target + torch.randn(args.batch, outputs, generator=data)
+            loss = torch.nn.functional.cross_entropy(model(features), scores.argmax(dim=1))
+        else:
+            labels = features @ target + 0.1 * torch.randn(args.batch, 1, generator=data)
+            loss = torch.nn.functional.mse_loss(model(features), labels)
         if mine and step >= args.at and args.incident == "nan":
             if step == args.at:
                 truth.write({"incident": "loss_nonfinite", "rank": rank, "step": step})

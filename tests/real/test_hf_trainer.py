@@ -1,0 +1,55 @@
+"""A real ``transformers.Trainer`` (a tiny GPT-2 from a config object, no hub) under torchrun with gloo, 4 ranks.
+
+Its output goes to one file as people redirect it (``> train.log 2>&1``): the log dicts share their lines with
+tqdm's bars joined by carriage returns. Only the main process prints them; the file's name holds no rank, so
+its series has the empty rank (DESIGN 3.2).
+"""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+
+pytestmark = pytest.mark.real
+
+STEPS, EVERY, NAN_AT = 60, 5, 30
+PRINTED = ("loss", "learning_rate", "grad_norm")  # the Trainer prints no step time per step
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _transformers():
+    require("transformers")
+
+
+def _trainer(tmp_path, *args: str) -> RealRun:
+    result = run_job(tmp_path, torchrun("hf_trainer_train.py", "--truth", str(tmp_path / "truth"), "--out",
+                                        str(tmp_path / "out"), "--steps", str(STEPS), "--logging-steps", str(EVERY),
+                                        *args), capture="file")
+    keep_fixture(result, "hf_trainer" + ("_nan" if args else ""))
+    return result
+
+
+def test_healthy_trainer_every_logged_step_exact_on_the_empty_rank(tmp_path):
+    result = _trainer(tmp_path)
+    assert result.returncode == 0
+    # Every dict at its own step (the bar tqdm showed when the dict was written), the last one at 60.
+    assert sorted(result.truth()[0]) == list(range(EVERY, STEPS + 1, EVERY))
+    check_steps(result, {0: ""}, PRINTED)
+    assert result.counters("training_anomalies_total") == {}
+    assert result.counters("training_errors_total") == {}
+    assert result.report["findings"] == []
+
+
+def test_nan_from_a_step_the_trainer_filters_out_of_its_loss(tmp_path):
+    result = _trainer(tmp_path, "--nan-at", str(NAN_AT))
+    check_steps(result, {0: ""}, PRINTED)
+    truth = result.truth()[0]
+    # The Trainer's logging_nan_inf_filter keeps NaN out of the printed loss; the grad norm says it.
+    first_nan = min(step for step, record in truth.items() if math.isnan(record["grad_norm"]))
+    assert first_nan == NAN_AT
+    found = {finding["kind"]: finding for finding in result.report["findings"]}
+    assert found["grad_norm_nonfinite"]["rank"] == "" and found["grad_norm_nonfinite"]["step"] == first_nan
+    assert result.counters("training_anomalies_total").get(("grad_norm_nonfinite", ""), 0) >= 1
