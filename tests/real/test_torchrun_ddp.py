@@ -124,9 +124,11 @@ def test_one_rank_hanging_until_the_others_time_out(tmp_path):
     assert (stopped["rank"], stopped["step"]) == (str(CULPRIT), AT - 1)
     last_line = {rank: result.gauge("training_last_log_timestamp_seconds", rank) for rank in map(str, range(4))}
     assert min(last_line, key=lambda rank: last_line[rank] or 0.0) == str(CULPRIT)  # live too
-    # Not yet (issue 28, the cause model): the root cause. analyze marks a follower's traceback (the first
-    # rank whose gloo wait timed out) as the root cause, not rank 1's silence inside step AT; live,
-    # training_incident_info does not name rank 1 either.
+    # In analyze, the silent rank is the root cause, and explains the others' timeouts (and tracebacks).
+    (cause,) = [finding for finding in result.report["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"]) == ("first_stopped_rank", str(CULPRIT)), cause
+    assert {follower["rank"] for follower in cause["explains"] if follower["kind"] == "collective_timeout"} == others
+    # Not yet (issue 28): live, training_incident_info does not name rank 1.
 
 
 def test_absurd_allocation_is_out_of_memory(tmp_path):
