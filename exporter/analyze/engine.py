@@ -436,12 +436,16 @@ def _mark_root_cause(findings: list[Finding]) -> None:
     waited = {(finding.node, finding.rank) for finding in errors if finding.kind in kinds.FOLLOWER_KINDS}
     causes = [finding for finding in errors if finding.kind not in kinds.FOLLOWER_KINDS
               and not (finding.kind == "traceback" and (finding.node, finding.rank) in waited)]
+    follows = {id(finding) for finding in errors} - {id(finding) for finding in causes}
     stopped = [finding for finding in findings if finding.kind == "first_stopped_rank"]
     candidates = sorted(causes + stopped or errors, key=lambda f: (*finding_order(f), f.kind == "first_stopped_rank"))
     cause = candidates[0]
     failing_ranks = {(finding.node, finding.rank) for finding in errors}
+    # The errors of other ranks after the cause, and every follower of theirs: a collective's timeout follows
+    # whatever broke it, even when its line had no time of its own and sits at its rank's last step line's.
     followers = [finding for finding in errors if (finding.node, finding.rank) != (cause.node, cause.rank)
-                 and (cause.time is None or finding.time is None or finding.time >= cause.time)]
+                 and (cause.time is None or finding.time is None or finding.time >= cause.time
+                      or id(finding) in follows)]
     if followers or failing_ranks <= {(cause.node, cause.rank)}:
         cause.root_cause = True
         cause.explains = sorted(followers, key=finding_order)
