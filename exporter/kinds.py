@@ -91,6 +91,8 @@ ANOMALY_KINDS = named(ANOMALY)
 ERROR_KINDS = named(ERROR)
 SCHEDULER_KINDS = named(SCHEDULER)
 FOLLOWER_KINDS = frozenset(kind.name for kind in _KINDS if kind.follower)
+# The failures a root cause is chosen among: every error, and a node the scheduler timed out.
+FAILURE_KINDS = frozenset((*ERROR_KINDS, "node_timeout"))
 
 
 def words(kind: str) -> str:

@@ -429,7 +429,7 @@ def _mark_root_cause(findings: list[Finding]) -> None:
     collective's timeout nor the traceback it raised on its rank) and the first stopped rank (a
     hang); followers only when nothing else is there. A tie in time goes to the error.
     """
-    errors = [finding for finding in findings if finding.kind in kinds.ERROR_KINDS or finding.kind == "node_timeout"]
+    errors = [finding for finding in findings if finding.kind in kinds.FAILURE_KINDS]
     if not errors:
         return
     # A plain traceback on a rank whose collective timed out is that timeout's exception, a follower too.

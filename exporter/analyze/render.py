@@ -13,7 +13,7 @@ import time
 from collections.abc import Callable
 
 from exporter.analyze.report import CONTEXT_FIELDS, Finding, RankReport, Report, RunReport
-from exporter.state import ERROR_KINDS
+from exporter.kinds import FAILURE_KINDS
 
 MAX_FINDINGS_SHOWN = 60  # in text and Markdown; JSON has them all
 _CONTEXT_NAMES = {"learning_rate": "lr", "grad_norm": "grad_norm", "step_time_seconds": "step time"}
@@ -106,7 +106,7 @@ def _changes_answer(run: RunReport) -> list[str]:
                    for name, pair in context.items() if name in CONTEXT_FIELDS and pair != [None, None]]
         if changes:
             lines.append("From the step before to the step of the anomaly: " + ", ".join(changes) + ".")
-    errors = [finding for finding in run.findings if finding.kind in ERROR_KINDS or finding.kind == "node_timeout"]
+    errors = [finding for finding in run.findings if finding.kind in FAILURE_KINDS]
     if errors:
         lines.append("Errors: " + "; ".join(f"{finding.kind} on {_who(finding)} at {_time(finding.time)}"
                                             f"{f' ({finding.count}x)' if finding.count > 1 else ''}"
