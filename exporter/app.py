@@ -11,6 +11,7 @@ import signal
 import socket
 import sys
 import threading
+import time
 from pathlib import Path
 
 from exporter import checkpoint, native
@@ -98,6 +99,8 @@ class Exporter:
     def metrics(self, openmetrics: bool) -> bytes:
         """/metrics: the walk's families and the process's own, after every line written so far."""
         self.follower.catch_up(SCRAPE_CATCH_UP_SECONDS)
+        with self.state.lock:
+            self.state.settle(time.time())  # a hang the silence shows by now
         return text_format.render(self.state, self.scrape_time, openmetrics=openmetrics, runtime=self.runtime)
 
     def ready(self) -> bool:

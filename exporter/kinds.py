@@ -32,18 +32,28 @@ class Kind(NamedTuple):
     # It follows another rank's failure (a collective timeout, a launcher's summary of a
     # child's death) rather than causing one: never the root cause while a primary is there.
     follower: bool = False
+    # An anomaly that breaks a run (a NaN, a hang): the cause model (state/cause.py) weighs it among the
+    # failures. Every error kind and node_timeout is one without the flag.
+    incident: bool = False
 
 
 _KINDS = (
     # --- anomalies: the step detectors (state/detectors/), counted in training_anomalies_total{kind}
-    Kind("loss_nonfinite", ANOMALY, "non-finite loss", "critical", "TrainingLossNonFinite"),
+    Kind("loss_nonfinite", ANOMALY, "non-finite loss", "critical", "TrainingLossNonFinite", incident=True),
     Kind("loss_spike", ANOMALY, "loss spike", "warning", "TrainingLossSpike"),
+    # After the all-reduce every rank's grad norm is NaN at the step one rank's loss went NaN: a follower
+    # of that loss (the origin), the cause only where no loss was non-finite (a NaN filter printing a finite loss).
     Kind("grad_norm_nonfinite", ANOMALY, "non-finite grad norm", "warning",
-         quiet="counted and shown beside the loss; a NaN loss pages as TrainingLossNonFinite"),
+         quiet="counted and shown beside the loss; a NaN loss pages as TrainingLossNonFinite",
+         follower=True, incident=True),
     Kind("grad_norm_spike", ANOMALY, "grad norm spike", "info",
          quiet="context for a loss spike, which pages; a grad norm spike alone is common"),
     Kind("rank_divergence", ANOMALY, "rank divergence", "warning", "TrainingRankDivergence"),
     Kind("slowdown", ANOMALY, "slowdown", "warning", "TrainingSlowdown"),
+    # The rank that went silent inside a step while the others waited in a collective (or the run's first
+    # to stop, once every rank is silent past its stall threshold): the culprit of a hang, not the ranks
+    # that timed out waiting for it. Told by the cause model, across ranks.
+    Kind("hang", ANOMALY, "hang (silent inside a step)", "critical", "TrainingStalled", incident=True),
     # --- errors: failure lines (parse/signatures.py), counted in training_errors_total{kind}
     Kind("oom", ERROR, "out of memory", "critical", "TrainingOutOfMemory"),
     Kind("nccl", ERROR, "NCCL error", "critical", "TrainingCommunicationError"),
@@ -61,7 +71,9 @@ _KINDS = (
     Kind("elastic", ERROR, "worker failed (elastic agent)", "critical", "TrainingProcessCrashed", follower=True),
     Kind("killed", ERROR, "killed (SIGKILL)", "critical", "TrainingProcessCrashed"),
     Kind("hardware", ERROR, "hardware error", "critical", "TrainingHardwareError"),
-    Kind("terminated", ERROR, "stopped by a signal from outside the job", "warning",
+    # A launcher's SIGTERM to the workers left after another one failed, or a stop from outside: it follows
+    # any failure of the run, and is the cause only where nothing else is (a preemption).
+    Kind("terminated", ERROR, "stopped by a signal from outside the job", "warning", follower=True,
          quiet="a stop from outside (a preemption, the scheduler, a user's Ctrl-C) is no failure of the training: "
                "counted and shown; an unplanned one pages by the silence after it (TrainingStalled)"),
     Kind("other", ERROR, "error", "info", quiet="an unclassified error line: exported, not paged"),
@@ -93,6 +105,11 @@ SCHEDULER_KINDS = named(SCHEDULER)
 FOLLOWER_KINDS = frozenset(kind.name for kind in _KINDS if kind.follower)
 # The failures a root cause is chosen among: every error, and a node the scheduler timed out.
 FAILURE_KINDS = frozenset((*ERROR_KINDS, "node_timeout"))
+# Every kind the cause model weighs (state/cause.py): the failures and the anomalies that break a run.
+INCIDENT_KINDS = FAILURE_KINDS | frozenset(kind.name for kind in _KINDS if kind.incident)
+# Kinds that say only that the process died, not why: on the same rank and step, a named failure (an OOM
+# inside the traceback it raised) is the cause's kind.
+GENERIC_KINDS = frozenset(("traceback", "other", "elastic"))
 
 
 def words(kind: str) -> str:

@@ -146,8 +146,10 @@ class Pipeline:
             self._generation += 1
 
     def files_followed(self, count: int) -> None:
+        """After each scan of the files: their count, and a hang the silence of the ranks shows by now."""
         with self._state.lock:
             self._state.stats.files_followed = count
+            self._state.settle(self._clock())
 
     @staticmethod
     def _note_format(entry: _File) -> bool:

@@ -8,8 +8,9 @@ fails when a value here differs from the value there.
 
 from __future__ import annotations
 
-# Silence after which a run is stalled: TrainingStalled, the status page's stale rows.
-STALL_SECONDS = 600
+# The least silence after which a rank counts as stalled (its threshold is learned from its own pace above
+# it, exporter/state/detectors/stall.py): the exporter's default --stall-floor-seconds, TrainingStalled's floor.
+STALL_FLOOR_SECONDS = 120
 # Steps without improvement of the smoothed loss that are a plateau: TrainingLossPlateau, analyze's finding.
 PLATEAU_STEPS = 2000
 # A rank's step time over the run's median by this factor, among at least this many ranks: TrainingStraggler.
@@ -17,5 +18,5 @@ STRAGGLER_FACTOR = 1.5
 STRAGGLER_MIN_RANKS = 3
 
 # The rules' THRESHOLDS table keys of the values above.
-RULE_KEYS = {"stall_seconds": STALL_SECONDS, "plateau_steps": PLATEAU_STEPS, "straggler_factor": STRAGGLER_FACTOR,
+RULE_KEYS = {"stall_floor_seconds": STALL_FLOOR_SECONDS, "plateau_steps": PLATEAU_STEPS, "straggler_factor": STRAGGLER_FACTOR,
              "straggler_min_ranks": STRAGGLER_MIN_RANKS}

@@ -35,7 +35,7 @@ from grafana_foundation_sdk.models import dashboard as models
 from grafana_foundation_sdk.models.prometheus import PromQueryFormat
 from grafana_foundation_sdk.models.text import TextMode
 
-from exporter.thresholds import STALL_SECONDS, STRAGGLER_FACTOR
+from exporter.thresholds import STALL_FLOOR_SECONDS, STRAGGLER_FACTOR
 
 DASHBOARD_DIR = Path(__file__).resolve().parent / "dashboards"
 
@@ -72,9 +72,9 @@ WORKERS = 'run="$run", rank!=""'
 FIRING = 'ALERTS{alertstate="firing", alertname=~"Training.*", run=~"$run|"}'
 EXPORTERS = 'job=~"$job", instance=~"$instance"'
 
-# Seconds without a log line before a rank turns yellow / red (TrainingStalled waits 10 min).
+# Seconds without a log line before a rank turns yellow / red (TrainingStalled never fires before the floor of the stall threshold).
 SILENCE_WARNING_SECONDS = 60
-SILENCE_CRITICAL_SECONDS = STALL_SECONDS
+SILENCE_CRITICAL_SECONDS = STALL_FLOOR_SECONDS
 # Step time relative to the run's median at which a rank turns yellow / red (stragglers).
 STRAGGLER_WARNING_RATIO = 1.2
 STRAGGLER_CRITICAL_RATIO = STRAGGLER_FACTOR

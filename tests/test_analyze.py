@@ -344,6 +344,9 @@ def test_a_rank_silent_inside_a_step_is_the_root_cause_not_the_tracebacks_of_tho
         os.utime(log, (written, written))
     run = only_run(analyze_json(log_dir))
     (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
-    assert (cause["kind"], cause["rank"], cause["step"]) == ("first_stopped_rank", "3", 99)
+    assert (cause["kind"], cause["rank"], cause["step"]) == ("hang", "3", 99)
     assert sorted((f["kind"], f["rank"]) for f in cause["explains"]) == sorted(
         [(kind, rank) for kind in ("nccl_timeout", "traceback") for rank in ("0", "1", "2")])
+    assert "silent inside step 100" in cause["message"]
+    (stopped,) = findings(run, "first_stopped_rank")  # still said, beside the cause
+    assert (stopped["rank"], stopped["root_cause"]) == ("3", False)

@@ -11,6 +11,7 @@ from exporter import kinds
 from exporter.parse import LineParser
 from exporter.settings import DETECTOR_OPTIONS
 from exporter.state import TrainingState
+from exporter.state.cause import TOLD_KINDS
 from exporter.state.detectors import DETECTORS, DetectorConfig
 from exporter.state.snapshot import dump_state, restore_state
 from tests.support.records import parse_lines
@@ -28,7 +29,8 @@ def test_every_unit_s_thresholds_are_detector_config_s_and_settings():
 
 def test_the_units_find_exactly_the_table_s_anomaly_kinds_each_once():
     found = [kind for detector in DETECTORS for kind in detector.kinds]
-    assert sorted(found) == sorted(kinds.ANOMALY_KINDS) and len(found) == len(set(found))
+    # The cause model tells a hang, across ranks: no step detector does.
+    assert sorted(found) == sorted(set(kinds.ANOMALY_KINDS) - set(TOLD_KINDS)) and len(found) == len(set(found))
     assert len({detector.name for detector in DETECTORS}) == len(DETECTORS)
 
 

@@ -121,16 +121,25 @@ def test_promtool_test_rules():
 
 
 # The stall alert's condition with its finished-run guard, as trainlog-alerts.yml writes it.
-STALL_GUARDED = ("and on (run) (trainlog:run:last_log_age_seconds > 600)\n"
+STALL_GUARDED = ("and on (run) trainlog:run:stalled_seconds\n"
                  "          unless on (run) trainlog:run:finished\n        labels:\n          severity: critical")
 
 # Each mutation weakens or breaks one idea of the rules; the unit tests must
 # notice. (old, new) are exact substrings of trainlog-alerts.yml.
 MUTATIONS = {
-    "stall threshold": (
-        "trainlog:run_node:last_log_age_seconds > 600",
-        "trainlog:run_node:last_log_age_seconds > 900",
+    "stall threshold ignores the rank's own": (
+        'clamp_min(training_stall_threshold_seconds{rank!=""}, 120)', "600",
     ),
+    "stall floor": ('clamp_min(training_stall_threshold_seconds{rank!=""}, 120)',
+                    'clamp_min(training_stall_threshold_seconds{rank!=""}, 60)'),
+    "stall when one rank is silent": ("min by (run) (trainlog:rank:silence_over_threshold_seconds) > 0",
+                                      "max by (run) (trainlog:rank:silence_over_threshold_seconds) > 0"),
+    "the hung rank's stall carries no root cause": ("group_left (rank, root_cause)", "group_left (rank)"),
+    "errors never carry the root cause": (
+        '* on (run, node, rank, kind) group_left (root_cause) trainlog:incident:root_cause\n'
+        '          or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0',
+        '* on (run, node, rank, kind) group_left () trainlog:incident:root_cause\n'
+        '          or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0'),
     "stall per node instead of per run": (
         STALL_GUARDED,
         "unless on (run) trainlog:run:finished\n        labels:\n          severity: critical",
@@ -145,7 +154,7 @@ MUTATIONS = {
     ),
     "no finished-run guard on the stall": (
         STALL_GUARDED,
-        "and on (run) (trainlog:run:last_log_age_seconds > 600)\n        labels:\n          severity: critical",
+        "and on (run) trainlog:run:stalled_seconds\n        labels:\n          severity: critical",
     ),
     "straggler factor": ("ratio_to_run_median > 1.5", "ratio_to_run_median > 2.5"),
     "straggler needs no quorum": (
@@ -157,9 +166,8 @@ MUTATIONS = {
         "unless on (run, node) (sum by (run, node) (increase(training_steps_total[10m])) > 0)",
     ),
     "counter compared to a level, not increased": (
-        'increase(training_errors_total[10m]) > 0\n'
-        '            and on (kind) trainlog_kind_info{alert="TrainingOutOfMemory"}',
-        'training_errors_total > 1\n            and on (kind) trainlog_kind_info{alert="TrainingOutOfMemory"}',
+        'or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0',
+        'or on (run, node, rank, kind)\n          training_errors_total > 1',
     ),
     "crashes joined on another alert's kinds": (
         'trainlog_kind_info{alert="TrainingProcessCrashed"}',

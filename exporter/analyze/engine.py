@@ -89,6 +89,7 @@ class Analysis:
         self._max_line_bytes = max_line_bytes
         self._tracks: dict[SeriesKey, _Track] = {}
         self._findings: dict[str, list[Finding]] = {}  # by run
+        self._finding_of: dict[int, Finding] = {}  # id of the event a finding was made of -> the finding
         self._left_out: set[SeriesKey] = set()  # ranks beyond the series limit (their lines are not read)
         self.warnings: list[str] = []
         self.bytes_read = 0
@@ -276,6 +277,7 @@ class Analysis:
         elif kind.family == kinds.ERROR:
             track.errors[event.kind] = finding
         self._findings.setdefault(event.run, []).append(finding)
+        self._finding_of[id(event)] = finding
 
     @staticmethod
     def _message(event: Event, track: _Track) -> str:
@@ -310,6 +312,9 @@ class Analysis:
             return (f"{who} started over: step {step} after step {after}"
                     f"{f' ({again} steps done again)' if again else ''}"
                     f"{f', {_duration(gap)} without a step' if gap is not None else ''}")
+        if event.kind == "hang":
+            return (f"{who} went silent inside step {(step or 0) + 1} (its last step line: {step}) and printed no "
+                    f"error: {detail.get('evidence', 'silent')}")
         if event.kind == "node_timeout":
             node = detail.get("node_id")
             named = detail.get("node_rank", node)
@@ -331,6 +336,9 @@ class Analysis:
 
     def _run(self, run: str) -> RunReport:
         keys = [key for key in self._tracks if key[0] == run and key in self._state.series]
+        for key in keys:  # the ranks' last lines as the whole files tell them (an untimed end: the file's time)
+            self._state.causes.line(key, self._tracks[key].last_line_time)
+        self._state.settle(None)  # a hang the events of the whole log show
         ranks = [self._rank(key) for key in keys]
         findings = list(self._findings.get(run, []))
         step_times = [time for key in keys for time in self._tracks[key].step_times]
@@ -339,7 +347,7 @@ class Analysis:
         stopped = _first_stopped(ranks, median_step_time)
         if stopped is not None:
             findings.append(stopped)
-        _mark_root_cause(findings)
+        self._mark_root_causes(run)
         findings.sort(key=finding_order)
         known_first = [rank.first_step for rank in ranks if rank.first_step is not None]
         known_last = [rank.last_step for rank in ranks if rank.last_step is not None]
@@ -358,6 +366,17 @@ class Analysis:
                           {kind: count for kind, count in state.anomalies.items() if count},
                           statistics.median(times) if times else None, state.restarts_total,
                           state.productive_seconds_total, dict(state.lost_seconds_total))
+
+    def _mark_root_causes(self, run: str) -> None:
+        """The cause model's root cause of each incident of the run (state/cause.py), and the findings it explains."""
+        for cause in self._state.causes.history(run):
+            finding = self._finding_of.get(id(cause.event))
+            if finding is None:
+                continue
+            finding.root_cause = True
+            explained = (self._finding_of.get(id(follower)) for follower in cause.followers)
+            finding.explains = sorted({id(found): found for found in explained if found is not None}.values(),
+                                      key=finding_order)
 
     def _plateaus(self, keys: list[SeriesKey]) -> list[Finding]:
         found = []
@@ -420,35 +439,6 @@ def _first_stopped(ranks: list[RankReport], median_step_time: float | None) -> F
     step = f" at step {first.last_step}" if first.last_step is not None else ""
     return Finding("first_stopped_rank", first.last_step, first.rank, first.node, first.last_line_time,
                    f"{where} stopped writing first{step}, {_duration(spread)} before the last rank's last line")
-
-
-def _mark_root_cause(findings: list[Finding]) -> None:
-    """The earliest failure from which later errors on other ranks follow (or the only failing rank's).
-
-    Candidates are errors that cause rather than follow (an OOM, a crash, a segfault, not a
-    collective's timeout nor the traceback it raised on its rank) and the first stopped rank (a
-    hang); followers only when nothing else is there. A tie in time goes to the error.
-    """
-    errors = [finding for finding in findings if finding.kind in kinds.FAILURE_KINDS]
-    if not errors:
-        return
-    # A plain traceback on a rank whose collective timed out is that timeout's exception, a follower too.
-    waited = {(finding.node, finding.rank) for finding in errors if finding.kind in kinds.FOLLOWER_KINDS}
-    causes = [finding for finding in errors if finding.kind not in kinds.FOLLOWER_KINDS
-              and not (finding.kind == "traceback" and (finding.node, finding.rank) in waited)]
-    follows = {id(finding) for finding in errors} - {id(finding) for finding in causes}
-    stopped = [finding for finding in findings if finding.kind == "first_stopped_rank"]
-    candidates = sorted(causes + stopped or errors, key=lambda f: (*finding_order(f), f.kind == "first_stopped_rank"))
-    cause = candidates[0]
-    failing_ranks = {(finding.node, finding.rank) for finding in errors}
-    # The errors of other ranks after the cause, and every follower of theirs: a collective's timeout follows
-    # whatever broke it, even when its line had no time of its own and sits at its rank's last step line's.
-    followers = [finding for finding in errors if (finding.node, finding.rank) != (cause.node, cause.rank)
-                 and (cause.time is None or finding.time is None or finding.time >= cause.time
-                      or id(finding) in follows)]
-    if followers or failing_ranks <= {(cause.node, cause.rank)}:
-        cause.root_cause = True
-        cause.explains = sorted(followers, key=finding_order)
 
 
 def _percentile(ordered: list[float], share: float) -> float:

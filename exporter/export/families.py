@@ -29,6 +29,7 @@ from exporter.export.metrics_table import (
     COUNTER,
     EXPORTER,
     FOLLOWER,
+    INCIDENTS,
     INFO,
     KIND_TABLE,
     METRICS,
@@ -131,6 +132,7 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
         families = [_rank_family(spec, ranks, rank_labels, next(columns), series_labels)
                     if spec.source in (RANKS, PRINTED) else _exporter_family(spec, series_labels((), ()), state.stats)
                     for spec in specs if spec.source in (RANKS, PRINTED, EXPORTER)]
+        incidents = _incident_labels(state) if any(spec.source == INCIDENTS for spec in specs) else []
     for spec in specs:
         if spec.source == OTLP_ADAPTER:
             families.append(Family(spec, [series_labels((), ())], [getattr(scrape_time, spec.attribute)()]))
@@ -144,6 +146,9 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
             info = getattr(scrape_time, spec.attribute)()
             names = tuple(sorted(info))
             families.append(Family(spec, [series_labels(names, tuple(info[name] for name in names))], [1]))
+        elif spec.source == INCIDENTS:
+            families.append(Family(spec, [series_labels(INCIDENT_LABELS, values) for values in incidents],
+                                   [1] * len(incidents)))
         elif spec.source == KIND_TABLE:
             families.append(Family(spec, [series_labels(KIND_LABELS, values) for values in _kind_labels()],
                                    [1] * len(KINDS)))
@@ -155,6 +160,14 @@ def walk(state: TrainingState, series_labels: SeriesLabels[Labels], scrape_time:
 
 
 KIND_LABELS = ("kind", "family", "severity", "alert")
+INCIDENT_LABELS = ("run", "node", "rank", "kind", "step")
+
+
+def _incident_labels(state: TrainingState) -> list[tuple[str, str, str, str, str]]:
+    """Each run's root cause as training_incident_info's labels, by run. Call with the state's lock held."""
+    found = sorted(state.causes.causes().items())
+    return [(*cause.event.key, cause.event.kind, "" if cause.event.step is None else str(cause.event.step))
+            for _, cause in found]
 
 
 def _kind_labels() -> list[tuple[str, str, str, str]]:

@@ -25,8 +25,8 @@ GAUGE, COUNTER, INFO = "gauge", "counter", "info"
 # rank's log printed (RankState.printed, by the name a format parser gives it), an
 # ExporterStats attribute, or, at scrape time and outside the state, the OTLP adapter, /proc, the
 # follower and the exporter's build.
-RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, FOLLOWER, BUILD, KIND_TABLE = (
-    "ranks", "printed", "exporter", "otlp adapter", "processes", "follower", "build", "kinds")
+RANKS, PRINTED, EXPORTER, OTLP_ADAPTER, PROCESSES, FOLLOWER, BUILD, KIND_TABLE, INCIDENTS = (
+    "ranks", "printed", "exporter", "otlp adapter", "processes", "follower", "build", "kinds", "incidents")
 
 # The unit words a Prometheus name ends with, by the UCUM unit the OTLP side carries.
 _UNIT_SUFFIXES = {"s": "_seconds", "By": "_bytes"}
@@ -78,6 +78,9 @@ RANK_GAUGES = _group(
     MetricSpec("training_last_log_timestamp_seconds", "Modification time of the rank's log at the last change seen (Unix seconds).", "last_log_timestamp", "s"),
     MetricSpec("training_last_step_timestamp_seconds", "When the exporter saw the rank's latest step record (Unix seconds).", "last_step_timestamp", "s"),
     MetricSpec("training_loss_best_step", "Step at which the smoothed loss last improved by the plateau margin.", "loss_best_step", "{step}"),
+    MetricSpec("training_stall_threshold_seconds", "Silence after which the rank counts as stalled: several times its "
+               "usual interval between step lines, the start-up allowance before its first step, never below the "
+               "floor (docs/detectors.md).", "stall_threshold_seconds", "s"),
 )
 
 # Gauges per rank and key of a dict-valued attribute; label values sorted.
@@ -163,6 +166,11 @@ BUILD_INFO = MetricSpec("trainlog_build_info", "1, labeled with the exporter's v
 KIND_INFO = MetricSpec("trainlog_kind_info", "1 for every kind of event the exporter counts, labeled with its family, "
                        "severity and the alert that pages on it (empty: none).", "kinds", type=INFO, source=KIND_TABLE)
 
+# ... and, under the state's lock, the root cause of each run's current incident (state/cause.py), per run.
+INCIDENT_INFO = MetricSpec("training_incident_info", "1 for the root cause of the run's current incident (the primary "
+                           "event its followers are explained by), labeled with its rank, kind and step; gone when "
+                           "the run trains on.", "incidents", type=INFO, source=INCIDENTS)
+
 # Every family in exposition order; the ones read from the state come first (one lock hold).
 METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO, KIND_INFO)
+           INCIDENT_INFO, OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO, KIND_INFO)

@@ -22,10 +22,10 @@ from exporter import kinds
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
 from exporter.kinds import ANOMALY_KINDS
 from exporter.state import RankState, SeriesKey, TrainingState
-from exporter.thresholds import STALL_SECONDS, STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
+from exporter.thresholds import STALL_FLOOR_SECONDS, STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"  # --runbook-url
-_STALE_AFTER_SECONDS = STALL_SECONDS  # the troubleshooting guide's "no log line for 10 minutes"
+_STALE_AFTER_SECONDS = STALL_FLOOR_SECONDS  # without a rank's own stall threshold: the floor of one
 # An anomaly this many steps behind the rank's step is in the past: the row says at which
 # step it was, without staying red for the rest of the run.
 RECENT_ANOMALY_STEPS = 50

@@ -18,6 +18,7 @@ from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_ki
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
+from exporter.state.cause import CauseModel
 from exporter.state.detectors import DETECTORS, DetectorConfig, Found, RankValue, SeriesState, StepView
 from exporter.state.events import CONTEXT_FIELDS, Event, Listener, SeriesKey
 from exporter.state.recent import RecentSteps
@@ -86,6 +87,9 @@ class RankState:
     attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
+    # The usual silence between two of the rank's step lines (seconds, smoothed): its stall threshold's base.
+    line_interval: float | None = None
+    stall_threshold_seconds: float | None = None  # the silence after which the rank counts as stalled
     # Changed by the store's writers (register, ingest) each time they may change the rank, so a
     # scrape can reuse what it read of a rank whose version did not move (families.walk). Code
     # that changes a rank otherwise must change it too. Not a value of the rank's: not compared,
@@ -166,6 +170,8 @@ class TrainingState:
         self._limits = limits or Limits()
         self._dropped: set[tuple[str, ...]] = set()  # series kept out by the limits, counted once each
         self.listener = listener
+        # The cause model (state/cause.py): every event is told to it before the listener hears it.
+        self.causes = CauseModel()
 
     @property
     def detectors(self) -> DetectorConfig:
@@ -184,6 +190,8 @@ class TrainingState:
         if rank is not None:
             rank.version += 1
             rank.info.update(info)
+            if rank.stall_threshold_seconds is None:  # no step yet: the start-up allowance
+                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
             if info.get("role") == "scheduler":
                 for kind in SCHEDULER_KINDS:
                     rank.scheduler_events.setdefault(kind, 0)
@@ -217,10 +225,15 @@ class TrainingState:
         if log_timestamp is not None:
             rank.last_log_timestamp = log_timestamp
         when = now if line_time is None else line_time(0)
+        if lines:
+            self.causes.line(key, when)
+            if rank.stall_threshold_seconds is None:
+                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
         for record in records:
             if isinstance(record, StepBatch):
                 self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now))
             elif isinstance(record, ErrorEvent):
+                self.causes.line(key, when)
                 self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
             elif isinstance(record, SchedulerEvent):
                 detail = {name: value for name, value in (("node_id", record.node_id), ("node_rank", record.node_rank))
@@ -315,8 +328,29 @@ class TrainingState:
             for found in detector.apply(self._detectors, state, view):
                 self._apply(key, rank, self._step_event(applying, found))
         rank.productive_seconds_total, rank.lost_seconds_total["checkpoint"] = view.time_split
+        starting = rank.starting_since is not None or restarted
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.attempt_step, rank.highest_step, rank.replay_until = after
+        if since_last_step is not None and not starting:
+            rank.line_interval = self._detectors.learned_interval(rank.line_interval, since_last_step, printed,
+                                                                  len(batch.steps))
+        rank.stall_threshold_seconds = self._detectors.stall_threshold(rank.line_interval)
+        self.causes.stepped(key, rank.step, self._line_time(applying, rank.step))
+
+    def settle(self, now: float | None) -> None:
+        """Tell the cause model's hangs (state/cause.py) at ``now`` (None: the end of the logs) as events.
+        Call with the lock held: serve calls it as it follows and before a scrape, analyze at the end."""
+        for run in self.causes.runs():
+            hang = self.causes.hang(run, now, self._stall_threshold)
+            rank = self.series.get(hang.key) if hang is not None else None
+            if hang is not None and rank is not None:
+                rank.version += 1
+                self._apply(hang.key, rank, hang)
+
+    def _stall_threshold(self, key: SeriesKey) -> float:
+        rank = self.series.get(key)
+        threshold = rank.stall_threshold_seconds if rank is not None else None
+        return threshold if threshold is not None else self._detectors.stall_threshold(None, starting=True)
 
     def _account_idle(self, rank: RankState, since_last_step: float | None, printed: float, *,
                       restarted: bool, now: float) -> None:
@@ -393,11 +427,13 @@ class TrainingState:
                 rank.last_error_facts[kind] = dict(event.detail)
         elif kind == "restart":
             rank.restarts_total += 1
+            rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
         else:
             self._count(key, rank, rank.scheduler_events, kind)
             node_id = event.detail.get("node_id")
             if kind == "node_timeout" and node_id is not None:
                 self._count(key, rank, rank.node_timeouts, label_value(str(node_id)))
+        self.causes.heard(event)
         if self.listener is not None:
             self.listener(event)
 

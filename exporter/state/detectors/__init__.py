@@ -20,13 +20,14 @@ from exporter.state.detectors.divergence import (
 )
 from exporter.state.detectors.series import SeriesDetector, SeriesState, check_series, kernel_config
 from exporter.state.detectors.slowdown import SlowdownConfig, SlowdownDetector
+from exporter.state.detectors.stall import StallConfig
 
 __all__ = ["DETECTORS", "NEW_DEPARTURE", "DepartureState", "Detector", "DetectorConfig", "Found", "RankValue",
            "SeriesState", "StepView", "check_departures", "check_series", "kernel_config"]
 
 
 @dataclass(frozen=True)
-class DetectorConfig(DivergenceConfig, SlowdownConfig):
+class DetectorConfig(DivergenceConfig, SlowdownConfig, StallConfig):
     """Every registered detector's thresholds; the defaults are documented in docs/detectors.md."""
 
 

@@ -1,0 +1,52 @@
+"""When a rank's silence is a stall: its threshold, learned from its own pace (DESIGN 3.3).
+
+A run whose steps take a second and that has printed nothing for two minutes is hung; a run
+that prints a line every ten minutes is not. Each rank's threshold is its usual silence
+between two step lines (smoothed, long gaps such as a checkpoint save left out of the
+learning) times ``stall_factor``, never below ``stall_floor_seconds``; before its first step
+and after a restart (start-up: loading the model, compiling) it is ``stall_startup_seconds``.
+Exposed as ``training_stall_threshold_seconds``; TrainingStalled fires past it
+(docs/detectors.md).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from exporter.thresholds import STALL_FLOOR_SECONDS
+
+# A gap between step lines this many times the learned interval is a long phase (a save, an evaluation,
+# a stall that ended), not the pace: it is not learned from.
+OUTLIER_FACTOR = 5.0
+INTERVAL_ALPHA = 0.1  # smoothing of the learned interval per batch of step lines
+
+
+@dataclass(frozen=True)
+class StallConfig:
+    """The stall threshold's floor, factor and start-up allowance."""
+
+    # Stall threshold: a rank is stalled when silent for this many times its usual interval between step
+    # lines, and never before the floor (seconds); before its first step and after a restart, the start-up
+    # allowance (seconds) holds instead.
+    stall_factor: float = 10.0
+    stall_floor_seconds: float = float(STALL_FLOOR_SECONDS)
+    stall_startup_seconds: float = 1800.0
+
+    def stall_threshold(self, interval: float | None, *, starting: bool = False) -> float:
+        """The silence after which a rank is stalled, for its learned ``interval`` (None: not learned yet)."""
+        if starting:
+            return max(self.stall_floor_seconds, self.stall_startup_seconds)
+        return max(self.stall_floor_seconds, self.stall_factor * (interval or 0.0))
+
+    @staticmethod
+    def learned_interval(interval: float | None, since_last: float, printed: float, lines: int) -> float | None:
+        """The usual silence between step lines after a batch of ``lines`` step lines that came ``since_last``
+        seconds after the batch before and printed ``printed`` seconds of step time."""
+        if lines <= 0 or since_last < 0:
+            return interval
+        sample = max(since_last, printed) / lines
+        if interval is None:
+            return sample
+        if sample > OUTLIER_FACTOR * interval:
+            return interval
+        return interval + INTERVAL_ALPHA * (sample - interval)
