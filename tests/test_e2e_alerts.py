@@ -25,7 +25,7 @@ from tests.support.prometheus import require_binary
 # plateau needs fewer steps. Ratios and counts are kept.
 TEST_VALUES = {
     "counter_window": "1m",          # 10m: the alert stays firing for a minute after the incident
-    "stall_seconds": "5",            # 600: 20 steps of silence
+    "stall_floor_seconds": "5",      # 120 (with the exporter's --stall-floor-seconds, below): 20 steps of silence
     "plateau_steps": "12",           # 2000: with the exporter's plateau window of 10 steps (below)
     "plateau_for": "1s",             # 15m
     "straggler_smoothing": "30s",    # 5m
@@ -64,11 +64,13 @@ INCIDENT_TEST_VALUES = {
     "goodput_for": "1s",             # 30m
 }
 RULE_TEST_VALUES = {SHIPPED_RULES: TEST_VALUES, INCIDENT_RULES: INCIDENT_TEST_VALUES}
-STALL_SECONDS = float(TEST_VALUES["stall_seconds"])
+STALL_SECONDS = float(TEST_VALUES["stall_floor_seconds"])
 # The plateau tracker over a 60-step run (docs/detectors.md): a window of 10 steps and a
 # memory of ~5 steps. Healthy 60-step runs then never go more than ~6 steps without
 # improving; a loss flat from step 8 stops improving by step ~30.
-EXPORTER_OPTIONS = ("--plateau-window-steps", "10", "--plateau-alpha", "0.2")
+# The stall threshold's floor as the rules' copy has it (a step every 0.25 s learns a threshold below it).
+EXPORTER_OPTIONS = ("--plateau-window-steps", "10", "--plateau-alpha", "0.2",
+                    "--stall-floor-seconds", TEST_VALUES["stall_floor_seconds"])
 
 ALL_RANKS = frozenset({"0", "1", "2", "3"})
 NO_RANK = frozenset({""})  # run-level alerts carry no rank label
@@ -111,7 +113,8 @@ DRILLS = (
     Drill("restart", (f"restart@{RESTART_AT}",), {}),
     # Dies at step 20 four times; after three restarts the launcher gives up and the run is silent.
     Drill("restart-loop", ("restart-loop",), {"TrainingRestartLoop": NO_RANK}, RUN_GOES_SILENT),
-    Drill("hang", ("hang:1@12",), {"TrainingStalled": NO_RANK, "TrainingFirstStalledRank": frozenset({"1"})}),
+    # The hung rank named by the exporter's cause model: the stall carries it (rank 1, root_cause).
+    Drill("hang", ("hang:1@12",), {"TrainingStalled": frozenset({"1"}), "TrainingFirstStalledRank": frozenset({"1"})}),
     Drill("oom", ("oom:2@12",), {"TrainingOutOfMemory": frozenset({"2"})}, dies_with_traceback("2")),
     # The survivors of an NCCL failure time out in the watchdog: a communication error on every rank.
     Drill("nccl", ("nccl:1@12",), {"TrainingCommunicationError": ALL_RANKS}, dies_with_traceback("1")),
@@ -137,7 +140,12 @@ CAUSES = {
     "crash": {("TrainingProcessCrashed", "1")},
     # The NCCL error says why rank 1 crashed: its crash and the others' watchdog timeouts are held back.
     "nccl": {("TrainingCommunicationError", "1")},
-    "hang": {("TrainingStalled", ""), ("TrainingFirstStalledRank", "1")},
+    # One page: the stall naming the hung rank; the first stalled rank is held back by it.
+    "hang": {("TrainingStalled", "1")},
+    # The HCCL error is the cause of its rank's crash (a named failure before the traceback carrying it).
+    "hccl": {("TrainingCommunicationError", "3")},
+    "segfault": {("TrainingProcessCrashed", "0")},
+    "node-timeout": {("TrainingNodeTimedOut", "")},
 }
 INCIDENTS = [drill for drill in DRILLS if drill.alerts]
 FIRE_BUDGET = 45  # seconds from the simulators' start until every expected alert fired
@@ -149,11 +157,12 @@ def test_the_copy_of_the_rules_waits_seconds_not_minutes():
     rules = [rule for group in shorten_rules(shipped, TEST_VALUES)["groups"] for rule in group["rules"]]
     waits = {rule["alert"]: rule["for"] for rule in rules if "for" in rule}
     assert waits and all(re.fullmatch(r"[0-5]s", wait) for wait in waits.values()), waits
-    stalled = next(rule["expr"] for rule in rules if rule.get("alert") == "TrainingStalled")
-    assert "> 600" in shipped and "> 600" not in stalled and f"> {TEST_VALUES['stall_seconds']}" in stalled
+    silence = next(rule["expr"] for rule in rules if rule.get("record") == "trainlog:rank:silence_over_threshold_seconds")
+    assert "_seconds{rank!=\"\"}, 120)" in shipped and ", 120)" not in silence
+    assert f"_seconds{{rank!=\"\"}}, {TEST_VALUES['stall_floor_seconds']})" in silence
     # A threshold added to the shipped table needs a test value before the drills run.
-    with pytest.raises(ValueError, match="missing \\['stall_seconds'\\]"):
-        shorten_rules(shipped, {key: value for key, value in TEST_VALUES.items() if key != "stall_seconds"})
+    with pytest.raises(ValueError, match="missing \\['stall_floor_seconds'\\]"):
+        shorten_rules(shipped, {key: value for key, value in TEST_VALUES.items() if key != "stall_floor_seconds"})
 
 
 @pytest.fixture(scope="module")

@@ -128,7 +128,8 @@ STALL_GUARDED = ("and on (run) trainlog:run:stalled_seconds\n"
 # notice. (old, new) are exact substrings of trainlog-alerts.yml.
 MUTATIONS = {
     "stall threshold ignores the rank's own": (
-        'clamp_min(training_stall_threshold_seconds{rank!=""}, 120)', "600",
+        'clamp_min(training_stall_threshold_seconds{rank!=""}, 120)',
+        'clamp_min(training_stall_threshold_seconds{rank!=""} * 0 + 600, 120)',
     ),
     "stall floor": ('clamp_min(training_stall_threshold_seconds{rank!=""}, 120)',
                     'clamp_min(training_stall_threshold_seconds{rank!=""}, 60)'),

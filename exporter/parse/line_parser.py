@@ -26,6 +26,7 @@ from dataclasses import dataclass, field
 
 from exporter import native
 from exporter.parse import signatures
+from exporter.parse.phases import phase_of
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
@@ -38,7 +39,7 @@ from exporter.parse.ranks import (
     strip_host_prefix,
     strip_rank_prefixes,
 )
-from exporter.parse.records import ErrorEvent, Record, SchedulerEvent, StepLine
+from exporter.parse.records import ErrorEvent, PhaseStart, Record, SchedulerEvent, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
@@ -277,7 +278,18 @@ class LineParser:
         for banner in self._banners:
             if banner.prefilter in body and self._banner(banner, body, rank, parsed):
                 return rank, True
+        phase = phase_of(body)
+        if phase is not None:
+            self._phase(phase, rank, parsed)
+            return rank, True
         return rank, self._failure(body, rank, parsed, host)
+
+    def _phase(self, phase: str, rank: int | None, parsed: ParsedBlock) -> None:
+        """A long phase announced: after the steps above it (their batch ends here), before the steps after it."""
+        builder = self._batches.get(rank)
+        if builder is not None:
+            self._end_batch(builder, parsed)
+        self._emit(PhaseStart(phase, rank), rank, parsed)
 
     def _take(self, fmt: Format, record: StepLine | SchedulerEvent, rank: int | None, parsed: ParsedBlock) -> None:
         """A record a format's parser read from a line."""

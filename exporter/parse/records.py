@@ -98,4 +98,12 @@ class RunInfo:
     rank: int | None = None
 
 
-Record = StepBatch | ErrorEvent | SchedulerEvent | RunInfo
+@dataclass(slots=True)
+class PhaseStart:
+    """A line announcing a long phase without steps (parse/phases.py): a checkpoint save, an evaluation."""
+
+    phase: str
+    rank: int | None = None
+
+
+Record = StepBatch | ErrorEvent | SchedulerEvent | RunInfo | PhaseStart

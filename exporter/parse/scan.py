@@ -19,7 +19,7 @@ import functools
 from collections.abc import Iterable
 
 from exporter import native
-from exporter.parse import signatures
+from exporter.parse import phases, signatures
 from exporter.parse.formats import Format
 from exporter.parse.ranks import PREFIX_ANCHORS
 
@@ -31,7 +31,7 @@ def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
     if b"" in prefilters:
         return None  # scheduler.log's format, a user's pattern without "contains": any line may match
     banners = {fmt.banner.prefilter for fmt in formats if fmt.banner is not None}
-    return frozenset({*prefilters, *banners, *signatures.FAILURE_LITERALS, *PREFIX_ANCHORS})
+    return frozenset({*prefilters, *banners, *signatures.FAILURE_LITERALS, *phases.PHASE_LITERALS, *PREFIX_ANCHORS})
 
 
 def scanner_for(formats: Iterable[Format]) -> native.Scanner | None:

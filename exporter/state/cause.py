@@ -40,6 +40,13 @@ TOLD_KINDS = ("hang",)
 # A follower-only incident live: the followers must be this old before the rank behind is named (a primary
 # read a moment later, from another file, would otherwise lose to a hang).
 FOLLOWER_SETTLE_SECONDS = 5.0
+# Live, a silent run's hang is named this long (at most half the threshold) before the rank's threshold is
+# reached: the alert rules judge the stall on the same threshold, and the hang must be scraped by then so
+# that TrainingStalled names the rank from its first evaluation.
+HANG_LEAD_SECONDS = 30.0
+# A silent run's rank that stopped first is named only this much before every other rank's last line (or at a
+# lower step): ranks that stopped together (a kill, an exit without a word) have no culprit to name.
+STOPPED_FIRST_MARGIN_SECONDS = 1.0
 # A step this far past the incident's highest step: the run trains on, the incident is over.
 TRAINS_ON_STEPS = 1
 
@@ -174,12 +181,13 @@ class CauseModel:
         else:
             if now is None or threshold is None or not workers:
                 return None
-            if any(progress.line_at is None or now - progress.line_at <= threshold(key)
+            if any(progress.line_at is None or now - progress.line_at <= _named_at(threshold(key))
                    for key, progress in workers.items()):
                 return None
             behind = _first_stopped(workers)
-            if behind is None:
-                return None
+            others = [progress for key, progress in workers.items() if key != behind]
+            if behind is None or not _behind(workers[behind], others, margin=STOPPED_FIRST_MARGIN_SECONDS):
+                return None  # every rank stopped at the same step and moment: no rank to blame (an exit, a kill)
             evidence = "silent past its stall threshold, the first rank of the run to stop"
         progress = workers[behind]
         return Event("hang", behind, progress.step, progress.line_at,
@@ -229,12 +237,13 @@ class CauseModel:
 
     @staticmethod
     def _follows(event: Event, incident: _Incident) -> bool:
-        """A follower kind, or a plain traceback on a rank whose collective failed (that failure's exception)."""
+        """A follower kind, or a plain traceback on a rank whose collective failed or that a launcher stopped (that
+        failure's exception). Not a launcher's summary of the rank's death (``elastic``): it names the culprit."""
         if event.kind in kinds.FOLLOWER_KINDS:
             return True
         return event.kind in kinds.GENERIC_KINDS and any(
-            other.key == event.key and other.kind in kinds.FOLLOWER_KINDS and kinds.KINDS[other.kind].family == kinds.ERROR
-            for _, other in incident.events)
+            other.key == event.key and other.kind in kinds.FOLLOWER_KINDS and other.kind not in kinds.GENERIC_KINDS
+            and kinds.KINDS[other.kind].family == kinds.ERROR for _, other in incident.events)
 
     def _close(self, run: str) -> None:
         cause = self.cause(run)
@@ -283,6 +292,11 @@ def _named(first: Event, primaries: list[Event]) -> Event:
                  and event.kind not in kinds.GENERIC_KINDS), first)
 
 
+def _named_at(threshold: float) -> float:
+    """The silence at which a hang is named live: a lead before the stall threshold."""
+    return threshold - min(threshold / 2, HANG_LEAD_SECONDS)
+
+
 def _first_stopped(ranks: dict[SeriesKey, _Progress]) -> SeriesKey | None:
     """The rank with the lowest step, then the earliest last line, then the first read."""
     if not ranks:
@@ -292,12 +306,13 @@ def _first_stopped(ranks: dict[SeriesKey, _Progress]) -> SeriesKey | None:
                                        ranks[key].read))
 
 
-def _behind(candidate: _Progress, failing: list[_Progress]) -> bool:
-    """Behind every rank that failed: a lower step than one of them, or its last line before all of theirs."""
+def _behind(candidate: _Progress, failing: list[_Progress], margin: float = 0.0) -> bool:
+    """Behind every rank that failed: a lower step than one of them, or its last line before all of theirs (by more
+    than ``margin`` seconds)."""
     if not failing:
         return True  # the failures came from the launcher's series or the scheduler's: the workers all went quiet
     if candidate.step is not None and any(other.step is not None and candidate.step < other.step for other in failing):
         return True
     if candidate.line_at is None:
         return False
-    return all(other.line_at is not None and candidate.line_at < other.line_at for other in failing)
+    return all(other.line_at is not None and candidate.line_at < other.line_at - margin for other in failing)

@@ -17,7 +17,7 @@ from typing import Any, NamedTuple, cast
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
-from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
+from exporter.parse.records import ErrorEvent, PhaseStart, Record, RunInfo, SchedulerEvent, Series, StepBatch
 from exporter.state.cause import CauseModel
 from exporter.state.detectors import DETECTORS, DetectorConfig, Found, RankValue, SeriesState, StepView
 from exporter.state.events import CONTEXT_FIELDS, Event, Listener, SeriesKey
@@ -90,6 +90,11 @@ class RankState:
     # The usual silence between two of the rank's step lines (seconds, smoothed): its stall threshold's base.
     line_interval: float | None = None
     stall_threshold_seconds: float | None = None  # the silence after which the rank counts as stalled
+    # An announced long phase (parse/phases.py) under way: its name and when it was announced; and the longest
+    # of each kind the rank has shown (from the announcing line to the next step line), in seconds.
+    phase: str | None = None
+    phase_since: float | None = None
+    longest_phase_seconds: dict[str, float] = field(default_factory=dict)
     # Changed by the store's writers (register, ingest) each time they may change the rank, so a
     # scrape can reuse what it read of a rank whose version did not move (families.walk). Code
     # that changes a rank otherwise must change it too. Not a value of the rank's: not compared,
@@ -242,6 +247,10 @@ class TrainingState:
                 if record.kind == "cluster_initialized" and rank.scheduler_events[record.kind] > 1:
                     # msrun's workers registered again: the job restarted
                     self._apply(key, rank, Event("restart", key, None, when, detail={"by": "scheduler"}))
+            elif isinstance(record, PhaseStart):
+                rank.phase, rank.phase_since = record.phase, when
+                rank.stall_threshold_seconds = self._detectors.phase_threshold(
+                    rank.line_interval, rank.longest_phase_seconds.get(record.phase))
             elif isinstance(record, RunInfo):
                 rank.info.update({name: label_value(value) for name, value in record.values.items()})
                 if rank.step is not None:
@@ -328,7 +337,12 @@ class TrainingState:
             for found in detector.apply(self._detectors, state, view):
                 self._apply(key, rank, self._step_event(applying, found))
         rank.productive_seconds_total, rank.lost_seconds_total["checkpoint"] = view.time_split
-        starting = rank.starting_since is not None or restarted
+        starting = rank.starting_since is not None or restarted or rank.phase is not None
+        if rank.phase is not None and rank.phase_since is not None:  # the phase is over: how long it took
+            ended = applying.line_time(0) if applying.line_time is not None else now  # the batch's first line
+            took = max(0.0, (now if ended is None else ended) - rank.phase_since)
+            rank.longest_phase_seconds[rank.phase] = max(rank.longest_phase_seconds.get(rank.phase, 0.0), took)
+        rank.phase = rank.phase_since = None
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.attempt_step, rank.highest_step, rank.replay_until = after
         if since_last_step is not None and not starting:

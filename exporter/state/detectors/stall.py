@@ -3,10 +3,12 @@
 A run whose steps take a second and that has printed nothing for two minutes is hung; a run
 that prints a line every ten minutes is not. Each rank's threshold is its usual silence
 between two step lines (smoothed, long gaps such as a checkpoint save left out of the
-learning) times ``stall_factor``, never below ``stall_floor_seconds``; before its first step
-and after a restart (start-up: loading the model, compiling) it is ``stall_startup_seconds``.
-Exposed as ``training_stall_threshold_seconds``; TrainingStalled fires past it
-(docs/detectors.md).
+learning) times ``stall_factor``, never below ``stall_floor_seconds``. Before its pace is
+known (start-up: loading the model, compiling, the first steps) and after a restart it is
+``stall_phase_seconds``. A line announcing a long phase (a checkpoint save, an evaluation:
+parse/phases.py) extends it until the next step line: to three times the longest such phase
+the rank has shown, or ``stall_phase_seconds`` before it showed one. Exposed as
+``training_stall_threshold_seconds``; TrainingStalled fires past it (docs/detectors.md).
 """
 
 from __future__ import annotations
@@ -18,25 +20,34 @@ from exporter.thresholds import STALL_FLOOR_SECONDS
 # A gap between step lines this many times the learned interval is a long phase (a save, an evaluation,
 # a stall that ended), not the pace: it is not learned from.
 OUTLIER_FACTOR = 5.0
+# An announced phase may last this many times the longest one of its kind the rank has shown.
+PHASE_FACTOR = 3.0
 INTERVAL_ALPHA = 0.1  # smoothing of the learned interval per batch of step lines
 
 
 @dataclass(frozen=True)
 class StallConfig:
-    """The stall threshold's floor, factor and start-up allowance."""
+    """The stall threshold's floor, factor and the allowance of a start-up or an announced long phase."""
 
     # Stall threshold: a rank is stalled when silent for this many times its usual interval between step
-    # lines, and never before the floor (seconds); before its first step and after a restart, the start-up
-    # allowance (seconds) holds instead.
+    # lines, and never before the floor (seconds); until its pace is known (start-up, the first steps, after a
+    # restart) and in an announced long phase (a checkpoint save, an evaluation) it has not shown yet, the
+    # phase allowance (seconds) holds instead.
     stall_factor: float = 10.0
     stall_floor_seconds: float = float(STALL_FLOOR_SECONDS)
-    stall_startup_seconds: float = 1800.0
+    stall_phase_seconds: float = 1800.0
 
     def stall_threshold(self, interval: float | None, *, starting: bool = False) -> float:
         """The silence after which a rank is stalled, for its learned ``interval`` (None: not learned yet)."""
-        if starting:
-            return max(self.stall_floor_seconds, self.stall_startup_seconds)
-        return max(self.stall_floor_seconds, self.stall_factor * (interval or 0.0))
+        if starting or interval is None:
+            return max(self.stall_floor_seconds, self.stall_phase_seconds)
+        return max(self.stall_floor_seconds, self.stall_factor * interval)
+
+    def phase_threshold(self, interval: float | None, longest: float | None) -> float:
+        """The threshold in an announced long phase, the longest of its kind shown so far ``longest`` (None:
+        none yet)."""
+        allowance = self.stall_phase_seconds if longest is None else PHASE_FACTOR * longest
+        return max(self.stall_threshold(interval), allowance)
 
     @staticmethod
     def learned_interval(interval: float | None, since_last: float, printed: float, lines: int) -> float | None:

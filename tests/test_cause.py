@@ -1,0 +1,170 @@
+"""The cause model (exporter/state/cause.py): which event of which rank broke a run.
+
+Events here are built by hand (kinds, ranks, steps, times): the model's reasoning, not any log's wording.
+The real runs that show it live and in analyze are in tests/real/test_torchrun_ddp.py, the simulated
+cascades through Prometheus and Alertmanager in tests/test_e2e_alerts.py.
+"""
+
+from __future__ import annotations
+
+from exporter import kinds
+from exporter.export.families import walk
+from exporter.export.metrics_table import INCIDENT_INFO
+from exporter.parse import LineParser
+from exporter.state import TrainingState
+from exporter.state.cause import CauseModel
+from exporter.state.events import Event
+
+
+def key(rank: int, node: str = "n0") -> tuple[str, str, str]:
+    return ("job", node, str(rank))
+
+
+def stepped(model: CauseModel, ranks: range, step: int, time: float | None) -> None:
+    for rank in ranks:
+        model.stepped(key(rank), step, time)
+
+
+def summary(model: CauseModel) -> tuple[str, str, int | None, list[tuple[str, str]]]:
+    cause = model.cause("job")
+    assert cause is not None
+    return (cause.event.kind, cause.event.rank, cause.event.step,
+            sorted((follower.kind, follower.rank) for follower in cause.followers))
+
+
+def test_the_out_of_memory_is_the_cause_of_the_others_timeouts_read_before_it():
+    model = CauseModel()
+    stepped(model, range(4), 99, 100.0)
+    # Ranks 0 and 3 are read first (another file), their timeouts came later in time.
+    model.heard(Event("collective_timeout", key(0), 99, 130.0))
+    model.heard(Event("traceback", key(0), 99, 130.0))
+    model.heard(Event("collective_timeout", key(3), 99, 131.0))
+    model.heard(Event("oom", key(2), 99, 101.0))
+    model.heard(Event("traceback", key(2), 99, 101.0))
+    assert summary(model) == ("oom", "2", 99, [("collective_timeout", "0"), ("collective_timeout", "3"),
+                                               ("traceback", "0")])
+
+
+def test_untimed_lines_go_by_step_then_the_order_read():
+    """No line has a time (stderr): the culprit's exception, read after the others' peer-closed failures."""
+    model = CauseModel()
+    stepped(model, range(4), 11, None)
+    for rank in (0, 2, 3):
+        model.heard(Event("collective", key(rank), 11, None))
+        model.heard(Event("traceback", key(rank), 11, None))
+    model.heard(Event("traceback", key(1), 11, None))
+    model.heard(Event("elastic", key(1), 11, None))  # torchrun's summary, naming rank 1
+    assert summary(model)[:3] == ("traceback", "1", 11)
+
+
+def test_the_rank_whose_loss_went_nan_a_step_before_the_others_is_the_origin():
+    model = CauseModel()
+    for rank in (0, 1, 3):  # read first: their grad norm NaN after the all-reduce, their loss a step later
+        model.heard(Event("grad_norm_nonfinite", key(rank), 12, None))
+        model.heard(Event("loss_nonfinite", key(rank), 13, None))
+    model.heard(Event("loss_nonfinite", key(2), 12, None))
+    model.heard(Event("grad_norm_nonfinite", key(2), 12, None))
+    kind, rank, step, followers = summary(model)
+    assert (kind, rank, step) == ("loss_nonfinite", "2", 12)
+    assert ("loss_nonfinite", "0") in followers and ("grad_norm_nonfinite", "3") in followers
+
+
+def test_a_grad_norm_alone_is_the_cause_where_no_loss_went_nan():
+    model = CauseModel()
+    model.heard(Event("grad_norm_nonfinite", key(1), 40, 10.0))
+    assert summary(model)[:2] == ("grad_norm_nonfinite", "1")
+
+
+def test_a_named_failure_is_the_cause_rather_than_the_traceback_that_carried_it():
+    model = CauseModel()
+    model.heard(Event("traceback", key(2), 50, 10.0))
+    model.heard(Event("oom", key(2), 50, 10.0))
+    assert summary(model)[:2] == ("oom", "2")
+
+
+def test_the_rank_silent_inside_a_step_is_the_hang_the_others_timeouts_follow():
+    model = CauseModel()
+    stepped(model, range(4), 69, 100.0)
+    for rank in (0, 2, 3):
+        model.stepped(key(rank), 69, 101.0)  # they printed on; rank 1 stopped inside step 70
+        model.heard(Event("collective_timeout", key(rank), 69, 160.0))
+        model.line(key(rank), 160.0)
+    assert model.hang("job", now=162.0) is None  # the followers are too fresh: a primary may still be read
+    hang = model.hang("job", now=200.0)
+    assert hang is not None and (hang.kind, hang.rank, hang.step) == ("hang", "1", 69)
+    model.heard(hang)
+    assert summary(model) == ("hang", "1", 69, [("collective_timeout", rank) for rank in "023"])
+    assert model.hang("job", now=300.0) is None  # named once
+
+
+def test_followers_alone_without_a_rank_behind_name_the_earliest_of_them():
+    model = CauseModel()
+    stepped(model, range(2), 10, 100.0)
+    model.heard(Event("collective_timeout", key(0), 10, 150.0))
+    model.line(key(0), 150.0)
+    model.heard(Event("collective_timeout", key(1), 10, 151.0))
+    model.line(key(1), 151.0)
+    assert model.hang("job", now=None) is None
+    assert summary(model)[:2] == ("collective_timeout", "0")
+
+
+def test_a_silent_run_names_the_rank_that_stopped_first_before_its_stall_threshold():
+    model = CauseModel()
+    stepped(model, range(3), 20, 100.0)
+    model.stepped(key(0), 21, 101.0)
+    model.stepped(key(2), 21, 101.0)
+    threshold = {key(rank): 10.0 for rank in range(3)}.__getitem__
+    assert model.hang("job", now=105.0, threshold=threshold) is None  # rank 0 and 2 silent only 4 s
+    hang = model.hang("job", now=107.0, threshold=threshold)  # the lead: named at half of a 10 s threshold
+    assert hang is not None and (hang.rank, hang.step) == ("1", 20)
+
+
+def test_ranks_that_stopped_together_have_no_culprit():
+    model = CauseModel()
+    stepped(model, range(3), 20, 100.0)
+    model.stepped(key(1), 20, 100.5)  # half a second apart: the same moment
+    assert model.hang("job", now=500.0, threshold=lambda _key: 10.0) is None
+
+
+def test_the_incident_is_gone_when_the_run_trains_on_and_kept_for_analyze():
+    model = CauseModel()
+    model.heard(Event("loss_nonfinite", key(0), 12, 10.0))
+    model.heard(Event("loss_nonfinite", key(0), 13, 11.0, continued=True))
+    stepped(model, range(1), 14, 12.0)
+    assert model.cause("job") is not None  # one step past: ranks in lock step differ by one
+    stepped(model, range(1), 15, 13.0)
+    assert model.cause("job") is None
+    assert [cause.event.kind for cause in model.history("job")] == ["loss_nonfinite"]
+    model.heard(Event("loss_nonfinite", key(0), 16, 14.0, continued=True))
+    assert model.cause("job") is None  # more of what the run trained past: no new incident
+
+
+def test_a_failure_on_another_rank_after_a_nan_is_an_incident_of_its_own():
+    model = CauseModel()
+    model.heard(Event("loss_nonfinite", key(1), 150, 10.0))
+    model.heard(Event("oom", key(3), 199, 60.0))
+    assert summary(model)[:2] == ("oom", "3")
+    assert [cause.event.kind for cause in model.history("job")] == ["loss_nonfinite", "oom"]
+
+
+def test_follower_and_incident_kinds_come_from_the_table():
+    assert {"collective", "collective_timeout", "nccl_timeout", "elastic", "terminated",
+            "grad_norm_nonfinite"} <= kinds.FOLLOWER_KINDS
+    assert {"oom", "segfault", "hardware", "loss_nonfinite", "hang", "node_timeout"} <= kinds.INCIDENT_KINDS
+    assert not {"oom", "segfault", "hardware", "loss_nonfinite", "hang"} & kinds.FOLLOWER_KINDS
+
+
+def test_the_state_exposes_the_cause_as_training_incident_info_and_counts_the_hang():
+    state = TrainingState()
+    lines = {rank: [f"step={step} loss=2.0" for step in range(1, 11 if rank != 1 else 9)] for rank in range(3)}
+    parser = LineParser()
+    with state.lock:
+        for rank, text in lines.items():
+            parsed = parser.parse_block("".join(f"{line}\n" for line in text).encode())
+            state.ingest(key(rank), len(text), parsed.records, None, 100.0)
+        state.settle(100.0)
+        assert state.causes.cause("job") is None  # nobody silent yet
+        state.settle(100.0 + 1900.0)  # past every rank's start-up allowance (1800 s: no pace learned)
+    (family,) = walk(state, lambda names, values: dict(zip(names, values, strict=True)), specs=[INCIDENT_INFO])
+    assert family.series == [{"run": "job", "node": "n0", "rank": "1", "kind": "hang", "step": "8"}]
+    assert state.series[key(1)].anomalies["hang"] == 1
