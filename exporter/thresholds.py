@@ -18,5 +18,5 @@ STRAGGLER_FACTOR = 1.5
 STRAGGLER_MIN_RANKS = 3
 
 # The rules' THRESHOLDS table keys of the values above.
-RULE_KEYS = {"stall_floor_seconds": STALL_FLOOR_SECONDS, "plateau_steps": PLATEAU_STEPS, "straggler_factor": STRAGGLER_FACTOR,
-             "straggler_min_ranks": STRAGGLER_MIN_RANKS}
+RULE_KEYS = {"stall_floor_seconds": STALL_FLOOR_SECONDS, "plateau_steps": PLATEAU_STEPS,
+             "straggler_factor": STRAGGLER_FACTOR, "straggler_min_ranks": STRAGGLER_MIN_RANKS}

@@ -72,7 +72,7 @@ WORKERS = 'run="$run", rank!=""'
 FIRING = 'ALERTS{alertstate="firing", alertname=~"Training.*", run=~"$run|"}'
 EXPORTERS = 'job=~"$job", instance=~"$instance"'
 
-# Seconds without a log line before a rank turns yellow / red (TrainingStalled never fires before the floor of the stall threshold).
+# Seconds without a log line before a rank turns yellow / red (the floor of the stall threshold).
 SILENCE_WARNING_SECONDS = 60
 SILENCE_CRITICAL_SECONDS = STALL_FLOOR_SECONDS
 # Step time relative to the run's median at which a rank turns yellow / red (stragglers).

@@ -66,6 +66,32 @@ CASCADES = {
         [alert("TrainingCommunicationError", rank, kind="nccl_timeout") for rank in "01"],
         {("TrainingCommunicationError", "0", "nccl_timeout"), ("TrainingCommunicationError", "1", "nccl_timeout")},
     ),
+    # The exporters' cause model named the cause (root_cause="true", joined by the rules): one page, on any node.
+    # Rank 9 on node-1 ran out of memory; node-0's ranks time out, their crash, the stall of both nodes follow.
+    "named-cause-across-nodes": (
+        [alert("TrainingOutOfMemory", "9", node="node-1", root_cause="true"),
+         alert("TrainingProcessCrashed", "9", kind="traceback", node="node-1"),
+         *(alert("TrainingCommunicationError", rank, kind="collective_timeout") for rank in "012"),
+         *(alert("TrainingProcessCrashed", rank, kind="traceback") for rank in "012"),
+         STALLED, alert("TrainingStalled", node="node-1", severity="critical"), alert("TrainingFirstStalledRank", "9")],
+        {("TrainingOutOfMemory", "9", "")},
+    ),
+    # A hang named: the stall of the hung rank's node carries it; the first stalled rank, the other node's stall,
+    # the others' timeouts and the crashes they raised are held back (without the name, a crash would hold the
+    # stall back and the run would page for a follower).
+    "named-hang": (
+        [alert("TrainingStalled", "1", severity="critical", root_cause="true"),
+         alert("TrainingStalled", node="node-1", severity="critical"), alert("TrainingFirstStalledRank", "1"),
+         *(alert("TrainingCommunicationError", rank, kind="collective_timeout") for rank in "023"),
+         *(alert("TrainingProcessCrashed", rank, kind="traceback") for rank in "023")],
+        {("TrainingStalled", "1", "")},
+    ),
+    # A NaN on every rank after the all-reduce: the origin's alert pages, the others' are held back.
+    "named-nan-origin": (
+        [*(alert("TrainingLossNonFinite", rank) for rank in "013"),
+         alert("TrainingLossNonFinite", "2", root_cause="true")],
+        {("TrainingLossNonFinite", "2", "")},
+    ),
     # Each rank's OOM is its own cause: none hides another.
     "two-ooms": (
         [alert("TrainingOutOfMemory", "2"), alert("TrainingOutOfMemory", "6")],

@@ -97,6 +97,19 @@ def test_the_rank_silent_inside_a_step_is_the_hang_the_others_timeouts_follow():
     assert model.hang("job", now=300.0) is None  # named once
 
 
+def test_a_rank_named_hung_whose_own_failure_is_read_late_is_the_cause_of_that_failure():
+    model = CauseModel()
+    stepped(model, range(3), 30, 100.0)
+    for rank in (0, 2):
+        model.heard(Event("collective_timeout", key(rank), 30, 110.0))
+        model.line(key(rank), 110.0)
+    hang = model.hang("job", now=120.0)
+    assert hang is not None and hang.rank == "1"
+    model.heard(hang)
+    model.heard(Event("oom", key(1), 30, 121.0))  # its file was read late
+    assert summary(model) == ("oom", "1", 30, [("collective_timeout", "0"), ("collective_timeout", "2")])
+
+
 def test_followers_alone_without_a_rank_behind_name_the_earliest_of_them():
     model = CauseModel()
     stepped(model, range(2), 10, 100.0)

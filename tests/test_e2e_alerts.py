@@ -157,7 +157,8 @@ def test_the_copy_of_the_rules_waits_seconds_not_minutes():
     rules = [rule for group in shorten_rules(shipped, TEST_VALUES)["groups"] for rule in group["rules"]]
     waits = {rule["alert"]: rule["for"] for rule in rules if "for" in rule}
     assert waits and all(re.fullmatch(r"[0-5]s", wait) for wait in waits.values()), waits
-    silence = next(rule["expr"] for rule in rules if rule.get("record") == "trainlog:rank:silence_over_threshold_seconds")
+    silence = next(rule["expr"] for rule in rules
+                   if rule.get("record") == "trainlog:rank:silence_over_threshold_seconds")
     assert "_seconds{rank!=\"\"}, 120)" in shipped and ", 120)" not in silence
     assert f"_seconds{{rank!=\"\"}}, {TEST_VALUES['stall_floor_seconds']})" in silence
     # A threshold added to the shipped table needs a test value before the drills run.

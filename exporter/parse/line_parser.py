@@ -26,11 +26,11 @@ from dataclasses import dataclass, field
 
 from exporter import native
 from exporter.parse import signatures
-from exporter.parse.phases import phase_of
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
+from exporter.parse.phases import phase_of
 from exporter.parse.ranks import (
     RANK_PREFIX,
     global_rank,

@@ -114,6 +114,11 @@ class CauseModel:
             if event.continued:
                 return  # more of an incident the run already trained past
             incident = run.incident = _Incident()
+        if incident.hang is not None and event.key == incident.hang.key and not self._follows(event, incident):
+            # The rank named hung printed its own failure after all (read late, from another file): that is the cause.
+            incident.events = [(read, held) for read, held in incident.events if held is not incident.hang]
+            incident.seen.discard((event.key, "hang"))
+            incident.hang = None
         step = _last_step(event)
         if step is not None:
             incident.highest_step = step if incident.highest_step is None else max(incident.highest_step, step)
@@ -140,7 +145,8 @@ class CauseModel:
         progress = self._progress(key)
         progress.step = step
         incident = self._runs[key[0]].incident
-        if incident is not None and incident.highest_step is not None and step > incident.highest_step + TRAINS_ON_STEPS:
+        highest = incident.highest_step if incident is not None else None
+        if highest is not None and step > highest + TRAINS_ON_STEPS:
             self._close(key[0])  # the run trains on
 
     def forget(self, keys: Iterable[SeriesKey]) -> None:

@@ -20,7 +20,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -95,6 +95,17 @@ class RealRun:
                 found[named["kind"], named["rank"]] = value
         return found
 
+    def incidents_live(self, samples: Samples | None = None) -> set[tuple[str, str, str]]:
+        """(kind, rank, step) of every training_incident_info the sidecar served: the root cause it named."""
+        served = self.after if samples is None else samples
+        return {(labels["kind"], labels["rank"], labels["step"])
+                for labels in (dict(labels) for (name, labels) in served if name == "training_incident_info")}
+
+    def root_cause(self) -> dict:
+        """analyze's one root-cause finding."""
+        (cause,) = [finding for finding in self.report["findings"] if finding["root_cause"]]
+        return cause
+
     def gauge(self, metric: str, rank: str, samples: Samples | None = None) -> float | None:
         for (name, labels), value in (self.after if samples is None else samples).items():
             named = dict(labels)
@@ -108,8 +119,13 @@ def _line_count(log_dir: Path) -> int:
 
 
 def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job", timeout: float = 300,
-            env: dict[str, str] | None = None, cwd: Path | None = None) -> RealRun:
-    """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze."""
+            env: dict[str, str] | None = None, cwd: Path | None = None,
+            settled: Callable[[Samples], bool] | None = None, exporter_args: Sequence[str] = ()) -> RealRun:
+    """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze.
+
+    ``settled``: the last scrape is taken once it holds for one (within 30 s): what the sidecar tells only a
+    while after the last line (the cause model names a hang once the others' timeouts are a few seconds old).
+    """
     assert capture in CAPTURES
     log_dir = root / "logs"
     assert not log_dir.exists()
@@ -118,9 +134,9 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
     if capture == "redirects":
         command = [*command[:4], "--log-dir", str(log_dir / "torchrun"), "--redirects", "3", *command[4:]]
     if capture == "pipe":
-        exporter = ExporterProcess("--log-file", "-", "--run", run, stdin=subprocess.PIPE)
+        exporter = ExporterProcess("--log-file", "-", "--run", run, *exporter_args, stdin=subprocess.PIPE)
     else:
-        exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run)
+        exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run, *exporter_args)
     result = RealRun(root, log_dir, returncode=-1)
     with exporter:
         assert scrape(exporter.url) is not None  # answers before the job has written anything
@@ -154,6 +170,9 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         stop.set()
         scraper.join()
         result.after = scrape(exporter.url)
+        if settled is not None:
+            result.after = eventually(lambda: (samples := scrape(exporter.url)) and settled(samples) and samples, 30,
+                                      interval=0.5, what="the sidecar's last scrape to settle")
     steps_csv = root / "steps.csv"
     analyzed = subprocess.run(exporter_command("analyze", str(log_dir), "--format", "json", "--csv", str(steps_csv),
                                                "--run", run),

@@ -1,8 +1,8 @@
 """A real DDP loop under ``torchrun --standalone --nproc-per-node 4`` with gloo on the CPU, followed live.
 
-Not asserted yet (issue 28, the cause model): which finding is the root cause. When one rank dies, the others'
-gloo failures come as tracebacks too, and with no timestamps on these lines analyze's ``root_cause`` goes to
-whichever failing rank sorts first at the same step (rank 0's follower as often as the culprit).
+Each incident's root cause (the cause model, exporter/state/cause.py) is asserted live, as the sidecar serves it
+(``training_incident_info``), and in analyze (the ``root_cause`` finding and what it ``explains``): the culprit's
+rank and kind, never one of the others' gloo failures, which come as tracebacks too and carry no timestamp.
 
 Each run is its own job (tests/real/programs/ddp_train.py); the incidents are caused for real: a NaN,
 a rank SIGKILLed, a rank raising, a rank hanging past gloo's timeout, an absurd allocation.
@@ -27,11 +27,11 @@ def _torch():
     require("torch")
 
 
-def _ddp(tmp_path, capture: str, *args: str, steps: int = STEPS) -> RealRun:
+def _ddp(tmp_path, capture: str, *args: str, steps: int = STEPS, settled=None) -> RealRun:
     # Captured to one file or a pipe: torchrun --tee 3 puts [defaultN]: before each line, as people run it.
     launcher = ("--tee", "3") if capture != "redirects" else ()
     result = run_job(tmp_path, torchrun("ddp_train.py", "--truth", str(tmp_path / "truth"), "--steps", str(steps),
-                                        *args, launcher=launcher), capture=capture)
+                                        *args, launcher=launcher), capture=capture, settled=settled)
     keep_fixture(result, f"ddp_{args[1] if args else 'healthy'}")
     return result
 
@@ -77,6 +77,13 @@ def test_nan_from_a_step_on_one_rank(tmp_path):
     found = {finding["rank"]: finding["step"] for finding in result.findings("loss_nonfinite")}
     assert found == {rank: AT if rank == str(CULPRIT) else AT + 1 for rank in last_nan}
     assert result.counters("training_errors_total") == {}
+    # The origin: the one rank whose loss went NaN a step before the others (their grad norms NaN at its step,
+    # after the all-reduce), live and in analyze.
+    assert result.incidents_live() == {("loss_nonfinite", str(CULPRIT), str(AT))}
+    cause = result.root_cause()
+    assert (cause["kind"], cause["rank"], cause["step"]) == ("loss_nonfinite", str(CULPRIT), AT)
+    others = {str(rank) for rank in range(4)} - {str(CULPRIT)}
+    assert {follower["rank"] for follower in cause["explains"] if follower["kind"] == "loss_nonfinite"} == others
 
 
 def test_one_rank_sigkilled(tmp_path):
@@ -90,6 +97,7 @@ def test_one_rank_sigkilled(tmp_path):
     # beside its traceback, never a traceback alone. (Or torchrun's SIGTERM came first and they printed nothing.)
     assert _error_ranks(result, "traceback") <= _error_ranks(result, "collective")
     assert str(CULPRIT) not in _error_ranks(result, "collective")
+    _culprit_is_the_cause(result, "killed", AT - 1)
 
 
 def test_one_rank_raising(tmp_path):
@@ -106,11 +114,25 @@ def test_one_rank_raising(tmp_path):
     assert crash["step"] == AT - 1
     # torchrun's agent names the failed rank: its ChildFailedError summary counts there too.
     assert _error_ranks(result, "elastic") == {str(CULPRIT)}
+    _culprit_is_the_cause(result, "traceback", AT - 1)
+
+
+def _culprit_is_the_cause(result: RealRun, kind: str, step: int) -> None:
+    """Live and in analyze, the culprit's failure is the root cause, and it explains the others' failures."""
+    assert result.incidents_live() == {(kind, str(CULPRIT), str(step))}, result.incidents_live()
+    cause = result.root_cause()
+    assert (cause["kind"], cause["rank"], cause["step"]) == (kind, str(CULPRIT), step), cause
+    failed = {rank for (named, rank) in result.counters("training_errors_total")} - {str(CULPRIT), ""}
+    assert {follower["rank"] for follower in cause["explains"]} >= failed
+
+
+def _names_the_hang(samples) -> bool:
+    return any(name == "training_incident_info" and dict(labels)["kind"] == "hang" for (name, labels) in samples)
 
 
 def test_one_rank_hanging_until_the_others_time_out(tmp_path):
     result = _ddp(tmp_path, "redirects", "--incident", "hang", "--rank", str(CULPRIT), "--at", str(AT),
-                  "--timeout", "5")
+                  "--timeout", "5", settled=_names_the_hang)
     assert result.returncode != 0
     check_steps(result)
     others = {str(rank) for rank in range(4)} - {str(CULPRIT)}
@@ -124,11 +146,14 @@ def test_one_rank_hanging_until_the_others_time_out(tmp_path):
     assert (stopped["rank"], stopped["step"]) == (str(CULPRIT), AT - 1)
     last_line = {rank: result.gauge("training_last_log_timestamp_seconds", rank) for rank in map(str, range(4))}
     assert min(last_line, key=lambda rank: last_line[rank] or 0.0) == str(CULPRIT)  # live too
-    # In analyze, the silent rank is the root cause, and explains the others' timeouts (and tracebacks).
-    (cause,) = [finding for finding in result.report["findings"] if finding["root_cause"]]
-    assert (cause["kind"], cause["rank"]) == ("first_stopped_rank", str(CULPRIT)), cause
+    # The silent rank is the root cause, a hang at its last step, live and in analyze; it explains the others'
+    # timeouts (and tracebacks).
+    assert result.incidents_live() == {("hang", str(CULPRIT), str(AT - 1))}
+    assert result.gauge("training_anomalies_total", str(CULPRIT)) is None  # (a per-kind counter: see below)
+    assert result.counters("training_anomalies_total") == {("hang", str(CULPRIT)): 1.0}
+    cause = result.root_cause()
+    assert (cause["kind"], cause["rank"], cause["step"]) == ("hang", str(CULPRIT), AT - 1), cause
     assert {follower["rank"] for follower in cause["explains"] if follower["kind"] == "collective_timeout"} == others
-    # Not yet (issue 28): live, training_incident_info does not name rank 1.
 
 
 def test_absurd_allocation_is_out_of_memory(tmp_path):
@@ -138,6 +163,7 @@ def test_absurd_allocation_is_out_of_memory(tmp_path):
     assert _error_ranks(result, "oom") == {str(CULPRIT)}
     (oom,) = result.findings("oom")
     assert oom["rank"] == str(CULPRIT) and oom["step"] == AT - 1
+    _culprit_is_the_cause(result, "oom", AT - 1)
 
 
 @pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")

@@ -14,6 +14,10 @@ Incidents, each at ``--at`` on ``--rank`` (the step counted from 1):
   oom      the rank asks the CPU allocator for an absurd block
   slow     the rank sleeps ``--slow-seconds`` in every step from then on (every rank slows with it)
 Every step sleeps ``--step-seconds`` first (the work a real step does), then meets its incident.
+
+``--save-at S --save-seconds T``: after step S, rank 0 saves a checkpoint, announced as transformers' Trainer
+announces its own (``Saving model checkpoint to DIR``, Trainer._save), and takes T seconds for it (slow
+storage); the other ranks wait for it in a barrier, silent. A long phase, not a hang.
 """
 
 from __future__ import annotations
@@ -48,6 +52,8 @@ def _arguments() -> argparse.Namespace:
     # every 0.1 s, separately, so a traceback printed within 0.1 s of a step line may come out before it.
     parser.add_argument("--step-seconds", type=float, default=0.2)
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--save-at", type=int, default=0, help="save a checkpoint after this step (0: never)")
+    parser.add_argument("--save-seconds", type=float, default=0.0, help="how long the save takes")
     # regress: a mean squared error over --batch samples; classify: a cross entropy over 10 classes, the kind of
     # loss a language model prints (a small batch's MSE is heavy-tailed as no token-averaged loss is).
     parser.add_argument("--task", choices=("regress", "classify"), default="regress")
@@ -127,6 +133,14 @@ def main() -> int:
               f"step_time={step_time!r}", flush=True)
         if not math.isfinite(value) and step >= args.at + 3:
             break  # a NaN run goes on a few steps, as one does before someone notices
+        if step == args.save_at:
+            if rank == 0:
+                directory = Path(args.truth).parent / "checkpoints" / f"checkpoint-{step}"
+                directory.mkdir(parents=True, exist_ok=True)
+                print(f"Saving model checkpoint to {directory}", flush=True)
+                torch.save(model.state_dict(), directory / "model.pt")
+                time.sleep(args.save_seconds)
+            dist.barrier()
     dist.destroy_process_group()
     return 0
 
