@@ -171,8 +171,13 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         scraper.join()
         result.after = scrape(exporter.url)
         if settled is not None:
-            result.after = eventually(lambda: (samples := scrape(exporter.url)) and settled(samples) and samples, 30,
-                                      interval=0.5, what="the sidecar's last scrape to settle")
+            done = settled
+
+            def settled_scrape() -> Samples | None:
+                samples = scrape(exporter.url)
+                return samples if done(samples) else None
+
+            result.after = eventually(settled_scrape, 30, interval=0.5, what="the sidecar's last scrape to settle")
     steps_csv = root / "steps.csv"
     analyzed = subprocess.run(exporter_command("analyze", str(log_dir), "--format", "json", "--csv", str(steps_csv),
                                                "--run", run),

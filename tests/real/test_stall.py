@@ -18,11 +18,10 @@ import pytest
 
 from tests.real.harness import BIN, PROGRAMS, require
 from tests.support.drill_rules import write_shortened_rules
-from tests.support.drills import RULE_TEST_VALUES
 from tests.support.exporter_process import ExporterProcess, exporter_environment
 from tests.support.net import eventually, sample, scrape
 from tests.support.prometheus import PrometheusServer
-from tests.test_e2e_alerts import EXPORTER_OPTIONS, TEST_VALUES
+from tests.test_e2e_alerts import EXPORTER_OPTIONS, RULE_TEST_VALUES, TEST_VALUES
 
 pytestmark = pytest.mark.real
 
@@ -88,7 +87,7 @@ class Watched:
 
 def test_a_hang_in_a_one_second_run_pages_within_minutes_naming_the_rank(tmp_path):
     with Watched(tmp_path, "--steps", "40", "--incident", "hang", "--rank", str(CULPRIT), "--at", str(HANG_AT),
-                 "--timeout", "20") as watched:
+                 "--timeout", "12") as watched:
         hung = watched.hung_at()
 
         def named() -> dict | None:
@@ -110,7 +109,7 @@ def test_a_hang_in_a_one_second_run_pages_within_minutes_naming_the_rank(tmp_pat
 
 
 def test_a_long_announced_checkpoint_save_pages_nothing(tmp_path):
-    save_seconds = 30  # three times the 10 s the ranks' pace gives, twice the whole run's other silences
+    save_seconds = 25  # 2.5 times the 10 s threshold the ranks learn from their 1 s pace
     with Watched(tmp_path, "--steps", "12", "--save-at", "5", "--save-seconds", str(save_seconds),
                  "--timeout", "120") as watched:
         assert watched.job is not None
