@@ -26,7 +26,7 @@ KEY = ("run", "node-0", "3")
 def _rank_rows(page: str) -> list[tuple[str, list[str]]]:
     """(class, cells) of every rank row."""
     return [(css, re.findall(r"<td>(.*?)</td>", row))
-            for css, row in re.findall(r'<tr class="([^"]*)" data-rank="[^"]*">(.*?)</tr>', page)]
+            for css, row in re.findall(r'<tr class="([^"]*)" data-rank="[^"]*"[^>]*>(.*?)</tr>', page)]
 
 
 def _steps(state: TrainingState, ranks: range, steps: range, loss=lambda rank, step: 3.0 - step / 1000,
@@ -63,7 +63,7 @@ def test_a_rank_row_words_the_latest_failure_of_each_kind_and_its_step():
         ), log_timestamp=1000.0, now=1000.0)
     page = render_status_page(state, ready=True, now=1010.0)
     ((css, cells),) = _rank_rows(page)
-    assert css == "bad"
+    assert css == "bad cause"  # its OOM is the run's root cause (the cause model)
     assert cells[:5] == ["node-0", "3", "worker_3.log", "12 / 100", "2.5"]
     assert cells[-4] == "10"  # seconds since the last line
     assert cells[-2] == "oom 1 at step 12, nccl_timeout 1 at step 12, elastic 1 at step 12"
@@ -172,3 +172,21 @@ def test_small_words():
     assert rank_ranges(["0", "1", "2", "3", "5", "7", "8", "-"]) == "0-3, 5, 7-8, -"
     assert [duration(seconds) for seconds in (12, 245, 3 * 3600 + 720, 2 * 86400 + 3 * 3600)] == [
         "12 s", "4 min 05 s", "3 h 12 min", "2 d 03 h"]
+
+
+def test_a_hung_rank_is_the_cause_not_a_healthy_row_and_a_dead_run_has_no_eta():
+    """Rank 3 stopped inside step 31 without a word; the others stopped at step 40 (in the collective it never
+    joined). Once every rank is silent past its own stall threshold, the cause model names rank 3 a hang."""
+    state = TrainingState()
+    _steps(state, range(3), range(1, 41))
+    _steps(state, range(3, 4), range(1, 31))
+    alive = render_status_page(state, ready=True, now=1010.0)
+    assert "ETA" in alive and "root cause" not in alive
+    with state.lock:
+        state.settle(1000.0 + 3600.0)  # past every rank's threshold (no pace learned here: the start-up allowance)
+    page = render_status_page(state, ready=True, now=1000.0 + 3600.0)
+    assert "ETA" not in page
+    assert "stopped: root cause hang (silent inside a step) after step 30 on rank 3 (node-0)" in page
+    rows = {re.search(r'data-rank="([^"]*)"', row).group(1): css
+            for css, row in re.findall(r'<tr class="([^"]*)" (data-rank="[^"]*"[^>]*)>', page)}
+    assert rows["3"] == "bad cause" and rows["0"] == ""

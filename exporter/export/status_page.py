@@ -22,6 +22,7 @@ from exporter import kinds
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
 from exporter.kinds import ANOMALY_KINDS
 from exporter.state import RankState, SeriesKey, TrainingState
+from exporter.state.events import Event
 from exporter.thresholds import STALL_FLOOR_SECONDS, STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
 
 DEFAULT_RUNBOOK_URL = "https://github.com/trainlog-exporter/trainlog-exporter/blob/main/docs/runbooks/"  # --runbook-url
@@ -57,6 +58,14 @@ class _Rank:
     goodput: dict[str, float]
     recent: tuple[Sequence[int], Sequence[float], Sequence[float]]  # steps, losses, step times
     pace: float | None = field(default=None)  # seconds per step over the recent steps
+    stall_threshold: float | None = None  # the silence after which the rank is stalled (its own, learned)
+    cause: str = ""  # this rank holds its run's root cause: what it is ("hang at step 69")
+
+    @property
+    def stalled(self) -> bool:
+        """Silent past its own stall threshold (the floor when it has none)."""
+        threshold = _STALE_AFTER_SECONDS if self.stall_threshold is None else self.stall_threshold
+        return self.age is not None and self.age > threshold
 
     def active_anomalies(self) -> dict[str, tuple[int, int | None]]:
         """Anomalies at most RECENT_ANOMALY_STEPS behind the rank's step (or at an unknown step)."""
@@ -68,7 +77,9 @@ def render_status_page(state: TrainingState, ready: bool, now: float | None = No
                        runbook_url: str = DEFAULT_RUNBOOK_URL) -> str:
     now = time.time() if now is None else now
     with state.lock:
-        ranks = [_copy(key, rank, now) for key, rank in sorted(state.series.items(), key=_rank_order)]
+        causes = {run: cause.event for run, cause in state.causes.causes().items()}
+        ranks = [_copy(key, rank, now, causes.get(key[0])) for key, rank in sorted(state.series.items(),
+                                                                                  key=_rank_order)]
         stats = state.stats
         summary = (f"{stats.files_followed} files followed · {stats.bytes_read_total:,} bytes read · "
                    f"{stats.lines_unparsed_total:,} lines unparsed")
@@ -85,9 +96,10 @@ def _rank_order(item: tuple[SeriesKey, RankState]) -> tuple:
     return run, node, (int(rank) if rank.isdigit() else -1), rank
 
 
-def _copy(key: SeriesKey, rank: RankState, now: float) -> _Rank:
+def _copy(key: SeriesKey, rank: RankState, now: float, cause: Event | None) -> _Rank:
     run, node, label = key
     recent = rank.recent.columns()
+    mine = cause is not None and cause.key == key
     return _Rank(
         run=run, node=node, label=label or "-", file=rank.info.get("file", ""), role=rank.info.get("role", ""),
         step=rank.step,
@@ -99,7 +111,9 @@ def _copy(key: SeriesKey, rank: RankState, now: float) -> _Rank:
         failures=failure_summaries(rank.errors, rank.last_error_facts, rank.last_error_timestamp),
         goodput={name: value for values in (rank.printed, rank.extra) for name, value in values.items()
                  if "goodput" in name},
-        recent=recent, pace=_pace(recent[2], rank.step_time_seconds))
+        recent=recent, pace=_pace(recent[2], rank.step_time_seconds), stall_threshold=rank.stall_threshold_seconds,
+        cause=(f"{kinds.words(cause.kind)}" + (f" after step {cause.step}" if cause.step is not None else ""))
+        if cause is not None and mine else "")
 
 
 def _pace(step_times: Sequence[float], latest: float | None) -> float | None:
@@ -128,7 +142,7 @@ def _run_section(run: str, ranks: list[_Rank], runbook_url: str) -> str:
     bars = step_time_chart([(rank.label, rank.pace, rank.label in slow) for rank in workers])
     rows = "\n".join(_row(rank, slow.get(rank.label)) for rank in ranks)
     return _RUN.format(
-        run=html.escape(run), progress=html.escape(_progress(workers)),
+        run=html.escape(run), progress=html.escape(_progress(workers, next((rank for rank in ranks if rank.cause), None))),
         loss_chart=chart or '<p class="muted">No loss printed yet.</p>',
         step_time_chart=bars or '<p class="muted">No step time printed yet.</p>',
         incidents=_incident_table(incidents, runbook_url), rows=rows)
@@ -202,15 +216,23 @@ def rank_ranges(labels: Sequence[str]) -> str:
     return ", ".join([f"{low}-{high}" if high > low else f"{low}" for low, high in spans] + words)
 
 
-def _progress(ranks: Sequence[_Rank]) -> str:
-    """"8 ranks · step 200 / 100,000 · ETA 23 h 05 min at 2.1 s per step (the slowest rank's pace) · goodput ..."."""
+def _progress(ranks: Sequence[_Rank], cause: _Rank | None = None) -> str:
+    """"8 ranks · step 200 / 100,000 · ETA 23 h 05 min at 2.1 s per step (the slowest rank's pace) · goodput ...";
+    a run with a root cause or silent past every rank's threshold is stopped: no ETA, the cause instead."""
     parts = [f"{len(ranks)} rank{'s' if len(ranks) != 1 else ''}"]
     steps = [rank.step for rank in ranks if rank.step is not None]
     totals = [rank.total_steps for rank in ranks if rank.total_steps]
     if steps:
         parts.append(f"step {max(steps):,}" + (f" / {max(totals):,}" if totals else ""))
     paces = [rank.pace for rank in ranks if rank.pace]
-    if steps and totals and paces:
+    aged = [rank for rank in ranks if rank.age is not None]
+    stalled = bool(aged) and all(rank.stalled for rank in aged)
+    if cause is not None:
+        parts.append(f"stopped: root cause {cause.cause} on rank {cause.label}"
+                     + (f" ({cause.node})" if cause.node else ""))
+    elif stalled and steps and not (totals and max(steps) >= max(totals)):
+        parts.append("stalled: every rank silent past its stall threshold")
+    if steps and totals and paces and cause is None and not stalled:  # no ETA for a run that does not train
         remaining = max(totals) - max(steps)
         # Synchronous training moves at the pace of its slowest rank.
         parts.append("finished" if remaining <= 0 else
@@ -243,10 +265,11 @@ def _fmt(value: float | None, spec: str = ".4g") -> str:
 def _row(rank: _Rank, slow_ratio: float | None) -> str:
     active = rank.active_anomalies()
     classes = []
-    if rank.age is not None and rank.age > _STALE_AFTER_SECONDS:
+    if rank.stalled:
         classes.append("stale")
-    if rank.errors or active:
-        classes.append("bad")
+    if rank.errors or active or rank.cause:
+        # the rank of a hang printed nothing wrong: it is the cause, not a healthy row
+        classes.extend(("bad", "cause") if rank.cause else ("bad",))
     elif rank.anomalies:
         classes.append("past")  # what happened stays written, at its step; the row is no longer red
     if slow_ratio is not None:
@@ -257,7 +280,8 @@ def _row(rank: _Rank, slow_ratio: float | None) -> str:
              _fmt(rank.grad_norm), step_time, _fmt(rank.age, ".0f"), _counted(rank.anomalies),
              _counted(rank.errors), "; ".join(rank.failures.values()))
     tds = "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
-    return f'<tr class="{" ".join(classes)}" data-rank="{html.escape(rank.label)}">{tds}</tr>'
+    cause = f' title="root cause: {html.escape(rank.cause)}" data-root-cause="{html.escape(rank.cause)}"' if rank.cause else ""
+    return f'<tr class="{" ".join(classes)}" data-rank="{html.escape(rank.label)}"{cause}>{tds}</tr>'
 
 
 def _counted(events: Mapping[str, tuple[int, int | None]]) -> str:
@@ -347,6 +371,7 @@ th, td {{ padding: 0.3rem 0.6rem; border-bottom: 1px solid #ddd; text-align: lef
 th {{ background: #f3f3f5; }}
 tr.stale td {{ background: #fff4d6; }}
 tr.bad td {{ background: #fde2e1; }}
+tr.cause td:first-child {{ border-left: 4px solid #b3261e; }}
 tr.past td:nth-child(10) {{ background: #fff4d6; }}
 tr.slow td:nth-child(8), tr.slow td:nth-child(2) {{ color: #b3261e; font-weight: 600; }}
 table.incidents tr.error td:first-child {{ border-left: 4px solid #d62728; }}
