@@ -112,7 +112,7 @@ def test_serve_and_analyze_find_the_same_kinds_on_the_same_ranks_at_the_same_ste
         if kinds.KINDS[kind].family != kinds.ERROR:
             continue
         finding = next(f for f in run["findings"] if (f["kind"], f["rank"]) == (kind, rank))
-        row = re.search(rf'<tr class="[^"]*" data-rank="{rank}">(.*?)</tr>', _run_section(page, run["run"]))
+        row = re.search(rf'<tr class="[^"]*" data-rank="{rank}"[^>]*>(.*?)</tr>', _run_section(page, run["run"]))
         assert row is not None, f"{name}: no row for rank {rank}"
         assert f"{kind} {count} at step {finding.get('last_step', finding['step'])}" in row.group(1), \
             f"{name}: rank {rank}'s row does not say {kind} at step {finding['step']}: {row.group(1)}"

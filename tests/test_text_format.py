@@ -132,6 +132,7 @@ def _as_new(state: TrainingState) -> TrainingState:
     fresh = TrainingState()
     fresh.series = copy.deepcopy(state.series)
     fresh.stats = copy.deepcopy(state.stats)
+    fresh.causes = copy.deepcopy(state.causes)  # the runs' root causes (training_incident_info)
     return fresh
 
 

@@ -87,9 +87,11 @@ class RankState:
     attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
-    # The usual silence between two of the rank's step lines (seconds, smoothed): its stall threshold's base.
-    line_interval: float | None = None
-    stall_threshold_seconds: float | None = None  # the silence after which the rank counts as stalled
+    # The usual silence between two of the rank's step lines (seconds, smoothed per batch of lines as read): its
+    # stall threshold's base; and the threshold. Learned again after a restart of the exporter (the start-up
+    # allowance until then), not checkpointed: how the lines came in batches is no fact of the log.
+    line_interval: float | None = field(default=None, metadata={"checkpoint": False})
+    stall_threshold_seconds: float | None = field(default=None, metadata={"checkpoint": False})
     # An announced long phase (parse/phases.py) under way: its name and when it was announced; and the longest
     # of each kind the rank has shown (from the announcing line to the next step line), in seconds.
     phase: str | None = None
