@@ -15,6 +15,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from exporter.parse import ErrorEvent, LineParser, ParsedBlock, Record, RunInfo, SchedulerEvent, StepBatch
+from exporter.parse.records import PhaseStart
 from exporter.parse.formats import FormatSelection
 from exporter.parse.records import StepLine
 from exporter.parse.step_batch import StepBatchBuilder
@@ -60,6 +61,8 @@ def record_as_dict(record) -> dict:
                 "rank": record.rank, "detail": dict(record.detail)}
     if isinstance(record, RunInfo):
         return {"type": "info", "rank": record.rank, **record.values}
+    if isinstance(record, PhaseStart):
+        return {"type": "phase", "phase": record.phase, "rank": record.rank}
     raise TypeError(f"unknown record {record!r}")
 
 
