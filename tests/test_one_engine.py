@@ -92,8 +92,10 @@ def _analyzed(log_dir: Path) -> tuple[Outcome, dict]:
     outcome: Outcome = {}
     for finding in run["findings"]:
         kind = kinds.KINDS[finding["kind"]]
-        if kind.family == kinds.FINDING and finding["kind"] != "restart":
-            continue  # first stopped rank and plateau: what only the whole log tells
+        if (kind.family == kinds.FINDING and finding["kind"] != "restart") or finding["kind"] == "hang":
+            # first stopped rank, plateau and a hang told at the logs' end: what only the whole log tells (live, a
+            # hang is told by the silence past the ranks' thresholds, which a finished log read at once never has)
+            continue
         count, _ = outcome.get((finding["kind"], finding["rank"]), (0, None))
         latest = finding.get("last_step", finding["step"]) if kind.family == kinds.ANOMALY else None
         outcome[finding["kind"], finding["rank"]] = (count + finding.get("count", 1), latest)
@@ -122,3 +124,25 @@ def _run_section(page: str, run: str) -> str:
     start = page.index(f"<h2>run {run}</h2>")
     end = page.find("<section", start)
     return page[start:end if end > 0 else len(page)]
+
+
+# The root cause of each cascade the simulator writes: (kind, rank), in analyze and served live alike.
+CAUSES = {"nan": ("loss_nonfinite", "1"), "crash": ("traceback", "1"), "oom": ("oom", "2"),
+          "segfault": ("segfault", "0"), "nccl": ("nccl", "2"), "hccl": ("hccl", "1"),
+          "node_timeout": ("node_timeout", "3"), "hang": ("hang", "3")}
+
+
+@pytest.mark.parametrize("name", sorted(CAUSES))
+def test_the_root_cause_of_each_cascade_is_the_culprit_live_and_in_analyze(name, runs, served):
+    samples, _ = served[name]
+    _, run = _analyzed(runs[name])
+    (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"]) == CAUSES[name], cause
+    incidents = {(dict(labels)["kind"], dict(labels)["rank"]) for (metric, labels) in samples
+                 if metric == "training_incident_info" and dict(labels)["run"] == run["run"]}
+    if name == "hang":  # told live by the silence past the thresholds, which a finished log read at once has not
+        assert incidents == set()
+    elif name == "node_timeout":  # scheduler.log's series names no rank; analyze words it on the rank timed out
+        assert incidents == {("node_timeout", "")}
+    else:
+        assert incidents == {CAUSES[name]}

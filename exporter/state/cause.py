@@ -184,8 +184,14 @@ class CauseModel:
             if behind is None or not _behind(quiet[behind], [workers[key] for key in failing if key in workers]):
                 return None
             evidence = "silent inside a step while the others waited"
+        elif now is None:  # the end of the logs: no silence to judge, but a rank left behind by all the others
+            behind = _first_stopped(workers)
+            others = [progress for key, progress in workers.items() if key != behind]
+            if behind is None or not others or not _behind_all(workers[behind], others):
+                return None
+            evidence = "its last step behind every other rank's, its last line first, when the logs end"
         else:
-            if now is None or threshold is None or not workers:
+            if threshold is None or not workers:
                 return None
             if any(progress.line_at is None or now - progress.line_at <= _named_at(threshold(key))
                    for key, progress in workers.items()):
@@ -310,6 +316,14 @@ def _first_stopped(ranks: dict[SeriesKey, _Progress]) -> SeriesKey | None:
     return min(ranks, key=lambda key: (ranks[key].step if ranks[key].step is not None else -1,
                                        -math.inf if ranks[key].line_at is None else ranks[key].line_at,
                                        ranks[key].read))
+
+
+def _behind_all(candidate: _Progress, others: list[_Progress]) -> bool:
+    """A lower step than every other rank, and its last line before all of theirs by more than the margin."""
+    return candidate.step is not None and all(
+        other.step is not None and candidate.step < other.step and candidate.line_at is not None
+        and other.line_at is not None and candidate.line_at < other.line_at - STOPPED_FIRST_MARGIN_SECONDS
+        for other in others)
 
 
 def _behind(candidate: _Progress, failing: list[_Progress], margin: float = 0.0) -> bool:
