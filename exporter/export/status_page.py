@@ -142,7 +142,8 @@ def _run_section(run: str, ranks: list[_Rank], runbook_url: str) -> str:
     bars = step_time_chart([(rank.label, rank.pace, rank.label in slow) for rank in workers])
     rows = "\n".join(_row(rank, slow.get(rank.label)) for rank in ranks)
     return _RUN.format(
-        run=html.escape(run), progress=html.escape(_progress(workers, next((rank for rank in ranks if rank.cause), None))),
+        run=html.escape(run),
+        progress=html.escape(_progress(workers, next((rank for rank in ranks if rank.cause), None))),
         loss_chart=chart or '<p class="muted">No loss printed yet.</p>',
         step_time_chart=bars or '<p class="muted">No step time printed yet.</p>',
         incidents=_incident_table(incidents, runbook_url), rows=rows)
@@ -280,7 +281,8 @@ def _row(rank: _Rank, slow_ratio: float | None) -> str:
              _fmt(rank.grad_norm), step_time, _fmt(rank.age, ".0f"), _counted(rank.anomalies),
              _counted(rank.errors), "; ".join(rank.failures.values()))
     tds = "".join(f"<td>{html.escape(str(cell))}</td>" for cell in cells)
-    cause = f' title="root cause: {html.escape(rank.cause)}" data-root-cause="{html.escape(rank.cause)}"' if rank.cause else ""
+    said = html.escape(rank.cause)
+    cause = f' title="root cause: {said}" data-root-cause="{said}"' if rank.cause else ""
     return f'<tr class="{" ".join(classes)}" data-rank="{html.escape(rank.label)}"{cause}>{tds}</tr>'
 
 

@@ -55,6 +55,7 @@ TRAINS_ON_STEPS = 1
 class _Progress:
     """How far one rank got, as the model needs it to tell who is behind."""
 
+    run: _Run  # its run's incidents
     step: int | None = None
     line_at: float | None = None  # the time of its last line
     read: int = 0  # the order its last line was read in (byte order within a file)
@@ -93,6 +94,7 @@ class CauseModel:
 
     def __init__(self) -> None:
         self._runs: dict[str, _Run] = {}
+        self._ranks: dict[SeriesKey, _Progress] = {}  # every run's ranks, by key: one lookup per batch
         self._read = 0
 
     # ----- what the state tells it
@@ -130,24 +132,28 @@ class CauseModel:
             incident.events.append((self._read, event))
 
     def line(self, key: SeriesKey, time: float | None) -> None:
-        """The rank printed a line at ``time`` (None: unknown)."""
-        progress = self._progress(key)
+        """The rank printed a line at ``time`` (None: unknown). On the hot path: every batch of lines."""
+        progress = self._ranks.get(key) or self._progress(key)
         self._read += 1
         progress.read = self._read
         if time is not None and (progress.line_at is None or time > progress.line_at):
             progress.line_at = time
 
     def stepped(self, key: SeriesKey, step: int | None, time: float | None) -> None:
-        """The rank printed step lines up to ``step``, the last at ``time``."""
-        self.line(key, time)
+        """The rank printed step lines up to ``step``, the last at ``time``. On the hot path: every step batch."""
+        progress = self._ranks.get(key) or self._progress(key)
+        self._read += 1
+        progress.read = self._read
+        if time is not None and (progress.line_at is None or time > progress.line_at):
+            progress.line_at = time
         if step is None:
             return
-        progress = self._progress(key)
         progress.step = step
-        incident = self._runs[key[0]].incident
-        highest = incident.highest_step if incident is not None else None
-        if highest is not None and step > highest + TRAINS_ON_STEPS:
-            self._close(key[0])  # the run trains on
+        incident = progress.run.incident
+        if incident is not None:
+            highest = incident.highest_step
+            if highest is not None and step > highest + TRAINS_ON_STEPS:
+                self._close(key[0])  # the run trains on
 
     def forget(self, keys: Iterable[SeriesKey]) -> None:
         """Series the state dropped (a checkpoint's restore)."""
@@ -155,6 +161,7 @@ class CauseModel:
             run = self._runs.get(key[0])
             if run is not None:
                 run.ranks.pop(key, None)
+            self._ranks.pop(key, None)
 
     # ----- what it tells
 
@@ -271,10 +278,10 @@ class CauseModel:
         return state
 
     def _progress(self, key: SeriesKey) -> _Progress:
-        ranks = self._run(key[0]).ranks
-        progress = ranks.get(key)
+        run = self._run(key[0])
+        progress = run.ranks.get(key)
         if progress is None:
-            progress = ranks[key] = _Progress()
+            progress = run.ranks[key] = self._ranks[key] = _Progress(run)
         return progress
 
 

@@ -233,7 +233,8 @@ class TrainingState:
             rank.last_log_timestamp = log_timestamp
         when = now if line_time is None else line_time(0)
         if lines:
-            self.causes.line(key, when)
+            if not records or type(records[-1]) is not StepBatch:  # a step batch's lines: told as steps below
+                self.causes.line(key, when)
             if rank.stall_threshold_seconds is None:
                 rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
         for record in records:
@@ -347,10 +348,8 @@ class TrainingState:
         rank.phase = rank.phase_since = None
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.attempt_step, rank.highest_step, rank.replay_until = after
-        if since_last_step is not None and not starting:
-            rank.line_interval = self._detectors.learned_interval(rank.line_interval, since_last_step, printed,
-                                                                  len(batch.steps))
-        rank.stall_threshold_seconds = self._detectors.stall_threshold(rank.line_interval)
+        rank.line_interval, rank.stall_threshold_seconds = self._detectors.after_steps(
+            rank.line_interval, None if starting else since_last_step, printed, len(batch.steps))
         self.causes.stepped(key, rank.step, self._line_time(applying, rank.step))
 
     def settle(self, now: float | None) -> None:

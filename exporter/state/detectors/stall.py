@@ -49,15 +49,18 @@ class StallConfig:
         allowance = self.stall_phase_seconds if longest is None else PHASE_FACTOR * longest
         return max(self.stall_threshold(interval), allowance)
 
-    @staticmethod
-    def learned_interval(interval: float | None, since_last: float, printed: float, lines: int) -> float | None:
+    def after_steps(self, interval: float | None, since_last: float | None, printed: float,
+                    lines: int) -> tuple[float | None, float]:
         """The usual silence between step lines after a batch of ``lines`` step lines that came ``since_last``
-        seconds after the batch before and printed ``printed`` seconds of step time."""
-        if lines <= 0 or since_last < 0:
-            return interval
-        sample = max(since_last, printed) / lines
+        seconds after the batch before (None: not learned from, a start) and printed ``printed`` seconds of step
+        time; and the threshold it gives. One call per step batch: the live path's."""
+        if since_last is not None and lines > 0 and since_last >= 0:
+            sample = (since_last if since_last > printed else printed) / lines
+            if interval is None:
+                interval = sample
+            elif sample <= OUTLIER_FACTOR * interval:
+                interval += INTERVAL_ALPHA * (sample - interval)
         if interval is None:
-            return sample
-        if sample > OUTLIER_FACTOR * interval:
-            return interval
-        return interval + INTERVAL_ALPHA * (sample - interval)
+            return None, max(self.stall_floor_seconds, self.stall_phase_seconds)
+        threshold = self.stall_factor * interval
+        return interval, threshold if threshold > self.stall_floor_seconds else self.stall_floor_seconds
