@@ -29,7 +29,7 @@ explains:
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from exporter import kinds
@@ -154,14 +154,6 @@ class CauseModel:
             highest = incident.highest_step
             if highest is not None and step > highest + TRAINS_ON_STEPS:
                 self._close(key[0])  # the run trains on
-
-    def forget(self, keys: Iterable[SeriesKey]) -> None:
-        """Series the state dropped (a checkpoint's restore)."""
-        for key in keys:
-            run = self._runs.get(key[0])
-            if run is not None:
-                run.ranks.pop(key, None)
-            self._ranks.pop(key, None)
 
     # ----- what it tells
 
