@@ -15,9 +15,8 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from exporter.parse import ErrorEvent, LineParser, ParsedBlock, Record, RunInfo, SchedulerEvent, StepBatch
-from exporter.parse.records import PhaseStart
 from exporter.parse.formats import FormatSelection
-from exporter.parse.records import StepLine
+from exporter.parse.records import PhaseStart, StepLine
 from exporter.parse.step_batch import StepBatchBuilder
 
 REQUIRED_DETAIL = {"exception", "code", "op", "seq_num", "timeout_seconds", "root_cause_rank", "exitcode"}
