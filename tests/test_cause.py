@@ -118,7 +118,11 @@ def test_followers_alone_without_a_rank_behind_name_the_earliest_of_them():
     model.heard(Event("collective_timeout", key(1), 10, 151.0))
     model.line(key(1), 151.0)
     assert model.hang("job", now=None) is None
-    assert summary(model)[:2] == ("collective_timeout", "0")
+    assert summary(model)[:2] == ("collective_timeout", "0")  # analyze's answer, which sees every node
+    cause = model.cause("job")
+    assert cause is not None and not cause.primary
+    # Live, a node whose ranks only waited for another node's names none: that node's exporter names the cause.
+    assert model.causes() == {}
 
 
 def test_a_silent_run_names_the_rank_that_stopped_first_before_its_stall_threshold():

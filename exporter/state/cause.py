@@ -68,6 +68,10 @@ class Cause:
     event: Event
     followers: list[Event]
     evidence: str
+    # A primary event (a failure, a NaN, a hang), not the earliest of followers alone: only such a cause is served
+    # live. One exporter per node sees its own ranks: a node whose ranks only timed out waiting for another node's
+    # must not name one of them, or the run would page twice (analyze, which sees every node, names it anyway).
+    primary: bool = True
 
 
 @dataclass(slots=True)
@@ -221,7 +225,7 @@ class CauseModel:
             evidence = "the earliest of failures that each follow another rank's: no rank shows why"
         followers = [event for event in ordered if event.key != cause.key
                      and (self._follows(event, incident) or not _before(event, cause))]
-        return Cause(cause, followers, evidence)
+        return Cause(cause, followers, evidence, primary=bool(primaries))
 
     def history(self, run: str) -> list[Cause]:
         """The causes of the run's incidents, oldest first, the current one last (analyze marks each)."""
@@ -232,8 +236,9 @@ class CauseModel:
         return [*state.past, *([current] if current is not None else [])]
 
     def causes(self) -> dict[str, Cause]:
+        """Each run's current root cause that is a primary event (what serve exposes)."""
         found = {run: self.cause(run) for run in self._runs}
-        return {run: cause for run, cause in found.items() if cause is not None}
+        return {run: cause for run, cause in found.items() if cause is not None and cause.primary}
 
     # -----
 
