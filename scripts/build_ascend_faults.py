@@ -99,7 +99,6 @@ RUNTIME_CODES = {
 KIND_OVERRIDES = {
     "AISW_PyTorch_Train_31": "hardware",  # UCE ERROR: uncorrectable HBM error
     "AISW_PyTorch_Train_33": "terminated",  # FORCE STOP: the device was stopped on purpose
-    "AISW_MindSpore_DP_35": "hccl_timeout",  # msrun: other nodes timed out
     "AISW_MindSpore_msrun_15": "hccl_timeout",  # world group init failed: another worker exited first
     "AISW_MindSpore_msrun_09": "hccl_timeout",  # cannot reach the scheduler
     "AISW_CANN_ERRMSG_Custom_06": "hardware",  # the NPU's network port was down before the task
@@ -117,7 +116,6 @@ KIND_OVERRIDES = {
     "Comp_OS_Kernel_CPU_04": "hardware",
     "0x40F84E00": "hardware",
     "AISW_MindSpore_Backend_Runtime_06": "oom",
-    "AISW_CANN_CCE_009": "killed",  # its keywords are the kernel OOM killer's line
 }
 
 # Our additions, each from public source text (cited): alternatives for MindCluster faults, and
@@ -147,6 +145,9 @@ INFORMATIONAL = {
     "AISW_MindSpore_MindData_16", "AISW_MindSpore_MindData_17", "AISW_MindSpore_MindData_24",  # "Bad performance attention"
     "AISW_CANN_TSD_03",  # "report alarm success"
     "AISW_CANN_DRV_TS_030",  # "Recycle warn": resources reclaimed at exit
+    # msrun's scheduler naming the nodes that timed out: counted as its node_timeout event
+    # (parse/formats/msrun_scheduler.py), the node's own log has the cause.
+    "AISW_MindSpore_DP_35",
 }
 _INFO_WORDS = re.compile(r"\(CE\)|\bcorrectable\b|non-fatal|minor alarm|\bsuccess", re.I)
 
@@ -190,6 +191,8 @@ def _kind(key: str, family: str, attribute: dict, words: str, component: str) ->
         return "hardware"  # a fault event of the device itself
     if component in ("HCCL", "HCCP") or re.search(r"\bHCCL\b|\bhccl\b|Hccl", words):
         return "hccl_timeout" if _TIMEOUT.search(said) else "hccl"
+    if component == "RUNTIME" and _TIMEOUT.search(said) and not re.search(r"ai ?core|ai ?cpu|aicpu|vector|getnext", said, re.I):
+        return "hccl_timeout"  # a stream or event wait that timed out: the collective on it waited for a peer
     if _MEMORY.search(said):
         return "oom"
     if _HARDWARE.search(said) or family == "NPU_Host":
@@ -233,14 +236,22 @@ ADVICE = {
 
 
 # Generic matches we leave to parse/signatures.py's own CANN code signature (every CANN code, by its shape).
-DROPPED = {"AISW_CANN_ERRCODE_Custom"}
+DROPPED = {
+    "AISW_CANN_ERRCODE_Custom",
+    # Its keywords are the kernel OOM killer's line ("Out of memory: Kill process"), which
+    # Comp_OS_Kernel_Mem_08 names; its name (a file not flushed to disk) is another fault's.
+    "AISW_CANN_CCE_009",
+}
 MIN_KEYWORD_CHARS = 10
+MIN_LONGEST_KEYWORD = 8  # word fragments alone (["abs", "is null"]) name nothing
 
 
 def _weak(alternative: list[str]) -> bool:
     """Keywords too short to name a fault on any line (["alloc", "failed"]): FaultDiag reads them only in
     the one file they belong to, we read every line of a worker's console."""
-    return sum(map(len, alternative)) < MIN_KEYWORD_CHARS and not CANN_CODE.search(" ".join(alternative))
+    if CANN_CODE.search(" ".join(alternative)):
+        return False
+    return sum(map(len, alternative)) < MIN_KEYWORD_CHARS or max(map(len, alternative)) < MIN_LONGEST_KEYWORD
 
 
 def advice(kind: str, component: str) -> str:
@@ -262,7 +273,7 @@ def build(knowledge: dict, commit: str) -> dict:
         component = _component(key, attribute)
         words = " ".join(" ".join(alt) for alt in alternatives)
         kind = _kind(key, family, attribute, words, component)
-        codes = CANN_CODE.findall(words)
+        codes = CANN_CODE.findall(" ".join(alternatives[0])) if alternatives else []
         entry = {
             "id": key, "family": family, "source": FAMILIES[family], "component": component,
             "module": attribute["module"], "fault": attribute["cause_en"].strip(), "kind": kind,

@@ -619,7 +619,7 @@ SIGNATURES: tuple[Signature, ...] = (
     # Last in the table, consulted on every candidate line all the same (``match``): MindCluster's
     # knowledge of Ascend faults names the fault, its code, component and advice.
     Signature("ascend_fault_knowledge", KNOWLEDGE_KINDS, faults.GATES, _knowledge, _ASCEND_FAULTS,
-              "E30008: AI CPU operator execution time out.", continued=True),
+              "E30008: AI CPU operator execution time out."),
 )
 
 
@@ -646,6 +646,9 @@ def _literal_finder() -> Callable[[bytes], list[int]]:
 
 _find_literals = _literal_finder()
 _KNOWLEDGE = len(SIGNATURES) - 1  # ascend_fault_knowledge
+# Signatures of Ascend codes and words whose kind the knowledge refines.
+_ASCEND_GENERIC = frozenset({"acl_runtime_code", "ascend_device_fault", "cann_named_code", "hccl", "cann_code",
+                             "device_oom", "mindspore_oom"})
 # The signatures each literal is an anchor of.
 _OWNERS: tuple[tuple[int, ...], ...] = tuple(
     tuple(index for anchor, index in _ANCHORS if anchor == literal) for literal in FAILURE_LITERALS)
@@ -659,10 +662,12 @@ def has_failure_literal(line: bytes) -> bool:
 def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
     """The first signature (in table order) that matches a raw line, with its event; None if none does.
 
-    The fault knowledge (parse/faults/) has the last word on every line holding a failure literal:
-    a fault it knows gives the event its code, component and name, and its kind unless it calls
-    it ``other`` where a signature knows better; a fault it calls no failure (a corrected error,
-    an ``[INFO]`` or ``[WARNING]`` line) makes the line none.
+    The fault knowledge (parse/faults/) is consulted on every line holding a failure literal: a
+    fault it calls no failure (a corrected error, an ``[INFO]`` or ``[WARNING]`` line) makes the
+    line none; a fault it knows names a line no signature does, overrides the kind of the generic
+    Ascend signatures (a bare CANN code, a runtime code), and adds its code, component and name
+    to a signature's event of the same kind. Another signature's different kind stands: its line
+    is its own (an NCCL message that happens to hold a FaultDiag keyword).
     """
     literals = _find_literals(line)
     if not literals:
@@ -681,9 +686,15 @@ def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
     if event is None:
         return None
     if found is None:
-        return SIGNATURES[_KNOWLEDGE], event
+        # An indented line is a detail of the record above it (CANN's TraceBack lines), never a failure of its own.
+        return None if text[:1].isspace() else (SIGNATURES[_KNOWLEDGE], event)
     signature, specific = found
-    kind = specific.kind if event.kind == "other" else event.kind
+    if signature.name in _ASCEND_GENERIC:  # a code or a word of Ascend's: the knowledge names the fault
+        kind = specific.kind if event.kind == "other" else event.kind
+    elif event.kind != specific.kind:  # a signature of its own line (NCCL, gloo, a launcher): it knows better
+        return found
+    else:
+        kind = specific.kind
     return signature, ErrorEvent(kind, {**specific.detail, **event.detail}, specific.rank)
 
 

@@ -38,7 +38,8 @@ GATES: tuple[bytes, ...] = (
 
 # Log levels that make a line no failure, whatever it says (CANN and MindSpore ``[WARNING]``,
 # the NPU driver's ``[ascend] [drv_pcie] [INFO]``): looked for near the line's start.
-_QUIET_LEVEL = re.compile(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]")
+# glog and c10 (``W0801 16:07:20``, ``[W socket.cpp:436]``) at the start; syslog's ``|warning|``.
+_QUIET_LEVEL = re.compile(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]|^\s*\[?[IW]\d{0,4} |\|(?:info|notice|warning|debug)\|")
 _LEVEL_REACH = 120
 _CANN_CODE = re.compile(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
 _RUNTIME_CODE = re.compile(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=)(\d{6})\b")
@@ -178,7 +179,9 @@ def recognise(text: str) -> Found | None:
     table = knowledge()
     fault = table.fault_of(text)
     coded = table.code_in(text)
-    if fault is None:
+    # A code the line prints says more than keywords of a generic fault ("npuSynchronizeDevice ... error
+    # code is 507046" is a stream sync timeout, not just a failed call).
+    if fault is None or (fault.kind == "other" and coded is not None and coded.kind not in (None, "other")):
         fault = coded
     if fault is None:
         return None
