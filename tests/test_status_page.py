@@ -5,6 +5,7 @@ from __future__ import annotations
 import re
 from pathlib import Path
 
+from exporter.parse import faults
 from exporter.export.page_charts import MAX_RANK_LINES
 from exporter.export.status_page import (
     DEFAULT_RUNBOOK_URL,
@@ -86,7 +87,9 @@ def test_a_mindspore_oom_says_what_happened_not_runtime_error_twice():
         state.register(KEY, {"file": "worker_0.log", "role": "worker"}, 1000.0)
         state.ingest(KEY, end - start, in_batches(StepLine(7, {"loss": 2.0}), *records), 1000.0, 1000.0)
     ((_, cells),) = _rank_rows(render_status_page(state, ready=True, now=1000.0))
-    assert cells[-1] == "out of memory: RuntimeError (device npu, requested 30.8 GiB)"
+    # The fault knowledge (parse/faults/) names the fault, its component, and says what to do.
+    assert cells[-1] == ("out of memory: RuntimeError (code AISW_MindSpore_Ascend_Backend_41, component MindSpore, "
+                         "device npu, requested 30.8 GiB). " + faults.knowledge().by_id["AISW_MindSpore_Ascend_Backend_41"].advice)
     assert cells[-2] == "oom 1 at step 7, traceback 1 at step 7"  # both still counted
 
 

@@ -93,6 +93,9 @@ NAMED_GAUGES = _group(
 # The info pseudo-metric: value 1, the rank's facts as labels (Prometheus adds _info).
 RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, format, mode, file, throughput unit.", "info",
                        type=INFO)
+# Present for a rank once it logged a failure (DESIGN 3.3).
+LAST_ERROR_INFO = MetricSpec("training_last_error_info", "1 for the rank's latest failure: its kind, and the fault "
+                             "knowledge's code and component (empty when none applies).", "last_error", type=INFO)
 
 RANK_COUNTERS = _group(
     COUNTER, RANKS,
@@ -164,5 +167,5 @@ KIND_INFO = MetricSpec("trainlog_kind_info", "1 for every kind of event the expo
                        "severity and the alert that pages on it (empty: none).", "kinds", type=INFO, source=KIND_TABLE)
 
 # Every family in exposition order; the ones read from the state come first (one lock hold).
-METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
+METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, LAST_ERROR_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
            OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO, KIND_INFO)
