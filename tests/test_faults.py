@@ -13,6 +13,7 @@ import pytest
 
 from exporter import kinds
 from exporter.parse import faults, signatures
+from exporter.simulate import RunConfig, parse_incident, simulate, write_run
 from exporter.simulate.texts import step_line
 from tests.support.exporter_process import ExporterProcess, exporter_command
 from tests.support.net import eventually
@@ -139,3 +140,20 @@ def test_every_family_gives_its_kind_code_component_and_advice_on_its_rank_throu
         assert finding["advice"], family
     quiet = [rank for rank in run["ranks"] if rank["rank"] == str(len(FAMILIES))]
     assert quiet and not quiet[0]["errors"]
+
+
+def test_analyze_names_the_ecc_rank_the_root_cause_of_the_others_hccl_timeouts(tmp_path):
+    """simulate's ``ecc`` drill: rank 1's HBM multi-bit ECC error, the others' notify waits time out after it."""
+    write_run(simulate(RunConfig(ranks=4, steps=30, incidents=(parse_incident("ecc:1@12"),))), tmp_path)
+    result = subprocess.run(exporter_command("analyze", str(tmp_path), "--format", "json"), capture_output=True,
+                            text=True, timeout=120, check=False)
+    assert result.returncode == 0, result.stderr
+    (run,) = json.loads(result.stdout)["runs"]
+    (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"], cause["code"], cause["component"]) == ("hardware", "1", "0x80E01801", "NPU")
+    assert cause["advice"]
+    assert {(follower["kind"], follower["rank"]) for follower in cause["explains"]} == {
+        ("hccl_timeout", "0"), ("hccl_timeout", "2"), ("hccl_timeout", "3")}
+    text = subprocess.run(exporter_command("analyze", str(tmp_path)), capture_output=True, text=True, timeout=120,
+                          check=False).stdout
+    assert "Root cause: hardware on rank 1" in text and "It explains hccl_timeout" in text

@@ -46,7 +46,9 @@ class Finding:
             found["last_step"] = self.last_step
         if self.root_cause:
             found["explains"] = [{"kind": follower.kind, "rank": follower.rank, "node": follower.node,
-                                  "step": follower.step, "time": follower.time} for follower in self.explains]
+                                  "step": follower.step, "time": follower.time,
+                                  **({"code": follower.fault["code"]} if follower.fault else {})}
+                                 for follower in self.explains]
         return found
 
 

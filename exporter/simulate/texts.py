@@ -221,6 +221,30 @@ def hccl_error_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str
     ]
 
 
+def hbm_ecc_lines(when: datetime, pid: int, rank: int) -> list[str]:
+    """An HBM multi-bit ECC error of the rank's NPU, as the driver's fault event reaches the process log
+    (fault event 0x80E01801 of MindCluster's knowledge), then the runtime's error."""
+    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    return [
+        f"[ERROR] DRV({pid},python):{stamp} [ascend][curpid: {pid}, {pid}][drv][devmm] device {rank % 8} "
+        f"reported event_id=0x80e01801: multi-bit ECC error when accessing the HBM, the device must be isolated",
+        f"[ERROR] RUNTIME({pid},python):{stamp} [task.cc:1582]{pid} PrintErrorInfo: device {rank % 8} memory error, "
+        f"retCode=507054 (HBM multi-bit ECC), stream_id=3, task_id=2",
+    ]
+
+
+def hccl_notify_timeout_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str]:
+    """A rank whose collective waited for a dead peer: HCCL's notify wait task fails, CANN says EI0002."""
+    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    return [
+        f"[ERROR] HCCL({pid},python):{stamp} [task_exception_handler.cc:452][{pid}][TaskExceptionHandler][Callback]"
+        f"Task run failed, base information is streamID:[3], taskID[{40 + rank}], taskType[Notify Wait], "
+        f"tag[AllReduce_hccl_world_group], remote rank[{peer}].",
+        f"EI0002: [PID: {pid}] {stamp} The wait execution of the Notify register times out. Reason: The Notify "
+        f"register has not received the Notify record from remote rank [{peer}].",
+    ]
+
+
 def scheduler_registered(when: datetime, pid: int, node: int, host: str, ip: str, registered: int,
                          expected: int) -> str:
     return glog("WARNING", "DISTRIBUTED", pid, when, f"{_META_SERVER}:254", "ProcessRegister",
