@@ -127,11 +127,13 @@ def _changes_answer(run: RunReport) -> list[str]:
 
 
 def _followers(followers: list[Finding]) -> str:
-    """"nccl_timeout on ranks 0, 1, 3": each kind (with its fault code) and the ranks (and their nodes) it follows on."""
+    """"nccl_timeout on ranks 0, 1, 3": each kind (with its fault code) and the ranks (and their nodes) it follows
+    on."""
     ranks: dict[str, list[str]] = {}
     for follower in followers:
         code = follower.fault.get("code") if follower.fault else ""
-        ranks.setdefault(follower.kind + (f" ({code})" if code else ""), []).append((follower.rank or "?") + (f" ({follower.node})" if follower.node
+        named = follower.kind + (f" ({code})" if code else "")
+        ranks.setdefault(named, []).append((follower.rank or "?") + (f" ({follower.node})" if follower.node
                                                                              else ""))
     return "; ".join(f"{kind} on rank{'s' if len(set(who)) > 1 else ''} {', '.join(dict.fromkeys(who))}"
                      for kind, who in ranks.items())

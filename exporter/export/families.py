@@ -203,7 +203,8 @@ def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, RankState]],
         if known is not None and known[0] is values:  # no rank changed: the family of the walk before
             return cast("Family[Labels]", known[1])
         facts = cast("Sequence[Mapping[str, str]]", values)
-        # training_info has a series for every rank; another info family (the latest failure) only where there are facts.
+        # training_info has a series for every rank; another info family (the latest failure) only where there
+        # are facts.
         labels = [_with_facts(series_labels, key, info) for (key, _), info in zip(ranks, facts, strict=True)
                   if info or spec.attribute == "info"]
         family = Family(spec, labels, [1] * len(labels))

@@ -296,7 +296,8 @@ def _same_failure(traceback: Mapping[str, str | int | float], at: float | None,
 def error_summary(detail: Mapping[str, str | int | float]) -> str:
     """One short phrase for a failure: the exception type (and message) and what identifies the failure."""
     exception, message = detail.get("exception"), detail.get("message")
-    head = f"{exception}: {message}" if exception and message else str(exception or message or detail.get("fault") or "")
+    named = exception or message or detail.get("fault") or ""
+    head = f"{exception}: {message}" if exception and message else str(named)
     facts = [f"{_FACT_WORDS.get(name, name)} {_fact(name, detail[name])}" for name in _SUMMARY_FACTS if name in detail]
     said = f"{head} ({', '.join(facts)})" if head and facts else head or ", ".join(facts)
     advice = fault_advice(detail)
@@ -312,7 +313,8 @@ def fault_advice(detail: Mapping[str, str | int | float]) -> str:
 
 
 # Detail keys worth a place in the summary, in this order, and how to say them.
-_SUMMARY_FACTS = ("op", "code", "component", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal", "device",
+_SUMMARY_FACTS = ("op", "code", "component", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal",
+                  "device",
                   "requested", "requested_bytes")
 _FACT_WORDS = {"requested_bytes": "requested"}
 

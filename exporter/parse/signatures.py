@@ -496,7 +496,8 @@ def _knowledge(text: str) -> ErrorEvent | None:
     return None if found is None else _knowledge_event(found)
 
 SIGNATURES: tuple[Signature, ...] = (
-    Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl_timeout"), (b"Watchdog caught collective operation timeout",),
+    Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl_timeout"),
+              (b"Watchdog caught collective operation timeout",),
               _nccl_timeout, _NCCL,
               "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
               "OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out."),

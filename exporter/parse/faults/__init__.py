@@ -108,8 +108,8 @@ class Knowledge:
         self._by_keyword: list[list[int]] = [[] for _ in keywords]
         for position, (_, words, _) in enumerate(self._alternatives):
             self._by_keyword[number[max(words, key=len)]].append(position)
-        self._automaton = (AhoCorasick(keywords, implementation=Implementation.NoncontiguousNFA) if AhoCorasick is not None and keywords
-                           else None)
+        self._automaton = (AhoCorasick(keywords, implementation=Implementation.NoncontiguousNFA)
+                           if AhoCorasick is not None and keywords else None)
 
     def _present(self, text: str) -> set[int]:
         if self._automaton is not None:
