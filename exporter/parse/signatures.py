@@ -690,6 +690,8 @@ def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
         # An indented line is a detail of the record above it (CANN's TraceBack lines), never a failure of its own.
         return None if text[:1].isspace() else (SIGNATURES[_KNOWLEDGE], event)
     signature, specific = found
+    if specific.detail.get("device") == "cuda":  # an NVIDIA device's line: no Ascend fault
+        return found
     if signature.name in _ASCEND_GENERIC:  # a code or a word of Ascend's: the knowledge names the fault
         kind = specific.kind if event.kind == "other" else event.kind
     elif event.kind != specific.kind:  # a signature of its own line (NCCL, gloo, a launcher): it knows better
