@@ -127,8 +127,9 @@ EXTRA_KEYWORDS = {
     # The kernel's OOM killer line ("Out of memory: Kill process N (python)"): longer than the bare words,
     # which a framework's own out-of-memory message shares.
     "Comp_OS_Kernel_Mem_08": [["Out of memory: Kill"]],
-    # The driver call that failed, as the runtime logs it without the huge-page wrapper MindCluster's keywords name.
-    "AISW_CANN_Runtime_054": [["[drv api]", "halMemAlloc failed"]],
+    # The driver's allocation call that failed, however the runtime or driver logs it (MindCluster's keywords
+    # need the huge-page wrapper's name in front of it).
+    "AISW_CANN_Runtime_054": [["halMemAlloc failed"]],
 }
 EXTRA_FAULTS: list[dict[str, Any]] = [
     {"id": "507054", "family": "TrainLog", "component": "RUNTIME", "module": "RUNTIME", "kind": "hardware",
