@@ -9,9 +9,9 @@ codes (``EI0006``) and ACL runtime codes (``507053``) a line may print.
 
 Cost: the table is imported and the keyword automaton built on the first line that needs them,
 never at import of this module; as literal tuples its compiled form loads several times faster
-than the same table as JSON parses. The block scanner finds candidate lines by ``GATES`` alone (a few literals;
-a thousand keywords as anchors made it ten times slower, docs/benchmarks.md); the keywords
-and regexes run only on those lines.
+than the same table as JSON parses. The block scanner finds candidate lines by the failure
+literals of parse/signatures.py and a few ``GATES`` (a thousand keywords as anchors made it
+ten times slower, docs/benchmarks.md); the keywords and regexes run only on those lines.
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ GATES: tuple[bytes, ...] = (
 # Log levels that make a line no failure, whatever it says (CANN and MindSpore ``[WARNING]``,
 # the NPU driver's ``[ascend] [drv_pcie] [INFO]``): looked for near the line's start.
 # glog and c10 (``W0801 16:07:20``, ``[W socket.cpp:436]``) at the start; syslog's ``|warning|``.
-_QUIET_LEVEL = lazy(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]|^\s*\[?[IW]\d{0,4} |\|(?:info|notice|warning|debug)\|")
+_QUIET_LEVEL = lazy(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]|^\s*(?:\[[IW]\d{0,4} |[IW]\d{4} \d)"
+                    r"|\|(?:info|notice|warning|debug)\|")
 _LEVEL_REACH = 120
 _CANN_CODE = lazy(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
 _RUNTIME_CODE = lazy(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=)(\d{6})\b")
