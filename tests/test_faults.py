@@ -163,3 +163,20 @@ def test_analyze_names_the_ecc_rank_the_root_cause_of_the_others_hccl_timeouts(t
     text = subprocess.run(exporter_command("analyze", str(tmp_path)), capture_output=True, text=True, timeout=120,
                           check=False).stdout
     assert "Root cause: hardware on rank 1" in text and "It explains hccl_timeout" in text
+
+
+def test_a_cann_device_log_counts_its_faults_on_the_rank_of_its_device(tmp_path):
+    """$ASCEND_PROCESS_LOG_PATH's device-<id>/ logs, an optional source: a second --log-dir of the same run."""
+    logs, process_logs = tmp_path / "logs", tmp_path / "process_log" / "debug" / "device-1"
+    logs.mkdir()
+    process_logs.mkdir(parents=True)
+    for rank in (0, 1):
+        _worker_log(logs / f"worker_{rank}.log", [])
+    (process_logs / "device-10972_20230607152210099.log").write_text(_line("<exception_print>notify wait") + "\n")
+    arguments = ("--log-dir", str(logs), "--log-dir", str(tmp_path / "process_log"), "--run", "job")
+    with ExporterProcess(*arguments) as exporter:
+        eventually(lambda: exporter.total("training_errors_total") >= 1, 20, what="the device log's fault")
+        samples = exporter.samples()
+    errors = {(dict(labels)["run"], dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
+              in samples.items() if metric == "training_errors_total" and value}
+    assert errors == {("job", "1", "hccl_timeout")}
