@@ -59,6 +59,10 @@ _KINDS = (
     Kind("nccl", ERROR, "NCCL error", "critical", "TrainingCommunicationError"),
     Kind("nccl_timeout", ERROR, "NCCL collective timeout", "critical", "TrainingCommunicationError", follower=True),
     Kind("hccl", ERROR, "HCCL error", "critical", "TrainingCommunicationError"),
+    # An HCCL collective (or the runtime task under it) that waited for a peer rank in vain: notify wait,
+    # socket setup, stream sync timeouts (parse/faults/). It follows the peer's fault (a device ECC error,
+    # a lost heartbeat, a crash): the cause's rank, not this one, is the incident.
+    Kind("hccl_timeout", ERROR, "HCCL collective timeout", "critical", "TrainingCommunicationError", follower=True),
     # Collectives over the CPU (gloo, MindSpore's CPU ring): they fail when a peer dies (its connection
     # closed or reset) or stops (the wait times out), so they follow that peer's failure.
     Kind("collective", ERROR, "collective failed (peer connection lost)", "critical", "TrainingCommunicationError",

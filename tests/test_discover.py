@@ -53,7 +53,10 @@ def test_the_first_rankless_file_of_a_directory_has_the_empty_rank_a_second_one_
     assert files.role("/job/a", "scheduler.log").role == "scheduler"
 
 
-@pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log"])
+@pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log",
+                                  # CANN's device-side process log of device 3, the layout of MindCluster's fixtures
+                                  # (process_log/debug/device-0/device-10972_20230131024824126.log)
+                                  "process_log/debug/device-3/device-10972_20230131024824126.log"])
 def test_torchrun_log_dir_layout_gives_the_local_rank(path):
     role = classify(path)
     assert (role.rank, role.role, role.local_rank) == ("3", "worker", True)

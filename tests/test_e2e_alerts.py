@@ -129,6 +129,11 @@ DRILLS = (
     Drill("diverge-pynative", ("diverge:1@40",), {"TrainingRankDivergence": frozenset({"1"})},
           options=("--mode", "pynative")),
     Drill("norm-shift", ("norm_shift@40",), {}),
+    # Ascend's cascade (parse/faults/): rank 1's NPU reports an HBM multi-bit ECC error and stops; the
+    # others' HCCL notify waits time out. The device fault pages as hardware, the followers as communication.
+    Drill("ecc", ("ecc:1@12",),
+          {"TrainingHardwareError": frozenset({"1"}), "TrainingCommunicationError": frozenset({"0", "2", "3"})},
+          RUN_GOES_SILENT),
     # The cascade: rank 2 runs out of memory, the others time out in the collective it never joins.
     Drill("oom-cascade", ("oom:2@12", "watchdog@12"),
           {"TrainingOutOfMemory": frozenset({"2"}), "TrainingCommunicationError": frozenset({"0", "1", "3"})},

@@ -167,7 +167,9 @@ def test_an_empty_exception_message_is_classified_by_the_lines_below_it():
     lines = [b"Traceback (most recent call last):", b'  File "m.py", line 1', b"RuntimeError: ", b"-" * 20,
              b"EI0002: [PID: 1] The wait execution of the Notify register times out.", b""]
     records = parse_lines(LineParser(), lines).records
-    assert [(record.kind, record.detail.get("code")) for record in records] == [("hccl", "EI0002"), ("traceback", None)]
+    # EI0002, a notify wait that timed out, follows a peer's failure (parse/faults/).
+    assert [(record.kind, record.detail.get("code")) for record in records] == [("hccl_timeout", "EI0002"),
+                                                                                ("traceback", None)]
 
 
 def test_tracebacks_of_different_ranks_do_not_end_each_other():

@@ -25,7 +25,7 @@ RANKS, STEPS = 4, 240
 # analyze reports a plateau only past the alert's 2,000 steps (exporter/thresholds.py).
 SPECS = {
     "nan": "nan:1@150", "spike": "spike:2@120", "hang": "hang:3@150", "crash": "crash:1@150",
-    "oom": "oom:2@150", "segfault": "segfault:0@150", "nccl": "nccl:2@150", "hccl": "hccl:1@150",
+    "oom": "oom:2@150", "segfault": "segfault:0@150", "nccl": "nccl:2@150", "hccl": "hccl:1@150", "ecc": "ecc:1@150",
     "node_timeout": "node_timeout:3@150", "watchdog": "watchdog@150", "diverge": "diverge:2@120",
     "norm_shift": "norm_shift@120", "straggler": "straggler:1@100", "slowdown": "slowdown@100",
     "checkpoint": "checkpoint@120", "restart": "restart@170", "restart-loop": "restart-loop@20",

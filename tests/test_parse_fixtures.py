@@ -31,6 +31,7 @@ DETECTED_FORMAT = {
     "formats/torchrun_tee": "keyvalue",
     "formats/torchtitan": "torchtitan",
     "real/errors_ascend": None,
+    "real/errors_ascend_faults": None,
     "real/errors_host": None,
     "real/errors_nccl": None,
     "real/errors_torchelastic": None,

@@ -54,8 +54,8 @@ def _served_errors(samples) -> dict[tuple[str, str], int]:
     return served
 
 
-@pytest.mark.parametrize("fixture", ["errors_torchelastic", "errors_nccl", "errors_ascend", "errors_host",
-                                     "healthy_noise"])
+@pytest.mark.parametrize("fixture", ["errors_torchelastic", "errors_nccl", "errors_ascend", "errors_ascend_faults",
+                                     "errors_host", "healthy_noise"])
 def test_each_failure_family_counts_by_kind_and_rank_through_the_exporter(tmp_path, fixture):
     log_dir = tmp_path / "job" / "logs"
     log_dir.mkdir(parents=True)

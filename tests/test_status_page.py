@@ -14,7 +14,7 @@ from exporter.export.status_page import (
     rank_ranges,
     render_status_page,
 )
-from exporter.parse import ErrorEvent
+from exporter.parse import ErrorEvent, faults
 from exporter.parse.records import StepLine
 from exporter.state import TrainingState
 from tests.support.records import fixture_lines, fixture_parser, in_batches, parse_lines
@@ -86,7 +86,10 @@ def test_a_mindspore_oom_says_what_happened_not_runtime_error_twice():
         state.register(KEY, {"file": "worker_0.log", "role": "worker"}, 1000.0)
         state.ingest(KEY, end - start, in_batches(StepLine(7, {"loss": 2.0}), *records), 1000.0, 1000.0)
     ((_, cells),) = _rank_rows(render_status_page(state, ready=True, now=1000.0))
-    assert cells[-1] == "out of memory: RuntimeError (device npu, requested 30.8 GiB)"
+    # The fault knowledge (parse/faults/) names the fault, its component, and says what to do.
+    advice = faults.knowledge().by_id["AISW_MindSpore_Ascend_Backend_41"].advice
+    assert cells[-1] == ("out of memory: RuntimeError (code AISW_MindSpore_Ascend_Backend_41, component MindSpore, "
+                         "device npu, requested 30.8 GiB). " + advice)
     assert cells[-2] == "oom 1 at step 7, traceback 1 at step 7"  # both still counted
 
 

@@ -34,7 +34,7 @@ from exporter.analyze.sources import Source
 from exporter.analyze.timestamps import LineClock
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
-from exporter.parse import LineParser
+from exporter.parse import LineParser, faults
 from exporter.parse.formats import FormatSelection
 from exporter.parse.records import StepBatch
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
@@ -271,7 +271,8 @@ class Analysis:
         finding = Finding(event.kind, event.step, rank, event.node, event.time, self._message(event, track),
                           context={name: list(event.context.get(name, (None, None))) for name in CONTEXT_FIELDS}
                           if kind.family == kinds.ANOMALY else {},
-                          count=event.count, last_step=_last_step(event))
+                          count=event.count, last_step=_last_step(event),
+                          fault=_fault(event.detail) if kind.family == kinds.ERROR else None)
         if event.kind.endswith("_nonfinite"):
             track.open_nonfinite[event.kind] = finding
         elif kind.family == kinds.ERROR:
@@ -439,6 +440,15 @@ def _first_stopped(ranks: list[RankReport], median_step_time: float | None) -> F
     step = f" at step {first.last_step}" if first.last_step is not None else ""
     return Finding("first_stopped_rank", first.last_step, first.rank, first.node, first.last_line_time,
                    f"{where} stopped writing first{step}, {_duration(spread)} before the last rank's last line")
+
+
+def _fault(detail: dict[str, str | int | float]) -> dict[str, str]:
+    """An error's code, component and advice from the fault knowledge; "" where none applies."""
+    code = faults.known_code(detail.get("code")) if "code" in detail else ""
+    fault = (faults.knowledge().by_id.get(str(detail.get("fault_id", ""))) or faults.describe(code)) if code else None
+    component = str(detail.get("component", "")) if code else ""
+    return {"code": code, "component": component or (fault.component if fault else ""),
+            "advice": fault.advice if fault else ""}
 
 
 def _percentile(ordered: list[float], share: float) -> float:

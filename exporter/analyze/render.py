@@ -119,16 +119,21 @@ def _changes_answer(run: RunReport) -> list[str]:
                  "The ranks' last lines are close together: no rank stopped first.")
     cause = run.root_cause
     if cause is not None:
+        advice = cause.fault.get("advice") if cause.fault else ""
         lines.append(f"Root cause: {cause.kind} on {_who(cause)} at {_time(cause.time)}: {cause.message}."
-                     + (f" It explains {_followers(cause.explains)}." if cause.explains else ""))
+                     + (f" It explains {_followers(cause.explains)}." if cause.explains else "")
+                     + (f" Advice: {advice}" if advice else ""))
     return lines
 
 
 def _followers(followers: list[Finding]) -> str:
-    """"nccl_timeout on ranks 0, 1, 3": each kind with the ranks (and their nodes) it follows on."""
+    """"nccl_timeout on ranks 0, 1, 3": each kind (with its fault code) and the ranks (and their nodes) it follows
+    on."""
     ranks: dict[str, list[str]] = {}
     for follower in followers:
-        ranks.setdefault(follower.kind, []).append((follower.rank or "?") + (f" ({follower.node})" if follower.node
+        code = follower.fault.get("code") if follower.fault else ""
+        named = follower.kind + (f" ({code})" if code else "")
+        ranks.setdefault(named, []).append((follower.rank or "?") + (f" ({follower.node})" if follower.node
                                                                              else ""))
     return "; ".join(f"{kind} on rank{'s' if len(set(who)) > 1 else ''} {', '.join(dict.fromkeys(who))}"
                      for kind, who in ranks.items())

@@ -31,18 +31,24 @@ class Finding:
     last_step: int | None = None  # the last step of those occurrences
     # A root cause's followers: the findings it accounts for (collective timeouts after an OOM, ...).
     explains: list[Finding] = field(default_factory=list)
+    # An error's fault as the fault knowledge names it (parse/faults/): None for findings that are no error.
+    fault: dict[str, str] | None = None  # code, component, advice ("" where none applies)
 
     def to_json(self) -> dict[str, object]:
         found: dict[str, object] = {"kind": self.kind, "step": self.step, "rank": self.rank, "node": self.node,
                                     "time": self.time, "root_cause": self.root_cause, "message": self.message,
                                     "context": {name: [finite_or_none(value) for value in pair]
                                                 for name, pair in self.context.items()}}
+        if self.fault is not None:
+            found.update(self.fault)
         if self.count > 1:
             found["count"] = self.count
             found["last_step"] = self.last_step
         if self.root_cause:
             found["explains"] = [{"kind": follower.kind, "rank": follower.rank, "node": follower.node,
-                                  "step": follower.step, "time": follower.time} for follower in self.explains]
+                                  "step": follower.step, "time": follower.time,
+                                  **({"code": follower.fault["code"]} if follower.fault else {})}
+                                 for follower in self.explains]
         return found
 
 

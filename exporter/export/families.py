@@ -206,19 +206,22 @@ def _rank_labels(keys: tuple[SeriesKey, ...], ranks: Sequence[tuple[SeriesKey, R
 
 _labels_by_maker: dict[object, tuple[tuple[SeriesKey, ...], list[Any]]] = {}
 # Per label maker, the info family's facts column and the family made of it, in the walk before.
-_info_labels: dict[object, tuple[Sequence[SeriesValue], Family[Any]]] = {}
+_info_labels: dict[tuple[str, object], tuple[Sequence[SeriesValue], Family[Any]]] = {}
 
 
 def _rank_family(spec: MetricSpec, ranks: Sequence[tuple[SeriesKey, RankState]], rank_labels: list[Labels],
                  values: Sequence[SeriesValue], series_labels: SeriesLabels[Labels]) -> Family[Labels]:
     if spec.type == INFO:  # the value read is the rank's facts: labels of their own (under the lock), the number 1
-        known = _info_labels.get(series_labels)
+        known = _info_labels.get((spec.attribute, series_labels))
         if known is not None and known[0] is values:  # no rank changed: the family of the walk before
             return cast("Family[Labels]", known[1])
         facts = cast("Sequence[Mapping[str, str]]", values)
-        labels = [_with_facts(series_labels, key, info) for (key, _), info in zip(ranks, facts, strict=True)]
-        family = Family(spec, labels, [1] * len(ranks))
-        _info_labels[series_labels] = (values, family)
+        # training_info has a series for every rank; another info family (the latest failure) only where there
+        # are facts.
+        labels = [_with_facts(series_labels, key, info) for (key, _), info in zip(ranks, facts, strict=True)
+                  if info or spec.attribute == "info"]
+        family = Family(spec, labels, [1] * len(labels))
+        _info_labels[(spec.attribute, series_labels)] = (values, family)
         return family
     return Family(spec, rank_labels, values)
 

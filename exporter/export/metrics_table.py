@@ -96,6 +96,9 @@ NAMED_GAUGES = _group(
 # The info pseudo-metric: value 1, the rank's facts as labels (Prometheus adds _info).
 RANK_INFO = MetricSpec("training_info", "Facts about the rank's log: framework, format, mode, file, throughput unit.", "info",
                        type=INFO)
+# Present for a rank once it logged a failure (DESIGN 3.3).
+LAST_ERROR_INFO = MetricSpec("training_last_error_info", "1 for the rank's latest failure: its kind, and the fault "
+                             "knowledge's code and component (empty when none applies).", "last_error", type=INFO)
 
 RANK_COUNTERS = _group(
     COUNTER, RANKS,
@@ -172,5 +175,6 @@ INCIDENT_INFO = MetricSpec("training_incident_info", "1 for the root cause of th
                            "the run trains on.", "incidents", type=INFO, source=INCIDENTS)
 
 # Every family in exposition order; the ones read from the state come first (one lock hold).
-METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES, *STATS_COUNTERS,
-           INCIDENT_INFO, OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO, KIND_INFO)
+METRICS = (*RANK_GAUGES, *NAMED_GAUGES, RANK_INFO, LAST_ERROR_INFO, *RANK_COUNTERS, *KIND_COUNTERS, *STATS_GAUGES,
+           *STATS_COUNTERS, INCIDENT_INFO, OTLP_EXPORT_FAILURES, FILE_LAG, FILES_UNFOLLOWED, PROCESS_UP, BUILD_INFO,
+           KIND_INFO)

@@ -21,6 +21,7 @@ from itertools import groupby
 from exporter import kinds
 from exporter.export.page_charts import Marker, loss_chart, step_time_chart
 from exporter.kinds import ANOMALY_KINDS
+from exporter.parse import faults
 from exporter.state import RankState, SeriesKey, TrainingState
 from exporter.state.events import Event
 from exporter.thresholds import STALL_FLOOR_SECONDS, STRAGGLER_FACTOR, STRAGGLER_MIN_RANKS
@@ -321,13 +322,25 @@ def _same_failure(traceback: Mapping[str, str | int | float], at: float | None,
 def error_summary(detail: Mapping[str, str | int | float]) -> str:
     """One short phrase for a failure: the exception type (and message) and what identifies the failure."""
     exception, message = detail.get("exception"), detail.get("message")
-    head = f"{exception}: {message}" if exception and message else str(exception or message or "")
+    named = exception or message or detail.get("fault") or ""
+    head = f"{exception}: {message}" if exception and message else str(named)
     facts = [f"{_FACT_WORDS.get(name, name)} {_fact(name, detail[name])}" for name in _SUMMARY_FACTS if name in detail]
-    return f"{head} ({', '.join(facts)})" if head and facts else head or ", ".join(facts)
+    said = f"{head} ({', '.join(facts)})" if head and facts else head or ", ".join(facts)
+    advice = fault_advice(detail)
+    return f"{said}. {advice}" if said and advice else said or advice
+
+
+def fault_advice(detail: Mapping[str, str | int | float]) -> str:
+    """The fault knowledge's advice for a failure it named (parse/faults/), else ""."""
+    if "fault_id" not in detail:
+        return ""
+    fault = faults.knowledge().by_id.get(str(detail["fault_id"]))
+    return fault.advice if fault is not None else ""
 
 
 # Detail keys worth a place in the summary, in this order, and how to say them.
-_SUMMARY_FACTS = ("op", "code", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal", "device",
+_SUMMARY_FACTS = ("op", "code", "component", "cuda_error", "nccl_error", "root_cause_rank", "exitcode", "signal",
+                  "device",
                   "requested", "requested_bytes")
 _FACT_WORDS = {"requested_bytes": "requested"}
 

@@ -16,6 +16,10 @@ _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNOREC
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
+# CANN's device-side process logs ($ASCEND_PROCESS_LOG_PATH/.../device-<id>/device-<pid>_<time>.log):
+# the logical device id, the node-local rank where each rank drives the device of its local rank
+# (msrun's and torchrun's default), so a device fault counts on that rank (docs/ascend-faults.md).
+_CANN_DEVICE_LOG = re.compile(r"(?:^|/)device-(\d+)/device-\d+_\d+\.log$", re.ASCII)
 
 
 @dataclass(frozen=True, slots=True)
@@ -77,9 +81,9 @@ def classify(relative_path: str) -> LogFileRole:
     """Rank and role from a path relative to the log directory."""
     if _SCHEDULER.search(relative_path):
         return LogFileRole("", "scheduler")
-    torchrun = _TORCHRUN_LOG_DIR.search(relative_path)
-    if torchrun:
-        return LogFileRole(torchrun.group(1), "worker", local_rank=True)
+    local = _TORCHRUN_LOG_DIR.search(relative_path) or _CANN_DEVICE_LOG.search(relative_path)
+    if local:
+        return LogFileRole(local.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
     return LogFileRole(match.group(1), "worker") if match else LogFileRole(relative_path, "worker", rankless=True)
 

@@ -19,6 +19,7 @@ import signal
 from collections.abc import Callable
 from dataclasses import dataclass
 
+from exporter.parse import faults
 from exporter.parse.patterns import lazy
 from exporter.parse.records import ErrorEvent
 
@@ -156,7 +157,7 @@ def _nccl_timeout(text: str) -> ErrorEvent | None:
     if rank is not None:
         detail["pg_rank"] = int(rank.group(1))
     # torch_npu's ProcessGroupHCCL prints the same watchdog text for HCCL work.
-    return ErrorEvent("nccl_timeout" if match.group("backend") == "NCCL" else "hccl", detail)
+    return ErrorEvent("nccl_timeout" if match.group("backend") == "NCCL" else "hccl_timeout", detail)
 
 
 def _watchdog_short(text: str) -> ErrorEvent | None:
@@ -315,13 +316,8 @@ _HCCL_RET = lazy(r"error code is (\d+)")
 _ERR_CODE = lazy(r"\b(ERR\d{5})\b")
 # ACL runtime codes as torch_npu and the ACL samples print them.
 _RUNTIME_CODE = lazy(r"(?:error code is |error code:|failed: |runtime result = )(\d{6})\b")
-_RUNTIME_CODE_KINDS = {
-    507014: ("hardware", "AI Core execution timeout"),
-    507015: ("hardware", "AI Core trap exception"),
-    507010: ("hardware", "device heartbeat lost"),
-    507048: ("hccl", "task execution timeout"),
-    107020: ("hccl", "task timeout"),
-}
+# The codes the signature below is anchored on; what each counts as is the fault knowledge's (parse/faults/).
+_RUNTIME_CODE_ANCHORS = (b"507014", b"507015", b"507010", b"507048", b"107020")
 _DEVICE_FAULT = lazy(
     r"there is an (?:exception of )?(?P<core>aicore|aivec) error|(?P<heartbeat>lost heartbeat)")
 
@@ -347,11 +343,10 @@ def _ascend_detail(text: str, detail: Detail) -> Detail:
 
 def _runtime_code(text: str) -> ErrorEvent | None:
     match = _RUNTIME_CODE.search(text)
-    if match is None or int(match.group(1)) not in _RUNTIME_CODE_KINDS:
+    fault = None if match is None else faults.knowledge().codes.get(match.group(1))
+    if match is None or fault is None or fault.kind is None:
         return None
-    code = int(match.group(1))
-    kind, reason = _RUNTIME_CODE_KINDS[code]
-    return ErrorEvent(kind, _ascend_detail(text, {"runtime_code": code, "reason": reason}))
+    return ErrorEvent(fault.kind, _ascend_detail(text, {"runtime_code": int(match.group(1)), "reason": fault.fault}))
 
 
 def _device_fault(text: str) -> ErrorEvent | None:
@@ -484,9 +479,25 @@ _TORCH, _ELASTIC, _NCCL = "formats/errors_torch.log", "real/errors_torchelastic.
 _ASCEND, _HOST, _ASCEND_WRITTEN = "real/errors_ascend.log", "real/errors_host.log", "formats/errors_ascend.log"
 # Printed here by the real suite's runs (tests/real/, torch 2.13.0 under torchrun with gloo).
 _DDP_OOM, _DDP_HANG = "real/torchrun_ddp_oom.log", "real/torchrun_ddp_hang_rank0.log"
+_ASCEND_FAULTS = "real/errors_ascend_faults.log"  # MindCluster FaultDiag's fixtures and docs (SOURCES.md)
+KNOWLEDGE_KINDS = ("hccl", "hccl_timeout", "hardware", "oom", "killed", "segfault", "terminated", "other")
+
+
+def _knowledge_event(found: faults.Found) -> ErrorEvent | None:
+    fault = found.fault
+    if fault.kind is None:
+        return None
+    return ErrorEvent(fault.kind, {"code": found.code, "component": fault.component, "fault": fault.fault,
+                                   "fault_id": fault.id})
+
+
+def _knowledge(text: str) -> ErrorEvent | None:
+    found = faults.recognise(text)
+    return None if found is None else _knowledge_event(found)
 
 SIGNATURES: tuple[Signature, ...] = (
-    Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl"), (b"Watchdog caught collective operation timeout",),
+    Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl_timeout"),
+              (b"Watchdog caught collective operation timeout",),
               _nccl_timeout, _NCCL,
               "[E ProcessGroupNCCL.cpp:464] [Rank 0] Watchdog caught collective operation timeout: WorkNCCL(SeqNum=1, "
               "OpType=ALLREDUCE, Timeout(ms)=10000) ran for 10917 milliseconds before timing out."),
@@ -523,7 +534,7 @@ SIGNATURES: tuple[Signature, ...] = (
               _worker_signal, _HOST,
               "RuntimeError: DataLoader worker (pid 56811) is killed by signal: Bus error. It is possible that "
               "dataloader's workers are out of shared memory. Please try to raise your shared memory limit."),
-    Signature("acl_runtime_code", ("hardware", "hccl"), (b"507014", b"507015", b"507010", b"507048", b"107020"),
+    Signature("acl_runtime_code", ("hardware", "hccl_timeout"), _RUNTIME_CODE_ANCHORS,
               _runtime_code, _ASCEND,
               "[ERROR] aclrtSynchronizeStream(stream) failed: 507014 (/home/zhongxuan/ptoas-board-monitor/runtime/runs/"
               "20260627_182124_manual_pr864/npu_validation/Qwen3DecodeA3/qwen3_decode_incore_6/main.cpp:126)",
@@ -606,6 +617,10 @@ SIGNATURES: tuple[Signature, ...] = (
               _fatal_python, _TORCH, "Fatal Python error: Segmentation fault"),
     Signature("segfault", ("segfault",), (b"Segmentation fault", b"SIGSEGV"), _segfault, _ELASTIC,
               "  traceback : Signal 11 (SIGSEGV) received by PID 6421"),
+    # Last in the table, consulted on every candidate line all the same (``match``): MindCluster's
+    # knowledge of Ascend faults names the fault, its code, component and advice.
+    Signature("ascend_fault_knowledge", KNOWLEDGE_KINDS, faults.GATES, _knowledge, _ASCEND_FAULTS,
+              "E30008: AI CPU operator execution time out."),
 )
 
 
@@ -631,6 +646,10 @@ def _literal_finder() -> Callable[[bytes], list[int]]:
 
 
 _find_literals = _literal_finder()
+_KNOWLEDGE = len(SIGNATURES) - 1  # ascend_fault_knowledge
+# Signatures of Ascend codes and words whose kind the knowledge refines.
+_ASCEND_GENERIC = frozenset({"acl_runtime_code", "ascend_device_fault", "cann_named_code", "hccl", "cann_code",
+                             "device_oom", "mindspore_oom"})
 # The signatures each literal is an anchor of.
 _OWNERS: tuple[tuple[int, ...], ...] = tuple(
     tuple(index for anchor, index in _ANCHORS if anchor == literal) for literal in FAILURE_LITERALS)
@@ -642,15 +661,44 @@ def has_failure_literal(line: bytes) -> bool:
 
 
 def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
-    """The first signature (in table order) that matches a raw line, with its event; None if none does."""
-    present = {owner for found in _find_literals(line) for owner in _OWNERS[found]}
-    text = None
-    for index in sorted(present):
-        text = text if text is not None else line.decode("utf-8", "replace")
+    """The first signature (in table order) that matches a raw line, with its event; None if none does.
+
+    The fault knowledge (parse/faults/) is consulted on every line holding a failure literal: a
+    fault it calls no failure (a corrected error, an ``[INFO]`` or ``[WARNING]`` line) makes the
+    line none; a fault it knows names a line no signature does, overrides the kind of the generic
+    Ascend signatures (a bare CANN code, a runtime code), and adds its code, component and name
+    to a signature's event of the same kind. Another signature's different kind stands: its line
+    is its own (an NCCL message that happens to hold a FaultDiag keyword).
+    """
+    literals = _find_literals(line)
+    if not literals:
+        return None
+    text = line.decode("utf-8", "replace")
+    found = None
+    for index in sorted({owner for literal in literals for owner in _OWNERS[literal]} - {_KNOWLEDGE}):
         event = SIGNATURES[index].match(text)
         if event is not None:
-            return SIGNATURES[index], event
-    return None
+            found = SIGNATURES[index], event
+            break
+    known = faults.recognise(text)
+    if known is None:
+        return found
+    event = _knowledge_event(known)
+    if event is None:
+        return None
+    if found is None:
+        # An indented line is a detail of the record above it (CANN's TraceBack lines), never a failure of its own.
+        return None if text[:1].isspace() else (SIGNATURES[_KNOWLEDGE], event)
+    signature, specific = found
+    if specific.detail.get("device") == "cuda":  # an NVIDIA device's line: no Ascend fault
+        return found
+    if signature.name in _ASCEND_GENERIC:  # a code or a word of Ascend's: the knowledge names the fault
+        kind = specific.kind if event.kind == "other" else event.kind
+    elif event.kind != specific.kind:  # a signature of its own line (NCCL, gloo, a launcher): it knows better
+        return found
+    else:
+        kind = specific.kind
+    return signature, ErrorEvent(kind, {**specific.detail, **event.detail}, specific.rank)
 
 
 def classify(line: bytes) -> ErrorEvent | None:

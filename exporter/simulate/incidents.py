@@ -43,7 +43,11 @@ KINDS: dict[str, KindRule] = {
     "segfault": KindRule(Target.REQUIRED, True, "RANK dies with a segmentation fault at STEP, the others hang"),
     "nccl": KindRule(Target.REQUIRED, True,
                      "RANK dies with an NCCL error at STEP, the others time out in the watchdog"),
-    "hccl": KindRule(Target.REQUIRED, True, "RANK dies with an HCCL error (EI0006) at STEP, the others hang"),
+    "hccl": KindRule(Target.REQUIRED, True,
+                     "RANK dies with an HCCL link failure (RDMA completion error, EI9999) at STEP, the others hang"),
+    "ecc": KindRule(Target.REQUIRED, True,
+                    "RANK's NPU reports an HBM multi-bit ECC error at STEP and stops; the others time out in HCCL "
+                    "(notify wait, EI0002) a few steps later"),
     "node_timeout": KindRule(Target.REQUIRED, True,
                              "worker NODE goes silent at STEP; scheduler.log reports it timed out"),
     "watchdog": KindRule(Target.OPTIONAL, True,

@@ -48,7 +48,7 @@ RESTART_LOOP_RESTARTS = 3    # restart-loop: the launcher gives up after this ma
 HANG_LEAD_STEPS = 3          # the hang's culprit stops this many steps before the others
 TIMEOUT_SLOTS = 5            # slots until watchdogs and the scheduler notice a dead peer
 RANKS_PER_NODE = 8
-_DIES_WITH_ERROR = ("crash", "oom", "segfault", "nccl", "hccl")
+_DIES_WITH_ERROR = ("crash", "oom", "segfault", "nccl", "hccl", "ecc")
 _RESTARTS = ("restart", "restart-loop")
 _SILENCES = ("hang", *_DIES_WITH_ERROR, "node_timeout")
 SCHEDULER_LOG = "scheduler.log"
@@ -146,6 +146,8 @@ def plan_run(config: RunConfig) -> Plan:
                 fatal.setdefault(rank, incident)
             if kind == "nccl":
                 delayed[step] += [("nccl_watchdog", other) for other in survivors]
+            elif kind == "ecc":  # the device is gone: the others wait in HCCL's notify for it, in vain
+                delayed[step] += [("hccl_timeout", other) for other in survivors]
     # After every rank's fate is known: a rank that died at the step does not time out as well.
     for incident in config.incidents:
         if incident.kind == "watchdog":
@@ -155,7 +157,8 @@ def plan_run(config: RunConfig) -> Plan:
             delayed[incident.step] += [("nccl_watchdog", rank) for rank in waiting]
     writes = [s - 1 + (rank in fatal) for rank, s in enumerate(stop)]
     stopped_early = any(s <= config.steps for s in stop)
-    timed_out = any(kind in ("node_timeout", "nccl_watchdog") for late in delayed.values() for kind, _ in late)
+    timed_out = any(kind in ("node_timeout", "nccl_watchdog", "hccl_timeout")
+                    for late in delayed.values() for kind, _ in late)
     return Plan(stop, fatal, dict(delayed), max(writes), hung=stopped_early and not (fatal or timed_out))
 
 
@@ -339,6 +342,8 @@ class _Rank:
             return texts.nccl_error_lines()
         if kind == "hccl":
             return texts.hccl_error_lines(when, self.pid, self.rank, peer=(self.rank + 1) % self.config.ranks)
+        if kind == "ecc":
+            return texts.hbm_ecc_lines(when, self.pid, self.rank)
         return texts.crash_lines(self.rank)
 
 
@@ -375,6 +380,10 @@ def simulate(config: RunConfig) -> Iterator[Slot]:
             if kind == "node_timeout":
                 lines.setdefault(SCHEDULER_LOG, []).append(
                     texts.scheduler_node_timed_out(when, scheduler_pid, target_rank))
+            elif kind == "hccl_timeout":
+                culprit = next(rank for rank, incident in plan.fatal_error.items() if incident.kind == "ecc")
+                lines.setdefault(worker_log(target_rank), []).extend(
+                    texts.hccl_notify_timeout_lines(when, ranks[target_rank].pid, target_rank, culprit))
             else:
                 lines.setdefault(worker_log(target_rank), []).extend(
                     texts.nccl_watchdog_lines(when, target_rank, sequence=4 * index))

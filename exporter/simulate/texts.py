@@ -204,20 +204,46 @@ def nccl_watchdog_lines(when: datetime, rank: int, sequence: int) -> list[str]:
 
 
 def hccl_error_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str]:
-    """An HCCL link failure on Ascend: the HCCL log line, then CANN's EI0006 in the traceback."""
+    """An HCCL link failure on Ascend: the RDMA link to a peer reports a completion error (MindCluster's
+    AISW_CANN_HCCL_029, ``cqe error status[12]``: retransmissions exhausted), then the traceback that
+    aborts the step. A failure of this rank's own link, not a timeout waiting for another rank."""
     stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
     frames = _train_loop_frames([(_TRAINER, 433, "train_step", "loss, grads = self.grad_fn(*batch)")])
     return [
-        f"[ERROR] HCCL({pid},python):{stamp} [transport_manager.cc:357][{pid}][Create][Link]rank[{rank}] "
-        f"to remote rank[{peer}] link creation failed: get socket timeout",
+        f"[ERROR] HCCL({pid},python):{stamp} [heartbeat.cc:934][{pid}][Heartbeat]cqe error status[12], "
+        f"localIP:[192.168.1.{10 + rank}], remoteIP:[192.168.1.{10 + peer}], remote rank[{peer}]",
         *_traceback(frames),
         "RuntimeError: Run task for graph:kernel_graph_1 error! The details refer to 'Ascend Error Message'.",
         "",
         "----------------------------------------------------",
         "- Ascend Error Message:",
         "----------------------------------------------------",
-        f"EI0006: [PID: {pid}] {stamp} Getting socket times out. Reason: remote rank [{peer}] did not answer in time.",
-        "        Solution: 1. Look for a rank that exited or stalled first. 2. Check the links between the nodes.",
+        f"EI9999: [PID: {pid}] {stamp} Inner Error! The RDMA link to remote rank [{peer}] failed: "
+        "cqe error status[12], retransmissions exhausted.",
+    ]
+
+
+def hbm_ecc_lines(when: datetime, pid: int, rank: int) -> list[str]:
+    """An HBM multi-bit ECC error of the rank's NPU, as the driver's fault event reaches the process log
+    (fault event 0x80E01801 of MindCluster's knowledge), then the runtime's error."""
+    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    return [
+        f"[ERROR] DRV({pid},python):{stamp} [ascend][curpid: {pid}, {pid}][drv][devmm] device {rank % 8} "
+        f"reported event_id=0x80e01801: multi-bit ECC error when accessing the HBM, the device must be isolated",
+        f"[ERROR] RUNTIME({pid},python):{stamp} [task.cc:1582]{pid} PrintErrorInfo: device {rank % 8} memory error, "
+        f"retCode=507054 (HBM multi-bit ECC), stream_id=3, task_id=2",
+    ]
+
+
+def hccl_notify_timeout_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str]:
+    """A rank whose collective waited for a dead peer: HCCL's notify wait task fails, CANN says EI0002."""
+    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    return [
+        f"[ERROR] HCCL({pid},python):{stamp} [task_exception_handler.cc:452][{pid}][TaskExceptionHandler][Callback]"
+        f"Task run failed, base information is streamID:[3], taskID[{40 + rank}], taskType[Notify Wait], "
+        f"tag[AllReduce_hccl_world_group], remote rank[{peer}].",
+        f"EI0002: [PID: {pid}] {stamp} The wait execution of the Notify register times out. Reason: The Notify "
+        f"register has not received the Notify record from remote rank [{peer}].",
     ]
 
 

@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
+from exporter.parse import faults
 from exporter.parse.fields import is_rank_value, label_value
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, PhaseStart, Record, RunInfo, SchedulerEvent, Series, StepBatch
@@ -70,6 +71,9 @@ class RankState:
     # What the latest failure of each kind said about itself (ErrorEvent.detail), when it said
     # anything. int spelled out: a checkpoint read back must give exitcode -6, not -6.0.
     last_error_facts: dict[str, dict[str, str | int | float]] = field(default_factory=dict)
+    # The rank's latest failure as training_last_error_info's labels: kind, and the fault knowledge's
+    # code and component (parse/faults/; "" where none applies). Empty until a failure.
+    last_error: dict[str, str] = field(default_factory=dict)
     scheduler_events: dict[str, int] = field(default_factory=dict)
     node_timeouts: dict[str, int] = field(default_factory=dict)  # scheduler.log: timed-out node id -> count
     info: dict[str, str] = field(default_factory=dict)
@@ -425,6 +429,16 @@ class TrainingState:
         steps = applying.batch.steps
         return applying.line_time(steps.index(step) if step in steps else len(steps) - 1)
 
+    @staticmethod
+    def _set_last_error(rank: RankState, kind: str, detail: dict[str, str | int | float]) -> None:
+        """training_last_error_info's labels. A plain traceback does not replace a failure the knowledge
+        named: it is usually that failure's own exception, and says less."""
+        code = faults.known_code(detail.get("code")) if "code" in detail else ""
+        if kind == "traceback" and rank.last_error.get("code"):
+            return
+        component = detail.get("component", "") if code else ""
+        rank.last_error = {"kind": kind, "code": code, "component": str(component)}
+
     def _apply(self, key: SeriesKey, rank: RankState, event: Event) -> None:
         """Count an event into the rank's state, then tell the listener."""
         kind = event.kind
@@ -440,6 +454,7 @@ class TrainingState:
                 rank.last_error_step[kind] = rank.step
             if event.detail:
                 rank.last_error_facts[kind] = dict(event.detail)
+            self._set_last_error(rank, kind, event.detail)
         elif kind == "restart":
             rank.restarts_total += 1
             rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
