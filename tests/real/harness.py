@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +40,11 @@ GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "g
 #   redirects  ``torchrun --log-dir LOG_DIR/torchrun --redirects 3 ... > LOG_DIR/console.log 2>&1``: a file per
 #              rank in torchrun's attempt_K/<local_rank>/ layout, the agent's own lines in the console file
 #   pipe       ``cmd 2>&1 | tee LOG | trainlog-exporter --log-file -``
-CAPTURES = ("file", "redirects", "pipe")
+#   msrun      ``msrun --log_dir LOG_DIR ... > console.log 2>&1``: msrun's own worker_<R>.log and scheduler.log;
+#              its console (which tails every worker's lines, unranked) kept outside LOG_DIR
+CAPTURES = ("file", "redirects", "pipe", "msrun")
+# MindSpore's venv (make setup-real): MindSpore 2.10.0 needs NumPy 1.x, this one holds NumPy 2.
+MS_BIN = Path(__file__).parents[2] / ".venv-ms" / "bin"
 
 
 def require(module: str) -> None:
@@ -136,6 +141,8 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         started = time.monotonic()
         log_dir.mkdir(parents=True)
         target = log_dir / ("console.log" if capture == "redirects" else "train.log")
+        if capture == "msrun":
+            target = root / "console.log"
         with open(target, "wb") as out:
             job = subprocess.Popen(command, stdout=subprocess.PIPE if capture == "pipe" else out,
                                    stderr=subprocess.STDOUT, env=environment, cwd=cwd or root)
@@ -235,6 +242,34 @@ def torchrun(program: str, *args: str, nproc: int = 4, launcher: Sequence[str] =
     """``torchrun --standalone --nproc-per-node N LAUNCHER PROGRAM ARGS`` from this interpreter's environment."""
     return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), *launcher, str(PROGRAMS / program),
             *args]
+
+
+def require_msrun() -> None:
+    """Skip without MindSpore's venv, except in CI, where a missing venv is a broken install."""
+    if not (MS_BIN / "msrun").exists():
+        if os.environ.get("CI"):
+            raise AssertionError(f"{MS_BIN / 'msrun'} is missing: make setup-real installs it")
+        pytest.skip("MindSpore is not installed: make setup-real (or .ci/run) makes .venv-ms")
+
+
+def msrun(log_dir: Path, program: str, *args: str, workers: int = 4, port: int = 0) -> list[str]:
+    """``msrun --worker_num N --local_worker_num N --log_dir LOG_DIR PROGRAM ARGS`` from MindSpore's venv.
+
+    msrun starts its workers as ``python`` from PATH: ``msrun_environment()`` puts the venv's first.
+    """
+    return [str(MS_BIN / "msrun"), "--worker_num", str(workers), "--local_worker_num", str(workers),
+            "--master_port", str(port or _free_port()), "--log_dir", str(log_dir), "--join", "True",
+            "--cluster_time_out", "120", str(PROGRAMS / program), *args]
+
+
+def msrun_environment() -> dict[str, str]:
+    return {"PATH": f"{MS_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def keep_fixture(result: RealRun, name: str) -> None:
