@@ -143,6 +143,13 @@ def _fixture_line(name: str, needle: bytes) -> bytes:
     ("torchrun_ddp_hang_rank0.log", b"Timed out waiting", "collective_timeout",
      {"backend": "gloo", "op": "recv", "timeout_seconds": 5.0}),
     ("torchrun_ddp_oom.log", b"DefaultCPUAllocator", "oom", {"device": "cpu", "requested_bytes": 1 << 50}),
+    # mindspore 2.10.0 under msrun (tests/real/): rank 2's ring all-reduce waiting for rank 1, which hung; its
+    # kernel failing after it; rank 1 asking the CPU allocator for 256 TiB.
+    ("msrun_hang_worker_2.log", b"wait receiving", "collective_timeout",
+     {"backend": "mindspore_cpu", "op": "ReduceScatter", "peer_rank": 1}),
+    ("msrun_hang_worker_2.log", b"AllReduceCPUKernelMod launch failed", "collective",
+     {"backend": "mindspore_cpu", "op": "AllReduce"}),
+    ("msrun_oom_worker_1.log", b"Allocate memory failed for size", "oom", {"requested_bytes": 1 << 48}),
 ])
 def test_cpu_training_failures_printed_by_real_runs_have_their_kind(fixture, needle, kind, facts):
     event = signatures.classify(ranks.strip_rank_prefixes(_fixture_line(fixture, needle), 0)[1])

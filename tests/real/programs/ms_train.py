@@ -34,11 +34,10 @@ from pathlib import Path
 
 import mindspore as ms
 import numpy as np
+from mindformers.core.callback import MFLossMonitor, TrainingStateMonitor
 from mindspore import nn, ops
 from mindspore.communication import get_group_size, get_rank, init
 from mindspore.train import Callback, Model
-
-from mindformers.core.callback import MFLossMonitor, TrainingStateMonitor
 
 
 def _arguments() -> argparse.Namespace:
