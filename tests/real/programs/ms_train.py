@@ -134,6 +134,11 @@ class Incidents(Callback):
         self.args, self.rank, self.truth, self.poison, self.initial_step = args, rank, truth, poison, initial_step
         self.mine = args.incident is not None and rank == args.rank
 
+    def on_train_begin(self, run_context):
+        # A resumed run's epoch is still the whole run's --steps batches, of which it skipped the first ones (as
+        # MindFormers' own resume counts them): MFLossMonitor numbers non-sink steps modulo cb_params.batch_num.
+        run_context.original_args().batch_num = self.args.steps
+
     def on_train_step_begin(self, run_context):
         time.sleep(self.args.step_seconds)
         step = run_context.original_args().cur_step_num + self.initial_step
