@@ -30,7 +30,7 @@ def main(which: str) -> int:
                                      values[start:start + 1000])
         counted += result[2]
         spikes = result[4]
-    jumps = sum(1 for before, after in zip(values, values[1:]) if after - before > 3)
+    jumps = sum(1 for before, after in zip(values, values[1:], strict=False) if after - before > 3)
     print(f"{counted} spikes counted, {jumps} jumps of +5 put in")
     return 0
 
