@@ -21,7 +21,7 @@ import subprocess
 import sys
 import threading
 import time
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -113,8 +113,13 @@ def _line_count(log_dir: Path) -> int:
 
 
 def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job", timeout: float = 300,
-            env: dict[str, str] | None = None, cwd: Path | None = None) -> RealRun:
-    """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze."""
+            env: dict[str, str] | None = None, cwd: Path | None = None,
+            watch: Callable[[ExporterProcess], contextlib.AbstractContextManager] | None = None) -> RealRun:
+    """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze.
+
+    ``watch(sidecar)``: a context entered once the sidecar answers, before the job, and left after the last
+    scrape, while the sidecar still runs (a Prometheus scraping it, say).
+    """
     assert capture in CAPTURES
     log_dir = root / "logs"
     assert not log_dir.exists()
@@ -127,7 +132,7 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
     else:
         exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run)
     result = RealRun(root, log_dir, returncode=-1)
-    with exporter:
+    with exporter, (watch(exporter) if watch else contextlib.nullcontext()):
         assert scrape(exporter.url) is not None  # answers before the job has written anything
         stop = threading.Event()
 

@@ -8,9 +8,12 @@ runs in every CI run (healthy, NaN); the incidents that take longer in the matri
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shlex
+from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -24,6 +27,10 @@ from tests.real.harness import (
     require_msrun,
     run_job,
 )
+from tests.support.drills import SHIPPED_RULES
+from tests.support.exporter_process import ExporterProcess
+from tests.support.net import eventually
+from tests.support.prometheus import PrometheusServer
 
 pytestmark = pytest.mark.real
 
@@ -38,12 +45,36 @@ def _mindspore():
     require_msrun()
 
 
-def _job(tmp_path, *args: str, name: str, steps: int = STEPS, timeout: float = 300) -> RealRun:
+def _job(tmp_path, *args: str, name: str, steps: int = STEPS, timeout: float = 300, watch=None) -> RealRun:
     result = run_job(tmp_path, msrun(tmp_path / "logs", "ms_train.py", "--truth", str(tmp_path / "truth"),
                                      "--steps", str(steps), *args),
-                     capture="msrun", env=msrun_environment(), timeout=timeout)
+                     capture="msrun", env=msrun_environment(), timeout=timeout, watch=watch)
     keep_fixture(result, f"msrun_{name}")
     return result
+
+
+def _alerts_of(directory: Path, fired: dict[str, set[str]], *, waiting_for: str):
+    """A ``watch`` for run_job: a real Prometheus scraping the sidecar every second with the shipped rules (not
+    shortened: the alerts here need no window), and after the job, the alerts firing once ``waiting_for`` is."""
+
+    @contextlib.contextmanager
+    def watch(sidecar: ExporterProcess) -> Iterator[None]:
+        with PrometheusServer(directory, [f"127.0.0.1:{sidecar.port}"], rule_files=[SHIPPED_RULES]) as prometheus:
+            # Counters must be scraped before the incident, or increase() sees nothing.
+            eventually(lambda: prometheus.query('up{job="trainlog-exporter"} == 1'), 30, interval=0.2,
+                       what="a first scrape")
+            yield
+
+            def firing() -> bool:
+                fired.clear()
+                for alert in prometheus.api("alerts")["alerts"]:
+                    fired.setdefault(alert["labels"]["alertname"], set()).add(
+                        f"{alert['state']}:{alert['labels'].get('rank', '')}")
+                return waiting_for in fired
+
+            eventually(firing, 60, interval=0.5, what=lambda: f"{waiting_for} among the alerts: {fired}")
+
+    return watch
 
 
 def _error_ranks(result: RealRun, kind: str, samples=None) -> set[str]:
@@ -60,8 +91,16 @@ def test_healthy_run_every_step_exact_and_nothing_raised(tmp_path):
 
 
 def test_nan_from_a_step_on_one_rank(tmp_path):
-    result = _job(tmp_path, "--incident", "nan", "--rank", str(CULPRIT), "--at", str(AT), name="nan")
+    fired: dict[str, set[str]] = {}
+    result = _job(tmp_path, "--incident", "nan", "--rank", str(CULPRIT), "--at", str(AT), name="nan",
+                  watch=_alerts_of(tmp_path / "prometheus", fired, waiting_for="TrainingLossNonFinite"))
     assert result.returncode == 0
+    # Live through a real Prometheus with the shipped rules: the NaN alert on every rank, and no other alert firing.
+    # (TrainingStepTimeJitter may be pending, its `for` is 30 minutes: MindSpore's first step takes five times
+    # the others, and 16 steps of 0.5 s are a short window to take a spread over.)
+    assert {name: ranks for name, ranks in fired.items() if any(rank.startswith("firing") for rank in ranks)} == \
+        {"TrainingLossNonFinite": {f"firing:{rank}" for rank in RANKS}}
+    assert set(fired) <= {"TrainingLossNonFinite", "TrainingStepTimeJitter"}
     check_steps(result)
     (incident,) = result.incidents()
     assert (incident["incident"], incident["rank"], incident["step"]) == ("loss_nonfinite", CULPRIT, AT)
