@@ -30,6 +30,7 @@ DETECTED_FORMAT = {
     "formats/msrun_scheduler": "msrun_scheduler",
     "formats/torchrun_tee": "keyvalue",
     "formats/torchtitan": "torchtitan",
+    "real/deepspeed_kill_console": None,
     "real/errors_ascend": None,
     "real/errors_host": None,
     "real/errors_nccl": None,

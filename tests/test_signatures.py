@@ -166,6 +166,14 @@ def test_peer_and_timeout_words_outside_gloo_are_no_collective_failure(line):
     assert signatures.classify(line) is None
 
 
+def test_deepspeeds_launcher_line_is_a_kill_on_no_rank_in_particular():
+    # deepspeed 0.19.8's launcher (tests/real/), rank 1 SIGKILLed: its sigkill_handler line shows the command of the
+    # last rank it spawned ('--local_rank=3'), whichever died, so it names no rank.
+    lines = fixture_lines(REAL / "deepspeed_kill_console.log")
+    assert any(b"'--local_rank=3'" in line and b"exits with return code = -9" in line for line in lines)
+    assert [(kind, rank, detail["signal"]) for kind, rank, detail in _events(lines)] == [("killed", None, "SIGKILL")]
+
+
 def test_torchruns_agent_names_the_rank_that_died_in_an_unranked_console():
     # The kill run's console (torch 2.13.0, tests/real/): the agent's line for local rank 1, and its summary.
     lines = fixture_lines(REAL / "torchrun_ddp_kill.log")
