@@ -56,6 +56,8 @@ DETECTED_FORMAT = {
     "real/paddlenlp": "paddlenlp",
     "real/hf_trainer_nan": "hf_trainer",
     "real/hf_trainer_tqdm": "hf_trainer",
+    "real/shell_killed_script_ts": "keyvalue",
+    "real/shell_killed_tty_ts": "keyvalue",
     "real/srun_label": None,
     "real/torchrun_ddp_hang_console": None,
     "real/torchrun_ddp_hang_rank0": None,

@@ -166,6 +166,14 @@ def test_peer_and_timeout_words_outside_gloo_are_no_collective_failure(line):
     assert signatures.classify(line) is None
 
 
+@pytest.mark.parametrize(("fixture", "pid"), [("shell_killed_tty_ts.log", None), ("shell_killed_script_ts.log", 29568)])
+def test_a_shells_killed_line_behind_a_timestamp_is_a_kill(fixture, pid):
+    # bash 5.2 (interactive, under script: a bare "Killed"; a script: "./run.sh: line 3: PID Killed ...") reporting
+    # its SIGKILLed python, each line behind moreutils' ts timestamp.
+    (killed,) = [detail for kind, _, detail in _events(fixture_lines(REAL / fixture)) if kind == "killed"]
+    assert killed.get("pid") == pid and killed["signal"] == "SIGKILL"
+
+
 def test_deepspeeds_launcher_line_is_a_kill_on_no_rank_in_particular():
     # deepspeed 0.19.8's launcher (tests/real/), rank 1 SIGKILLed: its sigkill_handler line shows the command of the
     # last rank it spawned ('--local_rank=3'), whichever died, so it names no rank.

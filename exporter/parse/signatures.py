@@ -425,8 +425,10 @@ _SIGNAL_TEXTS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed
 _OOM_KILLER = lazy(r"Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<process>[^)]*)\)")
 # A shell's report of a job it lost to SIGKILL, bare or as ``run.sh: line 66: 777016 Killed  cmd``;
 # "Killed" inside a sentence is not one (nor "Killed process", the kernel's second line).
+# Also behind a timestamp a collector put first (moreutils' ``ts``: ``[2026-12-03 09:18:10] Killed``).
 _SHELL_KILLED = lazy(
-    r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\]))(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
+    r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\])|^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[^\s\]]*\]? +)"
+    r"(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
 
 _FATAL_PYTHON = lazy(r"Fatal Python error: (?P<what>.+?)\s*$")
 _SHELL_SEGFAULT = lazy(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
