@@ -58,9 +58,9 @@ def test_one_rank_sigkilled(tmp_path):
     # The launcher's sigkill_handler says a rank exited with -9, in its unranked console. It does not say which:
     # its line shows the command of the last rank it spawned (--local_rank=3), whichever died (deepspeed 0.19.8).
     assert _error_ranks(result, "killed") == {""}
-    # The others lost their peer in the all-reduce (gloo), a collective failure; the killed rank stopped first and
-    # is the root cause.
+    # The others that lived long enough lost their peer in the all-reduce (gloo): a collective failure, never on the
+    # killed rank. Not asserted: which rank stopped first. The step lines carry no time (their file's is taken),
+    # and the launcher kills the others within a second: in one run rank 1 stopped first, in another ranks 0 and 1
+    # together (rank 0 killed before its all-reduce failed). Nothing in these logs names the killed rank for sure.
     others = {str(rank) for rank in range(4)} - {str(CULPRIT)}
     assert _error_ranks(result, "collective") <= others
-    (cause,) = [finding for finding in result.report["findings"] if finding["root_cause"]]
-    assert (cause["kind"], cause["rank"], cause["step"]) == ("first_stopped_rank", str(CULPRIT), AT - 1)
