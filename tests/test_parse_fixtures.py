@@ -30,6 +30,7 @@ DETECTED_FORMAT = {
     "formats/msrun_scheduler": "msrun_scheduler",
     "formats/torchrun_tee": "keyvalue",
     "formats/torchtitan": "torchtitan",
+    "real/dataloader_bus_error": "keyvalue",
     "real/deepspeed_kill_console": None,
     "real/errors_ascend": None,
     "real/errors_host": None,
