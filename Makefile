@@ -18,6 +18,8 @@ $(VENV)/.installed: pyproject.toml setup.py $(wildcard exporter/native/*.c)
 # The real trainers tests/real/ runs (torch's CPU build, transformers, accelerate), into the same venv, once:
 # again only when their list changes. The list is also the constraints, so nothing pulls another torch.
 REAL_REQUIREMENTS := tests/real/requirements.txt
+# DeepSpeed (in that list) builds none of its C++ ops at install: the one its CPU engine needs is built at first use.
+export DS_BUILD_OPS = 0
 setup-real: $(VENV)/.installed-real
 
 $(VENV)/.installed-real: $(VENV)/.installed $(REAL_REQUIREMENTS)
@@ -25,6 +27,22 @@ $(VENV)/.installed-real: $(VENV)/.installed $(REAL_REQUIREMENTS)
 	$(BIN)/pip install --quiet -c $(REAL_REQUIREMENTS) -r $(REAL_REQUIREMENTS) && \
 	$(BIN)/python -c 'import torch; assert torch.__version__.endswith("+cpu"), torch.__version__' && \
 	echo "setup-real: the real trainers installed in $$(( $$(date +%s) - start )) s"
+	touch $@
+
+# The MindSpore trainers (msrun, MindFormers' callbacks) into their own venv, .venv-ms, once: MindSpore 2.10.0 needs
+# NumPy 1.x, the torch venv holds NumPy 2 (tests/real/requirements-mindspore.txt says why). MindFormers last, with
+# --no-deps: its declared pins (mindspore~=2.11.0, ...) are not published.
+VENV_MS ?= .venv-ms
+MS_REQUIREMENTS := tests/real/requirements-mindspore.txt
+setup-real: $(VENV_MS)/.installed
+
+$(VENV_MS)/.installed: $(MS_REQUIREMENTS)
+	@start=$$(date +%s); \
+	$(PYTHON) -m venv $(VENV_MS) && \
+	$(VENV_MS)/bin/pip install --quiet -c $(MS_REQUIREMENTS) -r $(MS_REQUIREMENTS) && \
+	$(VENV_MS)/bin/pip install --quiet --no-deps mindformers==2.1.0 && \
+	(cd $(VENV_MS) && bin/python -c 'from mindformers.core.callback import MFLossMonitor' 2>/dev/null) && \
+	echo "setup-real: MindSpore and MindFormers installed in $$(( $$(date +%s) - start )) s"
 	touch $@
 
 run: setup
@@ -77,4 +95,4 @@ kubernetes-rules: setup
 	$(BIN)/python scripts/sync_kubernetes_rules.py
 
 clean:
-	rm -rf $(VENV) build dist *.egg-info exporter/native/_*.so
+	rm -rf $(VENV) $(VENV_MS) build dist *.egg-info exporter/native/_*.so

@@ -67,7 +67,8 @@ _KINDS = (
     # closed or reset) or stops (the wait times out), so they follow that peer's failure.
     Kind("collective", ERROR, "collective failed (peer connection lost)", "critical", "TrainingCommunicationError",
          follower=True),
-    Kind("collective_timeout", ERROR, "collective timeout (gloo)", "critical", "TrainingCommunicationError",
+    Kind("collective_timeout", ERROR, "collective timeout (gloo, MindSpore CPU)", "critical",
+         "TrainingCommunicationError",
          follower=True),
     Kind("cuda", ERROR, "CUDA error", "critical", "TrainingProcessCrashed"),
     Kind("segfault", ERROR, "segmentation fault", "critical", "TrainingProcessCrashed"),

@@ -90,7 +90,7 @@ class Pipeline:
         self._files[file.path] = entry
         with self._state.lock:
             self._discard_implausible_position(file.path, key)
-            self._state.register(key, entry.info, mtime)
+            self._state.register(key, entry.info, mtime, attempt=role.attempt)
             self._generation += 1
             return self._positions.get(file.path)
 

@@ -254,6 +254,17 @@ def test_bad_input_exits_2_with_one_line_naming_the_path(tmp_path, name, content
     assert str(path) in line and says in line and "Traceback" not in result.stderr
 
 
+def test_a_stray_nul_of_a_signal_handler_leaves_a_log_text(tmp_path):
+    # torch 2.13.0's DataLoader worker, dead of SIGBUS, ends its message with a NUL (tests/fixtures/SOURCES.md).
+    fixture = REPO / "tests" / "fixtures" / "real" / "dataloader_bus_error.log"
+    assert fixture.read_bytes().count(b"\0") == 1
+    out = io.StringIO()
+    assert run_analyze([str(fixture)], "json", stdout=out, stderr=io.StringIO()) == 0
+    (run,) = json.loads(out.getvalue())["runs"]
+    assert [(finding["kind"], finding["step"]) for finding in run["findings"] if finding["root_cause"]] == \
+        [("hardware", 8)]
+
+
 def test_one_bad_file_among_many_is_a_warning(tmp_path):
     log_dir = tmp_path / "run" / "logs"
     write(log_dir / "worker_0.log", keyvalue_lines(0, range(1, 11), START))

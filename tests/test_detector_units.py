@@ -72,8 +72,19 @@ def test_a_checkpoint_written_before_the_units_restores_every_detector_as_it_sto
     assert restore_state(restored, dumped) == []
     assert set(restored.series) == set(today.series)
     for key, rank in today.series.items():
-        assert {name: _kept(state) for name, state in restored.series[key].detectors.items()} == {
-            name: _kept(state) for name, state in rank.detectors.items()}, key
+        assert {name: _kept_but_the_spread(state) for name, state in restored.series[key].detectors.items()} == {
+            name: _kept_but_the_spread(state) for name, state in rank.detectors.items()}, key
+        # The spike detectors' spread was an average at c431fb3; it is an envelope of the noise since (issue 27):
+        # the same field, by design not the same value after the same run, but as high or higher.
+        for name in ("loss", "grad_norm"):
+            assert rank.detectors[name].spikes[1] >= restored.series[key].detectors[name].spikes[1], (key, name)
+
+
+def _kept_but_the_spread(state: object) -> str:
+    """_kept, without the spike detector's spread (the series detectors' state: its spikes' second item)."""
+    if isinstance(getattr(state, "spikes", None), tuple):
+        state = dataclasses.replace(state, spikes=(*state.spikes[:1], None, *state.spikes[2:]))  # type: ignore
+    return _kept(state)
 
 
 def _kept(state: object) -> str:

@@ -5,11 +5,12 @@ from __future__ import annotations
 
 import json
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
 
-from tests.support.exporter_process import ExporterProcess
+from tests.support.exporter_process import ExporterProcess, exporter_command, exporter_environment
 from tests.support.net import eventually, http_get, sample, scrape
 
 REAL = Path(__file__).parent / "fixtures" / "real"
@@ -85,3 +86,26 @@ def test_healthy_lines_of_every_family_raise_no_failure_event_through_the_export
     with ExporterProcess("--log-dir", str(tmp_path / "logs"), "--run", "healthy") as exporter:
         eventually(lambda: exporter.total("training_log_lines_total") == lines, 20, what="every line read")
         assert exporter.total("training_errors_total") == 0, _served_errors(exporter.samples())
+
+
+RESTARTS = REAL / "torchelastic_restarts"  # torchrun --max-restarts 2 --redirects 3, tests/fixtures/SOURCES.md
+
+
+def test_torchrun_attempts_whose_files_hold_no_step_count_as_restarts(tmp_path):
+    # Attempts 1 and 2 failed before their first step: their attempt_K/ files hold a traceback only.
+    # Live: each later attempt directory is a restart of each rank.
+    log_dir = tmp_path / "logs"
+    shutil.copytree(RESTARTS, log_dir)
+    lines = sum(path.read_bytes().count(b"\n") for path in log_dir.rglob("*.log"))
+    with ExporterProcess("--log-dir", str(log_dir), "--run", "job") as exporter:
+        eventually(lambda: exporter.total("training_log_lines_total") == lines, 20, what="every line read")
+        metrics = scrape(exporter.url)
+        assert {rank: sample(metrics, "training_restarts_total", run="job", rank=rank) for rank in "01"} == \
+            {"0": 2, "1": 2}
+        assert sample(metrics, "training_step", run="job", rank="1") == 5
+    # analyze: the same restarts, in its findings.
+    result = subprocess.run(exporter_command("analyze", str(log_dir), "--format", "json", "--run", "job"),
+                            capture_output=True, text=True, env=exporter_environment(), timeout=120, check=True)
+    (run,) = json.loads(result.stdout)["runs"]
+    restarts = sorted(finding["rank"] for finding in run["findings"] if finding["kind"] == "restart")
+    assert restarts == ["0", "0", "1", "1"]

@@ -143,6 +143,13 @@ def _fixture_line(name: str, needle: bytes) -> bytes:
     ("torchrun_ddp_hang_rank0.log", b"Timed out waiting", "collective_timeout",
      {"backend": "gloo", "op": "recv", "timeout_seconds": 5.0}),
     ("torchrun_ddp_oom.log", b"DefaultCPUAllocator", "oom", {"device": "cpu", "requested_bytes": 1 << 50}),
+    # mindspore 2.10.0 under msrun (tests/real/): rank 2's ring all-reduce waiting for rank 1, which hung; its
+    # kernel failing after it; rank 1 asking the CPU allocator for 256 TiB.
+    ("msrun_hang_worker_2.log", b"wait receiving", "collective_timeout",
+     {"backend": "mindspore_cpu", "op": "ReduceScatter", "peer_rank": 1}),
+    ("msrun_hang_worker_2.log", b"AllReduceCPUKernelMod launch failed", "collective",
+     {"backend": "mindspore_cpu", "op": "AllReduce"}),
+    ("msrun_oom_worker_1.log", b"Allocate memory failed for size", "oom", {"requested_bytes": 1 << 48}),
 ])
 def test_cpu_training_failures_printed_by_real_runs_have_their_kind(fixture, needle, kind, facts):
     event = signatures.classify(ranks.strip_rank_prefixes(_fixture_line(fixture, needle), 0)[1])
@@ -157,6 +164,22 @@ def test_cpu_training_failures_printed_by_real_runs_have_their_kind(fixture, nee
 ])
 def test_peer_and_timeout_words_outside_gloo_are_no_collective_failure(line):
     assert signatures.classify(line) is None
+
+
+@pytest.mark.parametrize(("fixture", "pid"), [("shell_killed_tty_ts.log", None), ("shell_killed_script_ts.log", 29568)])
+def test_a_shells_killed_line_behind_a_timestamp_is_a_kill(fixture, pid):
+    # bash 5.2 (interactive, under script: a bare "Killed"; a script: "./run.sh: line 3: PID Killed ...") reporting
+    # its SIGKILLed python, each line behind moreutils' ts timestamp.
+    (killed,) = [detail for kind, _, detail in _events(fixture_lines(REAL / fixture)) if kind == "killed"]
+    assert killed.get("pid") == pid and killed["signal"] == "SIGKILL"
+
+
+def test_deepspeeds_launcher_line_is_a_kill_on_no_rank_in_particular():
+    # deepspeed 0.19.8's launcher (tests/real/), rank 1 SIGKILLed: its sigkill_handler line shows the command of the
+    # last rank it spawned ('--local_rank=3'), whichever died, so it names no rank.
+    lines = fixture_lines(REAL / "deepspeed_kill_console.log")
+    assert any(b"'--local_rank=3'" in line and b"exits with return code = -9" in line for line in lines)
+    assert [(kind, rank, detail["signal"]) for kind, rank, detail in _events(lines)] == [("killed", None, "SIGKILL")]
 
 
 def test_torchruns_agent_names_the_rank_that_died_in_an_unranked_console():

@@ -104,7 +104,7 @@ class Analysis:
                             rows_per_batch=1 if self._rows else None, line_offsets=True, series_fields=SERIES_FIELDS)
         key = (source.run, source.node, source.role.rank)
         self._track(key, source.role.role).files.append(source.name)
-        self._state.register(key, {"file": source.name, "role": source.role.role}, None)
+        self._state.register(key, {"file": source.name, "role": source.role.role}, None, attempt=source.role.attempt)
         keys: dict[int | None, SeriesKey] = {None: key}
         read_any = broken = False
         track = self._tracks[key]

@@ -105,7 +105,8 @@ RANK_COUNTERS = _group(
     MetricSpec("training_log_lines", "Log lines read from the rank's log.", "lines_total", "{line}"),
     MetricSpec("training_steps", "Step records parsed from the rank's log.", "steps_total", "{step}"),
     MetricSpec("training_restarts", "Times the training started again in the rank's log (a start banner after steps, "
-               "the step going back, msrun's workers registering again).", "restarts_total", "{restart}"),
+               "the step going back, a new torchrun attempt directory, msrun's workers registering again).", "restarts_total",
+               "{restart}"),
     MetricSpec("training_productive_seconds", "Printed step time of steps that moved past the highest step reached "
                "so far (goodput's numerator).", "productive_seconds_total", "s"),
 )

@@ -15,7 +15,7 @@ _WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$", re.ASCII)
 _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE | re.ASCII)
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
-_TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_\d+/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
+_TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
 # CANN's device-side process logs ($ASCEND_PROCESS_LOG_PATH/.../device-<id>/device-<pid>_<time>.log):
 # the logical device id, the node-local rank where each rank drives the device of its local rank
 # (msrun's and torchrun's default), so a device fault counts on that rank (docs/ascend-faults.md).
@@ -34,6 +34,9 @@ class LogFileRole:
     local_rank: bool = False
     # True when the name holds no rank (``train.log``, a ``--tee`` console): ``rank`` is the path.
     rankless: bool = False
+    # The launcher's attempt the file belongs to (torchrun's ``attempt_<K>/``): a later one is a restart, also when
+    # its files hold no step (a restart that failed in rendezvous or before its first step).
+    attempt: int | None = None
 
 
 @dataclass(frozen=True, slots=True)
@@ -81,9 +84,12 @@ def classify(relative_path: str) -> LogFileRole:
     """Rank and role from a path relative to the log directory."""
     if _SCHEDULER.search(relative_path):
         return LogFileRole("", "scheduler")
-    local = _TORCHRUN_LOG_DIR.search(relative_path) or _CANN_DEVICE_LOG.search(relative_path)
-    if local:
-        return LogFileRole(local.group(1), "worker", local_rank=True)
+    torchrun = _TORCHRUN_LOG_DIR.search(relative_path)
+    if torchrun:
+        return LogFileRole(torchrun.group(2), "worker", local_rank=True, attempt=int(torchrun.group(1)))
+    device = _CANN_DEVICE_LOG.search(relative_path)
+    if device:
+        return LogFileRole(device.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
     return LogFileRole(match.group(1), "worker") if match else LogFileRole(relative_path, "worker", rankless=True)
 

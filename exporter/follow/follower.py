@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -336,7 +337,8 @@ class Follower:
     def _scan(self, directory: str) -> None:
         rules = self._rules[directory]
         for root, subdirectories, names in os.walk(directory, onerror=self._say_skipped):
-            subdirectories[:] = [name for name in subdirectories
+            # Natural name order here too: torchrun's attempt_2/ before attempt_10/ (a later attempt is a restart).
+            subdirectories[:] = [name for name in sorted(subdirectories, key=_natural)
                                  if self._walks_into(directory, rules, os.path.join(root, name))]
             for name in sorted(names):  # name order: the first rank-less file of a directory is the same one
                 path = os.path.join(root, name)
@@ -444,3 +446,8 @@ class Follower:
             self._reported_errors.pop(path, None)
             self._sink.file_closed(followed)
             self._sink.files_followed(len(self._tailers))
+
+
+def _natural(name: str) -> list[str | int]:
+    """A name's sort key with its numbers as numbers: ``attempt_2`` before ``attempt_10``."""
+    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

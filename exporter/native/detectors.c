@@ -125,7 +125,9 @@ read_plateau(PyObject *object, Plateau *p, Py_ssize_t room)
     return failed ? -1 : 0;
 }
 
-/* _Spikes.observe */
+/* _Spikes.observe; SPREAD_FALL is detectors.py's _SPREAD_FALL */
+#define SPREAD_FALL 0.2
+
 static int
 observe_spike(Spikes *s, const Config *c, double value)
 {
@@ -143,7 +145,9 @@ observe_spike(Spikes *s, const Config *c, double value)
         return 0;
     }
     s->excursion = 0;
-    double deviation = s->deviation + c->alpha * (fabs(jump) - s->deviation);
+    /* The spread rises at alpha, falls at a fifth of it: an envelope of the recent noise (see the twin). */
+    double rate = fabs(jump) > s->deviation ? c->alpha : c->alpha * SPREAD_FALL;
+    double deviation = s->deviation + rate * (fabs(jump) - s->deviation);
     double mean = s->mean + c->alpha * jump;
     if (!(isfinite(deviation) && isfinite(mean))) { /* overflowed near DBL_MAX: start afresh */
         s->mean = 0.0;

@@ -75,12 +75,19 @@ def check_series(config: tuple, spikes: SpikeState | None, plateau: PlateauState
             spike.state() if spike is not None else None, tracker.state() if tracker is not None else None)
 
 
+# The spike detector's spread (its smoothed absolute deviation) follows a larger deviation at the baseline's
+# alpha and a smaller one at this fraction of it: an envelope of the recent noise, which a quiet stretch does not
+# shrink. A small batch's loss is heavy-tailed (one hard batch in fifty doubles it): with a plain average the
+# spread fell within ten quiet steps and the next hard batch was a "spike" (5 on a healthy 3,000-step run).
+_SPREAD_FALL = 0.2
+
+
 class _Spikes:
     """One-step jumps above an exponentially smoothed baseline; one count per excursion.
 
     A value is a spike when it exceeds the smoothed baseline by both a relative margin and
-    a number of smoothed absolute deviations (2.3 -> 25 is one, +-5 % noise is not), once
-    the baseline has settled (the warm-up).
+    a number of the recent noise's spread (2.3 -> 25 is one, +-5 % noise is not, nor a
+    small batch's hard batch), once the baseline has settled (the warm-up).
     """
 
     __slots__ = ("mean", "deviation", "seen", "excursion")
@@ -104,7 +111,8 @@ class _Spikes:
             self.mean, self.excursion = value, 0
             return False
         self.excursion = 0
-        deviation = self.deviation + alpha * (abs(jump) - self.deviation)
+        rate = alpha if abs(jump) > self.deviation else alpha * _SPREAD_FALL
+        deviation = self.deviation + rate * (abs(jump) - self.deviation)
         mean = self.mean + alpha * jump
         if not (math.isfinite(deviation) and math.isfinite(mean)):
             # Values near float's limit (1e308, then -1e308) overflow the baseline: an infinite

@@ -226,6 +226,27 @@ def _gloo(text: str) -> ErrorEvent | None:
     return ErrorEvent("collective", detail)
 
 
+# --- MindSpore's CPU collectives (msrun on the CPU) ------------------------------------------
+
+# MindSpore's own ring all-reduce over TCP (collective_ops_impl.cc): a receive not done within its timeout names
+# the request ``[rank it waited for,counter]``; the kernel that ran it fails after it.
+_MS_RING = lazy(r"RunRing\w*\] Ring (?P<op>\w+) wait (?:receiving \[(?P<peer>\d+),\d+\]|sending \S+) failed")
+_MS_KERNEL = lazy(r"\] (?P<op>AllReduce|AllGather|ReduceScatter|Broadcast)CPUKernelMod launch failed")
+
+
+def _mindspore_cpu_collective(text: str) -> ErrorEvent | None:
+    ring = _MS_RING.search(text)
+    if ring is not None:
+        detail: Detail = {"backend": "mindspore_cpu", "op": ring.group("op")}
+        if ring.group("peer"):
+            detail["peer_rank"] = int(ring.group("peer"))
+        return ErrorEvent("collective_timeout", detail)
+    kernel = _MS_KERNEL.search(text)
+    if kernel is None:
+        return None
+    return ErrorEvent("collective", {"backend": "mindspore_cpu", "op": kernel.group("op"), "reason": "kernel failed"})
+
+
 # --- c10d store, rendezvous ---------------------------------------------------------------
 
 _STORE_TIMEOUT = lazy(
@@ -291,6 +312,15 @@ def _host_pinned_oom(text: str) -> ErrorEvent | None:
     # minddata's pinned host buffer for the device queue: the data pipeline stops with it.
     match = _HOST_PINNED_OOM.search(text)
     return None if match is None else ErrorEvent("oom", {"device": "host_pinned", "ret": int(match.group(1))})
+
+
+# MindSpore's device context, the CPU's too: ``AllocateMemory] Allocate memory failed for size: 281474976710656``.
+_MS_ALLOCATE = lazy(r"Allocate memory failed for size: (\d+)")
+
+
+def _mindspore_allocate(text: str) -> ErrorEvent | None:
+    match = _MS_ALLOCATE.search(text)
+    return None if match is None else ErrorEvent("oom", {"requested_bytes": int(match.group(1))})
 
 
 def _cpu_oom(text: str) -> ErrorEvent | None:
@@ -390,8 +420,10 @@ _SIGNAL_TEXTS = {"Segmentation fault": "SIGSEGV", "Bus error": "SIGBUS", "Killed
 _OOM_KILLER = lazy(r"Out of memory: Kill(?:ed)? process (?P<pid>\d+) \((?P<process>[^)]*)\)")
 # A shell's report of a job it lost to SIGKILL, bare or as ``run.sh: line 66: 777016 Killed  cmd``;
 # "Killed" inside a sentence is not one (nor "Killed process", the kernel's second line).
+# Also behind a timestamp a collector put first (moreutils' ``ts``: ``[2026-12-03 09:18:10] Killed``).
 _SHELL_KILLED = lazy(
-    r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\]))(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
+    r"(?:^|: line \d+: +(?P<pid>\d+) +|(?<=\])|^\[?\d{4}-\d\d-\d\d[T ]\d\d:\d\d:\d\d[^\s\]]*\]? +)"
+    r"(?:Killed|已杀死)(?P<command> {2,}\S.*)?\s*$")
 
 _FATAL_PYTHON = lazy(r"Fatal Python error: (?P<what>.+?)\s*$")
 _SHELL_SEGFAULT = lazy(r"(?:\b(?P<pid>\d+) +)?Segmentation fault(?:\s+\(core dumped\)|\s*$)")
@@ -494,6 +526,8 @@ def _knowledge_event(found: faults.Found) -> ErrorEvent | None:
 def _knowledge(text: str) -> ErrorEvent | None:
     found = faults.recognise(text)
     return None if found is None else _knowledge_event(found)
+# And by its MindSpore runs (mindspore 2.10.0 under msrun, 4 CPU workers).
+_MS_OOM, _MS_HANG = "real/msrun_oom_worker_1.log", "real/msrun_hang_worker_2.log"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl_timeout"),
@@ -528,6 +562,10 @@ SIGNATURES: tuple[Signature, ...] = (
               "[default1]:[rank1]: RuntimeError: [enforce fail at alloc_cpu.cpp:127] err == 0. DefaultCPUAllocator: "
               "can't allocate memory: you tried to allocate 1125899906842624 bytes. Error code 12 (Cannot allocate "
               "memory)"),
+    Signature("mindspore_allocate", ("oom",), (b"Allocate memory failed for size",), _mindspore_allocate, _MS_OOM,
+              "[WARNING] ME(3937,7f5a65ffc6c0,python):2026-12-03-08:43:07.567.363 [mindspore/ccsrc/runtime/"
+              "hardware_abstract/device_context/device_context.cc:113] AllocateMemory] Allocate memory failed for "
+              "size: 281474976710656"),
     Signature("nvidia_xid", ("hardware",), (b"NVRM: Xid", b"fallen off the bus"), _xid, _HOST,
               "NVRM: Xid (PCI:0000:44:00): 79, GPU has fallen off the bus"),
     Signature("dataloader_worker_signal", ("hardware", "killed", "segfault", "other"), (b"is killed by signal: ",),
@@ -582,6 +620,10 @@ SIGNATURES: tuple[Signature, ...] = (
               _gloo, _DDP_HANG,
               "[rank0]: RuntimeError: [/__w/pytorch/pytorch/third_party/gloo/gloo/transport/tcp/unbound_buffer.cc:78] "
               "Timed out waiting 5000ms for recv operation to complete"),
+    Signature("mindspore_cpu_collective", ("collective_timeout", "collective"),
+              (b"] Ring ", b"CPUKernelMod launch failed"), _mindspore_cpu_collective, _MS_HANG,
+              "[ERROR] DISTRIBUTED(6159,7ff1acffa6c0,python):2026-12-03-08:45:30.082.155 [mindspore/ccsrc/cluster/rpc/"
+              "core/collective_ops_impl.cc:162] RunRingAllReduce] Ring ReduceScatter wait receiving [1,127] failed."),
     Signature("store_timeout", ("nccl_timeout",),
               (b"DistStoreError: Timed out", b"RendezvousTimeoutError", b"client socket has timed out"),
               _store_timeout, _HOST,
@@ -684,8 +726,8 @@ def match(line: bytes) -> tuple[Signature, ErrorEvent] | None:
     if known is None:
         return found
     event = _knowledge_event(known)
-    if event is None:
-        return None
+    if event is None:  # no failure to the knowledge; a signature of its own line still knows better
+        return None if found is None or found[0].name in _ASCEND_GENERIC else found
     if found is None:
         # An indented line is a detail of the record above it (CANN's TraceBack lines), never a failure of its own.
         return None if text[:1].isspace() else (SIGNATURES[_KNOWLEDGE], event)

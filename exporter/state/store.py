@@ -89,6 +89,7 @@ class RankState:
     highest_step: int | None = None
     replay_until: int | None = None  # while replaying after a restart: the highest step before it
     attempt_step: int | None = None  # the latest step of the current attempt (None: started, no step yet)
+    launcher_attempt: int | None = None  # the highest launcher attempt (torchrun's attempt_<K>/) a file was read of
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
     # The usual silence between two of the rank's step lines (seconds, smoothed per batch of lines as read): its
@@ -192,10 +193,13 @@ class TrainingState:
     def limits(self) -> Limits:
         return self._limits
 
-    def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None) -> RankState | None:
+    def register(self, key: SeriesKey, info: dict[str, str], log_timestamp: float | None,
+                 attempt: int | None = None) -> RankState | None:
         """Create (or find) a rank's state when its file is discovered. Call with the lock held.
 
         ``key`` and ``info`` must be label values already (``label_value``): the pipeline makes them so.
+        ``attempt``: the launcher's attempt the file belongs to (torchrun's ``attempt_<K>/``); a later attempt than
+        the rank's files so far is a restart, whether or not its files ever hold a step.
         """
         rank = self._rank_state(key)
         if rank is not None:
@@ -208,6 +212,11 @@ class TrainingState:
                     rank.scheduler_events.setdefault(kind, 0)
             if log_timestamp is not None:
                 rank.last_log_timestamp = log_timestamp
+            if attempt is not None:
+                before, rank.launcher_attempt = rank.launcher_attempt, max(attempt, rank.launcher_attempt or 0)
+                if before is not None and attempt > before:
+                    now = log_timestamp if log_timestamp is not None else rank.last_log_timestamp or 0.0
+                    self._restarted(key, rank, now, log_timestamp)
         return rank
 
     def ingest(

@@ -16,6 +16,7 @@ import json
 import math
 import os
 import shutil
+import socket
 import subprocess
 import sys
 import threading
@@ -39,7 +40,11 @@ GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "g
 #   redirects  ``torchrun --log-dir LOG_DIR/torchrun --redirects 3 ... > LOG_DIR/console.log 2>&1``: a file per
 #              rank in torchrun's attempt_K/<local_rank>/ layout, the agent's own lines in the console file
 #   pipe       ``cmd 2>&1 | tee LOG | trainlog-exporter --log-file -``
-CAPTURES = ("file", "redirects", "pipe")
+#   msrun      ``msrun --log_dir LOG_DIR ... > console.log 2>&1``: msrun's own worker_<R>.log and scheduler.log;
+#              its console (which tails every worker's lines, unranked) kept outside LOG_DIR
+CAPTURES = ("file", "redirects", "pipe", "msrun")
+# MindSpore's venv (make setup-real): MindSpore 2.10.0 needs NumPy 1.x, this one holds NumPy 2.
+MS_BIN = Path(__file__).parents[2] / ".venv-ms" / "bin"
 
 
 def require(module: str) -> None:
@@ -120,11 +125,14 @@ def _line_count(log_dir: Path) -> int:
 
 def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job", timeout: float = 300,
             env: dict[str, str] | None = None, cwd: Path | None = None,
-            settled: Callable[[Samples], bool] | None = None, exporter_args: Sequence[str] = ()) -> RealRun:
+            settled: Callable[[Samples], bool] | None = None, exporter_args: Sequence[str] = (),
+            watch: Callable[[ExporterProcess], contextlib.AbstractContextManager] | None = None) -> RealRun:
     """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze.
 
     ``settled``: the last scrape is taken once it holds for one (within 30 s): what the sidecar tells only a
     while after the last line (the cause model names a hang once the others' timeouts are a few seconds old).
+    ``watch(sidecar)``: a context entered once the sidecar answers, before the job, and left after the last
+    scrape, while the sidecar still runs (a Prometheus scraping it, say).
     """
     assert capture in CAPTURES
     log_dir = root / "logs"
@@ -138,7 +146,7 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
     else:
         exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run, *exporter_args)
     result = RealRun(root, log_dir, returncode=-1)
-    with exporter:
+    with exporter, (watch(exporter) if watch else contextlib.nullcontext()):
         assert scrape(exporter.url) is not None  # answers before the job has written anything
         stop = threading.Event()
 
@@ -152,6 +160,8 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         started = time.monotonic()
         log_dir.mkdir(parents=True)
         target = log_dir / ("console.log" if capture == "redirects" else "train.log")
+        if capture == "msrun":
+            target = root / "console.log"
         with open(target, "wb") as out:
             job = subprocess.Popen(command, stdout=subprocess.PIPE if capture == "pipe" else out,
                                    stderr=subprocess.STDOUT, env=environment, cwd=cwd or root)
@@ -259,6 +269,34 @@ def torchrun(program: str, *args: str, nproc: int = 4, launcher: Sequence[str] =
     """``torchrun --standalone --nproc-per-node N LAUNCHER PROGRAM ARGS`` from this interpreter's environment."""
     return [str(BIN / "torchrun"), "--standalone", "--nproc-per-node", str(nproc), *launcher, str(PROGRAMS / program),
             *args]
+
+
+def require_msrun() -> None:
+    """Skip without MindSpore's venv, except in CI, where a missing venv is a broken install."""
+    if not (MS_BIN / "msrun").exists():
+        if os.environ.get("CI"):
+            raise AssertionError(f"{MS_BIN / 'msrun'} is missing: make setup-real installs it")
+        pytest.skip("MindSpore is not installed: make setup-real (or .ci/run) makes .venv-ms")
+
+
+def msrun(log_dir: Path, program: str, *args: str, workers: int = 4, port: int = 0) -> list[str]:
+    """``msrun --worker_num N --local_worker_num N --log_dir LOG_DIR PROGRAM ARGS`` from MindSpore's venv.
+
+    msrun starts its workers as ``python`` from PATH: ``msrun_environment()`` puts the venv's first.
+    """
+    return [str(MS_BIN / "msrun"), "--worker_num", str(workers), "--local_worker_num", str(workers),
+            "--master_port", str(port or _free_port()), "--log_dir", str(log_dir), "--join", "True",
+            "--cluster_time_out", "120", str(PROGRAMS / program), *args]
+
+
+def msrun_environment() -> dict[str, str]:
+    return {"PATH": f"{MS_BIN}{os.pathsep}{os.environ.get('PATH', '')}"}
+
+
+def _free_port() -> int:
+    with contextlib.closing(socket.socket()) as probe:
+        probe.bind(("127.0.0.1", 0))
+        return probe.getsockname()[1]
 
 
 def keep_fixture(result: RealRun, name: str) -> None:
