@@ -113,6 +113,15 @@ class LineParser:
         self._held_exits: dict[tuple[object, ...], tuple[ErrorEvent, int | None]] = {}
         self._scheduler_log = SchedulerLog()
         self._batches: dict[int | None, StepBatchBuilder] = {}
+        # Carriage-return segments (_parse_segments): a line the tailer handed out at its last ``\r`` is
+        # continued by the next one, in the same rank stream, after the same last segment.
+        self._continued = False
+        self._stream_rank: int | None = None  # the rank the continued line's prefix named
+        self._segment_stream: int | None = None  # the rank of the segment being parsed, unless it names one
+        self._segment_before = b""  # the last non-blank segment before the one parsed (a tqdm bar)
+        # A redraw of a progress bar (Format.redraws), held until the bar draws another step: the
+        # last redraw of a step is the one whose values are that step's.
+        self._redrawn: tuple[Format, StepLine, int | None] | None = None
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
         self._scanner = scanner_for(self._candidates)
         if forced is not None:
@@ -141,7 +150,9 @@ class LineParser:
         """
         parsed = ParsedBlock(offsets=[] if self._line_offsets else None)
         scanner = self._scanner
-        if scanner is None:
+        if scanner is None or self._continued or b"\r" in data:
+            # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
+            # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._parse_lines(data, parsed)
         else:
             lines, starts, prefixed = scanner.scan(data)
@@ -184,6 +195,14 @@ class LineParser:
         self._line_start = 0
         for whole in data.split(b"\n")[:-1]:
             start = self._line_start
+            if self._continued or b"\r" in whole:
+                rank, recognized = self._parse_segments(whole, parsed)
+                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+                parsed.unparsed += not recognized
+                self._line_start = start + len(whole) + 1
+                continue
+            if self._redrawn is not None:
+                self._take_redrawn(parsed)
             for line in split_glued(whole) if whole[:1] == b"[" else (whole,):  # two ranks' lines glued by --tee
                 rank, recognized = self._parse_line_isolated(line, parsed)
                 self._line_start += len(line)
@@ -191,6 +210,47 @@ class LineParser:
                 if not recognized:
                     parsed.unparsed += 1
             self._line_start = start + len(whole) + 1
+
+    def _parse_segments(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+        """A line of carriage-return segments, each read as a line: a tqdm bar's redraws, and whatever
+        another process wrote right after one without a newline (``[rank1]: Traceback ...``).
+
+        A segment without a rank prefix belongs to the rank stream the line's own prefix names (torchrun's
+        ``--tee`` prefixes the physical line only). A line ending in ``\r`` (the tailer hands out a bar's
+        redraws as they come) is continued by the next line. Returns the line's rank and whether any
+        segment was recognized; the line counts once.
+        """
+        segments = line.split(b"\r")
+        stream = self._stream_rank if self._continued else None
+        first = not self._continued
+        recognized = False
+        for segment in segments:
+            if not segment.strip():
+                continue
+            if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
+                self._take_redrawn(parsed)
+            self._segment_stream = stream
+            rank, found = self._parse_line_isolated(segment, parsed)
+            self._segment_stream = None
+            if first:
+                stream, first = rank, False
+            recognized = recognized or found
+            self._segment_before = segment
+        self._continued = not segments[-1]
+        if self._continued:
+            self._stream_rank = stream
+        else:
+            self._segment_before = b""
+            if self._redrawn is not None:
+                self._take_redrawn(parsed)
+        return stream, recognized
+
+    def _take_redrawn(self, parsed: ParsedBlock) -> None:
+        """The held redraw of a progress bar: the bar moved on, or something else was written."""
+        assert self._redrawn is not None
+        fmt, record, rank = self._redrawn
+        self._redrawn = None
+        self._take(fmt, record, rank, parsed)
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
@@ -268,6 +328,8 @@ class LineParser:
     def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
         host, line = strip_host_prefix(line) if line[:1].isalpha() else (None, line)
         rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] in _RANK_PREFIX_STARTS else (None, line)
+        if rank is None:
+            rank = self._segment_stream  # a carriage-return segment's without a prefix of its own
         if self._blocks:
             block = self._blocks.get(rank)
             if block is not None and self._feed_block(block, rank, body, parsed, host):
@@ -339,14 +401,24 @@ class LineParser:
             if fmt.prefilter in body:
                 if text is None:
                     text = body.decode("utf-8", "replace")
-                record = fmt.parse(text)
+                if fmt.segment_context and self._segment_before:
+                    # The bar drawn before the segment names its step (a Trainer's dict holds none).
+                    record = fmt.parse(f"{self._segment_before.decode('utf-8', 'replace')}\r{text}")
+                else:
+                    record = fmt.parse(text)
                 if record is not None:
                     if fmt.name not in self._found:
                         self._settle(fmt)
                     if not self._format_has_loss and type(record) is StepLine and "loss" in record.values:
                         # TrainingStateMonitor's values may come before the step's LossCallback record.
                         self._format, self._format_has_loss = fmt, True
-                    self._take(fmt, record, rank, parsed)
+                    if fmt.redraws and type(record) is StepLine:
+                        held = self._redrawn
+                        if held is not None and (held[0] is not fmt or held[1].step != record.step or held[2] != rank):
+                            self._take_redrawn(parsed)
+                        self._redrawn = (fmt, record, rank)
+                    else:
+                        self._take(fmt, record, rank, parsed)
                     return True
         return False
 

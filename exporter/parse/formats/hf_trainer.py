@@ -62,4 +62,4 @@ def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
     return last
 
 
-FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40))
+FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40, segment_context=True))
