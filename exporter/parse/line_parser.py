@@ -31,6 +31,7 @@ from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
 from exporter.parse.ranks import (
+    PREFIX_ANCHORS,
     RANK_PREFIX,
     global_rank,
     has_srun_label,
@@ -122,6 +123,9 @@ class LineParser:
         # A redraw of a progress bar (Format.redraws), held until the bar draws another step: the
         # last redraw of a step is the one whose values are that step's.
         self._redrawn: tuple[Format, StepLine, int | None] | None = None
+        # The step of the redraw taken last: the bar drawn again at that step (tqdm's close draws its final
+        # frame once more, on a line of its own) is no new record.
+        self._redraw_taken: tuple[str, int | None, int | None] | None = None
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
         self._scanner = scanner_for(self._candidates)
         if forced is not None:
@@ -224,7 +228,7 @@ class LineParser:
         stream = self._stream_rank if self._continued else None
         first = not self._continued
         recognized = False
-        for segment in segments:
+        for segment in _unglued(segments):
             if not segment.strip():
                 continue
             if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
@@ -250,6 +254,7 @@ class LineParser:
         assert self._redrawn is not None
         fmt, record, rank = self._redrawn
         self._redrawn = None
+        self._redraw_taken = (fmt.name, record.step, rank)
         self._take(fmt, record, rank, parsed)
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
@@ -413,6 +418,8 @@ class LineParser:
                         # TrainingStateMonitor's values may come before the step's LossCallback record.
                         self._format, self._format_has_loss = fmt, True
                     if fmt.redraws and type(record) is StepLine:
+                        if self._redraw_taken == (fmt.name, record.step, rank):
+                            return True
                         held = self._redrawn
                         if held is not None and (held[0] is not fmt or held[1].step != record.step or held[2] != rank):
                             self._take_redrawn(parsed)
@@ -530,6 +537,36 @@ class LineParser:
                 return
             record = observed
         self._append(record, parsed)
+
+
+def _unglued(segments: list[bytes]) -> Iterable[bytes]:
+    """Carriage-return segments, each cut where another process's prefixed line begins without a newline:
+    a rank's ``[rank1]: Traceback ...`` written right after the main process's bar redraw (tqdm puts its
+    ``\r`` before a redraw, none after it)."""
+    for segment in segments:
+        cuts = [cut for anchor in PREFIX_ANCHORS for cut in _found(segment, anchor)
+                if RANK_PREFIX.match(segment, cut) and not _prefixes_only(segment[:cut])]
+        begin = 0
+        for cut in sorted(cuts):
+            yield segment[begin:cut]
+            begin = cut
+        yield segment[begin:]
+
+
+def _prefixes_only(text: bytes) -> bool:
+    """True for stacked prefixes (``[default3]:`` before ``[rank11]: ``): one line's, not a glued one."""
+    end = 0
+    while (match := RANK_PREFIX.match(text, end)) is not None:
+        end = match.end()
+    return end == len(text)
+
+
+def _found(text: bytes, literal: bytes) -> Iterable[int]:
+    """Where ``literal`` occurs in ``text`` after its first byte."""
+    at = text.find(literal, 1)
+    while at > 0:
+        yield at
+        at = text.find(literal, at + 1)
 
 
 def _check_step_line(line: StepLine) -> None:

@@ -5,7 +5,7 @@ the bar counts the batches of the epoch (its total is the epoch's training batch
 is ``epoch * total + count`` (one optimizer step a batch: without gradient accumulation). The postfix holds
 what ``self.log(..., prog_bar=True)`` logged, as the user named it (``train_loss``, ``train/loss``,
 ``loss_step``; parse/synonyms.py), and Lightning's ``v_num``; tqdm prints each number with three
-significant digits. Redraws are joined by carriage returns (each a line for the parser) and each step is
+significant digits, padded to five characters (``17.40``, ``nan.0``). Redraws are joined by carriage returns (each a line for the parser) and each step is
 drawn twice, first with the postfix of the step before, then with its own: the format ``redraws``, so
 only a step's last redraw is its record. A count of 0 is an epoch's start, no step.
 """
@@ -37,13 +37,19 @@ def parse(text: str) -> StepLine | None:
         key, equals, raw = item.strip().partition("=")
         if not equals or key in _NOT_VALUES:
             continue
-        value = parse_float(raw)
+        value = parse_float(_unpadded(raw))
         named = synonyms.name(key)
         if named.gauge in ("loss", "learning_rate", "grad_norm") and named.gauge not in line.values:
             set_value(line, named.gauge, value)
         else:
             add_named(line, metric_name(key), value)
     return line
+
+
+def _unpadded(raw: str) -> str:
+    """Lightning pads every number it puts in the postfix to five characters, a non-finite one too: ``nan.0``."""
+    number = raw.lstrip("+-").lower()
+    return raw.split(".", 1)[0] if number.startswith(("nan", "inf")) else raw
 
 
 FORMAT = register(Format("lightning", "lightning", b"Epoch ", parse, detection_order=45, redraws=True))
