@@ -113,6 +113,8 @@ class LineParser:
         # same exit with more detail (root-cause rank, host) and replaces it.
         self._held_exits: dict[tuple[object, ...], tuple[ErrorEvent, int | None]] = {}
         self._scheduler_log = SchedulerLog()
+        # How a guessing format (Format.describe: the generic reader) read the file's first line it read.
+        self.reading: str | None = None
         self._batches: dict[int | None, StepBatchBuilder] = {}
         # Carriage-return segments (_parse_segments): a line the tailer handed out at its last ``\r`` is
         # continued by the next one, in the same rank stream, after the same last segment.
@@ -414,6 +416,8 @@ class LineParser:
                 if record is not None:
                     if fmt.name not in self._found:
                         self._settle(fmt)
+                        if fmt.describe is not None and self.reading is None:
+                            self.reading = f"read as {fmt.name}: {fmt.describe(text)}"
                     if not self._format_has_loss and type(record) is StepLine and "loss" in record.values:
                         # TrainingStateMonitor's values may come before the step's LossCallback record.
                         self._format, self._format_has_loss = fmt, True

@@ -127,4 +127,4 @@ def describe(text: str) -> str:
 
 
 # Any loss-like name holds "oss" (loss, Loss, lm loss, train_loss): the scan skips every other line.
-FORMAT = register(Format("generic", "", b"oss", parse, detection_order=99))
+FORMAT = register(Format("generic", "", b"oss", parse, detection_order=99, describe=describe))

@@ -47,6 +47,8 @@ class Format:
     # A progress bar that redraws a step several times (a count, then the count with new values):
     # only the last redraw of a step is a record. Its prefilter is in every redraw.
     redraws: bool = False
+    # For a format that reads lines by guessing (the generic reader): how it read a line, said once per file.
+    describe: Callable[[str], str] | None = None
 
 
 _REGISTERED: dict[str, Format] = {}
