@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
-from exporter.parse.fields import is_rank_value, label_value
+from exporter.parse.fields import is_rank_value, label_value, window_of
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, Record, RunInfo, SchedulerEvent, Series, StepBatch
 from exporter.state.detectors import DETECTORS, DetectorConfig, Found, RankValue, SeriesState, StepView
@@ -308,6 +308,7 @@ class TrainingState:
             if seconds:
                 view.series["step_time_seconds"] = Series(list(steps), list(seconds))
                 view.spans = spans
+                view.step_time_window = window_of(batch.units.get("step_time_seconds"))
         for detector in DETECTORS:
             state = rank.detectors.get(detector.name)
             if state is None:
