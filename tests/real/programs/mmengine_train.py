@@ -65,6 +65,8 @@ class Truth(Hook):
         self.directory, self.window = directory, window
 
     def after_train_iter(self, runner, batch_idx, data_batch=None, outputs=None):
+        if runner.rank != 0:
+            return  # only the main process logs: the ground truth of what the logs hold is its
         hub = runner.message_hub
         record = {"rank": runner.rank, "step": runner.iter + 1}
         for name, key in (("loss", "train/loss"), ("step_time_seconds", "train/time")):
