@@ -72,3 +72,17 @@ def test_exception_on_rank_one_after_a_redraw(tmp_path):
     # The cause on rank 1 (its traceback, or torchrun's report of the same exit: issue 28's cause model picks).
     causes = [finding for finding in result.report["findings"] if finding["root_cause"]]
     assert [finding["rank"] for finding in causes] == ["1"]
+
+
+@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+def test_logged_metrics_printed_by_a_callback_read_by_the_generic_reader(tmp_path):
+    # self.log("train/loss") to a logger, nothing in the bar's postfix; a callback prints
+    # ``step=N train_loss=... lr=... grad_norm=...`` (after the bar's redraw, on its line): no format names it.
+    result = _lightning_run(tmp_path, "logged", "--variant", "logged")
+    assert result.returncode == 0
+    check_steps(result, {0: ""}, PRINTED)
+    info = [dict(labels) for (name, labels) in result.after if name == "training_info"]
+    assert [labels.get("reading") for labels in info if labels["rank"] == ""] == [
+        "read as generic: step=step, loss=train_loss, learning_rate=lr, grad_norm=grad_norm"]
+    assert result.report["findings"] == []
+

@@ -43,6 +43,8 @@ def parse(text: str) -> StepLine | None:
             set_value(line, named.gauge, value)
         else:
             add_named(line, metric_name(key), value)
+    if "loss" not in line.values:
+        return None  # a bar without a loss in its postfix counts batches only (what a print glued to it holds is read)
     return line
 
 
