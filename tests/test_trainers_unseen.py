@@ -14,6 +14,8 @@ from pathlib import Path
 from exporter.follow.tailer import _LineCutter
 from exporter.parse import LineParser
 from exporter.parse.formats import BUILTIN_FORMATS, custom_format, generic
+from exporter.state import TrainingState
+from exporter.state.detectors import DetectorConfig
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually, http_get, sample, scrape
 from tests.support.records import by_rank, fixture_lines, parse_fixture, record_as_dict
@@ -147,3 +149,27 @@ def test_read_as_generic_is_said_once_in_the_log_and_on_the_status_page(tmp_path
         assert status == 200
         assert "train.log (read as generic: step=step, loss=loss, grad_norm=norm, learning_rate=lr)" in page
         assert exporter.output().count("read as generic") == 1
+
+
+def _slowdowns(lines: list[str]) -> int:
+    state = TrainingState(DetectorConfig())
+    parsed = LineParser(BUILTIN_FORMATS).parse_block("".join(f"{line}\n" for line in lines).encode())
+    with state.lock:
+        state.ingest(("run", "node", ""), len(lines), parsed.records, None, 1.0)
+    return state.series[("run", "node", "")].anomalies["slowdown"]
+
+
+def test_a_window_mean_step_time_needs_a_slow_run_longer_by_the_window():
+    # Written in the layout of MMEngine's real lines (tests/fixtures/real/mmengine_iter.log), not printed by it:
+    # `time` is the mean of the last 10 iterations, so one slow iteration is slow in 10 lines.
+    def mmengine(step: int, seconds: float) -> str:
+        return (f"12/03 08:53:34 - mmengine - INFO - Iter(train) [{step}/200]  lr: 1.0000e-02  eta: 0:00:10  "
+                f"time: {seconds:.4f}  data_time: 0.0017  loss: 0.9115")
+
+    def keyvalue(step: int, seconds: float) -> str:
+        return f"step={step} loss=0.9115 step_time={seconds}"
+
+    needed = DetectorConfig().slowdown_steps
+    for slow, line, expected in ((needed + 5, mmengine, 0), (needed + 5, keyvalue, 1), (needed + 9, mmengine, 1)):
+        times = [0.1] * 40 + [0.3] * slow + [0.1] * 20
+        assert _slowdowns([line(step, seconds) for step, seconds in enumerate(times, 1)]) == expected, (slow, line)
