@@ -93,7 +93,8 @@ def test_a_rank_traceback_written_right_after_a_redraw_counts_on_its_rank():
 
 
 # Lines of trainers no format names, as their public issue threads show them (SOURCES.md).
-LLM_C = b"step   61/74 | loss 3.208939 (+nanz)| norm 1.4800 (+nanz)| lr 3.00e-04 | 44.57 ms | -100.0% bf16 MFU | 91886 tok/s"
+LLM_C = (b"step   61/74 | loss 3.208939 (+nanz)| norm 1.4800 (+nanz)| lr 3.00e-04 | 44.57 ms | -100.0% bf16 MFU "
+         b"| 91886 tok/s")
 
 
 def test_generic_reader_reads_a_trainer_no_format_names():
@@ -110,7 +111,8 @@ def test_generic_reader_reads_a_trainer_no_format_names():
 def test_generic_reader_shapes_and_names_through_the_synonyms():
     cases = {
         "step=1 train_loss=4.1813 lr=3.0000e-04 grad_norm=0.7752": (1, 4.1813, 3e-4, 0.7752, None),
-        "Iteration: 12 | Train Loss: 2.5 | learning rate: 0.1 | grad norm: 3 | step time: 812ms": (12, 2.5, 0.1, 3, .812),
+        "Iteration: 12 | Train Loss: 2.5 | learning rate: 0.1 | grad norm: 3 | step time: 812ms":
+            (12, 2.5, 0.1, 3, .812),
         "global step 7, train/loss 1.5, gnorm 2, ms/step 250": (7, 1.5, None, 2, 0.25),
         "it 3 loss_train 0.5 time/iter 0.2": (3, 0.5, None, None, 0.2),
     }

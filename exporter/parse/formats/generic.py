@@ -88,7 +88,7 @@ def _set(line: StepLine, named: synonyms.Name, printed: str, value: float, unit:
     if gauge in line.values:
         return  # the first one printed: a second ``loss`` on a line is another loss (a term, an average)
     if gauge == "step_time_seconds":
-        value *= _SECONDS[unit] if unit in _SECONDS else (1e-3 if named.milliseconds else 1.0)
+        value *= _SECONDS.get(unit, 1e-3 if named.milliseconds else 1.0)
     elif unit == "%":
         return
     set_value(line, gauge, value)

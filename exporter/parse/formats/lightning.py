@@ -1,12 +1,14 @@
 """PyTorch Lightning's TQDMProgressBar, as a console redirected to a file holds it.
 
-``Epoch 1:  70%|███████   | 7/10 [00:00<00:00,  7.72it/s, train_loss=3.290, lr=0.0242, grad_norm=8.800]``:
+``Epoch 1:  70%|███████   | 7/10 [00:00<00:00,  7.72it/s, train_loss=3.290, lr=0.0242, grad_norm=8.800]``
+(a line of tests/fixtures/real/lightning_bar_nan.log):
 the bar counts the batches of the epoch (its total is the epoch's training batches), so the global step
 is ``epoch * total + count`` (one optimizer step a batch: without gradient accumulation). The postfix holds
 what ``self.log(..., prog_bar=True)`` logged, as the user named it (``train_loss``, ``train/loss``,
 ``loss_step``; parse/synonyms.py), and Lightning's ``v_num``; tqdm prints each number with three
-significant digits, padded to five characters (``17.40``, ``nan.0``). Redraws are joined by carriage returns (each a line for the parser) and each step is
-drawn twice, first with the postfix of the step before, then with its own: the format ``redraws``, so
+significant digits, padded to five characters (``17.40``, ``nan.0``). Redraws are joined by carriage
+returns (each a line for the parser) and each step is drawn twice, first with the postfix of the step
+before, then with its own: the format ``redraws``, so
 only a step's last redraw is its record. A count of 0 is an epoch's start, no step.
 """
 

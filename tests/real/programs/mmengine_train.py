@@ -1,12 +1,14 @@
 """A real MMEngine ``Runner`` (iteration-based training of a small regression model) under torchrun with gloo.
 
 MMEngine's LoggerHook prints, every iteration here (``interval=1``), ``Iter(train) [ N/TOTAL]  lr: ...  eta: ...
-time: ...  data_time: ...  memory: ...  loss: ...`` to the console and to the work dir's ``<timestamp>/<timestamp>.log``,
-and writes the same scalars to ``<timestamp>/vis_data/scalars.json``. Its LogProcessor prints the mean of the last
+time: ...  data_time: ...  loss: ...`` to the console and to the work dir's ``<timestamp>/<timestamp>.log``, and
+writes the same scalars to ``<timestamp>/vis_data/scalars.json``. Its LogProcessor prints the mean of the last
 ``window_size`` (10) iterations of every smoothed value (``loss``, ``time``, ``data_time``): the ground truth is
 that mean, as the hook computes it from the runner's message hub, and the value of the iteration itself (``raw_*``).
 ``--incident nan`` makes ``--rank``'s loss NaN from ``--at`` on; ``--incident raise`` makes it raise there.
 """
+# MMEngine's configs are dicts, written as its documentation writes them (dict(type=...)).
+# ruff: noqa: C408
 
 from __future__ import annotations
 

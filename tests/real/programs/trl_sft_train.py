@@ -24,8 +24,8 @@ from tokenizers import Tokenizer, models, pre_tokenizers
 from transformers import GPT2Config, GPT2LMHeadModel, PreTrainedTokenizerFast, TrainerCallback
 from trl import SFTConfig, SFTTrainer
 
-WORDS = ("the model reads a token and writes the next one while the loss goes down step by step "
-         "until the run ends").split()
+WORDS = ("the", "model", "reads", "a", "token", "and", "writes", "the", "next", "one", "while", "the", "loss", "goes",
+         "down", "step", "by", "step", "until", "the", "run", "ends")
 
 
 class Truth(TrainerCallback):
