@@ -119,8 +119,11 @@ class LineParser:
         # Carriage-return segments (_parse_segments): a line the tailer handed out at its last ``\r`` is
         # continued by the next one, in the same rank stream, after the same last segment.
         self._continued = False
+        # A carriage return was seen in the file: every block is looked at for them. Until then only the blocks
+        # read while formats are discovered are (one pass over the block: 0.7 % of the catch-up), and after it
+        # only the lines the scan picked (a log of a kernel format costs nothing more).
+        self._carriage_returns = False
         self._stream_rank: int | None = None  # the rank the continued line's prefix named
-        self._segment_stream: int | None = None  # the rank of the segment being parsed, unless it names one
         self._segment_before = b""  # the last non-blank segment before the one parsed (a tqdm bar)
         # A redraw of a progress bar (Format.redraws), held until the bar draws another step: the
         # last redraw of a step is the one whose values are that step's.
@@ -156,9 +159,10 @@ class LineParser:
         """
         parsed = ParsedBlock(offsets=[] if self._line_offsets else None)
         scanner = self._scanner
-        if scanner is None or self._continued or b"\r" in data:
+        if scanner is None or self._continued or ((self._carriage_returns or self._discovering) and b"\r" in data):
             # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
+            self._carriage_returns = self._carriage_returns or b"\r" in data
             self._parse_lines(data, parsed)
         else:
             lines, starts, prefixed = scanner.scan(data)
@@ -235,9 +239,10 @@ class LineParser:
                 continue
             if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
                 self._take_redrawn(parsed)
-            self._segment_stream = stream
+            if not first and stream is not None and strip_rank_prefixes(segment, 0)[0] is None:
+                # The line's rank stream, named as a global rank: the per-line path stays as it was (its cost).
+                segment = b"[rank%d]: %s" % (stream, segment)
             rank, found = self._parse_line_isolated(segment, parsed)
-            self._segment_stream = None
             if first:
                 stream, first = rank, False
             recognized = recognized or found
@@ -296,7 +301,12 @@ class LineParser:
             end = size if end < 0 else end
             position = end + 1
             self._line_start = start
-            rank, found = self._parse_line_isolated(data[start:end], parsed)
+            line = data[start:end]
+            if b"\r" in line:  # a picked line of carriage-return segments, in a file that had none before
+                self._carriage_returns = True
+                rank, found = self._parse_segments(line, parsed)
+            else:
+                rank, found = self._parse_line_isolated(line, parsed)
             recognized += found
             if rank is not None:
                 parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
@@ -335,8 +345,6 @@ class LineParser:
     def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
         host, line = strip_host_prefix(line) if line[:1].isalpha() else (None, line)
         rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] in _RANK_PREFIX_STARTS else (None, line)
-        if rank is None:
-            rank = self._segment_stream  # a carriage-return segment's without a prefix of its own
         if self._blocks:
             block = self._blocks.get(rank)
             if block is not None and self._feed_block(block, rank, body, parsed, host):
