@@ -49,6 +49,8 @@ DETECTED_FORMAT = {
     "real/mindformers_legacy": "mindformers_static",
     "real/mindvision_lossmonitor": "mindformers_static",
     "real/mmengine_iter": "mmengine",
+    "real/mmengine_runner_iter": "mmengine",
+    "real/mmengine_runner_scalars": "jsonl",
     "real/nanogpt": "nanogpt",
     "real/nemo2": "nemo",
     "real/paddlenlp": "paddlenlp",

@@ -71,6 +71,17 @@ def test_a_bar_read_while_it_is_drawn_gives_the_records_of_the_finished_file():
         assert _records_cut_at(data, sizes) == whole
 
 
+def test_a_trainer_console_read_while_its_bar_is_drawn_gives_every_dict_its_step():
+    # A Trainer's dict takes its step from the bar drawn before it: live, that bar may come in the read before
+    # the dict's (the tailer hands a bar's redraws out at its last \r), and the dict still gets it.
+    data = b"\n".join(fixture_lines(REAL / "hf_trainer_tqdm.log")) + b"\n"
+    whole = _records_cut_at(data, [])
+    assert [record["step"] for record in whole if isinstance(record, dict)] == list(range(5, 61, 5))
+    generator = random.Random(28)
+    for _ in range(20):
+        assert _records_cut_at(data, [generator.randint(1, 300) for _ in range(400)]) == whole
+
+
 def test_the_tailer_hands_out_redraws_and_keeps_a_crlf_line_whole():
     cutter = _LineCutter(1 << 20)
     assert cutter.cut(b"\rEpoch 0: 1/10 [a]\rEpoch 0: 2/10 [b").data == b"\rEpoch 0: 1/10 [a]\r\n"
