@@ -186,3 +186,20 @@ def test_a_window_mean_step_time_needs_a_slow_run_longer_by_the_window():
     for slow, line, expected in ((needed + 5, mmengine, 0), (needed + 5, keyvalue, 1), (needed + 9, mmengine, 1)):
         times = [0.1] * 40 + [0.3] * slow + [0.1] * 20
         assert _slowdowns([line(step, seconds) for step, seconds in enumerate(times, 1)]) == expected, (slow, line)
+
+
+def test_every_reader_sees_each_carriage_return_segment_as_a_line():
+    # Written for the test (the shapes of the real lines above): a step line, then a traceback after a redraw
+    # with only \r between them; a tee'd line's prefix names the rank of its segments that name none.
+    data = (b"[default0]:\rEpoch 0:  10%|#  | 1/10 [00:00<00:01,  6.55it/s, train_loss=17.40]"
+            b"\r[rank1]: Traceback (most recent call last):\n"
+            b"[rank1]:   File \"train.py\", line 3, in <module>\n"
+            b"[rank1]: RuntimeError: injected\n"
+            b"[default0]:\rEpoch 0:  20%|## | 2/10 [00:00<00:01,  6.55it/s, train_loss=5.440]\rstep=3 loss=2.5\n")
+    parsed = LineParser(rows_per_batch=1).parse_block(data)
+    records = [record_as_dict(record) for record in parsed.records]
+    assert [(record["kind"], record["rank"], record["detail"]["exception"]) for record in records
+            if record["type"] == "error"] == [("traceback", 1, "RuntimeError")]
+    assert [(record["step"], record["rank"], record["loss"]) for record in records if record["type"] == "step"] == [
+        (1, 0, 17.4), (2, 0, 5.44), (3, 0, 2.5)]
+    assert parsed.lines_by_rank == {0: 2, 1: 2}  # a physical line counts once, for the rank its prefix names
