@@ -154,6 +154,13 @@ class Pipeline:
     @staticmethod
     def _note_format(entry: _File) -> bool:
         """Put a newly detected format into the file's info labels; True when it changed."""
+        reading = entry.parser.reading
+        if reading is not None and "reading" not in entry.info:
+            # Said once per file: which names of a format never seen were taken for what (the generic reader).
+            entry.info["reading"] = reading
+            log.info("%s: %s", entry.info.get("file", "?"), reading)
+            Pipeline._note_format(entry)
+            return True
         fmt = entry.parser.format
         if fmt is entry.format or fmt is None:
             return False

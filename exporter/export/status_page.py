@@ -102,7 +102,8 @@ def _copy(key: SeriesKey, rank: RankState, now: float, cause: Event | None) -> _
     recent = rank.recent.columns()
     mine = cause is not None and cause.key == key
     return _Rank(
-        run=run, node=node, label=label or "-", file=rank.info.get("file", ""), role=rank.info.get("role", ""),
+        run=run, node=node, label=label or "-", role=rank.info.get("role", ""),
+        file=rank.info.get("file", "") + (f" ({rank.info['reading']})" if "reading" in rank.info else ""),
         step=rank.step,
         total_steps=rank.total_steps, loss=rank.loss, learning_rate=rank.learning_rate, grad_norm=rank.grad_norm,
         step_time=rank.step_time_seconds,

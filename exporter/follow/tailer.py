@@ -2,7 +2,8 @@
 
 Semantics after google/mtail's filestream, made lossless where the file system allows:
 
-- A partial line is buffered until its newline arrives (or, if asked, an idle timeout).
+- A partial line is buffered until its newline arrives (or, if asked, an idle timeout); its
+  carriage-return segments (a progress bar's redraws) are handed out as they complete.
 - Rename rotation (logrotate ``create``, RotatingFileHandler) and delete/re-create: the
   path names another inode. The old file stays open and is read until the writer has
   moved on (the new file has bytes, or two rescans passed), then drained to its end;
@@ -135,6 +136,15 @@ class _LineCutter:
             block = b"".join((self.partial, memoryview(chunk)[:end]))
             self.partial.clear()
         self.partial += memoryview(chunk)[end:]
+        # Not a ``\r`` that ends the buffer: it may be a CRLF line's, its ``\n`` still to come.
+        redrawn = self.partial.rfind(b"\r", 0, len(self.partial) - 1) + 1
+        if redrawn:
+            # A progress bar redraws itself after carriage returns and ends its line only when it closes
+            # (tqdm: at the end of an epoch or of the run): its redraws so far are lines now, handed out
+            # ending in ``\r\n`` (the parser reads each carriage-return segment as a line, and a line
+            # ending in ``\r`` as one the next continues).
+            block = b"".join((block, self.partial[:redrawn], b"\n"))
+            del self.partial[:redrawn]
         cap = self.max_line_bytes
         if len(block) > cap:  # only then can a complete line be over the cap
             block, batch.lines_truncated = _cap_lines(block, cap)

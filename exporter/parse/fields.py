@@ -61,6 +61,24 @@ def is_rank_value(name: str) -> bool:
     return "local_norm" in name or "local_loss" in name
 
 
+# A step time that is the mean of the last N steps (MMEngine's LogProcessor, window_size 10 by default): its
+# unit says so (training_info's step_time_seconds_unit), and the slowdown rule counts a slow run N - 1 steps longer.
+WINDOW_UNIT = "s, mean of {steps} steps"
+_WINDOW = lazy(r"s, mean of (\d+) steps")
+
+
+def window_mean(line: StepLine, steps: int) -> None:
+    """Mark the line's step time as the mean of its last ``steps`` steps."""
+    if "step_time_seconds" in line.values:
+        line.units["step_time_seconds"] = WINDOW_UNIT.format(steps=steps)
+
+
+def window_of(unit: str | None) -> int:
+    """How many steps a step time of this unit is the mean of (1: the step's own)."""
+    match = _WINDOW.fullmatch(unit) if unit else None
+    return int(match.group(1)) if match else 1
+
+
 def set_value(line: StepLine, name: str, value: float | None) -> None:
     """The gauge ``name`` as the line printed it; None (not a number) unsets what the line had."""
     if value is None:

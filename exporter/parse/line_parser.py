@@ -32,6 +32,7 @@ from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
 from exporter.parse.phases import phase_of
 from exporter.parse.ranks import (
+    PREFIX_ANCHORS,
     RANK_PREFIX,
     global_rank,
     has_srun_label,
@@ -113,7 +114,24 @@ class LineParser:
         # same exit with more detail (root-cause rank, host) and replaces it.
         self._held_exits: dict[tuple[object, ...], tuple[ErrorEvent, int | None]] = {}
         self._scheduler_log = SchedulerLog()
+        # How a guessing format (Format.describe: the generic reader) read the file's first line it read.
+        self.reading: str | None = None
         self._batches: dict[int | None, StepBatchBuilder] = {}
+        # Carriage-return segments (_parse_segments): a line the tailer handed out at its last ``\r`` is
+        # continued by the next one, in the same rank stream, after the same last segment.
+        self._continued = False
+        # A carriage return was seen in the file: every block is looked at for them. Until then only the blocks
+        # read while formats are discovered are (one pass over the block: 0.7 % of the catch-up), and after it
+        # only the lines the scan picked (a log of a kernel format costs nothing more).
+        self._carriage_returns = False
+        self._stream_rank: int | None = None  # the rank the continued line's prefix named
+        self._segment_before = b""  # the last non-blank segment before the one parsed (a tqdm bar)
+        # A redraw of a progress bar (Format.redraws), held until the bar draws another step: the
+        # last redraw of a step is the one whose values are that step's.
+        self._redrawn: tuple[Format, StepLine, int | None] | None = None
+        # The step of the redraw taken last: the bar drawn again at that step (tqdm's close draws its final
+        # frame once more, on a line of its own) is no new record.
+        self._redraw_taken: tuple[str, int | None, int | None] | None = None
         self._banners = tuple({fmt.banner: None for fmt in self._candidates if fmt.banner is not None})
         self._scanner = scanner_for(self._candidates)
         if forced is not None:
@@ -142,7 +160,10 @@ class LineParser:
         """
         parsed = ParsedBlock(offsets=[] if self._line_offsets else None)
         scanner = self._scanner
-        if scanner is None:
+        if scanner is None or self._continued or ((self._carriage_returns or self._discovering) and b"\r" in data):
+            # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
+            # segment is a line, read one at a time; the scan and the step kernel know newlines only.
+            self._carriage_returns = self._carriage_returns or b"\r" in data
             self._parse_lines(data, parsed)
         else:
             lines, starts, prefixed = scanner.scan(data)
@@ -185,6 +206,14 @@ class LineParser:
         self._line_start = 0
         for whole in data.split(b"\n")[:-1]:
             start = self._line_start
+            if self._continued or b"\r" in whole:
+                rank, recognized = self._parse_segments(whole, parsed)
+                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+                parsed.unparsed += not recognized
+                self._line_start = start + len(whole) + 1
+                continue
+            if self._redrawn is not None:
+                self._take_redrawn(parsed)
             for line in split_glued(whole) if whole[:1] == b"[" else (whole,):  # two ranks' lines glued by --tee
                 rank, recognized = self._parse_line_isolated(line, parsed)
                 self._line_start += len(line)
@@ -192,6 +221,49 @@ class LineParser:
                 if not recognized:
                     parsed.unparsed += 1
             self._line_start = start + len(whole) + 1
+
+    def _parse_segments(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+        """A line of carriage-return segments, each read as a line: a tqdm bar's redraws, and whatever
+        another process wrote right after one without a newline (``[rank1]: Traceback ...``).
+
+        A segment without a rank prefix belongs to the rank stream the line's own prefix names (torchrun's
+        ``--tee`` prefixes the physical line only). A line ending in ``\r`` (the tailer hands out a bar's
+        redraws as they come) is continued by the next line. Returns the line's rank and whether any
+        segment was recognized; the line counts once.
+        """
+        segments = line.split(b"\r")
+        stream = self._stream_rank if self._continued else None
+        first = not self._continued
+        recognized = False
+        for segment in _unglued(segments):
+            if not segment.strip():
+                continue
+            if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
+                self._take_redrawn(parsed)
+            if not first and stream is not None and strip_rank_prefixes(segment, 0)[0] is None:
+                # The line's rank stream, named as a global rank: the per-line path stays as it was (its cost).
+                segment = b"[rank%d]: %s" % (stream, segment)
+            rank, found = self._parse_line_isolated(segment, parsed)
+            if first:
+                stream, first = rank, False
+            recognized = recognized or found
+            self._segment_before = segment
+        self._continued = not segments[-1]
+        if self._continued:
+            self._stream_rank = stream
+        else:
+            self._segment_before = b""
+            if self._redrawn is not None:
+                self._take_redrawn(parsed)
+        return stream, recognized
+
+    def _take_redrawn(self, parsed: ParsedBlock) -> None:
+        """The held redraw of a progress bar: the bar moved on, or something else was written."""
+        assert self._redrawn is not None
+        fmt, record, rank = self._redrawn
+        self._redrawn = None
+        self._redraw_taken = (fmt.name, record.step, rank)
+        self._take(fmt, record, rank, parsed)
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
@@ -230,7 +302,12 @@ class LineParser:
             end = size if end < 0 else end
             position = end + 1
             self._line_start = start
-            rank, found = self._parse_line_isolated(data[start:end], parsed)
+            line = data[start:end]
+            if b"\r" in line:  # a picked line of carriage-return segments, in a file that had none before
+                self._carriage_returns = True
+                rank, found = self._parse_segments(line, parsed)
+            else:
+                rank, found = self._parse_line_isolated(line, parsed)
             recognized += found
             if rank is not None:
                 parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
@@ -351,14 +428,28 @@ class LineParser:
             if fmt.prefilter in body:
                 if text is None:
                     text = body.decode("utf-8", "replace")
-                record = fmt.parse(text)
+                if fmt.segment_context and self._segment_before:
+                    # The bar drawn before the segment names its step (a Trainer's dict holds none).
+                    record = fmt.parse(f"{self._segment_before.decode('utf-8', 'replace')}\r{text}")
+                else:
+                    record = fmt.parse(text)
                 if record is not None:
                     if fmt.name not in self._found:
                         self._settle(fmt)
+                        if fmt.describe is not None and self.reading is None:
+                            self.reading = f"read as {fmt.name}: {fmt.describe(text)}"
                     if not self._format_has_loss and type(record) is StepLine and "loss" in record.values:
                         # TrainingStateMonitor's values may come before the step's LossCallback record.
                         self._format, self._format_has_loss = fmt, True
-                    self._take(fmt, record, rank, parsed)
+                    if fmt.redraws and type(record) is StepLine:
+                        if self._redraw_taken == (fmt.name, record.step, rank):
+                            return True
+                        held = self._redrawn
+                        if held is not None and (held[0] is not fmt or held[1].step != record.step or held[2] != rank):
+                            self._take_redrawn(parsed)
+                        self._redrawn = (fmt, record, rank)
+                    else:
+                        self._take(fmt, record, rank, parsed)
                     return True
         return False
 
@@ -470,6 +561,36 @@ class LineParser:
                 return
             record = observed
         self._append(record, parsed)
+
+
+def _unglued(segments: list[bytes]) -> Iterable[bytes]:
+    """Carriage-return segments, each cut where another process's prefixed line begins without a newline:
+    a rank's ``[rank1]: Traceback ...`` written right after the main process's bar redraw (tqdm puts its
+    ``\r`` before a redraw, none after it)."""
+    for segment in segments:
+        cuts = [cut for anchor in PREFIX_ANCHORS for cut in _found(segment, anchor)
+                if RANK_PREFIX.match(segment, cut) and not _prefixes_only(segment[:cut])]
+        begin = 0
+        for cut in sorted(cuts):
+            yield segment[begin:cut]
+            begin = cut
+        yield segment[begin:]
+
+
+def _prefixes_only(text: bytes) -> bool:
+    """True for stacked prefixes (``[default3]:`` before ``[rank11]: ``): one line's, not a glued one."""
+    end = 0
+    while (match := RANK_PREFIX.match(text, end)) is not None:
+        end = match.end()
+    return end == len(text)
+
+
+def _found(text: bytes, literal: bytes) -> Iterable[int]:
+    """Where ``literal`` occurs in ``text`` after its first byte."""
+    at = text.find(literal, 1)
+    while at > 0:
+        yield at
+        at = text.find(literal, at + 1)
 
 
 def _check_step_line(line: StepLine) -> None:

@@ -16,7 +16,7 @@ from typing import Any, NamedTuple, cast
 
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse import faults
-from exporter.parse.fields import is_rank_value, label_value
+from exporter.parse.fields import is_rank_value, label_value, window_of
 from exporter.parse.line_parser import REJECTED_REASONS
 from exporter.parse.records import ErrorEvent, PhaseStart, Record, RunInfo, SchedulerEvent, Series, StepBatch
 from exporter.state.cause import CauseModel
@@ -346,6 +346,7 @@ class TrainingState:
             if seconds:
                 view.series["step_time_seconds"] = Series(list(steps), list(seconds))
                 view.spans = spans
+                view.step_time_window = window_of(batch.units.get("step_time_seconds"))
         for detector in DETECTORS:
             state = rank.detectors.get(detector.name)
             if state is None:

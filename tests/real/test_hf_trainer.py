@@ -53,3 +53,6 @@ def test_nan_from_a_step_the_trainer_filters_out_of_its_loss(tmp_path):
     found = {finding["kind"]: finding for finding in result.report["findings"]}
     assert found["grad_norm_nonfinite"]["rank"] == "" and found["grad_norm_nonfinite"]["step"] == first_nan
     assert result.counters("training_anomalies_total").get(("grad_norm_nonfinite", ""), 0) >= 1
+    # That NaN grad norm is the NaN incident, though the loss printed finite (issue 32).
+    first_found = min(result.findings("loss_nonfinite"), key=lambda finding: finding["step"])
+    assert (first_found["rank"], first_found["step"]) == ("", first_nan)

@@ -11,11 +11,14 @@ The last one is the bar tqdm showed when the dict was written: the dict's step w
 longer than tqdm's 0.1 s refresh (under it, tqdm may not have drawn the last steps yet). Trainers
 modelled on it print the step inside the dict (PaddleNLP's ``'global_step': 150``, others
 ``'step'``): that one wins.
-Evaluation dicts (``eval_loss``) and the final train summary are not training steps.
+Evaluation dicts (``eval_loss``) and the final train summary are not training steps. A dict whose grad norm
+is non-finite while its loss prints finite (the Trainer's NaN filter, TRL's trainers alike) counts one
+non-finite loss that the line does not show, as Megatron-LM's ``number of nan iterations`` does.
 """
 
 from __future__ import annotations
 
+import math
 import re
 from collections.abc import Iterator
 
@@ -51,6 +54,11 @@ def parse(text: str) -> StepLine | None:
             set_value(line, _GAUGES[key], value)
         else:
             add_named(line, metric_name(key), value)
+    grad_norm, loss = line.values.get("grad_norm"), line.values.get("loss")
+    if grad_norm is not None and not math.isfinite(grad_norm) and loss is not None and math.isfinite(loss):
+        # The Trainer's NaN filter (logging_nan_inf_filter, on by default) prints the mean of the interval's
+        # finite losses in place of a non-finite one: the grad norm is what says the step's loss was NaN.
+        line.unprinted_nonfinite_losses = 1
     return line
 
 
@@ -62,4 +70,4 @@ def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
     return last
 
 
-FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40))
+FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40, segment_context=True))

@@ -12,7 +12,8 @@ from __future__ import annotations
 
 import json
 
-from exporter.parse.fields import add_named, metric_name, set_value
+from exporter.parse.fields import add_named, metric_name, set_value, window_mean
+from exporter.parse.formats.mmengine import WINDOW as MMENGINE_WINDOW
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
@@ -49,6 +50,12 @@ def parse(text: str) -> StepLine | None:
     set_value(line, "learning_rate", _first(values, _LR_KEYS))
     set_value(line, "grad_norm", _first(values, _GRAD_NORM_KEYS))
     set_value(line, "step_time_seconds", _first(values, _TIME_KEYS))
+    if "data_time" in values and "step_time_seconds" not in line.values:
+        # MMEngine's vis_data/scalars.json: ``time`` is the iteration time, a mean over the window as printed.
+        set_value(line, "step_time_seconds", values.pop("time", None))
+        window_mean(line, MMENGINE_WINDOW)
+        if "memory" in values:
+            values["memory_mb"] = values.pop("memory")
     for key, unit in _THROUGHPUT_UNITS.items():
         if values.get(key) is not None:
             set_value(line, "throughput", values.pop(key))

@@ -41,6 +41,14 @@ class Format:
     # The step record as data: its runs of step lines are read by the step-field kernel.
     step_table: StepTable | None = None
     banner: Banner | None = None  # facts about the run the format's logs print
+    # Its records sit on carriage-return segments after the progress bar that names their step:
+    # the parser is given the segment drawn before the record's, then ``\r``, then the record's.
+    segment_context: bool = False
+    # A progress bar that redraws a step several times (a count, then the count with new values):
+    # only the last redraw of a step is a record. Its prefilter is in every redraw.
+    redraws: bool = False
+    # For a format that reads lines by guessing (the generic reader): how it read a line, said once per file.
+    describe: Callable[[str], str] | None = None
 
 
 _REGISTERED: dict[str, Format] = {}

@@ -35,6 +35,7 @@ class StepView:
     spans: Sequence[float] = ()  # how many steps each step time stands for
     rank_values: list[RankValue] = field(default_factory=list)
     unprinted_nonfinite_losses: int = 0  # Megatron-LM's "number of nan iterations" of the batch's last line
+    step_time_window: int = 1  # the step times are means of this many steps (MMEngine's window; fields.window_of)
     step: int | None = None  # the rank's step after the batch
     # Seconds of training so far: [productive, checkpoint]; the slowdown detector, which alone tells a
     # one-step save from slow training, adds the batch's step times to them.

@@ -78,11 +78,12 @@ class SlowdownDetector(Detector):
             return []
         steps, seconds = series.steps, series.values
         baseline = state.baseline
+        # One slow step shows in every window mean it is part of: the run of slow means must be that much longer.
+        needed = config.slowdown_steps + view.step_time_window - 1
         slowdowns, declared_step, productive, checkpoint, state.kernel = native.check_step_times(
-            (config.slowdown_factor, config.slowdown_steps, config.slowdown_warmup_steps,
+            (config.slowdown_factor, needed, config.slowdown_warmup_steps,
              config.slowdown_baseline_alpha), state.kernel, steps, seconds, view.spans, *view.time_split)
         view.time_split[:] = [productive, checkpoint]
-        needed = config.slowdown_steps
         found = []
         if slowdowns:
             declared = steps.index(declared_step) if declared_step in steps else len(steps) - 1

@@ -1,0 +1,88 @@
+"""A real PyTorch Lightning run (DDP with gloo, 2 ranks under torchrun) with its tqdm bar redirected to a file.
+
+``> train.log 2>&1`` as people run it: the main process's bar, one line of redraws joined by carriage returns per
+epoch, the metrics in its postfix; rank 1 prints no bar. The file's name holds no rank: its series has the empty
+rank (DESIGN 3.2), and rank 1's own traceback (``[rank1]: ...``, written right after a redraw) goes to rank 1.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+
+import pytest
+
+from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+
+pytestmark = pytest.mark.real
+
+EPOCHS, BATCHES, AT = 3, 10, 14
+PRINTED = ("loss", "learning_rate", "grad_norm")  # the bar's rate is tqdm's smoothed it/s, no step time
+MATRIX = os.environ.get("TRAINLOG_REAL_MATRIX") == "1"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def _lightning():
+    require("lightning")
+
+
+def _lightning_run(tmp_path, name: str, *args: str) -> RealRun:
+    result = run_job(tmp_path, torchrun("lightning_train.py", "--truth", str(tmp_path / "truth"), "--out",
+                                        str(tmp_path / "out"), "--epochs", str(EPOCHS), "--batches", str(BATCHES),
+                                        *args, nproc=2), capture="file")
+    keep_fixture(result, f"lightning_{name}")
+    return result
+
+
+def test_healthy_bar_every_step_exact_across_epochs(tmp_path):
+    result = _lightning_run(tmp_path, "healthy")
+    assert result.returncode == 0
+    assert sorted(result.truth()[0]) == list(range(1, EPOCHS * BATCHES + 1))  # the global step across epochs
+    check_steps(result, {0: ""}, PRINTED)
+    assert result.counters("training_anomalies_total") == {}
+    assert result.counters("training_errors_total") == {}
+    assert result.report["findings"] == []
+
+
+def test_nan_on_one_rank_reaches_the_bar(tmp_path):
+    result = _lightning_run(tmp_path, "nan", "--incident", "nan", "--rank", "1", "--at", str(AT))
+    check_steps(result, {0: ""}, PRINTED)
+    truth = result.truth()[0]
+    # Rank 1's NaN gradients, all-reduced, show in rank 0's grad norm at AT and in its loss from the step after.
+    first_norm = min(step for step, record in truth.items() if math.isnan(record["grad_norm"]))
+    first_loss = min(step for step, record in truth.items() if math.isnan(record["loss"]))
+    assert (first_norm, first_loss) == (AT, AT + 1)
+    found = {finding["kind"]: finding for finding in result.report["findings"]}
+    assert (found["grad_norm_nonfinite"]["rank"], found["grad_norm_nonfinite"]["step"]) == ("", first_norm)
+    assert (found["loss_nonfinite"]["rank"], found["loss_nonfinite"]["step"]) == ("", first_loss)
+    nan_losses = sum(math.isnan(record["loss"]) for record in truth.values())
+    assert result.counters("training_anomalies_total")[("loss_nonfinite", "")] == nan_losses  # each step once
+    assert result.counters("training_errors_total") == {}
+
+
+@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+def test_exception_on_rank_one_after_a_redraw(tmp_path):
+    result = _lightning_run(tmp_path, "raise", "--incident", "raise", "--rank", "1", "--at", str(AT))
+    assert result.returncode != 0
+    check_steps(result, {0: ""}, PRINTED)
+    (incident,) = result.incidents()
+    assert (incident["incident"], incident["rank"]) == ("traceback", 1)
+    errors = result.counters("training_errors_total")
+    assert errors.get(("traceback", "1")) == 1, errors
+    # The cause on rank 1 (its traceback, or torchrun's report of the same exit: issue 28's cause model picks).
+    causes = [finding for finding in result.report["findings"] if finding["root_cause"]]
+    assert [finding["rank"] for finding in causes] == ["1"]
+
+
+@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+def test_logged_metrics_printed_by_a_callback_read_by_the_generic_reader(tmp_path):
+    # self.log("train/loss") to a logger, nothing in the bar's postfix; a callback prints
+    # ``step=N train_loss=... lr=... grad_norm=...`` (after the bar's redraw, on its line): no format names it.
+    result = _lightning_run(tmp_path, "logged", "--variant", "logged")
+    assert result.returncode == 0
+    check_steps(result, {0: ""}, PRINTED)
+    info = [dict(labels) for (name, labels) in result.after if name == "training_info"]
+    assert [labels.get("reading") for labels in info if labels["rank"] == ""] == [
+        "read as generic: step=step, loss=train_loss, learning_rate=lr, grad_norm=grad_norm"]
+    assert result.report["findings"] == []
+
