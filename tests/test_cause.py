@@ -97,6 +97,20 @@ def test_the_rank_silent_inside_a_step_is_the_hang_the_others_timeouts_follow():
     assert model.hang("job", now=300.0) is None  # named once
 
 
+def test_the_rank_the_others_collectives_waited_for_is_the_hang_though_it_printed_last():
+    """MindSpore's CPU ring (the real msrun hang, tests/real/test_msrun.py): each rank's wait names its ring
+    predecessor; the hung rank 1 prints TCP warnings after its peers died, so its last line is the latest."""
+    model = CauseModel()
+    stepped(model, range(4), 7, 100.0)
+    for rank, peer in ((2, 1), (3, 2), (0, 3)):
+        model.heard(Event("collective_timeout", key(rank), 7, 130.0, detail={"peer_rank": peer}))
+        model.line(key(rank), 130.0)
+    model.line(key(1), 140.0)
+    hang = model.hang("job", now=None)
+    assert hang is not None and (hang.kind, hang.rank, hang.step) == ("hang", "1", 7)
+    assert "waited for" in str(hang.detail["evidence"])
+
+
 def test_a_rank_named_hung_whose_own_failure_is_read_late_is_the_cause_of_that_failure():
     model = CauseModel()
     stepped(model, range(3), 30, 100.0)

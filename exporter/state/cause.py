@@ -17,8 +17,9 @@ explains:
 - A hang has no line of its own: the culprit printed nothing. When only followers are there
   (the others timed out waiting), the rank that failed nothing and is behind (a lower step,
   or its last line before every failing rank's) is the primary, a ``hang`` event at its
-  last step. When no rank of the run printed anything for longer than its stall threshold,
-  the rank that stopped first is.
+  last step; where the followers' collectives name the peer they waited for (MindSpore's
+  CPU ring does), the quiet rank they name. When no rank of the run printed anything for
+  longer than its stall threshold, the rank that stopped first is.
 - The incident ends when the run trains on (a step past the incident's) or starts again.
 
 ``serve`` feeds it from the state's events and exposes the cause as
@@ -29,6 +30,7 @@ explains:
 from __future__ import annotations
 
 import math
+from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -183,10 +185,14 @@ class CauseModel:
             if now is not None and followed_at and now - min(followed_at) < FOLLOWER_SETTLE_SECONDS:
                 return None
             quiet = {key: progress for key, progress in workers.items() if key not in failing}
-            behind = _first_stopped(quiet)
-            if behind is None or not _behind(quiet[behind], [workers[key] for key in failing if key in workers]):
-                return None
-            evidence = "silent inside a step while the others waited"
+            behind = _waited_for(incident, quiet)
+            if behind is not None:
+                evidence = "the rank the others' collectives waited for, printing no failure of its own"
+            else:
+                behind = _first_stopped(quiet)
+                if behind is None or not _behind(quiet[behind], [workers[key] for key in failing if key in workers]):
+                    return None
+                evidence = "silent inside a step while the others waited"
         elif now is None:  # the end of the logs: no silence to judge, but a rank left behind by all the others
             behind = _first_stopped(workers)
             others = [progress for key, progress in workers.items() if key != behind]
@@ -311,6 +317,19 @@ def _named(first: Event, primaries: list[Event]) -> Event:
 def _named_at(threshold: float) -> float:
     """The silence at which a hang is named live: a lead before the stall threshold."""
     return threshold - min(threshold / 2, HANG_LEAD_SECONDS)
+
+
+def _waited_for(incident: _Incident, quiet: dict[SeriesKey, _Progress]) -> SeriesKey | None:
+    """The quiet rank that the followers' timed-out collectives name as the peer they waited for (MindSpore's CPU
+    ring names it: ``wait receiving [R,N] failed``), the most named first. Such a rank may print on after its peers
+    died (MindSpore's TCP warnings), so its last line does not tell it."""
+    named = Counter(str(event.detail["peer_rank"]) for _, event in incident.events
+                    if type(event.detail.get("peer_rank")) is int)
+    for rank, _ in named.most_common():
+        for key in quiet:
+            if key[2] == rank:
+                return key
+    return None
 
 
 def _first_stopped(ranks: dict[SeriesKey, _Progress]) -> SeriesKey | None:

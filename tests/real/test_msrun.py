@@ -133,9 +133,10 @@ def test_one_rank_hanging_until_the_others_ring_all_reduce_fails(tmp_path):
     assert {finding["step"] for finding in timeouts} == {AT - 1}
     # The culprit printed no failure of its own.
     assert str(CULPRIT) not in _error_ranks(result, "traceback") | _error_ranks(result, "collective_timeout")
-    # Not yet (issue 28, the cause model): the root cause. The hung rank is the one the first timed-out wait
-    # names (its detail's peer_rank), but it printed MindSpore's TCP warnings after its peers died, so it does not
-    # stop writing first, and analyze names a follower.
+    # The root cause is the hung rank: the one the others' ring waits name (peer_rank), though it printed
+    # MindSpore's TCP warnings after its peers died and so did not stop writing first.
+    cause = result.root_cause()
+    assert (cause["kind"], cause["rank"]) == ("hang", str(CULPRIT))
 
 
 @matrix
