@@ -151,6 +151,8 @@ CAUSES = {
     "hccl": {("TrainingCommunicationError", "3")},
     "segfault": {("TrainingProcessCrashed", "0")},
     "node-timeout": {("TrainingNodeTimedOut", "")},
+    # The device fault is the incident: the others' HCCL timeouts (followers) are held back.
+    "ecc": {("TrainingHardwareError", "1")},
 }
 INCIDENTS = [drill for drill in DRILLS if drill.alerts]
 FIRE_BUDGET = 45  # seconds from the simulators' start until every expected alert fired

@@ -129,7 +129,7 @@ def _run_section(page: str, run: str) -> str:
 # The root cause of each cascade the simulator writes: (kind, rank), in analyze and served live alike.
 CAUSES = {"nan": ("loss_nonfinite", "1"), "crash": ("traceback", "1"), "oom": ("oom", "2"),
           "segfault": ("segfault", "0"), "nccl": ("nccl", "2"), "hccl": ("hccl", "1"),
-          "node_timeout": ("node_timeout", "3"), "hang": ("hang", "3")}
+          "node_timeout": ("node_timeout", "3"), "hang": ("hang", "3"), "ecc": ("hardware", "1")}
 
 
 @pytest.mark.parametrize("name", sorted(CAUSES))
