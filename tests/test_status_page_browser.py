@@ -15,6 +15,7 @@ NAN_STEP = ("[INFO] 2026-06-09 10:30:00 [.../loss_callback.py:231] _print_log: {
             "per_step_time:    850ms, lr: 1.000000e-04, grad_norm:   1.234000, throughput:  12.34T }\n")
 DEMO_STEPS_SHOWN = 170  # past the demo's spike at step 120, within the ring of the last 256 steps
 PRINTED_STEP = re.compile(r"step:\[\s*(\d+)/")
+ROW_CLASS = re.compile(r'[^>]*?\bclass="([^"]*)"')  # a <tr>'s own classes, before its tag ends
 
 
 def test_page_renders_every_rank_and_flags_the_failing_one(tmp_path):
@@ -28,9 +29,15 @@ def test_page_renders_every_rank_and_flags_the_failing_one(tmp_path):
         chromium(exporter.url + "/", tmp_path / "profile", f"--screenshot={screenshot}", "--window-size=1400,600")
     rows = [row for row in dom.split("<tr") if "worker_" in row]
     assert len(rows) == 8
-    flagged = [row for row in rows if 'class="bad"' in row]
+    flagged = [row for row in rows if "bad" in _classes(row)]
     assert len(flagged) == 1 and "worker_6.log" in flagged[0] and "loss_nonfinite 1 at step 201" in flagged[0]
+    assert 'data-root-cause="non-finite loss after step 201"' in flagged[0]  # the run's root cause, marked
     assert screenshot.stat().st_size > 10_000  # a rendered page, not an empty canvas
+
+
+def _classes(row: str) -> list[str]:
+    found = ROW_CLASS.match(row)
+    return found.group(1).split() if found else []
 
 
 def _last_step(log) -> int:
