@@ -113,8 +113,9 @@ FAILURE_KINDS = frozenset((*ERROR_KINDS, "node_timeout"))
 # Every kind the cause model weighs (state/cause.py): the failures and the anomalies that break a run.
 INCIDENT_KINDS = FAILURE_KINDS | frozenset(kind.name for kind in _KINDS if kind.incident)
 # Kinds that say only that the process died, not why: on the same rank and step, a named failure (an OOM
-# inside the traceback it raised) is the cause's kind.
-GENERIC_KINDS = frozenset(("traceback", "other", "elastic"))
+# inside the traceback it raised) is the cause's kind; on a rank whose collective failed, they follow that failure
+# (a scheduler that timed out the node of a worker whose ring wait had failed: msrun's after a hang elsewhere).
+GENERIC_KINDS = frozenset(("traceback", "other", "elastic", "node_timeout"))
 
 
 def words(kind: str) -> str:

@@ -106,9 +106,15 @@ def test_the_rank_the_others_collectives_waited_for_is_the_hang_though_it_printe
         model.heard(Event("collective_timeout", key(rank), 7, 130.0, detail={"peer_rank": peer}))
         model.line(key(rank), 130.0)
     model.line(key(1), 140.0)
+    # msrun's scheduler then times out the node of a rank whose wait had failed: that follows its failure too.
+    scheduler = ("job", "n0", "")  # scheduler.log's series
+    model.heard(Event("node_timeout", scheduler, None, 150.0, detail={"node_rank": 2}))
+    model.heard(Event("traceback", scheduler, None, 152.0))  # and the scheduler raises: the workers died
     hang = model.hang("job", now=None)
     assert hang is not None and (hang.kind, hang.rank, hang.step) == ("hang", "1", 7)
     assert "waited for" in str(hang.detail["evidence"])
+    model.heard(hang)
+    assert summary(model)[:2] == ("hang", "1")
 
 
 def test_a_rank_named_hung_whose_own_failure_is_read_late_is_the_cause_of_that_failure():

@@ -257,15 +257,25 @@ class CauseModel:
         return (current is not None and kinds.KINDS[current.event.kind].family == kinds.ANOMALY
                 and current.event.kind != "hang" and current.event.key != event.key)
 
-    @staticmethod
-    def _follows(event: Event, incident: _Incident) -> bool:
+    def _follows(self, event: Event, incident: _Incident) -> bool:
         """A follower kind, or a plain traceback on a rank whose collective failed or that a launcher stopped (that
-        failure's exception). Not a launcher's summary of the rank's death (``elastic``): it names the culprit."""
+        failure's exception). Not a launcher's summary of the rank's death (``elastic``): it names the culprit.
+        A plain failure of a series that printed no step (a scheduler's or launcher's own output) follows the
+        workers' failures: it dies because they did."""
         if event.kind in kinds.FOLLOWER_KINDS:
             return True
+        subject = _subject(event)
+        if (event.kind in kinds.GENERIC_KINDS and not self._worker(subject)
+                and any(self._worker(_subject(other)) for _, other in incident.events)):
+            return True
         return event.kind in kinds.GENERIC_KINDS and any(
-            other.key == event.key and other.kind in kinds.FOLLOWER_KINDS and other.kind not in kinds.GENERIC_KINDS
+            other.key == subject and other.kind in kinds.FOLLOWER_KINDS and other.kind not in kinds.GENERIC_KINDS
             and kinds.KINDS[other.kind].family == kinds.ERROR for _, other in incident.events)
+
+    def _worker(self, key: SeriesKey) -> bool:
+        """The series printed a step: a worker's, not a scheduler's or launcher's."""
+        progress = self._ranks.get(key)
+        return progress is not None and progress.step is not None
 
     def _close(self, run: str) -> None:
         cause = self.cause(run)
@@ -286,6 +296,12 @@ class CauseModel:
         if progress is None:
             progress = run.ranks[key] = self._ranks[key] = _Progress(run)
         return progress
+
+
+def _subject(event: Event) -> SeriesKey:
+    """The rank an event is about: its own, or the worker a scheduler's event names (``node_rank``)."""
+    named = event.detail.get("node_rank")
+    return (event.key[0], event.key[1], str(named)) if type(named) is int else event.key
 
 
 def _last_step(event: Event) -> int | None:
