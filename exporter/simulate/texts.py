@@ -21,9 +21,14 @@ def python_log(level: str, when: datetime, source: str, message: str) -> str:
     return f"[{level}] {when:%Y-%m-%d %H:%M:%S} [{source}] {message}"
 
 
+def ascend_stamp(when: datetime) -> str:
+    """The time as MindSpore's glog and CANN's process logs print it: milliseconds.microseconds."""
+    return f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+
+
 def glog(level: str, module: str, pid: int, when: datetime, source: str, function: str, message: str) -> str:
     """A line of MindSpore's C++ logger (glog layout with milliseconds.microseconds)."""
-    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    stamp = ascend_stamp(when)
     return f"[{level}] {module}({pid},ffff{pid % 0xFFFF:04x}e0e0,python):{stamp} [{source}] {function}] {message}"
 
 
@@ -207,7 +212,7 @@ def hccl_error_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str
     """An HCCL link failure on Ascend: the RDMA link to a peer reports a completion error (MindCluster's
     AISW_CANN_HCCL_029, ``cqe error status[12]``: retransmissions exhausted), then the traceback that
     aborts the step. A failure of this rank's own link, not a timeout waiting for another rank."""
-    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    stamp = ascend_stamp(when)
     frames = _train_loop_frames([(_TRAINER, 433, "train_step", "loss, grads = self.grad_fn(*batch)")])
     return [
         f"[ERROR] HCCL({pid},python):{stamp} [heartbeat.cc:934][{pid}][Heartbeat]cqe error status[12], "
@@ -226,7 +231,7 @@ def hccl_error_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str
 def hbm_ecc_lines(when: datetime, pid: int, rank: int) -> list[str]:
     """An HBM multi-bit ECC error of the rank's NPU, as the driver's fault event reaches the process log
     (fault event 0x80E01801 of MindCluster's knowledge), then the runtime's error."""
-    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    stamp = ascend_stamp(when)
     return [
         f"[ERROR] DRV({pid},python):{stamp} [ascend][curpid: {pid}, {pid}][drv][devmm] device {rank % 8} "
         f"reported event_id=0x80e01801: multi-bit ECC error when accessing the HBM, the device must be isolated",
@@ -237,7 +242,7 @@ def hbm_ecc_lines(when: datetime, pid: int, rank: int) -> list[str]:
 
 def hccl_notify_timeout_lines(when: datetime, pid: int, rank: int, peer: int) -> list[str]:
     """A rank whose collective waited for a dead peer: HCCL's notify wait task fails, CANN says EI0002."""
-    stamp = f"{when:%Y-%m-%d-%H:%M:%S}.{when.microsecond // 1000:03d}.{when.microsecond % 1000:03d}"
+    stamp = ascend_stamp(when)
     return [
         f"[ERROR] HCCL({pid},python):{stamp} [task_exception_handler.cc:452][{pid}][TaskExceptionHandler][Callback]"
         f"Task run failed, base information is streamID:[3], taskID[{40 + rank}], taskType[Notify Wait], "
