@@ -844,4 +844,13 @@ FAULTS = (
     ('AISW_UB_UMMU_016', 'hardware', 'AISW_UB_UMMU_016', 'UB', 'Address mapping failed', 9, 'kernel', 'NPU_Host', (), (('unaligned:', 'iova 0x', 'pa', 'size 0x', 'min_pagesz 0x'),), ''),
     ('AISW_UB_UMMU_018', 'hardware', 'AISW_UB_UMMU_018', 'UB', 'Page table creation failed', 9, 'kernel', 'NPU_Host', (), (('page allocation failure',),), ''),
     ('507054', 'hardware', '507054', 'RUNTIME', 'HBM multi-bit ECC error', 9, 'worker', 'TrainLog', (), (('NPU function error', 'HBM MULTI BIT ECC ERROR'),), ''),
+    ('DRV_hdc_connect_down', 'hardware', 'unknown', 'DRV', 'host-device channel (HDC) to the NPU went down: the device stopped answering', 9, 'plog', 'CANN_Plog', (), (('[ERROR] DRV(', 'hdc connect down'),), ''),
+    ('RUNTIME_device_status_failure', 'hardware', 'unknown', 'RUNTIME', 'the runtime found the device in a failed state', 9, 'plog', 'CANN_Plog', (), (('[ERROR] RUNTIME(', 'ReportStatusFailProc:Device status failure'),), ''),
+    ('DRV_msg_send_enomem', 'oom', 'unknown', 'DRV', 'driver memory request refused: out of device memory (ENOMEM)', 8, 'plog', 'CANN_Plog', (), (('[ERROR] DRV(', 'Msg send failed. (ret=-12;'), ('[ERROR] DRV(', '<errno:12,', 'Mem create failed.')), ''),
+    ('RUNTIME_halMemCreate_failed', 'oom', 'unknown', 'RUNTIME', 'physical device memory allocation failed (halMemCreate)', 8, 'plog', 'CANN_Plog', (), (('[ERROR] RUNTIME(', 'halMemCreate failed.'),), ''),
+    ('DRV_mem_remote_map_failed', 'other', 'unknown', 'DRV', 'mapping host memory for the device failed (Mem_remote_map ioctl)', 5, 'plog', 'CANN_Plog', (), (('[ERROR] DRV(', 'Mem_remote_map ioctl error'),), ''),
+    ('RUNTIME_pcie_host_register_failed', 'other', 'unknown', 'RUNTIME', 'registering a host buffer over PCIe failed', 0, 'plog', 'CANN_Plog', (), (('[ERROR] RUNTIME(', 'Pcie Host Register failed'),), ''),
+    ('GE_assert_failed', 'other', 'unknown', 'GE', 'a graph engine (GE) check failed while loading or running the model', 0, 'plog', 'CANN_Plog', (), (('[ERROR] GE(', 'ErrorNo: ', ']Assert ('),), ''),
+    ('OS_machine_check_exception', 'hardware', 'unknown', 'OS', 'fatal CPU or memory machine check exception', 10, 'kernel', 'OS-dmesg', (), (('mce: [Hardware Error]: CPU ', ': Machine Check Exception: '),), ''),
+    ('OS_kernel_panic', 'hardware', 'unknown', 'OS', "the node's kernel panicked: every rank on it stopped", 10, 'kernel', 'OS-vmcore-dmesg', (), (('Kernel panic - not syncing: ',),), ''),
 )
