@@ -189,8 +189,10 @@ def recognise(text: str) -> Found | None:
     fault = table.fault_of(text)
     coded = table.code_in(text)
     # A code the line prints says more than keywords of a generic fault ("npuSynchronizeDevice ... error
-    # code is 507046" is a stream sync timeout, not just a failed call).
-    if fault is None or (fault.kind == "other" and coded is not None and coded.kind not in (None, "other")):
+    # code is 507046" is a stream sync timeout, not just a failed call), and more than MindCluster's
+    # catch-all patterns of a kind (its *_Custom_* entries: "out of memory" anywhere on a line).
+    if fault is None or (coded is not None and coded.kind not in (None, "other")
+                         and (fault.kind == "other" or (fault.kind == coded.kind and "_Custom_" in fault.id))):
         fault = coded
     if fault is None:
         return None
