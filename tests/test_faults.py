@@ -5,7 +5,9 @@ that printed it; informational lines raise nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -198,3 +200,39 @@ def test_a_cann_device_log_counts_its_faults_on_the_rank_of_its_device(tmp_path)
     errors = {(dict(labels)["run"], dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
               in samples.items() if metric == "training_errors_total" and value}
     assert errors == {("job", "1", "hccl_timeout")}
+
+
+@pytest.mark.parametrize("plog_ranks", [True, False])
+def test_a_cann_process_log_counts_on_the_rank_whose_worker_log_names_its_pid(tmp_path, plog_ranks):
+    """--plog-ranks: $ASCEND_PROCESS_LOG_PATH's plog-<pid>_*.log on the rank of the worker whose MindSpore records
+    carry that pid (real msrun worker logs: pids 953 and 3937); a plog no worker names waits unread, and is read
+    from its start once one does. Without it, each plog is a rank-less series of its own."""
+    logs, plogs = tmp_path / "logs", tmp_path / "process_log" / "debug" / "plog"
+    logs.mkdir()
+    plogs.mkdir(parents=True)
+    _worker_log(logs / "worker_0.log", [])
+    shutil.copy(REAL / "msrun_nan_worker_1.log", logs / "worker_1.log")
+    socket_timeout = _line("get socket timeout, tot")  # line 2 of MindCluster's plog-10972_20230131024824126.log
+    (plogs / "plog-953_20230131024824126.log").write_text(socket_timeout + "\n")
+    (plogs / "plog-3937_20230131024824451.log").write_text(_line("halMemAlloc failed") + "\n")
+    arguments = ["--log-dir", str(logs), "--log-dir", str(tmp_path / "process_log"), "--run", "job"]
+
+    def errors() -> set[tuple[str, str]]:
+        return {(dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
+                in exporter.samples().items() if metric == "training_errors_total" and value}
+
+    with ExporterProcess(*arguments, *(["--plog-ranks"] if plog_ranks else [])) as exporter:
+        if not plog_ranks:
+            # Rank-less files (discover.RanklessFiles): the directory's first has the empty rank, the next its path.
+            eventually(lambda: errors() == {("", "oom"), ("debug/plog/plog-953_20230131024824126.log",
+                                                          "hccl_timeout")}, 20, what="each plog on its own")
+            return
+        eventually(lambda: errors() == {("1", "hccl_timeout")}, 20, what="the plog of worker 1's process")
+        time.sleep(1)  # a rescan or two: the plog of process 3937 still waits
+        assert errors() == {("1", "hccl_timeout")}
+        # Rank 0's console now prints a record of process 3937 (a line of the real msrun run whose pid it was).
+        (record,) = [line for line in (REAL / "msrun_oom_worker_1.log").read_text().splitlines()
+                     if line.startswith("[WARNING] DEVICE(3937,")][:1]
+        with open(logs / "worker_0.log", "a") as console:
+            console.write(record + "\n")
+        eventually(lambda: errors() == {("1", "hccl_timeout"), ("0", "oom")}, 20, what="the waiting plog, read")

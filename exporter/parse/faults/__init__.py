@@ -52,7 +52,8 @@ _QUIET_LEVEL = lazy(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]|^\s*(?:\[[IW]\d{0,4}
                     r"|\|(?:info|notice|warning|debug)\|")
 _LEVEL_REACH = 120
 _CANN_CODE = lazy(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
-_RUNTIME_CODE = lazy(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=|ErrCode=)(\d{6})\b")
+_RUNTIME_CODE = lazy(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=|ErrCode=)"
+                     r"(\d{6})\b")
 # Where each log family prints, for a tie between two faults the same keywords name: the
 # training console's own reading first.
 _SOURCE_ORDER = {"worker": 0, "plog": 1, "device": 2, "kernel": 3}
