@@ -140,6 +140,7 @@ CANN_OOM_CASE = ("https://www.hiascend.com/document/detail/zh/CANNCommunityEditi
                  "troubleshooting_0050.html")
 ASCEND_310_NOTES = ("https://github.com/channyHuang/channyHuang.github.io/blob/872073238af38ea1bdb3379537b8c64ee9be4c24/"
                     "_posts/linuxAndWin/2025-03-18-Inference_In_Ascend.md")
+TORCHAIR_SUPERKERNEL = "https://gitcode.com/Ascend/torchair/blob/master/docs/zh/appendix/cases/superkernel_cases.md"
 LINUX_MCE = "https://github.com/torvalds/linux/blob/master/arch/x86/kernel/cpu/mce/core.c"
 LINUX_PANIC = "https://github.com/torvalds/linux/blob/master/kernel/panic.c"
 EXTRA_FAULTS: list[dict[str, Any]] = [
@@ -172,6 +173,10 @@ EXTRA_FAULTS: list[dict[str, Any]] = [
     {"id": "GE_assert_failed", "family": "CANN_Plog", "component": "GE", "module": "GE", "kind": "other",
      "code": UNKNOWN, "fault": "a graph engine (GE) check failed while loading or running the model",
      "keywords": [["[ERROR] GE(", "ErrorNo: ", "]Assert ("]], "origin": ASCEND_310_NOTES},
+    # GE's error tracking names the operator whose task failed on the device (after the runtime's own error).
+    {"id": "GE_error_tracking", "family": "CANN_Plog", "component": "GE", "module": "GE", "kind": "other",
+     "code": UNKNOWN, "fault": "an operator's task failed on the device (GE error tracking names it)",
+     "keywords": [["[ERROR] GE(", "ErrorTrackingCallback: ErrorNo: "]], "origin": TORCHAIR_SUPERKERNEL},
     # The host kernel: a fatal machine check (the kernel says "Exception" when the #MC handler runs, not
     # for the corrected events it polls) and any panic, which takes the node and every rank on it down.
     {"id": "OS_machine_check_exception", "family": "OS-dmesg", "component": "OS", "module": "OS", "kind": "hardware",

@@ -54,6 +54,7 @@ FAMILIES = [
     ("RUNTIME process log: its return code", "ErrCode=207001", "oom", "207001", "RUNTIME"),
     ("DRV process log: host memory mapping", "Mem_remote_map ioctl error", "other", "unknown", "DRV"),
     ("GE process log: assert", "GetHbmFeatureMapMemInfo: ErrorNo", "other", "unknown", "GE"),
+    ("GE process log: the failed operator", "ErrorTrackingCallback: ErrorNo", "other", "unknown", "GE"),
     ("host machine check exception", "Machine Check Exception: 5", "hardware", "unknown", "OS"),
     ("host panic on a machine check", "not syncing: Fatal machine check", "hardware", "Comp_OS_HW_Mem_02", "OS"),
     ("host hard lockup", "NMI watchdog: Watchdog detected hard LOCKUP", "hardware", "Comp_OS_Kernel_CPU_04", "OS"),

@@ -851,6 +851,7 @@ FAULTS = (
     ('DRV_mem_remote_map_failed', 'other', 'unknown', 'DRV', 'mapping host memory for the device failed (Mem_remote_map ioctl)', 5, 'plog', 'CANN_Plog', (), (('[ERROR] DRV(', 'Mem_remote_map ioctl error'),), ''),
     ('RUNTIME_pcie_host_register_failed', 'other', 'unknown', 'RUNTIME', 'registering a host buffer over PCIe failed', 0, 'plog', 'CANN_Plog', (), (('[ERROR] RUNTIME(', 'Pcie Host Register failed'),), ''),
     ('GE_assert_failed', 'other', 'unknown', 'GE', 'a graph engine (GE) check failed while loading or running the model', 0, 'plog', 'CANN_Plog', (), (('[ERROR] GE(', 'ErrorNo: ', ']Assert ('),), ''),
+    ('GE_error_tracking', 'other', 'unknown', 'GE', "an operator's task failed on the device (GE error tracking names it)", 0, 'plog', 'CANN_Plog', (), (('[ERROR] GE(', 'ErrorTrackingCallback: ErrorNo: '),), ''),
     ('OS_machine_check_exception', 'hardware', 'unknown', 'OS', 'fatal CPU or memory machine check exception', 10, 'kernel', 'OS-dmesg', (), (('mce: [Hardware Error]: CPU ', ': Machine Check Exception: '),), ''),
     ('OS_kernel_panic', 'hardware', 'unknown', 'OS', "the node's kernel panicked: every rank on it stopped", 10, 'kernel', 'OS-vmcore-dmesg', (), (('Kernel panic - not syncing: ',),), ''),
 )
