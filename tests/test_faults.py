@@ -95,6 +95,7 @@ def test_a_code_label_is_one_the_knowledge_names_else_empty():
     assert faults.known_code("EI0006") == "EI0006"
     assert faults.known_code("0x80E01801") == "0x80E01801"  # HBM multi-bit ECC, MindCluster's code
     assert faults.known_code("507053") == "507053"
+    assert faults.known_code("unknown") == "unknown"  # a fault the table names without a code (its component says more)
     assert faults.known_code("EZ1234") == ""  # CANN's shape, but no code of the table: the label stays bounded
     assert faults.known_code(507053) == ""
 
