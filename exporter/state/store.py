@@ -93,10 +93,10 @@ class RankState:
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
     # The usual silence between two of the rank's step lines (seconds, smoothed per batch of lines as read): its
-    # stall threshold's base; and the threshold. Learned again after a restart of the exporter (the start-up
-    # allowance until then), not checkpointed: how the lines came in batches is no fact of the log.
-    line_interval: float | None = field(default=None, metadata={"checkpoint": False})
-    stall_threshold_seconds: float | None = field(default=None, metadata={"checkpoint": False})
+    # stall threshold's base; and the threshold. Checkpointed: a restarted exporter keeps the pace it learned
+    # rather than falling back to the start-up allowance while the run trains on (or stays hung).
+    line_interval: float | None = None
+    stall_threshold_seconds: float | None = None
     # An announced long phase (parse/phases.py) under way: its name and when it was announced; and the longest
     # of each kind the rank has shown (from the announcing line to the next step line), in seconds.
     phase: str | None = None
@@ -216,7 +216,7 @@ class TrainingState:
                 before, rank.launcher_attempt = rank.launcher_attempt, max(attempt, rank.launcher_attempt or 0)
                 if before is not None and attempt > before:
                     now = log_timestamp if log_timestamp is not None else rank.last_log_timestamp or 0.0
-                    self._restarted(key, rank, now, log_timestamp)
+                    self._restarted(key, rank, now, log_timestamp, attempt)
         return rank
 
     def ingest(
@@ -403,9 +403,14 @@ class TrainingState:
             elif idle > self._detectors.stall_gap_seconds:
                 lost["stall"] += idle
 
-    def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None) -> None:
-        """A start seen before any of its steps: the steps up to the highest reached are replayed."""
-        self._apply(key, rank, Event("restart", key, None, when, detail={"after_step": rank.step or 0}))
+    def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None,
+                   attempt: int | None = None) -> None:
+        """A start seen before any of its steps: the steps up to the highest reached are replayed. ``attempt``: the
+        launcher's attempt it starts (torchrun's attempt_<K>/), where the files tell it."""
+        detail: dict[str, str | int | float] = {"after_step": rank.step or 0}
+        if attempt is not None:
+            detail["attempt"] = attempt
+        self._apply(key, rank, Event("restart", key, None, when, detail=detail))
         rank.replay_until = rank.highest_step
         rank.attempt_step = None
         rank.starting_since = now
