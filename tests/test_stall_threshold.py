@@ -76,7 +76,7 @@ def test_the_learned_pace_and_the_incident_survive_a_restart_of_the_exporter(tmp
                 console.flush()
                 time.sleep(0.03)
 
-        def learned() -> dict[str, float] | None:
+        def learned() -> dict[str, float | None] | None:
             samples = exporter.samples()
             found = {rank: sample(samples, "training_stall_threshold_seconds", run="job", rank=rank) for rank in "0123"}
             incident = [labels for (name, labels), _value in samples.items() if name == "training_incident_info"]
