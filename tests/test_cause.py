@@ -244,3 +244,19 @@ def test_one_launcher_attempt_is_one_incident_whichever_rank_restarts_first():
     model.heard(Event("restart", key(1), None, 20.0, detail={"attempt": 2}))  # the next attempt: a new incident
     assert model.cause("job") is None
     assert [cause.event.rank for cause in model.history("job")] == ["0"]
+
+
+def test_at_one_step_the_rank_that_did_not_print_the_step_s_first_line_is_the_hang():
+    # Every rank printed step 7 at the same moment; the others then printed a line of step 8 (a data loader's, a
+    # step's start) and blocked in the all-reduce; rank 1 printed nothing more. Its last line is the evidence.
+    model = CauseModel()
+    stepped(model, range(4), 7, 100.0)
+    for rank in (0, 2, 3):
+        model.line(key(rank), 101.5)
+    threshold = {key(rank): 10.0 for rank in range(4)}.__getitem__
+    hang = model.hang("job", now=107.0, threshold=threshold)
+    assert hang is not None and (hang.rank, hang.step) == ("1", 7)
+    # Without such a line nothing tells the ranks apart before the others' collective timeout: no rank is named.
+    together = CauseModel()
+    stepped(together, range(4), 7, 100.0)
+    assert together.hang("job", now=500.0, threshold=threshold) is None
