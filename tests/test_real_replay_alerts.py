@@ -6,7 +6,8 @@ exporter follows them all; one Prometheus evaluates the drills' shortened copy o
 (tests/test_e2e_alerts.py) and sends to one Alertmanager running deploy/alertmanager/alertmanager.yml. Each run
 then goes silent (the job died), so the stall alerts fire as well: Alertmanager must leave active only the
 cause's page. The torchelastic run (``--max-restarts 2``) pages its first attempt's failure before the restart,
-and the last attempt's after it.
+and the last attempt's after it. A real msrun hang (its whole log directory, in its lines' order) pages the stall
+naming the hung rank.
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from tests.support.drills import AlertPoller, seen_alert
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually, sample, scrape
 from tests.support.prometheus import PrometheusServer, require_binary
+from tests.support.replay import replay_directory
 from tests.test_e2e_alerts import EXPORTER_OPTIONS, RULE_TEST_VALUES
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
@@ -44,6 +46,11 @@ CONSOLE_RUNS = {
     "sigkill": ("torchrun_ddp_kill.log", ("TrainingProcessCrashed", "1")),
     "nan": ("torchrun_ddp_nan.log", ("TrainingLossNonFinite", "1")),
 }
+# msrun's whole log directory of a real hang (tests/fixtures/real/msrun_hang/), its lines in their printed order at
+# 20x their pace: rank 1 silent inside step 8, the others' ring all-reduce waits naming it; the stall names rank 1.
+# 4x: its 1 s steps come 0.25 s apart, read in several batches, so each rank learns its pace (steps all read in one
+# batch would leave the start-up allowance).
+HANG_RUN, HANG_PAGE, HANG_SPEEDUP = "msrun-hang", ("TrainingStalled", "1"), 4.0
 # torchelastic: attempt 0's rank 1 raised, the agent restarted both ranks; attempts 1 and 2 failed on every rank
 # before their first step (rank 0 first, as the agent's "Root Cause (first observed failure)" says).
 ELASTIC_PAGES = {0: ("TrainingProcessCrashed", "1"), 2: ("TrainingProcessCrashed", "0")}
@@ -62,6 +69,16 @@ def _write(path: Path, lines: list[bytes]) -> None:
             time.sleep(LINE_SECONDS)
 
 
+def _console(target: Path, fixture: Path) -> None:
+    """A torchrun console: up to every rank's first step line, a few scrapes' pause (Prometheus sees the ranks'
+    counters at 0 before the failure: increase() sees nothing of a counter born at 1), then the rest."""
+    lines = _lines(fixture)
+    first_steps = max(index for index, line in enumerate(lines) if b"step=1/" in line) + 1
+    _write(target, lines[:first_steps])
+    time.sleep(SCRAPES_SECONDS)
+    _write(target, lines[first_steps:])
+
+
 @dataclass
 class Replays:
     """The runs' log directories, and the threads writing them."""
@@ -76,10 +93,10 @@ class Replays:
         return self.root / run / "logs"
 
     def start(self, observe: Callable[[str], set[tuple[str, str]]]) -> None:
-        jobs: list[Callable[[], None]] = [
-            functools.partial(_write, self.log_dir(run) / "console.log", _lines(REAL / fixture))
-            for run, (fixture, _page) in CONSOLE_RUNS.items()]
+        jobs: list[Callable[[], None]] = [functools.partial(_console, self.log_dir(run) / "console.log", REAL / fixture)
+                                          for run, (fixture, _page) in CONSOLE_RUNS.items()]
         jobs.append(functools.partial(self._elastic, observe))
+        jobs.append(functools.partial(replay_directory, REAL / "msrun_hang", self.log_dir(HANG_RUN), HANG_SPEEDUP))
         for job in jobs:
             thread = threading.Thread(target=self._guarded, args=(job,), daemon=True)
             thread.start()
@@ -161,7 +178,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     rules = [write_shortened_rules(path, root / "rules" / path.name, values)
              for path, values in RULE_TEST_VALUES.items()]
     replays = Replays(root)
-    runs = [*CONSOLE_RUNS, "elastic"]
+    runs = [*CONSOLE_RUNS, "elastic", HANG_RUN]
     for run in runs:
         replays.log_dir(run).mkdir(parents=True)
     with ExitStack() as running:
@@ -184,11 +201,15 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         yield stack
 
 
-@pytest.mark.parametrize("run", sorted(CONSOLE_RUNS))
+PAGES = {**{run: page for run, (_fixture, page) in CONSOLE_RUNS.items()}, HANG_RUN: HANG_PAGE}
+
+
+@pytest.mark.parametrize("run", sorted(PAGES))
 def test_a_real_incident_pages_once_the_cause(stack, run):
-    page = CONSOLE_RUNS[run][1]
+    page = PAGES[run]
     # The run went silent past its stall threshold: the stall fires too, held back by the cause.
-    eventually(lambda: stack.firing(run) >= {page, ("TrainingStalled", "")} or None, BUDGET,
+    stall = page if page[0] == "TrainingStalled" else ("TrainingStalled", "")
+    eventually(lambda: stack.firing(run) >= {page, stall} or None, BUDGET,
                interval=0.5, what=f"{page} and the stall firing for run {run}; firing: {stack.firing(run)}")
     fired = stack.firing(run)
 

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import re
-import time
 from pathlib import Path
 
 from exporter.simulate.demo import DemoRun
@@ -11,6 +10,7 @@ from tests.support.browser import chromium
 from tests.support.cdp import Browser
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually, http_get, sample, scrape
+from tests.support.replay import replay_directory
 from tests.support.runs import copy_example
 
 NAN_STEP = ("[INFO] 2026-06-09 10:30:00 [.../loss_callback.py:231] _print_log: { step:[  201/ 1000], loss:        nan, "
@@ -103,23 +103,7 @@ def test_the_refresh_replaces_the_content_and_keeps_the_scroll_position(tmp_path
 
 
 MSRUN_HANG = Path(__file__).resolve().parent / "fixtures" / "real" / "msrun_hang"  # tests/fixtures/SOURCES.md
-LINE_TIME = (re.compile(rb"^\[[A-Z]+\] [A-Z_]+\([^)]*\):(\d{4}-\d\d-\d\d)-(\d\d:\d\d:\d\d)\.(\d{3})"),  # MindSpore's
-             re.compile(rb"^(\d{4}-\d\d-\d\d) (\d\d:\d\d:\d\d),(\d{3})"))  # MindFormers' logger
 REPLAY_SPEEDUP = 20.0
-
-
-def _timed_lines(path: Path) -> list[tuple[float, bytes]]:
-    """The file's lines with their own time; a line without one (a traceback's) has the time of the line above."""
-    timed, when = [], 0.0
-    for line in path.read_bytes().splitlines(keepends=True):
-        for pattern in LINE_TIME:
-            found = pattern.match(line)
-            if found:
-                day, clock, millis = (part.decode() for part in found.groups())
-                when = time.mktime(time.strptime(f"{day} {clock}", "%Y-%m-%d %H:%M:%S")) + int(millis) / 1000
-                break
-        timed.append((when, line))
-    return timed
 
 
 def test_a_real_msrun_hang_marks_its_step_names_the_hung_rank_and_gives_no_eta(tmp_path):
@@ -128,21 +112,9 @@ def test_a_real_msrun_hang_marks_its_step_names_the_hung_rank_and_gives_no_eta(t
     at step 1), the hung rank's row is the cause's, not a healthy one, and the stopped run has no ETA."""
     log_dir = tmp_path / "job" / "msrun_log"
     log_dir.mkdir(parents=True)
-    merged = sorted((when, order, path.name, line) for path in MSRUN_HANG.glob("*.log")
-                    for order, (when, line) in enumerate(_timed_lines(path)))
     with ExporterProcess("--log-dir", str(log_dir), "--rescan-interval", "0.2",
                          "--state-file", str(tmp_path / "state.json")) as exporter:
-        files = {name: open(log_dir / name, "ab") for name in {name for _, _, name, _ in merged}}  # noqa: SIM115
-        try:
-            before = merged[0][0]
-            for when, _order, name, line in merged:
-                time.sleep(min(1.0, max(0.0, when - before) / REPLAY_SPEEDUP))
-                before = when
-                files[name].write(line)
-                files[name].flush()
-        finally:
-            for file in files.values():
-                file.close()
+        replay_directory(MSRUN_HANG, log_dir, REPLAY_SPEEDUP)
         eventually(lambda: "root cause hang" in http_get(exporter.url + "/")[1], 30, what="the hang named on the page")
         dom = chromium(exporter.url + "/", tmp_path / "profile", "--dump-dom").stdout
     marks = re.findall(r"@ step (\d+)", dom)
