@@ -89,7 +89,9 @@ class Analysis:
         self._max_line_bytes = max_line_bytes
         self._tracks: dict[SeriesKey, _Track] = {}
         self._findings: dict[str, list[Finding]] = {}  # by run
-        self._finding_of: dict[int, Finding] = {}  # id of the event a finding was made of -> the finding
+        # id of the event a finding was made of -> that event (kept alive, so that its id is no later event's) and
+        # the finding
+        self._finding_of: dict[int, tuple[Event, Finding]] = {}
         self._left_out: set[SeriesKey] = set()  # ranks beyond the series limit (their lines are not read)
         self.warnings: list[str] = []
         self.bytes_read = 0
@@ -278,7 +280,7 @@ class Analysis:
         elif kind.family == kinds.ERROR:
             track.errors[event.kind] = finding
         self._findings.setdefault(event.run, []).append(finding)
-        self._finding_of[id(event)] = finding
+        self._finding_of[id(event)] = (event, finding)
 
     @staticmethod
     def _message(event: Event, track: _Track) -> str:
@@ -371,13 +373,17 @@ class Analysis:
     def _mark_root_causes(self, run: str) -> None:
         """The cause model's root cause of each incident of the run (state/cause.py), and the findings it explains."""
         for cause in self._state.causes.history(run):
-            finding = self._finding_of.get(id(cause.event))
+            finding = self._finding_for(cause.event)
             if finding is None:
                 continue
             finding.root_cause = True
-            explained = (self._finding_of.get(id(follower)) for follower in cause.followers)
+            explained = (self._finding_for(follower) for follower in cause.followers)
             finding.explains = sorted({id(found): found for found in explained if found is not None}.values(),
                                       key=finding_order)
+
+    def _finding_for(self, event: Event) -> Finding | None:
+        made = self._finding_of.get(id(event))
+        return made[1] if made is not None and made[0] is event else None
 
     def _plateaus(self, keys: list[SeriesKey]) -> list[Finding]:
         found = []

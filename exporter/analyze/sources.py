@@ -110,7 +110,10 @@ def _order(source: Source) -> tuple:
     directory, _, name = source.name.rpartition("/")
     # torchrun's --redirects splits a rank's output into stdout.log and stderr.log, without times: its failure
     # (the traceback that ended it, in stderr.log) came after its steps (stdout.log), so stdout.log is read first.
-    return (source.node, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
+    # Its attempts (attempt_<K>/) came one after the other: every rank's attempt 0 is read before attempt 1, so the
+    # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
+    attempt = -1 if source.role.attempt is None else source.role.attempt
+    return (source.node, source.role.role == "scheduler", attempt, int(rank) if rank.isdigit() else -1,
             _natural(directory), source.role.local_rank and name == "stderr.log", _natural(name))
 
 
