@@ -112,10 +112,10 @@ class RanklessFiles:
 
     def run_label(self, run: str, node: str, path: str, relative_path: str) -> str:
         """The run label of the rank-less file ``path`` (``relative_path`` in its log directory)."""
-        for label in (run, f"{run}/{relative_path}", f"{run}/{path}"):
+        for label in (run, f"{run}/{relative_path}", f"{run}/{path.lstrip('/')}"):
             if self._holder.setdefault((label, node), path) == path:
                 return label
-        return f"{run}/{path}"
+        return label  # the full path is the file's own
 
 
 def discovery_order(relative_path: str) -> tuple[int, list[int | str]]:
