@@ -48,7 +48,7 @@ def resolve(paths: list[str], run: str | None = None) -> Resolved:
         elif os.path.isdir(path):
             files = _logs_in(path)
             if not files:
-                problems.append(f"{path}: no log files in this directory (*.log, *.out, *.jsonl, *.txt)")
+                problems.append(f"{path}: no log files in this directory (*.log, *.out, *.jsonl, *.txt, metrics.csv)")
             found += [(path, file) for file in files]
         elif os.path.exists(path):
             found.append((os.path.dirname(path) or ".", rotated_base(path, compressed=True) or path))
