@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.follow import classify, is_followed
-from exporter.follow.discover import RanklessFiles, discovery_order
+from exporter.follow.discover import PidRanks, RanklessFiles, discovery_order, plog_pid, record_pids
+
+REAL = Path(__file__).parent / "fixtures" / "real"
 
 
 @pytest.mark.parametrize(
@@ -74,3 +78,30 @@ def test_discovery_order_takes_the_top_of_a_directory_first_then_names_with_numb
 def test_torchrun_log_dir_layout_gives_the_local_rank(path):
     role = classify(path)
     assert (role.rank, role.role, role.local_rank) == ("3", "worker", True)
+
+
+def test_a_cann_process_log_is_named_by_its_pid():
+    # MindCluster's fixtures: process_log/debug/plog/plog-10972_20230131024824126.log
+    assert plog_pid("process_log/debug/plog/plog-10972_20230131024824126.log") == 10972
+    assert plog_pid("plog-10972_20230131024824126.log") == 10972
+    assert plog_pid("process_log/debug/device-0/device-10972_20230131024824126.log") is None
+    assert plog_pid("worker_1.log") is None
+
+
+def test_the_pids_of_mindspore_and_cann_records_in_a_worker_log():
+    # A real msrun worker log (MindSpore 2.10.0, tests/fixtures/SOURCES.md): its process's pid is 953.
+    block = (REAL / "msrun_nan_worker_1.log").read_bytes()
+    assert record_pids(block) == {953}
+    # A CANN record printed to the console (ASCEND_SLOG_PRINT_TO_STDOUT=1) names its process too.
+    assert record_pids((REAL / "errors_ascend_faults.log").read_bytes().splitlines()[4]) == {10972}
+    assert record_pids(b"step 1 loss 2.0 (953, 12)\n  [WARNING] DEVICE(1,2,python) indented\n") == set()
+
+
+def test_pid_ranks_finds_the_worker_of_a_pid_and_waits_while_none_names_it(tmp_path):
+    worker = tmp_path / "worker_1.log"
+    worker.write_bytes(b"no record yet\n")
+    ranks, role = PidRanks(), classify("worker_1.log")
+    assert ranks.role_of(953, [(str(worker), role)]) is None
+    worker.write_bytes(b"no record yet\n" + (REAL / "msrun_nan_worker_1.log").read_bytes())
+    assert ranks.role_of(953, [(str(worker), role)]) == role
+    assert ranks.role_of(954, [(str(worker), role)]) is None

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -22,6 +23,12 @@ _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.l
 # the logical device id, the node-local rank where each rank drives the device of its local rank
 # (msrun's and torchrun's default), so a device fault counts on that rank (docs/ascend-faults.md).
 _CANN_DEVICE_LOG = re.compile(r"(?:^|/)device-(\d+)/device-\d+_\d+\.log$", re.ASCII)
+# CANN's host-side process logs (.../plog/plog-<pid>_<time>.log): one per process, named by its pid.
+_CANN_PLOG = re.compile(r"(?:^|/)plog-(\d+)_\d+\.log$", re.ASCII)
+# The pid of the process that printed a MindSpore or CANN log record: ``[WARNING] DEVICE(3937,7f5a...,python)``,
+# ``[ERROR] HCCL(10972,python)``: the level, the module, then the pid.
+_RECORD_PID = re.compile(rb"^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|EVENT|TRACE)\] [A-Z][A-Z0-9_]*\((\d+),",
+                         re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
@@ -133,3 +140,54 @@ def run_label(directory: str, run: str | None = None) -> str:
     if directory == "-":
         return "stdin"
     return Path(directory).resolve().parent.name or "default"
+
+
+def plog_pid(relative_path: str) -> int | None:
+    """The pid a CANN host-side process log is named by (``plog-<pid>_<time>.log``), else None."""
+    match = _CANN_PLOG.search(relative_path)
+    return int(match.group(1)) if match else None
+
+
+def record_pids(block: bytes) -> set[int]:
+    """The pids of the processes whose MindSpore or CANN log records a block of a worker log holds."""
+    return {int(pid) for pid in _RECORD_PID.findall(block)}
+
+
+class PidRanks:
+    """The rank of a CANN process log (``plog-<pid>_*.log``), by the worker log whose records carry that pid.
+
+    A worker's console holds MindSpore's and CANN's records, each naming the process that printed it
+    (``[WARNING] DEVICE(3937,...)``); the process's own plog is named by the same pid. Worker logs are
+    read from their start, a chunk per lookup that misses, up to ``limit`` bytes each (a process prints
+    such records from its first seconds on): reading is the follower's, off the parse path.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, limit: int = 16 << 20) -> None:
+        self._limit = limit
+        self._roles: dict[int, LogFileRole] = {}
+        self._read: dict[str, int] = {}  # worker log -> bytes looked at
+
+    def role_of(self, pid: int, workers: Iterable[tuple[str, LogFileRole]]) -> LogFileRole | None:
+        """The role of the worker whose log names ``pid``; None while no worker log read so far does."""
+        for path, role in workers:
+            if pid in self._roles:
+                break
+            self._learn(path, role)
+        return self._roles.get(pid)
+
+    def _learn(self, path: str, role: LogFileRole) -> None:
+        start = self._read.get(path, 0)
+        if start >= self._limit:
+            return
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                block = handle.read(min(self.CHUNK, self._limit - start))
+        except OSError:
+            return
+        end = block.rfind(b"\n") + 1  # whole lines only: the rest is read again with the next chunk
+        self._read[path] = start + end
+        for pid in record_pids(block[:end]):
+            self._roles.setdefault(pid, role)

@@ -35,7 +35,15 @@ from watchdog.events import (
 )
 
 from exporter.follow.appends import AppendWatcher
-from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, classify, discovery_order
+from exporter.follow.discover import (
+    DEFAULT_RULES,
+    DirectoryRules,
+    LogFileRole,
+    PidRanks,
+    classify,
+    discovery_order,
+    plog_pid,
+)
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -113,12 +121,16 @@ class Follower:
         append_batch_seconds: float = APPEND_BATCH_SECONDS,
         max_open_files: int | None = None,
         open_file_limit: int | None = None,
+        plog_ranks: bool = False,
     ) -> None:
         """``rules``: which files to follow, for every directory or per directory (as given in ``directories``).
 
         ``max_open_files``: files followed at most (each holds a descriptor): the open-file limit
         ``open_file_limit`` less a reserve for the listener, the probes and the checkpoint. Files
         beyond are left unfollowed (``unfollowed``), said once, until others go away.
+
+        ``plog_ranks``: a CANN process log ``plog-<pid>_*.log`` counts on the rank whose worker log names that
+        pid (discover.PidRanks), and waits, unread, until one does; without it, it is a series of its own.
         """
         self._directories = [os.path.abspath(d) for d in directories]
         # Single files (--log-file): followed whatever their name, waited for like a directory.
@@ -134,6 +146,7 @@ class Follower:
         self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
+        self._pid_ranks = PidRanks() if plog_ranks else None
         self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
         self._waiting: set[str] = set()  # directories reported missing, to say so once
@@ -408,8 +421,16 @@ class Follower:
         if self._max_open_files is not None and len(self._tailers) >= self._max_open_files:
             self._leave_out(path)
             return
+        role = classify(relative)
+        if self._pid_ranks is not None and (pid := plog_pid(relative)) is not None:
+            mapped = self._plog_role(pid)
+            if mapped is None:
+                self._say_once(f"not following {path} yet: no worker log names its process {pid} so far "
+                               "(--plog-ranks); it is read from its start once one does", logging.INFO)
+                return
+            role = mapped
         self._unfollowed.discard(path)
-        followed = FollowedFile(path, directory, relative, classify(relative))
+        followed = FollowedFile(path, directory, relative, role)
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
@@ -421,6 +442,14 @@ class Follower:
         if self._appends is not None:
             self._appends.watch(os.path.dirname(path))
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
+
+    def _plog_role(self, pid: int) -> LogFileRole | None:
+        """The role of the worker whose log names process ``pid`` (a worker log with a rank, not a plog)."""
+        assert self._pid_ranks is not None
+        workers = [(path, followed.role) for path, followed in self._files.items()
+                   if followed.role.role == "worker" and not followed.role.rankless
+                   and plog_pid(followed.relative_path) is None]
+        return self._pid_ranks.role_of(pid, workers)
 
     def _leave_out(self, path: str) -> None:
         """A file beyond the open-file budget: counted, and said once for all of them (Filebeat's harvester_limit)."""
