@@ -76,7 +76,7 @@ class LogDirectory(BaseModel):
     path: Path = Field(description="The directory holding the logs.")
     include: list[str] | None = Field(
         None, min_length=1, description="Patterns of the files to follow (name or relative path); "
-                                        "default *.log, *.out, *.jsonl, *.txt.")
+                                        "default *.log, *.out, *.jsonl, *.txt, metrics.csv.")
     exclude: list[str] = Field(
         default_factory=list, description="Patterns of files and subdirectories not to follow (name or relative path).")
     follow_symlinks_outside: bool | None = Field(

@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from exporter.follow import classify, is_followed
-from exporter.follow.discover import PidRanks, RanklessFiles, plog_pid, record_pids
+from exporter.follow.discover import PidRanks, RanklessFiles, discovery_order, plog_pid, record_pids
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 
@@ -35,26 +35,40 @@ def test_rotated_siblings_are_never_new_ranks(path, followed):
         ("scheduler.log", "", "scheduler"),
         ("logs/rank_5.log", "5", "worker"),
         ("train-rank3.log", "3", "worker"),
-        ("train.log", "train.log", "worker"),  # no rank in the name: the name itself tells files apart
-        ("node1/train.log", "node1/train.log", "worker"),
+        ("train.log", "", "worker"),  # no rank in the name: none in the label (DESIGN 3.2)
+        ("node1/train.log", "", "worker"),
+        ("csv/lightning_logs/version_0/metrics.csv", "", "worker"),
     ],
 )
 def test_rank_from_file_name(path, rank, role):
     assert classify(path).rank == rank
     assert classify(path).role == role
     assert not classify(path).local_rank
-    assert classify(path).rankless == (rank == path)
+    assert classify(path).rankless == (rank == "" and role == "worker")
 
 
-def test_the_first_rankless_file_of_a_directory_has_the_empty_rank_a_second_one_its_path():
-    # DESIGN 3.2: `cmd > train.log 2>&1`, a --tee console: no rank in the name, none in the label.
+def test_rankless_files_are_each_a_series_of_their_own_on_the_empty_rank():
+    # DESIGN 3.2: `cmd > train.log 2>&1`, a --tee console: no rank in the name, none in the label. The first one of
+    # a run and node has the run's own label; a further one its own series, told apart by its run label.
     files = RanklessFiles()
-    assert files.role("/job/a", "train.log").rank == ""
-    assert files.role("/job/a", "train.log").rank == ""  # the same file asked again
-    assert files.role("/job/a", "console.log").rank == "console.log"  # two rank-less files stay two series
-    assert files.role("/job/b", "console.log").rank == ""  # another directory
-    assert files.role("/job/a", "worker_3.log").rank == "3"
-    assert files.role("/job/a", "scheduler.log").role == "scheduler"
+    assert files.run_label("job", "n0", "/job/a/train.log", "train.log") == "job"
+    assert files.run_label("job", "n0", "/job/a/train.log", "train.log") == "job"  # the same file asked again
+    assert files.run_label("job", "n0", "/job/a/v/metrics.csv", "v/metrics.csv") == "job/v/metrics.csv"
+    assert files.run_label("job", "n1", "/job/b/console.log", "console.log") == "job"  # another node
+    assert files.run_label("other", "n0", "/other/train.log", "train.log") == "other"  # another run
+    # Two --log-files of one name in two directories beside the first: the second path is the full one.
+    assert files.run_label("job", "n0", "/x/1/t.log", "t.log") == "job/t.log"
+    assert files.run_label("job", "n0", "/x/2/t.log", "t.log") == "job/x/2/t.log"
+
+
+def test_discovery_order_takes_the_top_of_a_directory_first_then_names_with_numbers_as_numbers():
+    paths = ["csv/lightning_logs/version_0/metrics.csv", "train.log", "attempt_10/0/stdout.log",
+             "attempt_2/0/stdout.log", "a.log"]
+    assert sorted(paths, key=discovery_order) == [
+        "a.log", "train.log", "attempt_2/0/stdout.log", "attempt_10/0/stdout.log",
+        "csv/lightning_logs/version_0/metrics.csv"]
+    assert is_followed("csv/lightning_logs/version_0/metrics.csv")  # Lightning's CSVLogger
+    assert not is_followed("report.csv")
 
 
 @pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log",

@@ -219,15 +219,17 @@ def test_a_cann_process_log_counts_on_the_rank_whose_worker_log_names_its_pid(tm
     (plogs / "plog-3937_20230131024824451.log").write_text(_line("halMemAlloc failed") + "\n")
     arguments = ["--log-dir", str(logs), "--log-dir", str(tmp_path / "process_log"), "--run", "job"]
 
-    def errors() -> set[tuple[str, str]]:
+    def errors(run: str = "job") -> set[tuple[str, str]]:
         return {(dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
-                in exporter.samples().items() if metric == "training_errors_total" and value}
+                in exporter.samples().items() if metric == "training_errors_total" and value
+                and dict(labels)["run"] == run}
 
     with ExporterProcess(*arguments, *(["--plog-ranks"] if plog_ranks else [])) as exporter:
         if not plog_ranks:
-            # Rank-less files (discover.RanklessFiles): the directory's first has the empty rank, the next its path.
-            eventually(lambda: errors() == {("", "oom"), ("debug/plog/plog-953_20230131024824126.log",
-                                                          "hccl_timeout")}, 20, what="each plog on its own")
+            # Rank-less files (discover.RanklessFiles), each on the empty rank: the run's first (in name order with
+            # numbers as numbers) has the run's label, the next its path added to it.
+            eventually(lambda: (errors(), errors("job/debug/plog/plog-3937_20230131024824451.log"))
+                       == ({("", "hccl_timeout")}, {("", "oom")}), 20, what="each plog on its own")
             return
         eventually(lambda: errors() == {("1", "hccl_timeout")}, 20, what="the plog of worker 1's process")
         time.sleep(1)  # a rescan or two: the plog of process 3937 still waits

@@ -35,6 +35,7 @@ from exporter.analyze.timestamps import LineClock
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, faults
+from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection
 from exporter.parse.records import StepBatch
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
@@ -111,6 +112,7 @@ class Analysis:
         read_any = broken = False
         track = self._tracks[key]
         lines = False
+        rows = CsvRows() if is_table(source.name) else None  # read whole, from its header: no rewrite seen here
         for generation in source.generations:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
@@ -118,7 +120,7 @@ class Analysis:
                 for batch in self._blocks(generation, stdin):
                     read_any = True
                     lines = lines or bool(batch.data)
-                    self._block(source, parser, keys, batch, clock, mtime)
+                    self._block(source, parser, keys, batch, clock, mtime, rows)
                     if progress is not None:
                         progress(source.name, self.bytes_read)
             except SourceError as error:
@@ -148,9 +150,9 @@ class Analysis:
         return track
 
     def _block(self, source: Source, parser: LineParser, keys: dict[int | None, SeriesKey], batch: ReadBatch,
-               clock: LineClock, mtime: float | None) -> None:
-        data = batch.data
-        self.bytes_read += len(data)
+               clock: LineClock, mtime: float | None, rows: CsvRows | None = None) -> None:
+        self.bytes_read += len(batch.data)
+        data = rows.lines(batch.data) if rows is not None else batch.data
         parsed = parser.parse_block(data)
         own = keys[None]
         # The state's clock is the lines' own time (its start-up and stall time are measured by it).

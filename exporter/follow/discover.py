@@ -8,12 +8,14 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt")
+# metrics.csv: PyTorch Lightning's CSVLogger (a table under its header: parse/csv_rows.py).
+DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt", "metrics.csv")
 # Rotated and compressed siblings are history of a followed file, never a new rank.
 _ROTATED = re.compile(r"(\.\d+|\.gz|\.bz2|\.xz|\.zst|[-.]\d{8,10})$")
 
 _WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$", re.ASCII)
 _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE | re.ASCII)
+_NUMBERS = re.compile(r"(\d+)")
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
@@ -33,13 +35,12 @@ _RECORD_PID = re.compile(rb"^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|EV
 class LogFileRole:
     """What a followed file is: a rank's worker log or the scheduler's log."""
 
-    # The global rank (local rank when local_rank is set); for a worker log whose name holds no
-    # rank, the path itself: two rank-less files of a directory are two series, not one.
+    # The global rank (local rank when local_rank is set); empty for a worker log whose name holds no rank.
     rank: str
     role: str  # "worker" or "scheduler"
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
-    # True when the name holds no rank (``train.log``, a ``--tee`` console): ``rank`` is the path.
+    # True when the name holds no rank (``train.log``, a ``--tee`` console, ``metrics.csv``): ``rank`` is empty.
     rankless: bool = False
     # The launcher's attempt the file belongs to (torchrun's ``attempt_<K>/``): a later one is a restart, also when
     # its files hold no step (a restart that failed in rendezvous or before its first step).
@@ -98,25 +99,36 @@ def classify(relative_path: str) -> LogFileRole:
     if device:
         return LogFileRole(device.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
-    return LogFileRole(match.group(1), "worker") if match else LogFileRole(relative_path, "worker", rankless=True)
+    return LogFileRole(match.group(1), "worker") if match else LogFileRole("", "worker", rankless=True)
 
 
 class RanklessFiles:
-    """The rank label of the worker logs whose name holds no rank, per log directory.
+    """The run label of each worker log whose name holds no rank: one series per file, each on the empty rank.
 
-    The first such file of a directory (in the order they are found) has the empty rank, as DESIGN
-    3.2 says (``cmd > train.log``, a ``--tee`` console: its ``[rankN]:`` lines still go to their ranks);
-    a second one keeps its path, so two rank-less files stay two series, never one with false spikes.
+    Their rank is empty (DESIGN 3.2). The first such file of a (run, node) (found first: serve and analyze take
+    a directory's files nearest its top first, then in name order) has the run's own label: ``cmd > train.log``,
+    a ``--tee`` console (whose ``[rankN]:`` lines still go to their ranks). Each further one is a series of its
+    own, never merged into the first (two copies of one rank's values, MMEngine's work-dir log beside its
+    console, Lightning's ``metrics.csv`` beside the bar, would read as restarts): its run label is the run's
+    followed by its path in the log directory (``job/csv/lightning_logs/version_0/metrics.csv``), or by its
+    full path when that is taken too (``--log-file``s of one name in several directories).
     """
 
     def __init__(self) -> None:
-        self._first: dict[str, str] = {}
+        self._holder: dict[tuple[str, str], str] = {}  # (run label, node) -> the path whose series it is
 
-    def role(self, directory: str, relative_path: str) -> LogFileRole:
-        role = classify(relative_path)
-        if not role.rankless or self._first.setdefault(directory, relative_path) != relative_path:
-            return role
-        return LogFileRole("", role.role)
+    def run_label(self, run: str, node: str, path: str, relative_path: str) -> str:
+        """The run label of the rank-less file ``path`` (``relative_path`` in its log directory)."""
+        for label in (run, f"{run}/{relative_path}", f"{run}/{path.lstrip('/')}"):
+            if self._holder.setdefault((label, node), path) == path:
+                return label
+        return label  # the full path is the file's own
+
+
+def discovery_order(relative_path: str) -> tuple[int, list[int | str]]:
+    """The order a directory's files are taken in: nearest the top first, then by name with numbers as numbers
+    (``attempt_2/`` before ``attempt_10/``: a later attempt is a restart)."""
+    return relative_path.count("/"), [int(part) if part.isdigit() else part for part in _NUMBERS.split(relative_path)]
 
 
 def run_label(directory: str, run: str | None = None) -> str:

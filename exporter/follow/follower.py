@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +35,15 @@ from watchdog.events import (
 )
 
 from exporter.follow.appends import AppendWatcher
-from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, PidRanks, RanklessFiles, plog_pid
+from exporter.follow.discover import (
+    DEFAULT_RULES,
+    DirectoryRules,
+    LogFileRole,
+    PidRanks,
+    classify,
+    discovery_order,
+    plog_pid,
+)
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -127,7 +134,9 @@ class Follower:
         """
         self._directories = [os.path.abspath(d) for d in directories]
         # Single files (--log-file): followed whatever their name, waited for like a directory.
-        self._single_files = [os.path.abspath(f) for f in files]
+        # In analyze's order (directory, discover.discovery_order): the same rank-less file has the run's series.
+        self._single_files = sorted((os.path.abspath(f) for f in files),
+                                    key=lambda path: (os.path.dirname(path), discovery_order(os.path.basename(path))))
         self._rules = {os.path.abspath(d): rules if isinstance(rules, DirectoryRules) else rules.get(d, DEFAULT_RULES)
                        for d in directories}
         self._sink = sink
@@ -137,7 +146,6 @@ class Follower:
         self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
-        self._rankless = RanklessFiles()  # which rank-less file of a directory has the empty rank
         self._pid_ranks = PidRanks() if plog_ranks else None
         self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
@@ -341,14 +349,15 @@ class Follower:
 
     def _scan(self, directory: str) -> None:
         rules = self._rules[directory]
+        found = []
         for root, subdirectories, names in os.walk(directory, onerror=self._say_skipped):
-            # Natural name order here too: torchrun's attempt_2/ before attempt_10/ (a later attempt is a restart).
-            subdirectories[:] = [name for name in sorted(subdirectories, key=_natural)
+            subdirectories[:] = [name for name in subdirectories
                                  if self._walks_into(directory, rules, os.path.join(root, name))]
-            for name in sorted(names):  # name order: the first rank-less file of a directory is the same one
-                path = os.path.join(root, name)
-                if path not in self._tailers:
-                    self._discover(directory, path)
+            found += [path for path in (os.path.join(root, name) for name in names) if path not in self._tailers]
+        # The files found together in analyze's order (discover.discovery_order): a later torchrun attempt after
+        # the earlier, and the same first rank-less file of the run.
+        for path in sorted(found, key=lambda path: discovery_order(Path(path).relative_to(directory).as_posix())):
+            self._discover(directory, path)
 
     def _walks_into(self, directory: str, rules: DirectoryRules, path: str) -> bool:
         """Whether the scan goes into a subdirectory; a skipped one is said once."""
@@ -412,7 +421,7 @@ class Follower:
         if self._max_open_files is not None and len(self._tailers) >= self._max_open_files:
             self._leave_out(path)
             return
-        role = self._rankless.role(directory, relative)
+        role = classify(relative)
         if self._pid_ranks is not None and (pid := plog_pid(relative)) is not None:
             mapped = self._plog_role(pid)
             if mapped is None:
@@ -468,7 +477,3 @@ class Follower:
             self._sink.file_closed(followed)
             self._sink.files_followed(len(self._tailers))
 
-
-def _natural(name: str) -> list[str | int]:
-    """A name's sort key with its numbers as numbers: ``attempt_2`` before ``attempt_10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]
