@@ -14,6 +14,7 @@ import math
 import random
 import re
 import struct
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -384,7 +385,7 @@ def _series(rng: random.Random, length: int) -> tuple[list, list]:
 
 
 FRESH_SPIKES = (0.0, 0.0, 0, 0)
-FRESH_PLATEAU: tuple = (None, 0.0, 0.0, [], [], None)
+FRESH_PLATEAU: tuple = (None, 0.0, 0.0, [], [], None, None)
 
 
 @pytest.mark.parametrize("seed", range(12))
@@ -415,6 +416,36 @@ def test_one_step_printed_again_and_again_holds_one_history_entry(check):
     *_, plateau = check(config, FRESH_SPIKES, plateau, [step for step in range(8, 300) for _ in range(50)],
                         [2.5] * (292 * 50))
     assert len(plateau[3]) == len(set(plateau[3])) <= 101
+
+
+def _small_batch_loss(rng: random.Random, level: Callable[[int], float]) -> list[float]:
+    """3,000 steps of a loss around ``level(step)`` with a small batch's noise: 40 % per step, one hard batch
+    in fifty doubling it."""
+    return [max(0.01, level(step) * (1 + 0.4 * rng.gauss(0, 1)) * (2 if rng.random() < 0.02 else 1))
+            for step in range(1, 3001)]
+
+
+def _longest_without_progress(check: Callable, values: list[float]) -> int:
+    config, spikes, plateau, longest = kernel_config(DetectorConfig()), FRESH_SPIKES, FRESH_PLATEAU, 0
+    for step, value in enumerate(values, 1):
+        *_, spikes, plateau = check(config, spikes, plateau, [step], [value])
+        longest = max(longest, step - plateau[5])
+    return longest
+
+
+@pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
+@pytest.mark.parametrize("seed", range(3))
+def test_a_loss_falling_by_less_than_its_noise_in_a_window_is_progress_a_flat_one_is_not(check, seed):
+    """A small batch's loss falling from 2.0 toward 0.75 over thousands of steps improves by less than the noise
+    of a 100-step window, but clearly below its value at the last progress after a few windows: never 2,000 steps
+    (PLATEAU_STEPS) without progress. The same noise on a loss flat from step 300 goes without progress from
+    about step 300 on, and a flat one from the first window on."""
+    rng = random.Random(seed)
+    falling = _small_batch_loss(rng, lambda step: 0.75 + 1.25 * math.exp(-step / 800))
+    assert _longest_without_progress(check, falling) < 1600
+    flat_from_300 = _small_batch_loss(rng, lambda step: 0.6 + 1.4 * math.exp(-min(step, 300) / 60))
+    assert _longest_without_progress(check, flat_from_300) > 2600
+    assert _longest_without_progress(check, _small_batch_loss(rng, lambda step: 1.0)) >= 2800
 
 
 def test_check_series_counts_non_finite_values_without_detectors():
@@ -448,7 +479,7 @@ def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     assert (nonfinite, spiked, spike_step) == (0, 2, 61)  # the first 1e308, then 40.0 at step 61
     mean, deviation, *_ = spikes
     assert math.isfinite(mean) and math.isfinite(deviation)
-    smoothed, change, *_, best_step = plateau
+    smoothed, change, _, _, _, best_step, _ = plateau
     assert math.isfinite(smoothed) and math.isfinite(change) and best_step > 40
 
 

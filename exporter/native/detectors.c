@@ -26,8 +26,8 @@ typedef struct {
 } Spikes;
 
 typedef struct {
-    int has_smoothed, has_best;
-    double smoothed, change, previous;
+    int has_smoothed, has_best, has_best_smoothed;
+    double smoothed, change, previous, best_smoothed;
     long long best_step;
     long long *history_steps;
     double *history_smoothed;
@@ -89,13 +89,15 @@ read_spikes(PyObject *object, Spikes *s)
 static int
 read_plateau(PyObject *object, Plateau *p, Py_ssize_t room)
 {
-    PyObject *t = tuple_of(object, 6, "plateau state");
+    PyObject *t = tuple_of(object, 7, "plateau state");
     if (t == NULL) return -1;
-    PyObject *smoothed = PyTuple_GET_ITEM(t, 0), *best = PyTuple_GET_ITEM(t, 5);
+    PyObject *smoothed = PyTuple_GET_ITEM(t, 0), *best = PyTuple_GET_ITEM(t, 5), *best_smoothed = PyTuple_GET_ITEM(t, 6);
     p->has_smoothed = smoothed != Py_None;
     p->has_best = best != Py_None;
+    p->has_best_smoothed = best_smoothed != Py_None;
     if ((p->has_smoothed && as_double(smoothed, &p->smoothed) < 0) || as_double(PyTuple_GET_ITEM(t, 1), &p->change) < 0
-        || as_double(PyTuple_GET_ITEM(t, 2), &p->previous) < 0 || (p->has_best && as_long(best, &p->best_step) < 0)) {
+        || as_double(PyTuple_GET_ITEM(t, 2), &p->previous) < 0 || (p->has_best && as_long(best, &p->best_step) < 0)
+        || (p->has_best_smoothed && as_double(best_smoothed, &p->best_smoothed) < 0)) {
         return -1;
     }
     PyObject *steps = PySequence_Fast(PyTuple_GET_ITEM(t, 3), "history steps must be a sequence");
@@ -161,6 +163,25 @@ observe_spike(Spikes *s, const Config *c, double value)
     return 0;
 }
 
+/* _Plateau._clearly_below; ``needed`` is Python's max(relative, deviations): the first unless the second is greater. */
+static int
+clearly_below(const Plateau *p, double reference, const Config *c, double deviations)
+{
+    double relative = c->min_relative_improvement * fabs(reference);
+    double needed = deviations > relative ? deviations : relative;
+    return reference - p->smoothed > needed;
+}
+
+/* _Plateau._progress */
+static void
+progress(Plateau *p, long long step)
+{
+    p->best_step = step;
+    p->has_best = 1;
+    p->best_smoothed = p->smoothed;
+    p->has_best_smoothed = 1;
+}
+
 /* _Plateau.observe; ``has_step`` false: the rank's step is unknown. */
 static void
 observe_plateau(Plateau *p, const Config *c, int has_step, long long step, double value)
@@ -195,16 +216,13 @@ observe_plateau(Plateau *p, const Config *c, int has_step, long long step, doubl
     long long reference_step = p->history_steps[p->head];
     double reference = p->history_smoothed[p->head];
     if (reference_step > step - c->window) {
-        p->best_step = step;
-        p->has_best = 1;
+        progress(p, step);
         return;
     }
     double noise = p->change * sqrt(M_PI) / 2 * sqrt(2 * alpha / (2 - alpha));
-    double relative = c->min_relative_improvement * fabs(reference), deviations = c->noise_deviations * noise;
-    double needed = deviations > relative ? deviations : relative; /* Python's max() */
-    if (reference - p->smoothed > needed) {
-        p->best_step = step;
-        p->has_best = 1;
+    double deviations = c->noise_deviations * noise;
+    if (clearly_below(p, reference, c, deviations) || (p->has_best_smoothed && clearly_below(p, p->best_smoothed, c, deviations))) {
+        progress(p, step);
     }
 }
 
@@ -228,12 +246,14 @@ plateau_state(const Plateau *p)
     }
     PyObject *smoothed = p->has_smoothed ? PyFloat_FromDouble(p->smoothed) : Py_NewRef(Py_None);
     PyObject *best = p->has_best ? PyLong_FromLongLong(p->best_step) : Py_NewRef(Py_None);
-    if (smoothed == NULL || best == NULL) {
+    PyObject *best_smoothed = p->has_best_smoothed ? PyFloat_FromDouble(p->best_smoothed) : Py_NewRef(Py_None);
+    if (smoothed == NULL || best == NULL || best_smoothed == NULL) {
         Py_XDECREF(smoothed);
         Py_XDECREF(best);
+        Py_XDECREF(best_smoothed);
         goto fail;
     }
-    return Py_BuildValue("(NddNNN)", smoothed, p->change, p->previous, steps, values, best);
+    return Py_BuildValue("(NddNNNN)", smoothed, p->change, p->previous, steps, values, best, best_smoothed);
 fail:
     Py_XDECREF(steps);
     Py_XDECREF(values);

@@ -13,7 +13,7 @@ keeps them between calls and in checkpoints):
   plateau_noise_deviations, plateau_window_steps, plateau_alpha)``;
 - ``spikes``: ``(mean, deviation, seen, excursion)`` of the spike detector, or None;
 - ``plateau``: ``(smoothed or None, change, previous, history_steps, history_smoothed,
-  best_step or None)`` of the plateau tracker, or None;
+  best_step or None, best_smoothed or None)`` of the plateau tracker, or None;
 - ``steps``, ``values``: the series, in order (a step of None: the rank's step is unknown).
 
 Each value in order: a non-finite one is only counted; a finite one goes to the spike
@@ -42,9 +42,10 @@ from __future__ import annotations
 import math
 from collections import deque
 from collections.abc import Sequence
+from typing import cast
 
 SpikeState = tuple[float, float, int, int]
-PlateauState = tuple[float | None, float, float, list[int], list[float], int | None]
+PlateauState = tuple[float | None, float, float, list[int], list[float], int | None, float | None]
 SeriesCheck = tuple[int, int | None, int, int | None, SpikeState | None, PlateauState | None]
 SlowdownState = tuple[float, int, int, float, bool, list[float], float]
 StepTimesCheck = tuple[int, int | None, float, float, SlowdownState]
@@ -130,17 +131,21 @@ class _Spikes:
 
 class _Plateau:
     """The last step at which the smoothed value (the state feeds it losses) was clearly lower than
-    a window of steps before.
+    a window of steps before, or than the smoothed value at the last such step.
 
     Comparing two smoothed values a window apart, rather than the current value with the
-    best one so far, keeps noise from moving the step once the value is flat: the best
+    lowest one so far, keeps noise from moving the step once the value is flat: the lowest
     so far sits at an arbitrary distance from the flat level, which noise then crosses.
+    The value at the last progress is no noise extreme (it was taken for being clearly
+    lower than another), and a loss that falls slowly, by less than its noise in a window,
+    gets clearly below it after enough windows: progress too (a small batch's loss falling
+    by a third over 2,000 steps is not flat).
     """
 
-    __slots__ = ("smoothed", "change", "previous", "history", "best_step")
+    __slots__ = ("smoothed", "change", "previous", "history", "best_step", "best_smoothed")
 
     def __init__(self, smoothed: float | None, change: float, previous: float, history_steps: Sequence[int],
-                 history_smoothed: Sequence[float], best_step: int | None) -> None:
+                 history_smoothed: Sequence[float], best_step: int | None, best_smoothed: float | None) -> None:
         self.smoothed = None if smoothed is None else float(smoothed)
         self.change = float(change)  # smoothed |value - previous value|: the noise level
         self.previous = float(previous)
@@ -148,6 +153,7 @@ class _Plateau:
         self.history = deque((int(step), float(value)) for step, value in zip(history_steps, history_smoothed,
                                                                               strict=True))
         self.best_step = None if best_step is None else int(best_step)
+        self.best_smoothed = None if best_smoothed is None else float(best_smoothed)
 
     def observe(self, step: int | None, value: float, alpha: float, window: int, min_improvement: float,
                 noise_deviations: float) -> None:
@@ -176,18 +182,27 @@ class _Plateau:
             history.popleft()
         reference_step, reference = history[0]
         if reference_step > step - window:
-            self.best_step = step  # less than a window seen: the run is just starting
+            self._progress(step)  # less than a window seen: the run is just starting
             return
         # White noise of deviation s gives E|x_t - x_t-1| = 2s/sqrt(pi); two smoothed values
-        # a window apart then differ with deviation s * sqrt(2 alpha / (2 - alpha)).
+        # a window or more apart then differ with deviation s * sqrt(2 alpha / (2 - alpha)).
         noise = self.change * math.sqrt(math.pi) / 2 * math.sqrt(2 * alpha / (2 - alpha))
-        needed = max(min_improvement * abs(reference), noise_deviations * noise)
-        if reference - self.smoothed > needed:
-            self.best_step = step
+        deviations = noise_deviations * noise
+        best = self.best_smoothed
+        if self._clearly_below(reference, min_improvement, deviations) or (
+                best is not None and self._clearly_below(best, min_improvement, deviations)):
+            self._progress(step)
+
+    def _clearly_below(self, reference: float, min_improvement: float, deviations: float) -> bool:
+        """Whether the smoothed value (set: observe sets it first) is below ``reference`` by both margins."""
+        return reference - cast(float, self.smoothed) > max(min_improvement * abs(reference), deviations)
+
+    def _progress(self, step: int) -> None:
+        self.best_step, self.best_smoothed = step, self.smoothed
 
     def state(self) -> PlateauState:
         return (self.smoothed, self.change, self.previous, [step for step, _ in self.history],
-                [value for _, value in self.history], self.best_step)
+                [value for _, value in self.history], self.best_step, self.best_smoothed)
 
 
 def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int | None], values: Sequence[float],

@@ -173,8 +173,25 @@ def _load_rank(values: dict[str, Any]) -> RankState:
         if name in values:  # a field added since the checkpoint was written keeps its default
             setattr(rank, name, adapter.validate_python(values[name]))
     rank.detectors = {name: _detector_adapter(name).validate_python(dumped)
-                      for name, dumped in _dict(values["detectors"]).items() if name in _UNITS}
+                      for name, dumped in _with_plateau_best_smoothed(_dict(values["detectors"])).items()
+                      if name in _UNITS}
     return rank
+
+
+def _with_plateau_best_smoothed(detectors: dict[str, Any]) -> dict[str, Any]:
+    """A loss plateau state of six, written before the tracker kept the smoothed value of its last progress, with
+    that value: the window's at the best step where the window still holds it, else None (the tracker then judges
+    by its window alone until the next progress)."""
+    loss = detectors.get("loss")
+    if not isinstance(loss, dict):
+        return detectors
+    plateau = loss.get("plateau")
+    if not (isinstance(plateau, list) and len(plateau) == 6):
+        return detectors
+    history_steps, history_smoothed, best_step = plateau[3:6]
+    known = dict(zip(history_steps, history_smoothed, strict=False)) if isinstance(history_steps, list) and isinstance(
+        history_smoothed, list) else {}
+    return {**detectors, "loss": {**loss, "plateau": [*plateau, known.get(best_step)]}}
 
 
 def _dict(value: Any) -> dict:

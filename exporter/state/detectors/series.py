@@ -16,7 +16,7 @@ from exporter.native.detectors import PlateauState, SpikeState
 from exporter.state.detectors.base import Detector, Found, StepView
 
 FRESH_SPIKES: SpikeState = (0.0, 0.0, 0, 0)
-FRESH_PLATEAU: PlateauState = (None, 0.0, 0.0, [], [], None)
+FRESH_PLATEAU: PlateauState = (None, 0.0, 0.0, [], [], None, None)
 
 
 @dataclass(frozen=True)
@@ -53,7 +53,7 @@ class SeriesState:
     """The kernel's spike and plateau state (None until a finite value came), and a run of non-finite values."""
 
     spikes: SpikeState | None = None  # (mean, deviation, values seen, length of the current excursion)
-    # (smoothed, smoothed |change|, previous value, history steps, history smoothed, best step)
+    # (smoothed, smoothed |change|, previous value, history steps, history smoothed, best step, its smoothed)
     plateau: PlateauState | None = None
     nonfinite_since: int | None = None  # the step a run of non-finite values going on began at
     nonfinite_open: bool = False  # the last value was not finite
