@@ -136,9 +136,9 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int) 
             "bytes": log.path.stat().st_size, "contenders": rows}
 
 
-def measure(workdir: Path, lines: int, rounds: int) -> dict[str, object]:
+def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:
     """Every kept console, each repeated to ``lines`` lines (its file deleted once measured)."""
-    results = {}
+    results: dict[str, dict] = {}
     for console in CONSOLES:
         directory = workdir / console.name / "logs"
         results[console.name] = measure_console(directory, console, lines, rounds)

@@ -47,6 +47,11 @@ class StepBatchBuilder:
     def __len__(self) -> int:
         return len(self._steps) + (len(self._reader) if self._reader is not None else 0)
 
+    @property
+    def reads_runs(self) -> bool:
+        """True once runs of lines come through a reader (``read_by``)."""
+        return self._reader is not None
+
     def read_by(self, reader: native.StepReader, gauges: tuple[str, ...]) -> None:
         """Runs of lines will come through ``reader``, whose table's fields set ``gauges``."""
         self._merge_reader()
