@@ -278,3 +278,26 @@ def test_every_anchor_is_long_enough_for_the_simd_prefilter():
 def test_scanner_rejects_empty_anchors():
     with pytest.raises(ValueError):
         native.scanner([b"step", b""])
+
+
+@pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
+                                  "torchrun_tee", "prefixed_stacked", "prefixed_stretches"])
+def test_step_rows_are_each_lines_own_values(name):
+    # analyze's CSV: a row per step line with that line's values and aux losses, from batches of many lines
+    # (the kernel's runs), as a batch per line gives them.
+    data = {log_name: log for log_name, log, _ in _logs()}[name]
+    blocks = _blocks(data, _line_boundaries(data, random.Random(name), 30))
+
+    def rows(parsed: list) -> list:
+        return [(record.rank, step, values, aux) for block in parsed for record in block.records
+                if isinstance(record, StepBatch) for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
+        expected = rows([LineParser(rows_per_batch=1, step_rows=True).parse_block(block) for block in blocks])
+    assert len(expected) >= 3
+    in_blocks = [LineParser(step_rows=True).parse_block(block) for block in blocks]
+    assert rows(in_blocks) == expected
+    # The long logs' rows come from batches of many lines.
+    assert len(expected) < 100 or any(len(record.steps) > 1 for block in in_blocks for record in block.records
+                                      if isinstance(record, StepBatch))

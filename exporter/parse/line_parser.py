@@ -86,11 +86,12 @@ class LineParser:
 
     def __init__(self, candidates: Iterable[Format] = BUILTIN_FORMATS, *, forced: Format | None = None,
                  rank_offset: int = 0, rows_per_batch: int | None = None, line_offsets: bool = False,
-                 series_fields: tuple[str, ...] = SERIES_FIELDS) -> None:
+                 series_fields: tuple[str, ...] = SERIES_FIELDS, step_rows: bool = False) -> None:
         """``rows_per_batch``: at most that many step lines per StepBatch (1: a batch per line, as tests read
         them); ``line_offsets``: fill ``ParsedBlock.offsets`` and ``StepBatch.line_starts`` (analyze looks at
         the lines again for their timestamps); ``series_fields``: the gauges whose every value a StepBatch
-        keeps (the detectors need loss and grad_norm; analyze keeps them all)."""
+        keeps (the detectors need loss and grad_norm; analyze keeps them all); ``step_rows``: each StepBatch
+        keeps each line's own values (``rows``: analyze's CSV)."""
         self._candidates = tuple(candidates)
         # Every line not taken by the kernel is offered to these, in order (most specific first).
         self._routing = self._candidates
@@ -112,6 +113,7 @@ class LineParser:
         self._rows_per_batch = rows_per_batch
         self._line_offsets = line_offsets
         self._series_fields = series_fields
+        self._step_rows = step_rows
         self._line_start = 0  # where the line being parsed starts in its block (kept for ParsedBlock.offsets)
         self._blocks: dict[int | None, Block] = {}
         self._thrown: dict[int | None, str] = {}
@@ -448,7 +450,8 @@ class LineParser:
     def _builder(self, rank: int | None) -> StepBatchBuilder:
         builder = self._batches.get(rank)
         if builder is None:
-            builder = self._batches[rank] = StepBatchBuilder(rank, self._series_fields, self._line_offsets)
+            builder = self._batches[rank] = StepBatchBuilder(rank, self._series_fields, self._line_offsets,
+                                                             self._step_rows)
         return builder
 
     def _end_batch(self, builder: StepBatchBuilder, parsed: ParsedBlock) -> None:

@@ -32,14 +32,16 @@ class StepBatchBuilder:
     _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
     _unprinted_nonfinite_losses: int
     _line_starts: list[int]
+    _rows: list[tuple[dict[str, float], dict[str, float]]]
 
     def __init__(self, rank: int | None, series_fields: tuple[str, ...] = SERIES_FIELDS,
-                 line_starts: bool = False) -> None:
+                 line_starts: bool = False, rows: bool = False) -> None:
         """``series_fields``: the gauges whose every value a batch keeps; ``line_starts``: keep where each
-        line starts."""
+        line starts; ``rows``: keep each line's own values (StepBatch.rows)."""
         self.rank = rank
         self._series_fields = series_fields
         self._keep_starts = line_starts
+        self._keep_rows = rows
         self._reader: native.StepReader | None = None
         self._gauges: tuple[str, ...] = ()
         self._clear()
@@ -69,6 +71,8 @@ class StepBatchBuilder:
         reader = self._reader
         if reader is None:
             return 0, None
+        if self._keep_rows:
+            return self._read_rows(data, starts, index, limit)
         after_lines_alone = bool(self._steps) and not len(reader)
         taken = reader.read(data, starts, index, limit)
         ended = None
@@ -79,6 +83,30 @@ class StepBatchBuilder:
             self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
+        return taken, ended
+
+    def _read_rows(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
+        """``read_run``, a line at a time, each line's values kept as its row; a restart ends the run after its
+        first line (the batch before it is returned)."""
+        reader = self._reader
+        assert reader is not None
+        taken, ended = 0, None
+        while taken < limit and reader.read(data, starts, index + taken, 1):
+            run = reader.take()
+            steps, total, fields, named = run
+            if self._known_step is not None and steps[0] < self._known_step:
+                ended = self.take()
+            values = {gauge: latest for gauge, (latest, *_) in zip(self._gauges, fields, strict=True)
+                      if latest is not None}
+            if total is not None:
+                values["total_steps"] = total
+            self._rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
+            self._merge_run(run)
+            if self._keep_starts:
+                self._line_starts.append(starts[index + taken])
+            taken += 1
+            if ended is not None:
+                break
         return taken, ended
 
     def goes_back(self, step: int | None) -> bool:
@@ -94,6 +122,9 @@ class StepBatchBuilder:
         self._steps.append(line.step)
         if self._keep_starts:
             self._line_starts.append(start)
+        if self._keep_rows:
+            self._rows.append((dict(line.values), {name: value for name, value in line.named.items()
+                                                   if is_aux_loss(name)}))
         if line.step is not None:
             self._known_step = line.step
         for name, value in line.values.items():
@@ -127,7 +158,7 @@ class StepBatchBuilder:
         named = {name: Named(value, lines, is_aux_loss(name)) for name, (value, lines) in self._named.items()}
         batch = StepBatch(self._steps, self._latest, self._series, self._units, named,
                           self._unprinted_nonfinite_losses, self.rank,
-                          self._line_starts if self._keep_starts else None)
+                          self._line_starts if self._keep_starts else None, self._rows if self._keep_rows else None)
         self._clear()
         return batch
 
@@ -173,6 +204,6 @@ class StepBatchBuilder:
         self._named[name] = (value, lines + (seen[1] if seen else 0))
 
     def _clear(self) -> None:
-        self._steps, self._known_step, self._line_starts = [], None, []
+        self._steps, self._known_step, self._line_starts, self._rows = [], None, [], []
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0
