@@ -290,7 +290,8 @@ def test_step_rows_are_each_lines_own_values(name):
 
     def rows(parsed: list) -> list:
         return [(record.rank, step, values, aux) for block in parsed for record in block.records
-                if isinstance(record, StepBatch) for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+                if isinstance(record, StepBatch)
+                for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
