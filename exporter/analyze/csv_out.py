@@ -8,7 +8,6 @@ Both passes stream; memory holds one row.
 from __future__ import annotations
 
 import csv
-import math
 import os
 import tempfile
 from typing import TextIO
@@ -67,14 +66,7 @@ class StepCsv:
             column = self._aux.setdefault(name, len(self._aux))
             if column >= len(aux):
                 aux.append("")
-            aux[column] = _cell(value)
-        self._writer.writerow([*row[:4], _cell(row[4]), *(_cell(value) for value in row[5:]), *aux])
+            aux[column] = value
+        # The csv module writes None as an empty cell and a float as its repr: nan, inf, as the log said.
+        self._writer.writerow([*row, *aux])
         self._pending = None
-
-
-def _cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # nan, inf: written as such, a reader sees what the log said
-    return value

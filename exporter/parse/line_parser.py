@@ -379,8 +379,7 @@ class LineParser:
         if self._stream is not None:  # a rank stream's lines, their prefix cut off: into the rank's batch
             builder = self._builder(self._stream[1])
             if not builder.reads_runs:
-                assert self._kernel_table is not None and kernel_format.step_table is not None
-                builder.read_by(native.step_reader(self._kernel_table), kernel_format.step_table.gauges)
+                self._read_by_kernel(builder)
         if builder is None:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
@@ -543,7 +542,15 @@ class LineParser:
             kernel_table = (table.kernel_table if self._series_fields == SERIES_FIELDS
                             else table.kernel_table_keeping(self._series_fields))
             self._kernel_table = kernel_table
-            self._builder(None).read_by(native.step_reader(kernel_table), table.gauges)
+            self._read_by_kernel(self._builder(None))
+
+    def _read_by_kernel(self, builder: StepBatchBuilder) -> None:
+        """The builder's runs of step lines come through the kernel, by the table of the file's kernel format."""
+        assert self._kernel_table is not None and self._kernel_format is not None
+        assert self._kernel_format.step_table is not None
+        table = self._kernel_table
+        builder.read_by(native.step_reader(table), self._kernel_format.step_table.gauges,
+                        native.step_reader(table) if self._step_rows else None)
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""

@@ -43,6 +43,7 @@ class StepBatchBuilder:
         self._keep_starts = line_starts
         self._keep_rows = rows
         self._reader: native.StepReader | None = None
+        self._row_reader: native.StepReader | None = None
         self._gauges: tuple[str, ...] = ()
         self._clear()
 
@@ -54,10 +55,12 @@ class StepBatchBuilder:
         """True once runs of lines come through a reader (``read_by``)."""
         return self._reader is not None
 
-    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...]) -> None:
-        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``."""
+    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...],
+                row_reader: native.StepReader | None = None) -> None:
+        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``; with ``rows``, each
+        line of a run read again alone by ``row_reader`` (a reader of the same table) for its own values."""
         self._merge_reader()
-        self._reader, self._gauges = reader, gauges
+        self._reader, self._gauges, self._row_reader = reader, gauges, row_reader
 
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``): how many lines it took, and the
@@ -71,8 +74,6 @@ class StepBatchBuilder:
         reader = self._reader
         if reader is None:
             return 0, None
-        if self._keep_rows:
-            return self._read_rows(data, starts, index, limit)
         after_lines_alone = bool(self._steps) and not len(reader)
         taken = reader.read(data, starts, index, limit)
         ended = None
@@ -83,31 +84,22 @@ class StepBatchBuilder:
             self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
+        if taken and self._keep_rows:
+            self._read_rows(data, starts, index, taken)
         return taken, ended
 
-    def _read_rows(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
-        """``read_run``, a line at a time, each line's values kept as its row; a restart ends the run after its
-        first line (the batch before it is returned)."""
-        reader = self._reader
+    def _read_rows(self, data: bytes, starts: list[int], index: int, count: int) -> None:
+        """Each of the ``count`` lines at ``starts[index]``, just read as a run, read again alone: its own values
+        and aux losses, its row."""
+        reader, gauges, rows = self._row_reader, self._gauges, self._rows
         assert reader is not None
-        taken, ended = 0, None
-        while taken < limit and reader.read(data, starts, index + taken, 1):
-            run = reader.take()
-            steps, total, fields, named = run
-            if self._known_step is not None and steps[0] < self._known_step:
-                ended = self.take()
-            values = {gauge: latest for gauge, (latest, *_) in zip(self._gauges, fields, strict=True)
-                      if latest is not None}
+        for line in range(index, index + count):
+            reader.read(data, starts, line, 1)
+            _, total, fields, named = reader.take()
+            values = {gauge: latest for gauge, (latest, *_) in zip(gauges, fields, strict=True) if latest is not None}
             if total is not None:
                 values["total_steps"] = total
-            self._rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
-            self._merge_run(run)
-            if self._keep_starts:
-                self._line_starts.append(starts[index + taken])
-            taken += 1
-            if ended is not None:
-                break
-        return taken, ended
+            rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
 
     def goes_back(self, step: int | None) -> bool:
         """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch
