@@ -204,16 +204,3 @@ def test_every_reader_sees_each_carriage_return_segment_as_a_line():
         (1, 0, 17.4), (2, 0, 5.44), (3, 0, 2.5)]
     assert parsed.lines_by_rank == {0: 2, 1: 2}  # a physical line counts once, for the rank its prefix names
 
-
-def test_a_bar_handed_out_in_pieces_counts_as_the_lines_the_file_has():
-    # The tailer hands a bar's redraws out at its last \r; the rest of that line, in a later read, continues it:
-    # each physical line counts once, per rank, however the reads cut it (a catch-up's chunks cut it too).
-    data = b"\n".join(fixture_lines(REAL / "hf_trainer_tqdm.log")) + b"\n"
-    generator = random.Random(29)
-    for sizes in ([], *([generator.randint(1, 300) for _ in range(400)] for _ in range(10))):
-        cutter, parser, lines, offset = _LineCutter(1 << 20), LineParser(), 0, 0
-        for size in [*sizes, len(data)]:
-            block = cutter.cut(data[offset:offset + size]).data
-            offset += size
-            lines += sum(parser.parse_block(block).lines_by_rank.values())
-        assert lines == data.count(b"\n")

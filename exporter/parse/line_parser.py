@@ -216,11 +216,9 @@ class LineParser:
         for whole in data.split(b"\n")[:-1]:
             start = self._line_start
             if self._continued or b"\r" in whole:
-                continuation = self._continued  # the rest of a line handed out at its last ``\r``: counted then
                 rank, recognized = self._parse_segments(whole, parsed)
-                if not continuation:
-                    lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-                    parsed.unparsed += not recognized
+                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+                parsed.unparsed += not recognized
                 self._line_start = start + len(whole) + 1
                 continue
             if self._redrawn is not None:
