@@ -279,12 +279,12 @@ class LineParser:
         none: no prefix on its first line, lines of several ranks or without one, a line glued to another rank's.
 
         One rank's prefix on every line: a rank's own log (``[rank3]: ``, ``srun --label``'s ``3: ``) or a stretch
-        of one rank's lines in a console. Told by byte counts, no Python operation per line: as many lines
-        beginning with the first line's prefixes as the block has, and their role (``[default``) nowhere else,
-        where a line of another rank would be glued (split_glued). The scan, without the prefixes' anchors, finds
-        the lines that matter; each is read from after the prefix, the runs of step lines by the kernel into
-        the rank's batch. A line the kernel declines is read with its prefix, as the line-by-line path reads
-        it: the records are the same (tests/test_block_parse.py).
+        of one rank's lines in a console. Told by byte counts (native.count_starts), no Python operation per
+        line: as many lines beginning with the first line's prefixes as the block has, and their role
+        (``[default``) nowhere else, where a line of another rank would be glued (split_glued). The scan,
+        without the prefixes' anchors, finds the lines that matter; each is read from after the prefix, the
+        runs of step lines by the kernel into the rank's batch. A line the kernel declines is read with its
+        prefix, as the line-by-line path reads it: the records are the same (tests/test_block_parse.py).
         """
         if data[:1] not in _RANK_PREFIX_STARTS:
             return False
@@ -298,10 +298,9 @@ class LineParser:
         scanner = self._stream_scanner[1]
         assert scanner is not None
         lines, starts, _ = scanner.scan(data)
-        if data.count(b"\n" + prefix) != lines - 1:
-            return False
         role = ROLE_PREFIX.match(prefix)
-        if role is not None and data.count(b"[" + role.group(1)) != lines:
+        starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
+        if starting != lines or (role is not None and tags != lines):
             return False
         width = len(prefix)
         first_record = len(parsed.records)
