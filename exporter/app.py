@@ -80,6 +80,7 @@ class Exporter:
             idle_flush_seconds=settings.idle_flush_seconds,
             rules={str(directory): _rules(directory, settings) for directory in settings.log_dir},
             max_open_files=_file_budget(open_file_limit()), open_file_limit=open_file_limit(),
+            plog_ranks=settings.plog_ranks,
         )
         # --log-file -: standard input through the same pipeline (kubectl logs -f pod | trainlog-exporter ...).
         self.stdin = StreamFollower(pipeline, max_line_bytes=settings.max_line_bytes) if STDIN in settings.log_file \

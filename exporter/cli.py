@@ -66,6 +66,9 @@ def add_serve_options(parser: argparse.ArgumentParser) -> None:
                         help="seconds between safety rescans of the log directories (default 2)")
     parser.add_argument("--follow-symlinks-outside", dest="follow_symlinks_outside", action="store_const", const=True,
                         help="follow symbolic links that lead out of the log directory (default: skip them)")
+    parser.add_argument("--plog-ranks", dest="plog_ranks", action="store_const", const=True,
+                        help="count a CANN process log plog-<pid>_*.log on the rank whose worker log names that pid "
+                             "(default: a series of its own; docs/ascend-faults.md)")
     parser.add_argument("--max-line-bytes", dest="max_line_bytes", type=int, metavar="BYTES",
                         help="truncate longer lines (default 1 MiB)")
     parser.add_argument("--log-level", dest="log_level", metavar="LEVEL",

@@ -12,6 +12,7 @@ every file's offset with exactly the lines already counted.
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import time
@@ -20,8 +21,10 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
+from exporter.follow.discover import RanklessFiles
 from exporter.follow.identity import implausible
 from exporter.parse import Format, FormatSelection, LineParser, Record
+from exporter.parse.csv_rows import CsvRows, first_line, is_table
 from exporter.parse.fields import label_value
 from exporter.parse.ranks import global_rank
 from exporter.state import SeriesKey, TrainingState
@@ -39,6 +42,7 @@ class _File:
     info: dict[str, str]
     keys: dict[int | None, SeriesKey] = field(default_factory=dict)  # rank named by a line prefix -> series
     format: Format | None = None  # the format last written into ``info``
+    rows: CsvRows | None = None  # a header-driven CSV table (metrics.csv): its rows made lines
 
 
 class Pipeline:
@@ -58,6 +62,7 @@ class Pipeline:
         self._state = state
         self._node = node
         self._run_for_directory = run_for_directory
+        self._rankless = RanklessFiles()
         self._clock = clock
         self._formats = formats or FormatSelection()
         self._rank_offset = rank_offset
@@ -79,13 +84,16 @@ class Pipeline:
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
         """Start a file's series; where to resume reading it (a restored position), None: at its start."""
         role = file.role
-        rank = label_value(role.rank)  # a rank-less file's rank is its path, which need not be UTF-8
+        rank = role.rank
         if role.local_rank and rank:
             rank = str(global_rank(int(rank), True, self._rank_offset))
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(file.relative_path, role.role),
                             rank_offset=self._rank_offset)
-        entry = _File(parser, self._run_for_directory(file.directory),
-                      {"file": label_value(os.path.basename(file.path)), "role": role.role})
+        run = self._run_for_directory(file.directory)
+        if role.rankless:  # a further rank-less file of the run is a series of its own (discover.RanklessFiles)
+            run = label_value(self._rankless.run_label(run, self._node, file.path, file.relative_path))
+        entry = _File(parser, run, {"file": label_value(os.path.basename(file.path)), "role": role.role},
+                      rows=CsvRows(functools.partial(first_line, file.path)) if is_table(file.path) else None)
         key = entry.keys[None] = (entry.run, self._node, rank)
         self._files[file.path] = entry
         with self._state.lock:
@@ -107,7 +115,7 @@ class Pipeline:
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
-        parsed = entry.parser.parse_block(batch.data)
+        parsed = entry.parser.parse_block(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)
         info_changed = self._note_format(entry)
         groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
         for record in parsed.records:

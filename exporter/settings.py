@@ -76,7 +76,7 @@ class LogDirectory(BaseModel):
     path: Path = Field(description="The directory holding the logs.")
     include: list[str] | None = Field(
         None, min_length=1, description="Patterns of the files to follow (name or relative path); "
-                                        "default *.log, *.out, *.jsonl, *.txt.")
+                                        "default *.log, *.out, *.jsonl, *.txt, metrics.csv.")
     exclude: list[str] = Field(
         default_factory=list, description="Patterns of files and subdirectories not to follow (name or relative path).")
     follow_symlinks_outside: bool | None = Field(
@@ -200,6 +200,9 @@ class Settings(DetectorOptions):
         False, description="Follow symbolic links that lead out of the log directory (default: skip, with a warning).")
     max_line_bytes: int = Field(1 << 20, ge=1024, description="Longer lines are truncated to this many bytes.")
     log_level: str = Field("info", pattern=r"(?i)^(debug|info|warning|error)$", description="Log verbosity.")
+    plog_ranks: bool = Field(
+        False, description="Count a CANN process log plog-<pid>_*.log on the rank whose worker log names that pid "
+                           "(MindSpore's and CANN's records carry it); default: a series of its own.")
     rank_offset: int = Field(
         0, ge=0, description="Global rank of this node's local rank 0 (node_rank x nproc_per_node), "
                              "for [defaultN]: prefixes and torchrun's attempt_K/N/ directories.")

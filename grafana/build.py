@@ -72,9 +72,13 @@ WORKERS = 'run="$run", rank!=""'
 FIRING = 'ALERTS{alertstate="firing", alertname=~"Training.*", run=~"$run|"}'
 EXPORTERS = 'job=~"$job", instance=~"$instance"'
 
-# Seconds without a log line before a rank turns yellow / red (the floor of the stall threshold).
+# Seconds without a log line before a rank turns yellow / red (the floor of the stall threshold), where a panel
+# shows seconds; and the share of the rank's own stall threshold (training_stall_threshold_seconds, learned from
+# its pace, never below the floor: as trainlog:rank:silence_over_threshold_seconds) where it shows that.
 SILENCE_WARNING_SECONDS = 60
 SILENCE_CRITICAL_SECONDS = STALL_FLOOR_SECONDS
+SILENCE_WARNING_SHARE = 0.5
+SILENCE_CRITICAL_SHARE = 1.0
 # Step time relative to the run's median at which a rank turns yellow / red (stragglers).
 STRAGGLER_WARNING_RATIO = 1.2
 STRAGGLER_CRITICAL_RATIO = STRAGGLER_FACTOR
@@ -458,9 +462,20 @@ def silence_thresholds() -> dashboard.ThresholdsConfig:
     return steps((None, "green"), (SILENCE_WARNING_SECONDS, "yellow"), (SILENCE_CRITICAL_SECONDS, "red"))
 
 
+def silence_share_thresholds() -> dashboard.ThresholdsConfig:
+    return steps((None, "green"), (SILENCE_WARNING_SHARE, "yellow"), (SILENCE_CRITICAL_SHARE, "red"))
+
+
+def silence_share(selector: str) -> str:
+    """Each rank's silence as a share of its own stall threshold: red (1) where TrainingStalled judges it stalled."""
+    return (f"(time() - training_last_log_timestamp_seconds{{{selector}}})"
+            f" / on (run, node, rank) clamp_min(training_stall_threshold_seconds{{{selector}}}, {STALL_FLOOR_SECONDS})")
+
+
 def liveness_panels() -> Iterator:
-    yield (stat_panel("Newest line of the run", "Seconds since any rank of the run printed a line "
-                      "(TrainingStalled fires after 10 minutes).", 6, "s",
+    yield (stat_panel("Newest line of the run", "Seconds since any rank of the run printed a line (TrainingStalled "
+                      f"fires when every rank is silent past its own stall threshold, at least {STALL_FLOOR_SECONDS} "
+                      "s: see the silence table and history for each rank's share of it).", 6, "s",
                       (f"time() - max(training_last_log_timestamp_seconds{{{WORKERS}}})", "silence"))
            .thresholds(silence_thresholds()).color_mode(common_models.BigValueColorMode.BACKGROUND))
     yield (stat_panel("First stalled rank", "Of the selected ranks that print steps, the one silent the longest: "
@@ -479,18 +494,23 @@ def liveness_panels() -> Iterator:
                       6, "none",
                       (f"count(sum by (node, rank) (training_errors_total{{{SELECTED}}}) > 0) or vector(0)", "ranks"))
            .thresholds(steps((None, "green"), (1, "red"))).color_mode(common_models.BigValueColorMode.BACKGROUND))
-    yield (table_panel("Seconds since the last log line", "Every selected rank, the longest silent first.", 12, 10,
+    yield (table_panel("Seconds since the last log line", "Every selected rank, the longest silent first, and its "
+                       "silence as a share of its own stall threshold (learned from its pace, never below "
+                       f"{STALL_FLOOR_SECONDS} s): red past it.", 12, 10,
                        (f"time() - training_last_log_timestamp_seconds{{{SELECTED}}}", "silence"),
-                       hide=("run",), rename={"Value": "seconds since last line"})
-           .thresholds(silence_thresholds())
-           .with_override(*colour_cells("seconds since last line", "s"))
+                       (silence_share(SELECTED), "of its stall threshold"),
+                       hide=("run",), rename={"Value #A": "seconds since last line",
+                                              "Value #B": "of its stall threshold"})
+           .thresholds(silence_share_thresholds())
+           .override_by_name("seconds since last line", [models.DynamicConfigValue(id_val="unit", value="s")])
+           .with_override(*colour_cells("of its stall threshold", "percentunit"))
            .sort_by([common.TableSortByFieldState().display_name("seconds since last line").desc(True)]))
     yield (place(statushistory.Panel(), f"Silence: {TOP_RANKS_TABLE} longest silent ranks",
-                 "Seconds since the last line, over time: a rank that stopped printing turns red before the others.",
-                 12, 10, "s")
-           .targets([query(f"topk({TOP_RANKS_TABLE}, time() - training_last_log_timestamp_seconds{{{SELECTED}}})",
-                           "rank {{rank}} ({{node}})")])
-           .thresholds(silence_thresholds())
+                 "Each rank's silence as a share of its own stall threshold (learned from its pace, never below "
+                 f"{STALL_FLOOR_SECONDS} s), over time: a rank that stopped printing turns red (past its threshold) "
+                 "before the others.", 12, 10, "percentunit")
+           .targets([query(f"topk({TOP_RANKS_TABLE}, {silence_share(SELECTED)})", "rank {{rank}} ({{node}})")])
+           .thresholds(silence_share_thresholds())
            .color_scheme(dashboard.FieldColor().mode(models.FieldColorModeId.THRESHOLDS))
            .show_value(common_models.VisibilityMode.NEVER))
 

@@ -131,10 +131,60 @@ EXTRA_KEYWORDS = {
     # need the huge-page wrapper's name in front of it).
     "AISW_CANN_Runtime_054": [["halMemAlloc failed"]],
 }
+# A fault MindCluster has no entry for gets the code UNKNOWN (a bounded label value, with its component);
+# its id says what it is. Each names the public text its keywords were read from.
+UNKNOWN = "unknown"
+MS_CANN_CASES = ("https://github.com/mindspore-ai/docs/blob/31d99939defa022f0c09036e1c909d87c34c9eaf/"
+                 "tutorials/source_zh_cn/debug/error_analysis/cann_error_cases.md")
+CANN_OOM_CASE = ("https://www.hiascend.com/document/detail/zh/CANNCommunityEdition/850/maintenref/troubleshooting/"
+                 "troubleshooting_0050.html")
+ASCEND_310_NOTES = ("https://github.com/channyHuang/channyHuang.github.io/blob/872073238af38ea1bdb3379537b8c64ee9be4c24/"
+                    "_posts/linuxAndWin/2025-03-18-Inference_In_Ascend.md")
+TORCHAIR_SUPERKERNEL = "https://gitcode.com/Ascend/torchair/blob/master/docs/zh/appendix/cases/superkernel_cases.md"
+LINUX_MCE = "https://github.com/torvalds/linux/blob/master/arch/x86/kernel/cpu/mce/core.c"
+LINUX_PANIC = "https://github.com/torvalds/linux/blob/master/kernel/panic.c"
 EXTRA_FAULTS: list[dict[str, Any]] = [
     {"id": "507054", "family": "TrainLog", "component": "RUNTIME", "module": "RUNTIME", "kind": "hardware",
      "fault": "HBM multi-bit ECC error", "keywords": [["NPU function error", "HBM MULTI BIT ECC ERROR"]],
      "origin": TORCH_NPU},
+    # CANN process-log lines (plog; the console with ASCEND_SLOG_PRINT_TO_STDOUT=1) of the driver (DRV),
+    # the runtime and the graph engine (GE) that MindCluster's knowledge does not name.
+    {"id": "DRV_hdc_connect_down", "family": "CANN_Plog", "component": "DRV", "module": "Drv", "kind": "hardware",
+     "code": UNKNOWN, "fault": "host-device channel (HDC) to the NPU went down: the device stopped answering",
+     "keywords": [["[ERROR] DRV(", "hdc connect down"]], "origin": MS_CANN_CASES},
+    {"id": "RUNTIME_device_status_failure", "family": "CANN_Plog", "component": "RUNTIME", "module": "RUNTIME",
+     "kind": "hardware", "code": UNKNOWN, "fault": "the runtime found the device in a failed state",
+     "keywords": [["[ERROR] RUNTIME(", "ReportStatusFailProc:Device status failure"]], "origin": MS_CANN_CASES},
+    # ret=-12 and errno 12 are ENOMEM: the driver could not get the device memory asked for.
+    {"id": "DRV_msg_send_enomem", "family": "CANN_Plog", "component": "DRV", "module": "Drv", "kind": "oom",
+     "code": UNKNOWN, "fault": "driver memory request refused: out of device memory (ENOMEM)",
+     "keywords": [["[ERROR] DRV(", "Msg send failed. (ret=-12;"], ["[ERROR] DRV(", "<errno:12,", "Mem create failed."]],
+     "origin": CANN_OOM_CASE},
+    {"id": "RUNTIME_halMemCreate_failed", "family": "CANN_Plog", "component": "RUNTIME", "module": "RUNTIME",
+     "kind": "oom", "code": UNKNOWN, "fault": "physical device memory allocation failed (halMemCreate)",
+     "keywords": [["[ERROR] RUNTIME(", "halMemCreate failed."]], "origin": CANN_OOM_CASE},
+    {"id": "DRV_mem_remote_map_failed", "family": "CANN_Plog", "component": "DRV", "module": "Drv", "kind": "other",
+     "code": UNKNOWN, "fault": "mapping host memory for the device failed (Mem_remote_map ioctl)",
+     "keywords": [["[ERROR] DRV(", "Mem_remote_map ioctl error"]], "origin": ASCEND_310_NOTES},
+    {"id": "RUNTIME_pcie_host_register_failed", "family": "CANN_Plog", "component": "RUNTIME", "module": "RUNTIME",
+     "kind": "other", "code": UNKNOWN, "fault": "registering a host buffer over PCIe failed",
+     "keywords": [["[ERROR] RUNTIME(", "Pcie Host Register failed"]], "origin": ASCEND_310_NOTES},
+    # GE's own failures print "ErrorNo: <n>(<reason>)"; an assert of the model loader is one.
+    {"id": "GE_assert_failed", "family": "CANN_Plog", "component": "GE", "module": "GE", "kind": "other",
+     "code": UNKNOWN, "fault": "a graph engine (GE) check failed while loading or running the model",
+     "keywords": [["[ERROR] GE(", "ErrorNo: ", "]Assert ("]], "origin": ASCEND_310_NOTES},
+    # GE's error tracking names the operator whose task failed on the device (after the runtime's own error).
+    {"id": "GE_error_tracking", "family": "CANN_Plog", "component": "GE", "module": "GE", "kind": "other",
+     "code": UNKNOWN, "fault": "an operator's task failed on the device (GE error tracking names it)",
+     "keywords": [["[ERROR] GE(", "ErrorTrackingCallback: ErrorNo: "]], "origin": TORCHAIR_SUPERKERNEL},
+    # The host kernel: a fatal machine check (the kernel says "Exception" when the #MC handler runs, not
+    # for the corrected events it polls) and any panic, which takes the node and every rank on it down.
+    {"id": "OS_machine_check_exception", "family": "OS-dmesg", "component": "OS", "module": "OS", "kind": "hardware",
+     "code": UNKNOWN, "fault": "fatal CPU or memory machine check exception",
+     "keywords": [["mce: [Hardware Error]: CPU ", ": Machine Check Exception: "]], "origin": LINUX_MCE},
+    {"id": "OS_kernel_panic", "family": "OS-vmcore-dmesg", "component": "OS", "module": "OS", "kind": "hardware",
+     "code": UNKNOWN, "fault": "the node's kernel panicked: every rank on it stopped",
+     "keywords": [["Kernel panic - not syncing: "]], "origin": LINUX_PANIC},
 ]
 
 # Faults that are no failure of the training: corrected errors, warnings, success messages,
@@ -295,7 +345,7 @@ def build(knowledge: dict, commit: str) -> dict:
         kept.add(key)
     for extra in EXTRA_FAULTS:
         added = {key: extra[key] for key in ("id", "family", "component", "module", "fault", "kind")}
-        added.update(source=FAMILIES[extra["family"]], code=extra["id"],
+        added.update(source=FAMILIES[extra["family"]], code=extra.get("code", extra["id"]),
                      keywords=extra["keywords"], advice=advice(extra["kind"], extra["component"]),
                      origin=extra["origin"], explains=[])
         entries.append(added)

@@ -7,13 +7,21 @@ cascades through Prometheus and Alertmanager in tests/test_e2e_alerts.py.
 
 from __future__ import annotations
 
+import os
+import shutil
+from pathlib import Path
+
 from exporter import kinds
+from exporter.analyze.engine import Analysis
+from exporter.analyze.sources import resolve
 from exporter.export.families import walk
 from exporter.export.metrics_table import INCIDENT_INFO
 from exporter.parse import LineParser
 from exporter.state import TrainingState
 from exporter.state.cause import CauseModel
 from exporter.state.events import Event
+
+REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 
 
 def key(rank: int, node: str = "n0") -> tuple[str, str, str]:
@@ -205,3 +213,50 @@ def test_the_state_exposes_the_cause_as_training_incident_info_and_counts_the_ha
     (family,) = walk(state, lambda names, values: dict(zip(names, values, strict=True)), specs=[INCIDENT_INFO])
     assert family.series == [{"run": "job", "node": "n0", "rank": "1", "kind": "hang", "step": "8"}]
     assert state.series[key(1)].anomalies["hang"] == 1
+
+
+def test_analyze_names_the_failure_that_made_torchelastic_restart_the_first_incident(tmp_path):
+    """The real ``--max-restarts 2`` run (tests/fixtures/SOURCES.md): attempt 0 ended with rank 1's RuntimeError;
+    attempts 1 and 2 failed on both ranks before a step. Each attempt's files are read before the next attempt's,
+    whatever the rank, and one restart of the attempt (on any rank) ends the incident before it: the first incident is
+    rank 1's."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(REAL / "torchelastic_restarts", log_dir)
+    for path in log_dir.rglob("attempt_*/*/*.log"):  # as the run wrote them: one attempt after the other (git keeps
+        attempt = int(path.parent.parent.name.removeprefix("attempt_"))  # no modification times)
+        os.utime(path, (1_796_299_800 + 2 * attempt, 1_796_299_800 + 2 * attempt))
+    analysis = Analysis()
+    for source in resolve([str(log_dir)], "job").sources:
+        analysis.add(source)
+    (run,) = analysis.report().runs
+    assert run.root_cause is not None and (run.root_cause.kind, run.root_cause.rank) == ("traceback", "1")
+    roots = {(finding.kind, finding.rank) for finding in run.findings if finding.root_cause}
+    assert roots == {("traceback", "1"), ("traceback", "0")}  # attempt 0's, and attempts 1 and 2's (one finding)
+
+
+def test_one_launcher_attempt_is_one_incident_whichever_rank_restarts_first():
+    model = CauseModel()
+    model.heard(Event("restart", key(0), None, 10.0, detail={"attempt": 1}))
+    model.heard(Event("traceback", key(0), 5, 11.0))
+    model.heard(Event("restart", key(1), None, 10.5, detail={"attempt": 1}))  # the same attempt, read after
+    model.heard(Event("traceback", key(1), 5, 11.5))
+    assert summary(model)[:2] == ("traceback", "0")
+    model.heard(Event("restart", key(1), None, 20.0, detail={"attempt": 2}))  # the next attempt: a new incident
+    assert model.cause("job") is None
+    assert [cause.event.rank for cause in model.history("job")] == ["0"]
+
+
+def test_at_one_step_the_rank_that_did_not_print_the_step_s_first_line_is_the_hang():
+    # Every rank printed step 7 at the same moment; the others then printed a line of step 8 (a data loader's, a
+    # step's start) and blocked in the all-reduce; rank 1 printed nothing more. Its last line is the evidence.
+    model = CauseModel()
+    stepped(model, range(4), 7, 100.0)
+    for rank in (0, 2, 3):
+        model.line(key(rank), 101.5)
+    threshold = {key(rank): 10.0 for rank in range(4)}.__getitem__
+    hang = model.hang("job", now=107.0, threshold=threshold)
+    assert hang is not None and (hang.rank, hang.step) == ("1", 7)
+    # Without such a line nothing tells the ranks apart before the others' collective timeout: no rank is named.
+    together = CauseModel()
+    stepped(together, range(4), 7, 100.0)
+    assert together.hang("job", now=500.0, threshold=threshold) is None

@@ -345,3 +345,18 @@ def test_first_stalled_rank_is_the_hung_one_not_the_pipeline_stage(stack):
     expr = substitute(panel["targets"][0]["expr"], {"run": INCIDENT_RUN, "node": ".*", "rank": ".+"})
     (sample,) = stack.query(expr)
     assert sample["metric"]["rank"] == HUNG_RANK
+
+
+def test_silence_is_coloured_against_each_rank_s_own_stall_threshold(stack):
+    # The silence history's colour is the share of the rank's learned threshold (training_stall_threshold_seconds,
+    # never below the floor), not a fixed number of seconds: the hung rank, silent ten minutes, is past its own;
+    # the ranks that printed a moment ago are far below theirs.
+    panel = next(panel for panel in panels(committed()["training-ranks.json"])
+                 if panel["title"].startswith("Silence: ") and panel["type"] == "status-history")
+    assert "training_stall_threshold_seconds" in panel["targets"][0]["expr"]
+    steps = [(step["value"], step["color"]) for step in panel["fieldConfig"]["defaults"]["thresholds"]["steps"]]
+    assert steps == [(None, "green"), (0.5, "yellow"), (1.0, "red")]
+    expr = substitute(panel["targets"][0]["expr"], {"run": INCIDENT_RUN, "node": ".*", "rank": ".+"})
+    share = {sample["metric"]["rank"]: float(sample["value"][1]) for sample in stack.query(expr)}
+    assert share[HUNG_RANK] >= 1.0, share
+    assert share["0"] < 0.5, share

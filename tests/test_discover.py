@@ -1,9 +1,13 @@
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from exporter.follow import classify, is_followed
-from exporter.follow.discover import RanklessFiles
+from exporter.follow.discover import PidRanks, RanklessFiles, discovery_order, plog_pid, record_pids
+
+REAL = Path(__file__).parent / "fixtures" / "real"
 
 
 @pytest.mark.parametrize(
@@ -31,26 +35,40 @@ def test_rotated_siblings_are_never_new_ranks(path, followed):
         ("scheduler.log", "", "scheduler"),
         ("logs/rank_5.log", "5", "worker"),
         ("train-rank3.log", "3", "worker"),
-        ("train.log", "train.log", "worker"),  # no rank in the name: the name itself tells files apart
-        ("node1/train.log", "node1/train.log", "worker"),
+        ("train.log", "", "worker"),  # no rank in the name: none in the label (DESIGN 3.2)
+        ("node1/train.log", "", "worker"),
+        ("csv/lightning_logs/version_0/metrics.csv", "", "worker"),
     ],
 )
 def test_rank_from_file_name(path, rank, role):
     assert classify(path).rank == rank
     assert classify(path).role == role
     assert not classify(path).local_rank
-    assert classify(path).rankless == (rank == path)
+    assert classify(path).rankless == (rank == "" and role == "worker")
 
 
-def test_the_first_rankless_file_of_a_directory_has_the_empty_rank_a_second_one_its_path():
-    # DESIGN 3.2: `cmd > train.log 2>&1`, a --tee console: no rank in the name, none in the label.
+def test_rankless_files_are_each_a_series_of_their_own_on_the_empty_rank():
+    # DESIGN 3.2: `cmd > train.log 2>&1`, a --tee console: no rank in the name, none in the label. The first one of
+    # a run and node has the run's own label; a further one its own series, told apart by its run label.
     files = RanklessFiles()
-    assert files.role("/job/a", "train.log").rank == ""
-    assert files.role("/job/a", "train.log").rank == ""  # the same file asked again
-    assert files.role("/job/a", "console.log").rank == "console.log"  # two rank-less files stay two series
-    assert files.role("/job/b", "console.log").rank == ""  # another directory
-    assert files.role("/job/a", "worker_3.log").rank == "3"
-    assert files.role("/job/a", "scheduler.log").role == "scheduler"
+    assert files.run_label("job", "n0", "/job/a/train.log", "train.log") == "job"
+    assert files.run_label("job", "n0", "/job/a/train.log", "train.log") == "job"  # the same file asked again
+    assert files.run_label("job", "n0", "/job/a/v/metrics.csv", "v/metrics.csv") == "job/v/metrics.csv"
+    assert files.run_label("job", "n1", "/job/b/console.log", "console.log") == "job"  # another node
+    assert files.run_label("other", "n0", "/other/train.log", "train.log") == "other"  # another run
+    # Two --log-files of one name in two directories beside the first: the second path is the full one.
+    assert files.run_label("job", "n0", "/x/1/t.log", "t.log") == "job/t.log"
+    assert files.run_label("job", "n0", "/x/2/t.log", "t.log") == "job/x/2/t.log"
+
+
+def test_discovery_order_takes_the_top_of_a_directory_first_then_names_with_numbers_as_numbers():
+    paths = ["csv/lightning_logs/version_0/metrics.csv", "train.log", "attempt_10/0/stdout.log",
+             "attempt_2/0/stdout.log", "a.log"]
+    assert sorted(paths, key=discovery_order) == [
+        "a.log", "train.log", "attempt_2/0/stdout.log", "attempt_10/0/stdout.log",
+        "csv/lightning_logs/version_0/metrics.csv"]
+    assert is_followed("csv/lightning_logs/version_0/metrics.csv")  # Lightning's CSVLogger
+    assert not is_followed("report.csv")
 
 
 @pytest.mark.parametrize("path", ["run-1/attempt_0/3/stdout.log", "attempt_2/3/stderr.log",
@@ -60,3 +78,30 @@ def test_the_first_rankless_file_of_a_directory_has_the_empty_rank_a_second_one_
 def test_torchrun_log_dir_layout_gives_the_local_rank(path):
     role = classify(path)
     assert (role.rank, role.role, role.local_rank) == ("3", "worker", True)
+
+
+def test_a_cann_process_log_is_named_by_its_pid():
+    # MindCluster's fixtures: process_log/debug/plog/plog-10972_20230131024824126.log
+    assert plog_pid("process_log/debug/plog/plog-10972_20230131024824126.log") == 10972
+    assert plog_pid("plog-10972_20230131024824126.log") == 10972
+    assert plog_pid("process_log/debug/device-0/device-10972_20230131024824126.log") is None
+    assert plog_pid("worker_1.log") is None
+
+
+def test_the_pids_of_mindspore_and_cann_records_in_a_worker_log():
+    # A real msrun worker log (MindSpore 2.10.0, tests/fixtures/SOURCES.md): its process's pid is 953.
+    block = (REAL / "msrun_nan_worker_1.log").read_bytes()
+    assert record_pids(block) == {953}
+    # A CANN record printed to the console (ASCEND_SLOG_PRINT_TO_STDOUT=1) names its process too.
+    assert record_pids((REAL / "errors_ascend_faults.log").read_bytes().splitlines()[4]) == {10972}
+    assert record_pids(b"step 1 loss 2.0 (953, 12)\n  [WARNING] DEVICE(1,2,python) indented\n") == set()
+
+
+def test_pid_ranks_finds_the_worker_of_a_pid_and_waits_while_none_names_it(tmp_path):
+    worker = tmp_path / "worker_1.log"
+    worker.write_bytes(b"no record yet\n")
+    ranks, role = PidRanks(), classify("worker_1.log")
+    assert ranks.role_of(953, [(str(worker), role)]) is None
+    worker.write_bytes(b"no record yet\n" + (REAL / "msrun_nan_worker_1.log").read_bytes())
+    assert ranks.role_of(953, [(str(worker), role)]) == role
+    assert ranks.role_of(954, [(str(worker), role)]) is None

@@ -5,7 +5,9 @@ that printed it; informational lines raise nothing."""
 from __future__ import annotations
 
 import json
+import shutil
 import subprocess
+import time
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -18,7 +20,10 @@ from exporter.simulate.texts import step_line
 from tests.support.exporter_process import ExporterProcess, exporter_command
 from tests.support.net import eventually
 
-REAL_LINES = (Path(__file__).parent / "fixtures" / "real" / "errors_ascend_faults.log").read_text().splitlines()
+REAL = Path(__file__).parent / "fixtures" / "real"
+# MindCluster's fixtures and docs, then CANN process-log and host kernel lines its knowledge lacks (SOURCES.md).
+REAL_LINES = [line for name in ("errors_ascend_faults.log", "errors_cann_plog_host.log")
+              for line in (REAL / name).read_text().splitlines()]
 
 # (family, a fragment that picks the line of errors_ascend_faults.log, kind, code, component)
 FAMILIES = [
@@ -41,11 +46,25 @@ FAMILIES = [
     ("host file system error", "EXT4-fs error", "other", "Comp_OS_Kernel_FS_02", "OS"),
     ("torch_npu runtime error", "error code is 507035", "hardware", "507035", "RUNTIME"),
     ("torch_npu sync timeout", "error code is 507048", "hccl_timeout", "507048", "RUNTIME"),
+    # Faults MindCluster names no code for: "unknown", with the component that printed them.
+    ("DRV process log: device link lost", "hdc connect down", "hardware", "unknown", "DRV"),
+    ("RUNTIME process log: device failed", "ReportStatusFailProc:Device status failure", "hardware", "unknown",
+     "RUNTIME"),
+    ("DRV process log: out of memory", "Msg send failed. (ret=-12", "oom", "unknown", "DRV"),
+    ("RUNTIME process log: its return code", "ErrCode=207001", "oom", "207001", "RUNTIME"),
+    ("DRV process log: host memory mapping", "Mem_remote_map ioctl error", "other", "unknown", "DRV"),
+    ("GE process log: assert", "GetHbmFeatureMapMemInfo: ErrorNo", "other", "unknown", "GE"),
+    ("GE process log: the failed operator", "ErrorTrackingCallback: ErrorNo", "other", "unknown", "GE"),
+    ("host machine check exception", "Machine Check Exception: 5", "hardware", "unknown", "OS"),
+    ("host panic on a machine check", "not syncing: Fatal machine check", "hardware", "Comp_OS_HW_Mem_02", "OS"),
+    ("host hard lockup", "NMI watchdog: Watchdog detected hard LOCKUP", "hardware", "Comp_OS_Kernel_CPU_04", "OS"),
+    ("host OOM killer (Killed process)", "Out of memory: Killed process 15784", "killed", "Comp_OS_Kernel_Mem_08",
+     "OS"),
 ]
 # Lines of the same fixture that name a fault the knowledge knows, at a level or of a kind that is no failure.
 QUIET = ["[INFO] [devdrv_init_dev_num", "|info|sysmonitor", "Vmallocinfo Start", "APEI Generic Hardware Error",
-         # A kernel fault that holds no failure literal: its words cost the block scanner too much (parse/faults/).
-         "Watchdog detected hard LOCKUP"]
+         # Machine checks the kernel logged and went on (no exception raised): corrected or recovered.
+         "Machine check events logged", "Machine Check: 0 Bank 4"]
 
 
 def _line(fragment: str) -> str:
@@ -76,6 +95,7 @@ def test_a_code_label_is_one_the_knowledge_names_else_empty():
     assert faults.known_code("EI0006") == "EI0006"
     assert faults.known_code("0x80E01801") == "0x80E01801"  # HBM multi-bit ECC, MindCluster's code
     assert faults.known_code("507053") == "507053"
+    assert faults.known_code("unknown") == "unknown"  # a fault the table names without a code (its component says more)
     assert faults.known_code("EZ1234") == ""  # CANN's shape, but no code of the table: the label stays bounded
     assert faults.known_code(507053) == ""
 
@@ -95,10 +115,12 @@ def test_hccl_timeouts_follow_and_device_faults_lead():
 
 
 @pytest.mark.parametrize("level", ["[WARNING]", "[INFO]"])
-def test_a_fault_on_a_warning_or_info_line_counts_nothing(level):
-    line = _line("halMemAlloc failed").replace("[ERROR]", level)
+@pytest.mark.parametrize(("fragment", "kind"), [("halMemAlloc failed", "oom"), ("hdc connect down", "hardware"),
+                                                ("GetHbmFeatureMapMemInfo", "other")])
+def test_a_fault_on_a_warning_or_info_line_counts_nothing(level, fragment, kind):
+    line = _line(fragment).replace("[ERROR]", level)
     assert signatures.classify(line.encode()) is None
-    assert signatures.classify(_line("halMemAlloc failed").encode()).kind == "oom"
+    assert signatures.classify(_line(fragment).encode()).kind == kind
 
 
 # --- every family through serve and analyze -------------------------------------------------
@@ -180,3 +202,41 @@ def test_a_cann_device_log_counts_its_faults_on_the_rank_of_its_device(tmp_path)
     errors = {(dict(labels)["run"], dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
               in samples.items() if metric == "training_errors_total" and value}
     assert errors == {("job", "1", "hccl_timeout")}
+
+
+@pytest.mark.parametrize("plog_ranks", [True, False])
+def test_a_cann_process_log_counts_on_the_rank_whose_worker_log_names_its_pid(tmp_path, plog_ranks):
+    """--plog-ranks: $ASCEND_PROCESS_LOG_PATH's plog-<pid>_*.log on the rank of the worker whose MindSpore records
+    carry that pid (real msrun worker logs: pids 953 and 3937); a plog no worker names waits unread, and is read
+    from its start once one does. Without it, each plog is a rank-less series of its own."""
+    logs, plogs = tmp_path / "logs", tmp_path / "process_log" / "debug" / "plog"
+    logs.mkdir()
+    plogs.mkdir(parents=True)
+    _worker_log(logs / "worker_0.log", [])
+    shutil.copy(REAL / "msrun_nan_worker_1.log", logs / "worker_1.log")
+    socket_timeout = _line("get socket timeout, tot")  # line 2 of MindCluster's plog-10972_20230131024824126.log
+    (plogs / "plog-953_20230131024824126.log").write_text(socket_timeout + "\n")
+    (plogs / "plog-3937_20230131024824451.log").write_text(_line("halMemAlloc failed") + "\n")
+    arguments = ["--log-dir", str(logs), "--log-dir", str(tmp_path / "process_log"), "--run", "job"]
+
+    def errors(run: str = "job") -> set[tuple[str, str]]:
+        return {(dict(labels)["rank"], dict(labels)["kind"]) for (metric, labels), value
+                in exporter.samples().items() if metric == "training_errors_total" and value
+                and dict(labels)["run"] == run}
+
+    with ExporterProcess(*arguments, *(["--plog-ranks"] if plog_ranks else [])) as exporter:
+        if not plog_ranks:
+            # Rank-less files (discover.RanklessFiles), each on the empty rank: the run's first (in name order with
+            # numbers as numbers) has the run's label, the next its path added to it.
+            eventually(lambda: (errors(), errors("job/debug/plog/plog-3937_20230131024824451.log"))
+                       == ({("", "hccl_timeout")}, {("", "oom")}), 20, what="each plog on its own")
+            return
+        eventually(lambda: errors() == {("1", "hccl_timeout")}, 20, what="the plog of worker 1's process")
+        time.sleep(1)  # a rescan or two: the plog of process 3937 still waits
+        assert errors() == {("1", "hccl_timeout")}
+        # Rank 0's console now prints a record of process 3937 (a line of the real msrun run whose pid it was).
+        (record,) = [line for line in (REAL / "msrun_oom_worker_1.log").read_text().splitlines()
+                     if line.startswith("[WARNING] DEVICE(3937,")][:1]
+        with open(logs / "worker_0.log", "a") as console:
+            console.write(record + "\n")
+        eventually(lambda: errors() == {("1", "hccl_timeout"), ("0", "oom")}, 20, what="the waiting plog, read")

@@ -260,3 +260,62 @@ def test_without_web_config_nothing_changes_for_the_probes():
     (container,) = exporter_containers(rendered_objects(render()))
     assert "scheme" not in container["livenessProbe"]["httpGet"]
     assert not any(arg.startswith("--web.config.file") for arg in container["args"])
+
+
+HOST_LOGS = {"processLogs": {"enabled": True}, "kernelLog": {"enabled": True, "file": "messages"}}
+
+
+def test_the_nodes_own_logs_are_off_by_default(tmp_path):
+    standalone = rendered_objects(render())
+    (job,) = of_kind(rendered_objects(render(example_training_chart(tmp_path))), "Job")
+    for spec in [pod_spec(obj) for obj in standalone if obj["kind"] in WORKLOADS] + [pod_spec(job)]:
+        assert [volume["name"] for volume in spec["volumes"]] == ["trainlog-logs"]
+    for container in [*exporter_containers(standalone), pod_spec(job)["initContainers"][0]]:
+        assert [arg for arg in container["args"] if arg.startswith(("--log-dir", "--log-file", "--plog"))] == [
+            "--log-dir=/logs"]
+
+
+def test_host_logs_mount_cann_process_logs_and_the_kernel_log_read_only_and_follow_them():
+    objects = rendered_objects(render(values={"run": "llama-70b", "standalone": {"kind": "DaemonSet"},
+                                              "hostLogs": HOST_LOGS}))
+    for obj in objects:
+        validate(obj)
+    (container,) = exporter_containers(objects)
+    (workload,) = [obj for obj in objects if obj["kind"] in WORKLOADS]
+    volumes = {volume["name"]: volume for volume in pod_spec(workload)["volumes"]}
+    assert volumes["trainlog-process-logs"]["hostPath"] == {"path": "/root/ascend/log", "type": "DirectoryOrCreate"}
+    assert volumes["trainlog-kernel-log"]["hostPath"] == {"path": "/var/log", "type": "Directory"}
+    mounts = {mount["name"]: mount for mount in container["volumeMounts"]}
+    assert mounts["trainlog-process-logs"] == {"name": "trainlog-process-logs", "mountPath": "/host/ascend/log",
+                                               "readOnly": True}
+    assert mounts["trainlog-kernel-log"] == {"name": "trainlog-kernel-log", "mountPath": "/host/var/log",
+                                             "readOnly": True}
+    assert container["args"][:3] == ["--log-dir=/logs", "--web.listen-address=:10042", "--run=llama-70b"]
+    assert container["args"][3:] == ["--log-dir=/host/ascend/log", "--plog-ranks", "--log-file=/host/var/log/messages"]
+    # The exporter takes them as they are.
+    from exporter.cli import build_parser
+    from exporter.settings import load_settings
+
+    arguments = vars(build_parser().parse_args(["serve", *container["args"]]))
+    arguments.pop("command")
+    settings = load_settings(**arguments)
+    assert ([str(path) for path in settings.log_dir], settings.log_file, settings.plog_ranks) == (
+        ["/logs", "/host/ascend/log"], ["/host/var/log/messages"], True)
+
+
+def test_host_logs_in_a_sidecar_take_the_run_from_the_pod_label(tmp_path):
+    objects = rendered_objects(render(example_training_chart(tmp_path), name="llama",
+                                      values={"trainlog-exporter": {"hostLogs": {"processLogs": {
+                                          "enabled": True, "pidRanks": False}}}}))
+    (job,) = of_kind(objects, "Job")
+    validate(job)
+    exporter = pod_spec(job)["initContainers"][0]
+    assert "--log-dir=/host/ascend/log" in exporter["args"] and "--plog-ranks" not in exporter["args"]
+    assert {volume["name"] for volume in pod_spec(job)["volumes"]} == {"trainlog-logs", "trainlog-process-logs"}
+
+
+def test_host_logs_without_one_run_label_fail_clearly():
+    with pytest.raises(Exception, match="hostLogs: set run"):
+        render(values={"hostLogs": HOST_LOGS})
+    with pytest.raises(Exception, match="hostLogs: set run"):
+        render(values={"mode": "sidecar", "sidecar": {"runFromPodLabel": ""}, "hostLogs": HOST_LOGS})

@@ -34,6 +34,7 @@ DETECTED_FORMAT = {
     "real/deepspeed_kill_console": None,
     "real/errors_ascend": None,
     "real/errors_ascend_faults": None,
+    "real/errors_cann_plog_host": None,
     "real/errors_host": None,
     "real/errors_nccl": None,
     "real/errors_torchelastic": None,

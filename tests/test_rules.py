@@ -138,9 +138,9 @@ MUTATIONS = {
     "the hung rank's stall carries no root cause": ("group_left (rank, root_cause)", "group_left (rank)"),
     "errors never carry the root cause": (
         '* on (run, node, rank, kind) group_left (root_cause) trainlog:incident:root_cause\n'
-        '          or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0',
+        '          or on (run, node, rank, kind)\n          trainlog:rank:errors:counted10m',
         '* on (run, node, rank, kind) group_left () trainlog:incident:root_cause\n'
-        '          or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0'),
+        '          or on (run, node, rank, kind)\n          trainlog:rank:errors:counted10m'),
     "stall per node instead of per run": (
         STALL_GUARDED,
         "unless on (run) trainlog:run:finished\n        labels:\n          severity: critical",
@@ -167,8 +167,12 @@ MUTATIONS = {
         "unless on (run, node) (sum by (run, node) (increase(training_steps_total[10m])) > 0)",
     ),
     "counter compared to a level, not increased": (
-        'or on (run, node, rank, kind)\n          increase(training_errors_total[10m]) > 0',
-        'or on (run, node, rank, kind)\n          training_errors_total > 1',
+        'increase(training_errors_total[10m]) > 0\n          or\n',
+        'training_errors_total > 1\n          or\n',
+    ),
+    "a failure before the first scrape never pages": (
+        "(training_errors_total > 0 unless training_errors_total offset 10m)",
+        "(training_errors_total > 0 unless training_errors_total)",
     ),
     "crashes joined on another alert's kinds": (
         'trainlog_kind_info{alert="TrainingProcessCrashed"}',

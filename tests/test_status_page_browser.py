@@ -3,12 +3,14 @@
 from __future__ import annotations
 
 import re
+from pathlib import Path
 
 from exporter.simulate.demo import DemoRun
 from tests.support.browser import chromium
 from tests.support.cdp import Browser
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually, http_get, sample, scrape
+from tests.support.replay import replay_directory
 from tests.support.runs import copy_example
 
 NAN_STEP = ("[INFO] 2026-06-09 10:30:00 [.../loss_callback.py:231] _print_log: { step:[  201/ 1000], loss:        nan, "
@@ -98,3 +100,29 @@ def test_the_refresh_replaces_the_content_and_keeps_the_scroll_position(tmp_path
                 what="the content refreshed with the new step")
             assert browser.evaluate("window.loadedOnce") is True  # the same document: no reload
             assert browser.evaluate("window.scrollY") == 700
+
+
+MSRUN_HANG = Path(__file__).resolve().parent / "fixtures" / "real" / "msrun_hang"  # tests/fixtures/SOURCES.md
+REPLAY_SPEEDUP = 20.0
+
+
+def test_a_real_msrun_hang_marks_its_step_names_the_hung_rank_and_gives_no_eta(tmp_path):
+    """The real msrun hang (rank 1 silent inside step 8, ranks 0, 2, 3 failing in the ring all-reduce), written
+    live in the order and at 20x the pace its lines were printed: the loss chart marks the failures at step 7 (none
+    at step 1), the hung rank's row is the cause's, not a healthy one, and the stopped run has no ETA."""
+    log_dir = tmp_path / "job" / "msrun_log"
+    log_dir.mkdir(parents=True)
+    with ExporterProcess("--log-dir", str(log_dir), "--rescan-interval", "0.2",
+                         "--state-file", str(tmp_path / "state.json")) as exporter:
+        replay_directory(MSRUN_HANG, log_dir, REPLAY_SPEEDUP)
+        eventually(lambda: "root cause hang" in http_get(exporter.url + "/")[1], 30, what="the hang named on the page")
+        dom = chromium(exporter.url + "/", tmp_path / "profile", "--dump-dom").stdout
+    marks = re.findall(r"@ step (\d+)", dom)
+    assert marks and set(marks) == {"7"}, marks
+    assert "ETA" not in dom
+    assert "stopped: root cause hang (silent inside a step) after step 7 on rank 1" in dom
+    rows = {re.search(r"worker_(\d)\.log", row).group(1): row for row in dom.split("<tr") if "worker_" in row}
+    assert "cause" in _classes(rows["1"]) and "bad" in _classes(rows["1"]), rows["1"]
+    assert "hang 1 at step 7" in rows["1"]
+    for rank in "023":
+        assert "traceback 1 at step 7" in rows[rank] and "at step 1," not in rows[rank], rows[rank]

@@ -35,6 +35,7 @@ from exporter.analyze.timestamps import LineClock
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, faults
+from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection
 from exporter.parse.records import StepBatch
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
@@ -89,7 +90,9 @@ class Analysis:
         self._max_line_bytes = max_line_bytes
         self._tracks: dict[SeriesKey, _Track] = {}
         self._findings: dict[str, list[Finding]] = {}  # by run
-        self._finding_of: dict[int, Finding] = {}  # id of the event a finding was made of -> the finding
+        # id of the event a finding was made of -> that event (kept alive, so that its id is no later event's) and
+        # the finding
+        self._finding_of: dict[int, tuple[Event, Finding]] = {}
         self._left_out: set[SeriesKey] = set()  # ranks beyond the series limit (their lines are not read)
         self.warnings: list[str] = []
         self.bytes_read = 0
@@ -109,6 +112,7 @@ class Analysis:
         read_any = broken = False
         track = self._tracks[key]
         lines = False
+        rows = CsvRows() if is_table(source.name) else None  # read whole, from its header: no rewrite seen here
         for generation in source.generations:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
@@ -116,7 +120,7 @@ class Analysis:
                 for batch in self._blocks(generation, stdin):
                     read_any = True
                     lines = lines or bool(batch.data)
-                    self._block(source, parser, keys, batch, clock, mtime)
+                    self._block(source, parser, keys, batch, clock, mtime, rows)
                     if progress is not None:
                         progress(source.name, self.bytes_read)
             except SourceError as error:
@@ -146,9 +150,9 @@ class Analysis:
         return track
 
     def _block(self, source: Source, parser: LineParser, keys: dict[int | None, SeriesKey], batch: ReadBatch,
-               clock: LineClock, mtime: float | None) -> None:
-        data = batch.data
-        self.bytes_read += len(data)
+               clock: LineClock, mtime: float | None, rows: CsvRows | None = None) -> None:
+        self.bytes_read += len(batch.data)
+        data = rows.lines(batch.data) if rows is not None else batch.data
         parsed = parser.parse_block(data)
         own = keys[None]
         # The state's clock is the lines' own time (its start-up and stall time are measured by it).
@@ -278,7 +282,7 @@ class Analysis:
         elif kind.family == kinds.ERROR:
             track.errors[event.kind] = finding
         self._findings.setdefault(event.run, []).append(finding)
-        self._finding_of[id(event)] = finding
+        self._finding_of[id(event)] = (event, finding)
 
     @staticmethod
     def _message(event: Event, track: _Track) -> str:
@@ -371,13 +375,17 @@ class Analysis:
     def _mark_root_causes(self, run: str) -> None:
         """The cause model's root cause of each incident of the run (state/cause.py), and the findings it explains."""
         for cause in self._state.causes.history(run):
-            finding = self._finding_of.get(id(cause.event))
+            finding = self._finding_for(cause.event)
             if finding is None:
                 continue
             finding.root_cause = True
-            explained = (self._finding_of.get(id(follower)) for follower in cause.followers)
+            explained = (self._finding_for(follower) for follower in cause.followers)
             finding.explains = sorted({id(found): found for found in explained if found is not None}.values(),
                                       key=finding_order)
+
+    def _finding_for(self, event: Event) -> Finding | None:
+        made = self._finding_of.get(id(event))
+        return made[1] if made is not None and made[0] is event else None
 
     def _plateaus(self, keys: list[SeriesKey]) -> list[Finding]:
         found = []

@@ -14,7 +14,7 @@ import os
 import re
 from dataclasses import dataclass
 
-from exporter.follow.discover import LogFileRole, RanklessFiles, is_followed, run_label
+from exporter.follow.discover import LogFileRole, RanklessFiles, classify, discovery_order, is_followed, run_label
 from exporter.follow.rotated import generations, rotated_base
 from exporter.follow.stream import STDIN
 
@@ -48,7 +48,7 @@ def resolve(paths: list[str], run: str | None = None) -> Resolved:
         elif os.path.isdir(path):
             files = _logs_in(path)
             if not files:
-                problems.append(f"{path}: no log files in this directory (*.log, *.out, *.jsonl, *.txt)")
+                problems.append(f"{path}: no log files in this directory (*.log, *.out, *.jsonl, *.txt, metrics.csv)")
             found += [(path, file) for file in files]
         elif os.path.exists(path):
             found.append((os.path.dirname(path) or ".", rotated_base(path, compressed=True) or path))
@@ -79,7 +79,8 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
                                  else run_label(directories[0]) if directories else "stdin")
     sources: dict[str, Source] = {}
     rankless = RanklessFiles()
-    for directory, path in sorted(found):  # as serve finds them: a directory's rank-less files in name order
+    # As serve finds them (discover.discovery_order): the same rank-less file has the run's own series.
+    for directory, path in sorted(found, key=lambda found: (found[0], _discovery_order(*found))):
         if path == STDIN:
             sources[STDIN] = Source(STDIN, (STDIN,), run or "stdin", "", LogFileRole("", "worker"))
             continue
@@ -89,9 +90,14 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
         relative = os.path.relpath(path, directory)
         # Generations whose live file is gone (rotated away at the end of the run) are read all the same.
         chain = [file for file in generations(path) if os.path.exists(file)] or [path]
-        sources[key] = Source(relative, tuple(chain), run_of_directories,
-                              nodes.get(os.path.abspath(directory), ""), rankless.role(directory, relative))
+        role, node = classify(relative), nodes.get(os.path.abspath(directory), "")
+        own_run = rankless.run_label(run_of_directories, node, key, relative) if role.rankless else run_of_directories
+        sources[key] = Source(relative, tuple(chain), own_run, node, role)
     return sorted(sources.values(), key=_order)
+
+
+def _discovery_order(directory: str, path: str) -> tuple:
+    return discovery_order(os.path.relpath(path, directory)) if path != STDIN else (-1, [])
 
 
 def _node_labels(directories: list[str]) -> dict[str, str]:
@@ -110,7 +116,10 @@ def _order(source: Source) -> tuple:
     directory, _, name = source.name.rpartition("/")
     # torchrun's --redirects splits a rank's output into stdout.log and stderr.log, without times: its failure
     # (the traceback that ended it, in stderr.log) came after its steps (stdout.log), so stdout.log is read first.
-    return (source.node, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
+    # Its attempts (attempt_<K>/) came one after the other: every rank's attempt 0 is read before attempt 1, so the
+    # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
+    attempt = -1 if source.role.attempt is None else source.role.attempt
+    return (source.node, source.role.role == "scheduler", attempt, int(rank) if rank.isdigit() else -1,
             _natural(directory), source.role.local_rank and name == "stderr.log", _natural(name))
 
 

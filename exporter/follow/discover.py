@@ -4,15 +4,18 @@ from __future__ import annotations
 
 import fnmatch
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass
 from pathlib import Path
 
-DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt")
+# metrics.csv: PyTorch Lightning's CSVLogger (a table under its header: parse/csv_rows.py).
+DEFAULT_INCLUDE = ("*.log", "*.out", "*.jsonl", "*.txt", "metrics.csv")
 # Rotated and compressed siblings are history of a followed file, never a new rank.
 _ROTATED = re.compile(r"(\.\d+|\.gz|\.bz2|\.xz|\.zst|[-.]\d{8,10})$")
 
 _WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$", re.ASCII)
 _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE | re.ASCII)
+_NUMBERS = re.compile(r"(\d+)")
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
@@ -20,19 +23,24 @@ _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.l
 # the logical device id, the node-local rank where each rank drives the device of its local rank
 # (msrun's and torchrun's default), so a device fault counts on that rank (docs/ascend-faults.md).
 _CANN_DEVICE_LOG = re.compile(r"(?:^|/)device-(\d+)/device-\d+_\d+\.log$", re.ASCII)
+# CANN's host-side process logs (.../plog/plog-<pid>_<time>.log): one per process, named by its pid.
+_CANN_PLOG = re.compile(r"(?:^|/)plog-(\d+)_\d+\.log$", re.ASCII)
+# The pid of the process that printed a MindSpore or CANN log record: ``[WARNING] DEVICE(3937,7f5a...,python)``,
+# ``[ERROR] HCCL(10972,python)``: the level, the module, then the pid.
+_RECORD_PID = re.compile(rb"^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|EVENT|TRACE)\] [A-Z][A-Z0-9_]*\((\d+),",
+                         re.MULTILINE)
 
 
 @dataclass(frozen=True, slots=True)
 class LogFileRole:
     """What a followed file is: a rank's worker log or the scheduler's log."""
 
-    # The global rank (local rank when local_rank is set); for a worker log whose name holds no
-    # rank, the path itself: two rank-less files of a directory are two series, not one.
+    # The global rank (local rank when local_rank is set); empty for a worker log whose name holds no rank.
     rank: str
     role: str  # "worker" or "scheduler"
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
-    # True when the name holds no rank (``train.log``, a ``--tee`` console): ``rank`` is the path.
+    # True when the name holds no rank (``train.log``, a ``--tee`` console, ``metrics.csv``): ``rank`` is empty.
     rankless: bool = False
     # The launcher's attempt the file belongs to (torchrun's ``attempt_<K>/``): a later one is a restart, also when
     # its files hold no step (a restart that failed in rendezvous or before its first step).
@@ -91,25 +99,36 @@ def classify(relative_path: str) -> LogFileRole:
     if device:
         return LogFileRole(device.group(1), "worker", local_rank=True)
     match = _WORKER.search(relative_path) or _RANK_IN_NAME.search(relative_path)
-    return LogFileRole(match.group(1), "worker") if match else LogFileRole(relative_path, "worker", rankless=True)
+    return LogFileRole(match.group(1), "worker") if match else LogFileRole("", "worker", rankless=True)
 
 
 class RanklessFiles:
-    """The rank label of the worker logs whose name holds no rank, per log directory.
+    """The run label of each worker log whose name holds no rank: one series per file, each on the empty rank.
 
-    The first such file of a directory (in the order they are found) has the empty rank, as DESIGN
-    3.2 says (``cmd > train.log``, a ``--tee`` console: its ``[rankN]:`` lines still go to their ranks);
-    a second one keeps its path, so two rank-less files stay two series, never one with false spikes.
+    Their rank is empty (DESIGN 3.2). The first such file of a (run, node) (found first: serve and analyze take
+    a directory's files nearest its top first, then in name order) has the run's own label: ``cmd > train.log``,
+    a ``--tee`` console (whose ``[rankN]:`` lines still go to their ranks). Each further one is a series of its
+    own, never merged into the first (two copies of one rank's values, MMEngine's work-dir log beside its
+    console, Lightning's ``metrics.csv`` beside the bar, would read as restarts): its run label is the run's
+    followed by its path in the log directory (``job/csv/lightning_logs/version_0/metrics.csv``), or by its
+    full path when that is taken too (``--log-file``s of one name in several directories).
     """
 
     def __init__(self) -> None:
-        self._first: dict[str, str] = {}
+        self._holder: dict[tuple[str, str], str] = {}  # (run label, node) -> the path whose series it is
 
-    def role(self, directory: str, relative_path: str) -> LogFileRole:
-        role = classify(relative_path)
-        if not role.rankless or self._first.setdefault(directory, relative_path) != relative_path:
-            return role
-        return LogFileRole("", role.role)
+    def run_label(self, run: str, node: str, path: str, relative_path: str) -> str:
+        """The run label of the rank-less file ``path`` (``relative_path`` in its log directory)."""
+        for label in (run, f"{run}/{relative_path}", f"{run}/{path.lstrip('/')}"):
+            if self._holder.setdefault((label, node), path) == path:
+                return label
+        return label  # the full path is the file's own
+
+
+def discovery_order(relative_path: str) -> tuple[int, list[int | str]]:
+    """The order a directory's files are taken in: nearest the top first, then by name with numbers as numbers
+    (``attempt_2/`` before ``attempt_10/``: a later attempt is a restart)."""
+    return relative_path.count("/"), [int(part) if part.isdigit() else part for part in _NUMBERS.split(relative_path)]
 
 
 def run_label(directory: str, run: str | None = None) -> str:
@@ -121,3 +140,54 @@ def run_label(directory: str, run: str | None = None) -> str:
     if directory == "-":
         return "stdin"
     return Path(directory).resolve().parent.name or "default"
+
+
+def plog_pid(relative_path: str) -> int | None:
+    """The pid a CANN host-side process log is named by (``plog-<pid>_<time>.log``), else None."""
+    match = _CANN_PLOG.search(relative_path)
+    return int(match.group(1)) if match else None
+
+
+def record_pids(block: bytes) -> set[int]:
+    """The pids of the processes whose MindSpore or CANN log records a block of a worker log holds."""
+    return {int(pid) for pid in _RECORD_PID.findall(block)}
+
+
+class PidRanks:
+    """The rank of a CANN process log (``plog-<pid>_*.log``), by the worker log whose records carry that pid.
+
+    A worker's console holds MindSpore's and CANN's records, each naming the process that printed it
+    (``[WARNING] DEVICE(3937,...)``); the process's own plog is named by the same pid. Worker logs are
+    read from their start, a chunk per lookup that misses, up to ``limit`` bytes each (a process prints
+    such records from its first seconds on): reading is the follower's, off the parse path.
+    """
+
+    CHUNK = 1 << 20
+
+    def __init__(self, limit: int = 16 << 20) -> None:
+        self._limit = limit
+        self._roles: dict[int, LogFileRole] = {}
+        self._read: dict[str, int] = {}  # worker log -> bytes looked at
+
+    def role_of(self, pid: int, workers: Iterable[tuple[str, LogFileRole]]) -> LogFileRole | None:
+        """The role of the worker whose log names ``pid``; None while no worker log read so far does."""
+        for path, role in workers:
+            if pid in self._roles:
+                break
+            self._learn(path, role)
+        return self._roles.get(pid)
+
+    def _learn(self, path: str, role: LogFileRole) -> None:
+        start = self._read.get(path, 0)
+        if start >= self._limit:
+            return
+        try:
+            with open(path, "rb") as handle:
+                handle.seek(start)
+                block = handle.read(min(self.CHUNK, self._limit - start))
+        except OSError:
+            return
+        end = block.rfind(b"\n") + 1  # whole lines only: the rest is read again with the next chunk
+        self._read[path] = start + end
+        for pid in record_pids(block[:end]):
+            self._roles.setdefault(pid, role)

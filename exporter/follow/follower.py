@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import logging
 import os
-import re
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -36,7 +35,15 @@ from watchdog.events import (
 )
 
 from exporter.follow.appends import AppendWatcher
-from exporter.follow.discover import DEFAULT_RULES, DirectoryRules, LogFileRole, RanklessFiles
+from exporter.follow.discover import (
+    DEFAULT_RULES,
+    DirectoryRules,
+    LogFileRole,
+    PidRanks,
+    classify,
+    discovery_order,
+    plog_pid,
+)
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
 from exporter.follow.tailer import ReadBatch, Tailer
@@ -114,16 +121,22 @@ class Follower:
         append_batch_seconds: float = APPEND_BATCH_SECONDS,
         max_open_files: int | None = None,
         open_file_limit: int | None = None,
+        plog_ranks: bool = False,
     ) -> None:
         """``rules``: which files to follow, for every directory or per directory (as given in ``directories``).
 
         ``max_open_files``: files followed at most (each holds a descriptor): the open-file limit
         ``open_file_limit`` less a reserve for the listener, the probes and the checkpoint. Files
         beyond are left unfollowed (``unfollowed``), said once, until others go away.
+
+        ``plog_ranks``: a CANN process log ``plog-<pid>_*.log`` counts on the rank whose worker log names that
+        pid (discover.PidRanks), and waits, unread, until one does; without it, it is a series of its own.
         """
         self._directories = [os.path.abspath(d) for d in directories]
         # Single files (--log-file): followed whatever their name, waited for like a directory.
-        self._single_files = [os.path.abspath(f) for f in files]
+        # In analyze's order (directory, discover.discovery_order): the same rank-less file has the run's series.
+        self._single_files = sorted((os.path.abspath(f) for f in files),
+                                    key=lambda path: (os.path.dirname(path), discovery_order(os.path.basename(path))))
         self._rules = {os.path.abspath(d): rules if isinstance(rules, DirectoryRules) else rules.get(d, DEFAULT_RULES)
                        for d in directories}
         self._sink = sink
@@ -133,7 +146,7 @@ class Follower:
         self._said: set[str] = set()  # warnings about skipped directories and files, each said once
         self._files: dict[str, FollowedFile] = {}
         self._tailers: dict[str, Tailer] = {}
-        self._rankless = RanklessFiles()  # which rank-less file of a directory has the empty rank
+        self._pid_ranks = PidRanks() if plog_ranks else None
         self._watched: set[str] = set()
         self._reported_errors: dict[str, str | None] = {}
         self._waiting: set[str] = set()  # directories reported missing, to say so once
@@ -336,14 +349,15 @@ class Follower:
 
     def _scan(self, directory: str) -> None:
         rules = self._rules[directory]
+        found = []
         for root, subdirectories, names in os.walk(directory, onerror=self._say_skipped):
-            # Natural name order here too: torchrun's attempt_2/ before attempt_10/ (a later attempt is a restart).
-            subdirectories[:] = [name for name in sorted(subdirectories, key=_natural)
+            subdirectories[:] = [name for name in subdirectories
                                  if self._walks_into(directory, rules, os.path.join(root, name))]
-            for name in sorted(names):  # name order: the first rank-less file of a directory is the same one
-                path = os.path.join(root, name)
-                if path not in self._tailers:
-                    self._discover(directory, path)
+            found += [path for path in (os.path.join(root, name) for name in names) if path not in self._tailers]
+        # The files found together in analyze's order (discover.discovery_order): a later torchrun attempt after
+        # the earlier, and the same first rank-less file of the run.
+        for path in sorted(found, key=lambda path: discovery_order(Path(path).relative_to(directory).as_posix())):
+            self._discover(directory, path)
 
     def _walks_into(self, directory: str, rules: DirectoryRules, path: str) -> bool:
         """Whether the scan goes into a subdirectory; a skipped one is said once."""
@@ -407,8 +421,16 @@ class Follower:
         if self._max_open_files is not None and len(self._tailers) >= self._max_open_files:
             self._leave_out(path)
             return
+        role = classify(relative)
+        if self._pid_ranks is not None and (pid := plog_pid(relative)) is not None:
+            mapped = self._plog_role(pid)
+            if mapped is None:
+                self._say_once(f"not following {path} yet: no worker log names its process {pid} so far "
+                               "(--plog-ranks); it is read from its start once one does", logging.INFO)
+                return
+            role = mapped
         self._unfollowed.discard(path)
-        followed = FollowedFile(path, directory, relative, self._rankless.role(directory, relative))
+        followed = FollowedFile(path, directory, relative, role)
         try:
             mtime = os.stat(path).st_mtime
         except OSError:
@@ -420,6 +442,14 @@ class Follower:
         if self._appends is not None:
             self._appends.watch(os.path.dirname(path))
         log.info("following %s (rank %r, %s)", path, followed.role.rank, followed.role.role)
+
+    def _plog_role(self, pid: int) -> LogFileRole | None:
+        """The role of the worker whose log names process ``pid`` (a worker log with a rank, not a plog)."""
+        assert self._pid_ranks is not None
+        workers = [(path, followed.role) for path, followed in self._files.items()
+                   if followed.role.role == "worker" and not followed.role.rankless
+                   and plog_pid(followed.relative_path) is None]
+        return self._pid_ranks.role_of(pid, workers)
 
     def _leave_out(self, path: str) -> None:
         """A file beyond the open-file budget: counted, and said once for all of them (Filebeat's harvester_limit)."""
@@ -447,7 +477,3 @@ class Follower:
             self._sink.file_closed(followed)
             self._sink.files_followed(len(self._tailers))
 
-
-def _natural(name: str) -> list[str | int]:
-    """A name's sort key with its numbers as numbers: ``attempt_2`` before ``attempt_10``."""
-    return [int(part) if part.isdigit() else part for part in re.split(r"(\d+)", name)]

@@ -29,10 +29,12 @@ explains:
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from collections import Counter
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import Any
 
 from exporter import kinds
 from exporter.state.events import Event, SeriesKey
@@ -93,6 +95,7 @@ class _Run:
     ranks: dict[SeriesKey, _Progress] = field(default_factory=dict)
     incident: _Incident | None = None
     past: list[Cause] = field(default_factory=list)  # the causes of its incidents that are over, oldest first
+    attempt: int | None = None  # the latest launcher attempt a rank was seen to start (torchrun's attempt_<K>/)
 
 
 class CauseModel:
@@ -109,6 +112,11 @@ class CauseModel:
         """An event the state applied (any kind: those that break no run are ignored)."""
         run = self._run(event.run)
         if event.kind == "restart":
+            attempt = event.detail.get("attempt")
+            if type(attempt) is int:
+                if run.attempt is not None and attempt <= run.attempt:
+                    return  # another rank of an attempt already started: that attempt's incident goes on
+                run.attempt = attempt
             self._close(event.run)  # a new attempt: what broke the last one is over
             return
         if event.kind not in kinds.INCIDENT_KINDS:
@@ -245,6 +253,29 @@ class CauseModel:
         """Each run's current root cause that is a primary event (what serve exposes)."""
         found = {run: self.cause(run) for run in self._runs}
         return {run: cause for run, cause in found.items() if cause is not None and cause.primary}
+
+    # ----- a checkpoint of it (state/snapshot.py)
+
+    def dump(self) -> dict[str, dict[str, Any]]:
+        """Each run's current incident as plain data: its events in the order read, and its highest step."""
+        return {run: {"events": [dataclasses.asdict(event) for _, event in state.incident.events],
+                      "highest_step": state.incident.highest_step}
+                for run, state in self._runs.items() if state.incident is not None and state.incident.events}
+
+    def restore(self, progress: dict[SeriesKey, tuple[int | None, float | None]],
+                incidents: dict[str, tuple[list[Event], int | None]]) -> None:
+        """Start again from a checkpoint: how far each rank got (its step and last line's time) and each run's
+        current incident (its events in the order read, its highest step). Past incidents are analyze's, not kept."""
+        self._runs, self._ranks, self._read = {}, {}, 0
+        for key, (step, line_at) in progress.items():
+            ranked = self._progress(key)
+            ranked.step, ranked.line_at = step, line_at
+        for run, (events, highest_step) in incidents.items():
+            for event in events:
+                self.heard(event)
+            incident = self._run(run).incident
+            if incident is not None and highest_step is not None:
+                incident.highest_step = max(highest_step, incident.highest_step or highest_step)
 
     # -----
 

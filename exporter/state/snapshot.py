@@ -25,6 +25,7 @@ from typing_extensions import TypedDict  # pydantic needs this one before Python
 
 from exporter.parse.numbers import MAX_INTEGER
 from exporter.state.detectors import DETECTORS
+from exporter.state.events import Event
 from exporter.state.store import ExporterStats, RankState, SeriesKey, TrainingState
 
 if TYPE_CHECKING:
@@ -45,7 +46,7 @@ def dump_state(state: TrainingState) -> dict[str, Any]:
         if item.name not in _NOT_RESTORED_STATS
     }
     series = [{"key": list(key), "values": _dump_rank(rank)} for key, rank in state.series.items()]
-    return {"stats": stats, "series": series}
+    return {"stats": stats, "series": series, "incidents": state.causes.dump()}
 
 
 def restore_state(state: TrainingState, data: Any) -> list[str]:
@@ -61,6 +62,9 @@ def restore_state(state: TrainingState, data: Any) -> list[str]:
             repairs += [f"{'/'.join(key)} {repair}" for repair in _repair_rank(entry["values"])]
             series[key] = _load_rank(entry["values"])
         stats = _stats_adapter().validate_python(data["stats"])
+        # Each run's current incident (the cause model's); a checkpoint written before it was kept has none.
+        incidents = {run: (incident["events"], incident["highest_step"])
+                     for run, incident in _incidents_adapter().validate_python(data.get("incidents", {})).items()}
     except (KeyError, TypeError, ValueError, AttributeError) as error:  # pydantic's ValidationError is a ValueError
         raise ValueError(f"not a valid state dump: {_describe(error)}") from None
     limit = state.limits.max_series
@@ -73,6 +77,10 @@ def restore_state(state: TrainingState, data: Any) -> list[str]:
         state.series.update(series)
         for name, value in stats.items():
             setattr(state.stats, name, value)
+        # How far each rank got, for the cause model to tell who is behind: its step and its last line's time.
+        state.causes.restore({key: (rank.step, rank.last_log_timestamp) for key, rank in series.items()},
+                             {run: incident for run, incident in incidents.items()
+                              if all(event.key in series for event in incident[0])})
     return repairs
 
 
@@ -225,6 +233,18 @@ def _detector_adapter(name: str) -> TypeAdapter:
     from pydantic import TypeAdapter
 
     return TypeAdapter(_UNITS[name].State)
+
+
+class _IncidentDump(TypedDict):
+    events: list[Event]
+    highest_step: int | None
+
+
+@functools.cache
+def _incidents_adapter() -> TypeAdapter:
+    from pydantic import TypeAdapter
+
+    return TypeAdapter(dict[str, _IncidentDump])
 
 
 @functools.cache

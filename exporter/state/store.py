@@ -93,10 +93,10 @@ class RankState:
     starting_since: float | None = None  # when the current (re)start's first line was read, until its first step
     timed_step: int | None = None  # the step of the last step time: the next one stands for the steps since
     # The usual silence between two of the rank's step lines (seconds, smoothed per batch of lines as read): its
-    # stall threshold's base; and the threshold. Learned again after a restart of the exporter (the start-up
-    # allowance until then), not checkpointed: how the lines came in batches is no fact of the log.
-    line_interval: float | None = field(default=None, metadata={"checkpoint": False})
-    stall_threshold_seconds: float | None = field(default=None, metadata={"checkpoint": False})
+    # stall threshold's base; and the threshold. Checkpointed: a restarted exporter keeps the pace it learned
+    # rather than falling back to the start-up allowance while the run trains on (or stays hung).
+    line_interval: float | None = None
+    stall_threshold_seconds: float | None = None
     # An announced long phase (parse/phases.py) under way: its name and when it was announced; and the longest
     # of each kind the rank has shown (from the announcing line to the next step line), in seconds.
     phase: str | None = None
@@ -205,7 +205,7 @@ class TrainingState:
         if rank is not None:
             rank.version += 1
             rank.info.update(info)
-            if rank.stall_threshold_seconds is None:  # no step yet: the start-up allowance
+            if rank.stall_threshold_seconds is None and _stalls(rank):  # no step yet: the start-up allowance
                 rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
             if info.get("role") == "scheduler":
                 for kind in SCHEDULER_KINDS:
@@ -216,7 +216,7 @@ class TrainingState:
                 before, rank.launcher_attempt = rank.launcher_attempt, max(attempt, rank.launcher_attempt or 0)
                 if before is not None and attempt > before:
                     now = log_timestamp if log_timestamp is not None else rank.last_log_timestamp or 0.0
-                    self._restarted(key, rank, now, log_timestamp)
+                    self._restarted(key, rank, now, log_timestamp, attempt)
         return rank
 
     def ingest(
@@ -245,14 +245,17 @@ class TrainingState:
         if log_timestamp is not None:
             rank.last_log_timestamp = log_timestamp
         when = now if line_time is None else line_time(0)
+        # The file was last written longer ago than the stall floor: a log read late (a catch-up of a finished or
+        # silent run), not a run starting now, which the start-up allowance is for.
+        old = log_timestamp is not None and now - log_timestamp > self._detectors.stall_floor_seconds
         if lines:
             if not records or type(records[-1]) is not StepBatch:  # a step batch's lines: told as steps below
                 self.causes.line(key, when)
-            if rank.stall_threshold_seconds is None:
+            if rank.stall_threshold_seconds is None and _stalls(rank):
                 rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now))
+                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, old))
             elif isinstance(record, ErrorEvent):
                 self.causes.line(key, when)
                 self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
@@ -271,6 +274,8 @@ class TrainingState:
                 rank.info.update({name: label_value(value) for name, value in record.values.items()})
                 if rank.step is not None:
                     self._restarted(key, rank, now, when)  # a start banner after step records
+        if old and rank.phase is None and _stalls(rank):
+            rank.stall_threshold_seconds = self._detectors.paced_threshold(rank.line_interval)
 
     def _rank_state(self, key: SeriesKey) -> RankState | None:
         rank = self.series.get(key)
@@ -362,8 +367,11 @@ class TrainingState:
         rank.phase = rank.phase_since = None
         self._account_idle(rank, since_last_step, printed, restarted=restarted, now=now)
         rank.attempt_step, rank.highest_step, rank.replay_until = after
+        since = None if starting else since_last_step
+        if applying.old and since is None and printed > 0:
+            since = printed  # read late, all at once: the pace is the printed step times', not the reading's
         rank.line_interval, rank.stall_threshold_seconds = self._detectors.after_steps(
-            rank.line_interval, None if starting else since_last_step, printed, len(batch.steps))
+            rank.line_interval, since, printed, len(batch.steps))
         self.causes.stepped(key, rank.step, self._line_time(applying, rank.step))
 
     def settle(self, now: float | None) -> None:
@@ -395,9 +403,14 @@ class TrainingState:
             elif idle > self._detectors.stall_gap_seconds:
                 lost["stall"] += idle
 
-    def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None) -> None:
-        """A start seen before any of its steps: the steps up to the highest reached are replayed."""
-        self._apply(key, rank, Event("restart", key, None, when, detail={"after_step": rank.step or 0}))
+    def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None,
+                   attempt: int | None = None) -> None:
+        """A start seen before any of its steps: the steps up to the highest reached are replayed. ``attempt``: the
+        launcher's attempt it starts (torchrun's attempt_<K>/), where the files tell it."""
+        detail: dict[str, str | int | float] = {"after_step": rank.step or 0}
+        if attempt is not None:
+            detail["attempt"] = attempt
+        self._apply(key, rank, Event("restart", key, None, when, detail=detail))
         rank.replay_until = rank.highest_step
         rank.attempt_step = None
         rank.starting_since = now
@@ -467,7 +480,8 @@ class TrainingState:
             self._set_last_error(rank, kind, event.detail)
         elif kind == "restart":
             rank.restarts_total += 1
-            rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
+            if _stalls(rank):
+                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
         else:
             self._count(key, rank, rank.scheduler_events, kind)
             node_id = event.detail.get("node_id")
@@ -621,6 +635,12 @@ class _Applying(NamedTuple):
     printed_before: dict[str, float]  # the rank's printed values before the batch
     line_time: LineTime | None
     now: float
+    old: bool = False  # its file was last written long ago: read late, not a run starting now
+
+
+def _stalls(rank: RankState) -> bool:
+    """A series that can stall: a worker's. A scheduler's prints no steps: it has no pace and no stall threshold."""
+    return rank.info.get("role") != "scheduler"
 
 
 def _around(series: Series | None, step: int | None, previous: float | None) -> tuple[float | None, float | None]:

@@ -66,8 +66,12 @@ class RealRun:
     returncode: int
     during: list[Samples] = field(default_factory=list)
     after: Samples = field(default_factory=dict)
-    report: dict = field(default_factory=dict)  # analyze --format json, its one run
-    rows: list[dict[str, str]] = field(default_factory=list)  # analyze --csv
+    run: str = "job"  # the run label of the job's series (--run), live and in analyze
+    report: dict = field(default_factory=dict)  # analyze --format json, the run's
+    # analyze's other runs by name: a further unranked file's own series (``job/<its path>``, docs/formats.md)
+    other_reports: dict[str, dict] = field(default_factory=dict)
+    rows: list[dict[str, str]] = field(default_factory=list)  # analyze --csv, the run's rows
+    other_rows: list[dict[str, str]] = field(default_factory=list)  # analyze --csv, the other runs' rows
     seconds: float = 0.0
 
     @property
@@ -111,10 +115,12 @@ class RealRun:
         (cause,) = [finding for finding in self.report["findings"] if finding["root_cause"]]
         return cause
 
-    def gauge(self, metric: str, rank: str, samples: Samples | None = None) -> float | None:
+    def gauge(self, metric: str, rank: str, samples: Samples | None = None, run: str | None = None) -> float | None:
+        """The value of a gauge of a rank of the run (``run``: another run label, a further unranked file's)."""
         for (name, labels), value in (self.after if samples is None else samples).items():
             named = dict(labels)
-            if name == metric and named.get("rank") == rank and "kind" not in named:
+            if (name == metric and named.get("rank") == rank and named.get("run") == (run or self.run)
+                    and "kind" not in named):
                 return value
         return None
 
@@ -126,13 +132,15 @@ def _line_count(log_dir: Path) -> int:
 def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job", timeout: float = 300,
             env: dict[str, str] | None = None, cwd: Path | None = None,
             settled: Callable[[Samples], bool] | None = None, exporter_args: Sequence[str] = (),
-            watch: Callable[[ExporterProcess], contextlib.AbstractContextManager] | None = None) -> RealRun:
+            watch: Callable[[ExporterProcess], contextlib.AbstractContextManager] | None = None,
+            other_runs: Sequence[str] = ()) -> RealRun:
     """Start the sidecar on ROOT/logs (not there yet), run COMMAND under nice, scrape, then analyze.
 
     ``settled``: the last scrape is taken once it holds for one (within 30 s): what the sidecar tells only a
     while after the last line (the cause model names a hang once the others' timeouts are a few seconds old).
     ``watch(sidecar)``: a context entered once the sidecar answers, before the job, and left after the last
-    scrape, while the sidecar still runs (a Prometheus scraping it, say).
+    scrape, while the sidecar still runs (a Prometheus scraping it, say). ``other_runs``: the run labels, besides
+    RUN's, of the further unranked files the job writes (``job/csv/.../metrics.csv``); analyze must find no other.
     """
     assert capture in CAPTURES
     log_dir = root / "logs"
@@ -145,7 +153,7 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         exporter = ExporterProcess("--log-file", "-", "--run", run, *exporter_args, stdin=subprocess.PIPE)
     else:
         exporter = ExporterProcess("--log-dir", str(log_dir), "--run", run, *exporter_args)
-    result = RealRun(root, log_dir, returncode=-1)
+    result = RealRun(root, log_dir, returncode=-1, run=run)
     with exporter, (watch(exporter) if watch else contextlib.nullcontext()):
         assert scrape(exporter.url) is not None  # answers before the job has written anything
         stop = threading.Event()
@@ -193,9 +201,13 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
                                                "--run", run),
                               capture_output=True, text=True, env=exporter_environment(), timeout=120, check=False)
     assert analyzed.returncode == 0, analyzed.stderr
-    (result.report,) = json.loads(analyzed.stdout)["runs"]
+    runs = {report["run"]: report for report in json.loads(analyzed.stdout)["runs"]}
+    assert set(runs) == {run, *other_runs}, f"analyze's runs: {sorted(runs)}"
+    result.report = runs.pop(run)
+    result.other_reports = runs
     with open(steps_csv, newline="") as handle:
-        result.rows = list(csv.DictReader(handle))
+        for row in csv.DictReader(handle):
+            (result.rows if row["run"] == run else result.other_rows).append(row)
     return result
 
 

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import math
 import os
+import struct
 
 import pytest
 
@@ -74,15 +75,43 @@ def test_exception_on_rank_one_after_a_redraw(tmp_path):
     assert [finding["rank"] for finding in causes] == ["1"]
 
 
+CSV_RUN = "job/csv/lightning_logs/version_0/metrics.csv"  # a further unranked file: its own series (docs/formats.md)
+
+
 @pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
-def test_logged_metrics_printed_by_a_callback_read_by_the_generic_reader(tmp_path):
-    # self.log("train/loss") to a logger, nothing in the bar's postfix; a callback prints
-    # ``step=N train_loss=... lr=... grad_norm=...`` (after the bar's redraw, on its line): no format names it.
-    result = _lightning_run(tmp_path, "logged", "--variant", "logged")
+def test_logged_metrics_printed_by_a_callback_and_the_csv_logger_beside_it(tmp_path):
+    # self.log("train/loss", on_step=True, on_epoch=True) to a CSVLogger in the log directory, nothing in the bar's
+    # postfix; a callback prints ``step=N train_loss=... lr=... grad_norm=...`` (after the bar's redraw, on its line):
+    # no format names it. The logger writes metrics.csv again under a wider header at the end of epoch 0.
+    result = run_job(tmp_path, torchrun("lightning_train.py", "--truth", str(tmp_path / "truth"), "--out",
+                                        str(tmp_path / "out"), "--epochs", str(EPOCHS), "--batches", str(BATCHES),
+                                        "--variant", "logged", "--csv-dir", str(tmp_path / "logs" / "csv"), nproc=2),
+                     capture="file", other_runs=(CSV_RUN,))
+    keep_fixture(result, "lightning_logged")
     assert result.returncode == 0
     check_steps(result, {0: ""}, PRINTED)
     info = [dict(labels) for (name, labels) in result.after if name == "training_info"]
-    assert [labels.get("reading") for labels in info if labels["rank"] == ""] == [
+    assert [labels.get("reading") for labels in info if labels["rank"] == "" and labels["run"] == "job"] == [
         "read as generic: step=step, loss=train_loss, learning_rate=lr, grad_norm=grad_norm"]
     assert result.report["findings"] == []
+    # metrics.csv: every row once (its step is Lightning's count of optimizer steps before the batch: the global
+    # step less one), the logged float32 values, live and in analyze, no restart at the logger's rewrite.
+    truth = {step - 1: record for step, record in result.truth()[0].items()}
+    rows = {int(row["step"]): row for row in result.other_rows if row["run"] == CSV_RUN}
+    assert sorted(rows) == sorted(truth)
+    for step, record in truth.items():
+        assert {name: float(rows[step][name]) for name in PRINTED} == _logged(record), f"metrics.csv step {step}"
+    last = max(truth)
+    assert result.gauge("training_step", "", run=CSV_RUN) == last
+    assert result.gauge("training_loss", "", run=CSV_RUN) == _logged(truth[last])["loss"]
+    assert result.other_reports[CSV_RUN]["findings"] == []
+    assert result.counters("training_anomalies_total") == result.counters("training_errors_total") == {}
+    restarts = {dict(labels)["run"]: value for (name, labels), value in result.after.items()
+                if name == "training_restarts_total"}
+    assert restarts == {"job": 0, CSV_RUN: 0}
 
+
+def _logged(record: dict) -> dict[str, float]:
+    """What the CSVLogger writes of a step: the values as logged, the learning rate as a float32 tensor holds it."""
+    (learning_rate,) = struct.unpack("f", struct.pack("f", record["raw_learning_rate"]))
+    return {"loss": record["raw_loss"], "learning_rate": learning_rate, "grad_norm": record["raw_grad_norm"]}

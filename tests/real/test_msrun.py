@@ -198,3 +198,9 @@ def test_crash_and_resume_from_a_checkpoint(tmp_path):
         {(rank, step) for rank in RANKS for step in range(6, STEPS + 1)}
     # Live, the sidecar saw the first attempt's steps up to AT - 1 before the files were truncated.
     assert max(result.gauge("training_step", str(CULPRIT), samples) or 0 for samples in result.during) >= AT - 1
+    # Live, the crash was the incident, on its rank, until the resume (its own failure, not the others' follow-ups);
+    # the resume (every worker log truncated and written again) is a restart of every rank, which ends it.
+    incidents = {incident for samples in result.during for incident in result.incidents_live(samples)}
+    assert incidents and {rank for _kind, rank, _step in incidents} == {str(CULPRIT)}, incidents
+    assert all((result.gauge("training_restarts_total", rank) or 0) >= 1 for rank in RANKS)
+    assert result.incidents_live() == set()  # the resumed run finished: no current incident

@@ -17,6 +17,7 @@ from pathlib import Path
 import pytest
 
 from tests.real.harness import BIN, PROGRAMS, require
+from tests.support.alertmanager import AlertmanagerServer
 from tests.support.drill_rules import write_shortened_rules
 from tests.support.exporter_process import ExporterProcess, exporter_environment
 from tests.support.net import eventually, sample, scrape
@@ -51,8 +52,10 @@ class Watched:
 
     def __enter__(self) -> Watched:
         self.exporter.start()
+        self.alertmanager = AlertmanagerServer(self.root / "alertmanager")  # the shipped configuration
+        self.alertmanager.start()
         self.prometheus = PrometheusServer(self.root / "prometheus", [f"127.0.0.1:{self.exporter.port}"],
-                                           rule_files=self.rules)
+                                           rule_files=self.rules, alertmanagers=[self.alertmanager.address])
         self.prometheus.start()
         self.log_dir.mkdir(parents=True)
         self.console = open(self.log_dir / "console.log", "wb")  # noqa: SIM115
@@ -67,6 +70,7 @@ class Watched:
             self.job.wait(30)
         self.console.close()
         self.prometheus.stop()
+        self.alertmanager.stop()
         self.exporter.stop()
 
     def poll(self) -> list[dict]:
@@ -102,6 +106,16 @@ def test_a_hang_in_a_one_second_run_pages_within_minutes_naming_the_rank(tmp_pat
         assert float(threshold[0]["value"][1]) == pytest.approx(10.0, rel=0.3)  # 10 x its 1 s pace, not 600 s
         (incident,) = watched.prometheus.query("training_incident_info")
         assert (incident["metric"]["kind"], incident["metric"]["rank"]) == ("hang", str(CULPRIT))
+
+        def one_page() -> set[tuple[str, str]] | None:
+            alerts = watched.alertmanager.alerts(run="job")
+            active = {(alert["labels"]["alertname"], alert["labels"].get("rank", "")) for alert in alerts
+                      if alert["status"]["state"] == "active"}
+            return active if active == {("TrainingStalled", str(CULPRIT))} else None
+
+        # Alertmanager with the shipped inhibit rules: one active page, the stall naming the hung rank (the others'
+        # timeouts, crashes and the first stalled rank held back by it).
+        eventually(one_page, 30, interval=0.5, what=f"one active page: {watched.alertmanager.alerts(run='job')}")
     # Before the others' gloo timeout told which rank they waited for, the run was stalled already (every rank
     # silent past its own threshold), without a rank to name: no rank but the culprit was ever named.
     stalled = {labels.get("rank", "") for _, labels in watched.alerts if labels["alertname"] == "TrainingStalled"}

@@ -182,8 +182,10 @@ def test_a_long_healthy_run_with_a_small_batch_raises_no_spike_and_a_true_platea
     assert result.returncode == 0
     check_steps(result)
     assert result.counters("training_errors_total") == {}
-    assert result.counters("training_anomalies_total") == {}  # live: no spike (a plateau is no counter there)
-    assert {finding["kind"] for finding in result.report["findings"]} == {"loss_plateau"}
+    # Live: no spike (a plateau is no counter there). A slowdown only where the truth shows one (the machine's load).
+    assert set(result.counters("training_anomalies_total")) <= {("slowdown", str(rank)) for rank in range(4)}
+    _slowdowns_are_in_the_truth(result)
+    assert {finding["kind"] for finding in result.report["findings"]} - {"slowdown"} == {"loss_plateau"}
     plateaus = result.findings("loss_plateau")
     assert {finding["rank"] for finding in plateaus} == {str(rank) for rank in range(4)}
     assert all(150 <= finding["step"] <= 500 for finding in plateaus)
@@ -195,6 +197,42 @@ def test_a_long_healthy_run_with_a_small_batch_raises_no_spike_and_a_true_platea
         late = [steps[step]["loss"] for step in range(2500, 3000)]
         spread = (sum((value - sum(late) / 500) ** 2 for value in late) / 500) ** 0.5
         assert sum(early) / 500 - sum(late) / 500 < 0.5 * spread
+
+
+def _slowdowns_are_in_the_truth(result: RealRun) -> None:
+    """Steps of 10 ms on a 2-core machine shared with other jobs: another process taking the cores slows the run for
+    real. A slowdown finding must be one the program's own step times show: the 20 steps from it (the detector's
+    ``slowdown_steps``) took at least 1.3 times the median of the 100 before (its factor is 1.5 over a smoothed
+    baseline; 1.3 leaves room for the smoothing, a detector's false alarm on a steady run stays far below)."""
+    truth = result.truth()
+    for finding in result.findings("slowdown"):
+        times = truth[int(finding["rank"])]
+        step = finding["step"]
+        before = sorted(times[at]["step_time_seconds"] for at in range(max(1, step - 100), step) if at in times)
+        after = [times[at]["step_time_seconds"] for at in range(step, step + 20) if at in times]
+        assert before and after, finding
+        assert sum(after) / len(after) >= 1.3 * before[len(before) // 2], \
+            f"a slowdown the truth does not show: {finding}, before {before[len(before) // 2]}, after {after}"
+
+
+@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+@pytest.mark.xfail(strict=True, reason="the plateau tracker counts small-batch noise: improvement it must see within "
+                   "plateau_window_steps (100) beyond 5 deviations of a 100-step difference; a loss falling by a third "
+                   "over 2,000 steps is called flat (docs/detectors.md, issue 27)")
+def test_a_long_run_that_keeps_learning_with_a_small_batch_raises_no_plateau(tmp_path):
+    """The same task with a tenth of the learning rate: the loss keeps falling for the whole run (block means of 250
+    steps from about 2.0 to 0.75, by 0.3 from steps 750-999 to 1750-1999), every 100-step stretch within the noise
+    of a batch of 8. A healthy run: no finding."""
+    result = run_job(tmp_path, torchrun("ddp_train.py", "--truth", str(tmp_path / "truth"), "--steps", "3000",
+                                        "--batch", "8", "--step-seconds", "0", "--task", "classify", "--lr", "0.002",
+                                        launcher=("--tee", "3")), capture="file", timeout=600)
+    assert result.returncode == 0
+    for steps in result.truth().values():  # it keeps learning: the truth says so
+        middle = [steps[step]["loss"] for step in range(750, 1000)]
+        late = [steps[step]["loss"] for step in range(1750, 2000)]
+        assert sum(middle) / 250 - sum(late) / 250 > 0.15
+    _slowdowns_are_in_the_truth(result)
+    assert [finding for finding in result.report["findings"] if finding["kind"] != "slowdown"] == []
 
 
 @pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")

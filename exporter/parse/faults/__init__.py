@@ -30,12 +30,16 @@ except ImportError:  # pragma: no cover - a platform without the wheel
 # literal of parse/signatures.py): a CANN or MindSpore error record, a device fault event, an
 # error or failure message. Each was chosen by its cost to the block scanner (callgrind,
 # docs/benchmarks.md): "rror" cost twice "Error", "ERROR" and "error" together, "event_id" ten
-# times "event_id=0x"; the words of host kernel faults that say none of these ("hard LOCKUP",
-# "Kernel panic", "blocked for more than") cost as much as all the rest, and are left out: such
-# a line counts when it also holds another failure literal (docs/ascend-faults.md).
+# times "event_id=0x". Of the host kernel faults that say none of these, the hard lockup and the
+# panic have anchors of their own; a hung task ("blocked for more than") or an RCU stall counts
+# only when the line holds another failure literal (docs/ascend-faults.md).
 GATES: tuple[bytes, ...] = (
     b"[ERROR]", b"Event id=0x", b"event_id=0x", b"event_id:  [", b"Sensor Type=0x", b"Error", b"ERROR", b"error",
     b"fail", b"Fail", b"FAIL", b"otify wait",
+    # Host kernel faults that say none of the above: the NMI watchdog's hard lockup and a panic. Each anchor
+    # chosen by its cost to the scan kernel (docs/benchmarks.md): "Kernel panic" cost 6 times what
+    # "el panic -" does, "hard LOCKUP" a thousand times what "Watchdog detected" does.
+    b"Watchdog detected", b"el panic -",
     # The CANN codes of the table that parse/signatures.py's own CANN anchors do not cover
     # (tests/test_faults.py checks that every one is covered).
     b"E19999", b"E30008", b"E39999", b"E89999", b"EN9999", b"EZ9903", b"EE1001",
@@ -48,7 +52,8 @@ _QUIET_LEVEL = lazy(r"\[(?:INFO|WARNING|WARN|DEBUG|TRACE)\]|^\s*(?:\[[IW]\d{0,4}
                     r"|\|(?:info|notice|warning|debug)\|")
 _LEVEL_REACH = 120
 _CANN_CODE = lazy(r"(E(?<!\wE)[A-Z0-9]\d{4})\b")
-_RUNTIME_CODE = lazy(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=)(\d{6})\b")
+_RUNTIME_CODE = lazy(r"(?:error code is |error code:|error code |failed: |runtime result = |ret=|retCode=|ErrCode=)"
+                     r"(\d{6})\b")
 # Where each log family prints, for a tie between two faults the same keywords name: the
 # training console's own reading first.
 _SOURCE_ORDER = {"worker": 0, "plog": 1, "device": 2, "kernel": 3}
@@ -185,8 +190,10 @@ def recognise(text: str) -> Found | None:
     fault = table.fault_of(text)
     coded = table.code_in(text)
     # A code the line prints says more than keywords of a generic fault ("npuSynchronizeDevice ... error
-    # code is 507046" is a stream sync timeout, not just a failed call).
-    if fault is None or (fault.kind == "other" and coded is not None and coded.kind not in (None, "other")):
+    # code is 507046" is a stream sync timeout, not just a failed call), and more than MindCluster's
+    # catch-all patterns of a kind (its *_Custom_* entries: "out of memory" anywhere on a line).
+    if fault is None or (coded is not None and coded.kind not in (None, "other")
+                         and (fault.kind == "other" or (fault.kind == coded.kind and "_Custom_" in fault.id))):
         fault = coded
     if fault is None:
         return None

@@ -43,6 +43,11 @@ class StallConfig:
             return max(self.stall_floor_seconds, self.stall_phase_seconds)
         return max(self.stall_floor_seconds, self.stall_factor * interval)
 
+    def paced_threshold(self, interval: float | None) -> float:
+        """The threshold of a rank that is not starting now (its log was last written long ago): its pace's, the
+        floor where no pace is known. A start-up allowance is for a run that starts now."""
+        return self.stall_floor_seconds if interval is None else self.stall_threshold(interval)
+
     def phase_threshold(self, interval: float | None, longest: float | None) -> float:
         """The threshold in an announced long phase, the longest of its kind shown so far ``longest`` (None:
         none yet)."""

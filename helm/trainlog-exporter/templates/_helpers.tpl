@@ -82,8 +82,31 @@ The command line: every followed directory, then the user's extra options.
 {{- if .Values.webConfig.secretName }}
 - {{ printf "--web.config.file=%s/web-config.yml" (trimSuffix "/" .Values.webConfig.mountPath) | quote }}
 {{- end }}
+{{- include "trainlog-exporter.hostLogArgs" . }}
 {{- range .Values.extraArgs }}
 - {{ . | quote }}
+{{- end }}
+{{- end }}
+
+{{/*
+The node's own logs (hostLogs): CANN's process logs as another log directory of the run, the
+kernel log as a single file. Each needs the job's run label on every source (a plog counts on
+the rank of its worker's log only within one run): `run`, or the sidecar's pod label.
+*/}}
+{{- define "trainlog-exporter.hostLogArgs" -}}
+{{- $process := .Values.hostLogs.processLogs }}
+{{- $kernel := .Values.hostLogs.kernelLog }}
+{{- if and (or $process.enabled $kernel.enabled) (not .Values.run) (not (and (eq .Values.mode "sidecar") .Values.sidecar.runFromPodLabel)) }}
+{{- fail "hostLogs: set run (or, in sidecar mode, sidecar.runFromPodLabel): the node's logs and the worker logs must be one run" }}
+{{- end }}
+{{- if $process.enabled }}
+- {{ printf "--log-dir=%s" (trimSuffix "/" $process.mountPath) | quote }}
+{{- if $process.pidRanks }}
+- "--plog-ranks"
+{{- end }}
+{{- end }}
+{{- if $kernel.enabled }}
+- {{ printf "--log-file=%s/%s" (trimSuffix "/" $kernel.mountPath) $kernel.file | quote }}
 {{- end }}
 {{- end }}
 
@@ -155,6 +178,16 @@ volumeMounts:
     mountPath: {{ .Values.webConfig.mountPath }}
     readOnly: true
   {{- end }}
+  {{- if .Values.hostLogs.processLogs.enabled }}
+  - name: trainlog-process-logs
+    mountPath: {{ .Values.hostLogs.processLogs.mountPath }}
+    readOnly: true
+  {{- end }}
+  {{- if .Values.hostLogs.kernelLog.enabled }}
+  - name: trainlog-kernel-log
+    mountPath: {{ .Values.hostLogs.kernelLog.mountPath }}
+    readOnly: true
+  {{- end }}
 {{- end }}
 
 {{/*
@@ -183,7 +216,8 @@ documented in values.yaml.
 {{- end }}
 
 {{/*
-The pod's volumes: the logs (read by the exporter) and the state file's emptyDir.
+The pod's volumes: the logs (read by the exporter), the state file's emptyDir, the web config's
+Secret and the node's own logs (hostLogs).
 */}}
 {{- define "trainlog-exporter.volumes" -}}
 - name: {{ .Values.logs.volumeName }}
@@ -196,6 +230,19 @@ The pod's volumes: the logs (read by the exporter) and the state file's emptyDir
 - name: trainlog-web-config
   secret:
     secretName: {{ . }}
+{{- end }}
+{{- if .Values.hostLogs.processLogs.enabled }}
+- name: trainlog-process-logs
+  hostPath:
+    # Created if missing: the trainer's CANN writes its process logs there once it starts.
+    path: {{ .Values.hostLogs.processLogs.hostPath }}
+    type: DirectoryOrCreate
+{{- end }}
+{{- if .Values.hostLogs.kernelLog.enabled }}
+- name: trainlog-kernel-log
+  hostPath:
+    path: {{ .Values.hostLogs.kernelLog.hostPath }}
+    type: Directory
 {{- end }}
 {{- end }}
 

@@ -3,8 +3,10 @@
 Lightning's console as people redirect it: the TQDMProgressBar of the main process, redirected to a file (one line of
 redraws joined by carriage returns per epoch), its postfix holding what ``training_step`` logs with
 ``prog_bar=True`` (``train_loss``, ``lr``, ``grad_norm``, and Lightning's own ``v_num``). ``--variant logged``
-adds the metrics as people log them for a logger instead: ``self.log("train/loss", ...)`` into a ``CSVLogger``
-(``LOG_DIR/csv/.../metrics.csv``, every step) and a callback printing ``step=N train_loss=... lr=... grad_norm=...``.
+adds the metrics as people log them for a logger instead: ``self.log("train/loss", ..., on_epoch=True)`` into a
+``CSVLogger`` (``CSV_DIR/lightning_logs/version_0/metrics.csv``, flushed every step; the epoch's mean appears as a
+new column at the end of the first epoch, and the logger rewrites the whole file under the new header) and a
+callback printing ``step=N train_loss=... lr=... grad_norm=...``.
 
 Ground truth: the main process's values of each global step, as the bar prints them (tqdm's ``format_num``,
 three significant digits) and as computed (``raw_*``), in ``TRUTH/rank_0.jsonl``; an incident is written to
@@ -34,6 +36,7 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--epochs", type=int, default=3)
     parser.add_argument("--batches", type=int, default=10, help="training batches per epoch and rank")
     parser.add_argument("--variant", choices=("bar", "logged"), default="bar")
+    parser.add_argument("--csv-dir", help="the CSVLogger's save_dir with --variant logged (default: OUT/csv)")
     parser.add_argument("--incident", choices=("nan", "raise"))
     parser.add_argument("--rank", type=int, default=1)
     parser.add_argument("--at", type=int, default=14, help="the global step (from 1) the incident happens at")
@@ -72,7 +75,7 @@ class Regression(L.LightningModule):
             self.log("train_loss", loss, prog_bar=True)
             self.log("lr", lr, prog_bar=True)
         else:
-            self.log("train/loss", loss)
+            self.log("train/loss", loss, on_step=True, on_epoch=True)
             self.log("train/lr", lr)
         self.last_loss, self.last_lr = float(loss.detach()), lr
         return loss
@@ -124,7 +127,7 @@ def main() -> int:
     features = torch.randn(count, 16, generator=generator)
     labels = features @ torch.randn(16, 1, generator=torch.Generator().manual_seed(7))
     loader = torch.utils.data.DataLoader(torch.utils.data.TensorDataset(features, labels), batch_size=8)
-    loggers = ([L.pytorch.loggers.CSVLogger(os.path.join(args.out, "csv"), flush_logs_every_n_steps=1)]
+    loggers = ([L.pytorch.loggers.CSVLogger(args.csv_dir or os.path.join(args.out, "csv"), flush_logs_every_n_steps=1)]
                if args.variant == "logged" else False)
     trainer = L.Trainer(accelerator="cpu", devices=int(os.environ.get("LOCAL_WORLD_SIZE", "1")),
                         strategy=L.pytorch.strategies.DDPStrategy(process_group_backend="gloo"),
