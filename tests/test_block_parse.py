@@ -47,7 +47,34 @@ def _logs() -> list[tuple[str, bytes, bool]]:
                 for path in sorted((FIXTURES / "formats").glob("*.log"))]
     examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
                 for name in ("worker_0.log", "scheduler.log")]
-    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples]
+    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs()]
+
+
+def _prefixed(prefix: bytes, data: bytes) -> bytes:
+    return b"".join(prefix + line for line in data.splitlines(keepends=True))
+
+
+def _prefixed_logs() -> list[tuple[str, bytes, bool]]:
+    """Logs whose lines carry rank prefixes: a rank's own log (torchrun's ``[rank3]: ``, ``srun --label``'s
+    ``3: ``, both of torchrun's stacked), one with another rank's lines among them, a launcher's lines between
+    two ranks' stretches, a line of another rank glued to one (the prefixes as torchrun 2.13.0 and srun print
+    them: tests/fixtures/real/torchrun_ddp_raise_glued.log, srun_label.log)."""
+    generated = "\n".join(worker_log_lines(12_000, seed=7)).encode() + b"\n"
+    lines = generated.splitlines(keepends=True)
+    mixed = b"".join(b"[rank5]: " + line if index % 997 == 0 else b"[rank3]: " + line
+                     for index, line in enumerate(lines))
+    stretches = b"".join([_prefixed(b"[default1]:", b"".join(lines[:4000])), b"launcher line\n",
+                          _prefixed(b"[default2]:", b"".join(lines[4000:8000])), TRICKY,
+                          _prefixed(b"[default1]:[rank9]: ", b"".join(lines[8000:]))])
+    at = [index for index, line in enumerate(lines) if b"step:[" in line][40]  # rank 3's step line glued on
+    glued = b"".join([_prefixed(b"[default0]:", b"".join(lines[:at])).rstrip(b"\n"), b"[default3]:", lines[at],
+                      _prefixed(b"[default0]:", b"".join(lines[at + 1:3000]))])
+    return [("prefixed_rank", _prefixed(b"[rank3]: ", generated), False),
+            ("prefixed_srun", _prefixed(b" 3: ", generated), False),
+            ("prefixed_stacked", _prefixed(b"[default1]:[rank5]: ", generated + TRICKY), False),
+            ("prefixed_tricky", _prefixed(b"[default0]:", TRICKY), False),
+            ("prefixed_other_rank", mixed, False), ("prefixed_stretches", stretches, False),
+            ("prefixed_glued", glued, False)]
 
 
 def _comparable(blocks) -> tuple[list, str]:
@@ -159,6 +186,56 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     assert [record.steps for record in restarted.records if isinstance(record, StepBatch)] == [[5], [2]]
 
 
+@pytest.mark.parametrize("name", ["generated", "prefixed_rank", "prefixed_stacked", "prefixed_stretches"])
+def test_blocks_give_the_line_offsets_every_line_gives(name):
+    # analyze reads its step lines again at these offsets (their timestamps): a prefix cut off block-wise moves
+    # none of them.
+    data = {log_name: log for log_name, log, _ in _logs()}[name]
+    blocks = _blocks(data, _line_boundaries(data, random.Random(name), 40))
+
+    def offsets(parser: LineParser) -> tuple[list, list]:
+        steps: list[tuple[int | None, int]] = []
+        others: list[tuple[dict, int]] = []
+        for block in blocks:
+            parsed = parser.parse_block(block)
+            assert parsed.offsets is not None
+            for record, offset in zip(parsed.records, parsed.offsets, strict=True):
+                if isinstance(record, StepBatch):
+                    assert record.line_starts is not None
+                    steps += zip(record.steps, record.line_starts, strict=True)
+                else:
+                    others.append((record_as_dict(record), offset))
+        return steps, others
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "scanner_for", lambda formats: None)
+        expected = offsets(LineParser(rows_per_batch=1, line_offsets=True))
+    assert expected[0] and expected[1]
+    assert offsets(LineParser(line_offsets=True)) == expected
+
+
+def test_a_rank_log_is_read_block_wise(monkeypatch):
+    # One rank's prefix on every line: cut off once for the block, its noise never looked at, its step lines
+    # read by the kernel into the rank's batch.
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    data = b"".join(b"[rank3]: " + line + b"\n" for line in [
+        b"{ step:[ 1/ 9], loss: 3.0 }", b"plain", b"HCCL noise", *(b"{ step:[ %d/ 9], loss: 2.9 }" % step
+                                                                    for step in range(2, 9))])
+    parser = Recording(rank_offset=8)
+    parser.parse_block(data)  # the first step line detects the format
+    seen.clear()
+    batch = parser.parse_block(data.replace(b"[ ", b"[ 1"))
+    assert seen == []
+    assert (batch.lines_by_rank, batch.unparsed) == ({3: 10}, 2)
+    assert [(record.rank, record.steps) for record in batch.records] == [(3, [11, *range(12, 19)])]
+
+
 def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
     data = b"[default0]:noise\n[default1]:{ step:[ 1/ 2], loss: 3.0 }\nlauncher line\n"
     batch = LineParser(rank_offset=8).parse_block(data)
@@ -201,3 +278,27 @@ def test_every_anchor_is_long_enough_for_the_simd_prefilter():
 def test_scanner_rejects_empty_anchors():
     with pytest.raises(ValueError):
         native.scanner([b"step", b""])
+
+
+@pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
+                                  "torchrun_tee", "prefixed_stacked", "prefixed_stretches"])
+def test_step_rows_are_each_lines_own_values(name):
+    # analyze's CSV: a row per step line with that line's values and aux losses, from batches of many lines
+    # (the kernel's runs), as a batch per line gives them.
+    data = {log_name: log for log_name, log, _ in _logs()}[name]
+    blocks = _blocks(data, _line_boundaries(data, random.Random(name), 30))
+
+    def rows(parsed: list) -> list:
+        return [(record.rank, step, values, aux) for block in parsed for record in block.records
+                if isinstance(record, StepBatch)
+                for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
+        expected = rows([LineParser(rows_per_batch=1, step_rows=True).parse_block(block) for block in blocks])
+    assert len(expected) >= 3
+    in_blocks = [LineParser(step_rows=True).parse_block(block) for block in blocks]
+    assert rows(in_blocks) == expected
+    # The long logs' rows come from batches of many lines.
+    assert len(expected) < 100 or any(len(record.steps) > 1 for block in in_blocks for record in block.records
+                                      if isinstance(record, StepBatch))

@@ -551,3 +551,22 @@ def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
         _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
     result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
     assert result[:2] == (1, huge + 1)
+
+
+def test_count_starts_matches_the_twin():
+    # The one-stream test of a block (LineParser._parse_one_stream): lines beginning with a prefix, occurrences of
+    # a literal (non-overlapping, as bytes.count), on cut, glued and fuzzed blocks.
+    rng = random.Random(29)
+    lines = [line.encode() for line in worker_log_lines(3000, seed=29)]
+    pieces = [b"[rank3]: ", b"[rank", b"[default1]:", b"\n", b"aa", b" 3: ", b"rank3]"]
+    for _ in range(300):
+        data = b"".join(rng.choice(pieces) + rng.choice(lines) + b"\n" for _ in range(rng.randint(0, 40)))
+        data = data[:rng.randint(0, len(data))] if rng.random() < 0.3 else data
+        for prefix in (b"[rank3]: ", b" 3: ", b"a", b"\n["):
+            for literal in (b"[rank", b"aa", b"a", b"[rank3]: "):
+                assert _scan.count_starts(data, prefix, literal) == scan_twin.count_starts(data, prefix, literal)
+    for count_starts in (_scan.count_starts, scan_twin.count_starts):
+        assert count_starts(b"[rank3]: a\n[rank3]: b[rank3]: c\nx\n[rank3]:", b"[rank3]: ", b"[rank") == (2, 4)
+        assert count_starts(b"aaaa", b"a", b"aa") == (1, 2)
+        with pytest.raises(ValueError, match="empty"):
+            count_starts(b"x", b"", b"x")

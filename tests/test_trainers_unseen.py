@@ -203,3 +203,4 @@ def test_every_reader_sees_each_carriage_return_segment_as_a_line():
     assert [(record["step"], record["rank"], record["loss"]) for record in records if record["type"] == "step"] == [
         (1, 0, 17.4), (2, 0, 5.44), (3, 0, 2.5)]
     assert parsed.lines_by_rank == {0: 2, 1: 2}  # a physical line counts once, for the rank its prefix names
+

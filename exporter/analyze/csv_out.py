@@ -8,7 +8,7 @@ Both passes stream; memory holds one row.
 from __future__ import annotations
 
 import csv
-import math
+import io
 import os
 import tempfile
 from typing import TextIO
@@ -31,7 +31,9 @@ class StepCsv:
         self._aux: dict[str, int] = {}  # aux loss -> its column among the aux columns
         self._pending: list | None = None  # the last row, completed by a second line of the same step
         self._pending_aux: dict[str, float] = {}
-
+        self._keys: dict[tuple, str] = {}  # (run, node, rank) -> its cells as the csv module writes them
+        self._multiline = False  # a key's cells hold a line break: the scratch file is read back as CSV
+        self._widths: list[list[int]] = []  # [cells, rows] of consecutive rows: what each lacks of the header
     def add(self, row: StepRow) -> None:
         run, node, rank, step, when, gauges, aux = row
         pending = self._pending
@@ -54,8 +56,16 @@ class StepCsv:
         with open(self._path, "w", newline="") as out:
             writer = csv.writer(out)
             writer.writerow([*COLUMNS, *self._aux])
-            for row in csv.reader(self._scratch):
-                writer.writerow(row + [""] * (width - len(row)))
+            if self._multiline:
+                for row in csv.reader(self._scratch):
+                    writer.writerow(row + [""] * (width - len(row)))
+            else:  # a row a line: each line as written, padded with empty cells
+                lines = iter(self._scratch)
+                for cells, rows in self._widths:
+                    padding = "," * (width - cells)
+                    for _ in range(rows):
+                        line = next(lines)
+                        out.write(f"{line[:-2]}{padding}\r\n" if padding else line)
         self._scratch.close()
 
     def _flush(self) -> None:
@@ -67,14 +77,30 @@ class StepCsv:
             column = self._aux.setdefault(name, len(self._aux))
             if column >= len(aux):
                 aux.append("")
-            aux[column] = _cell(value)
-        self._writer.writerow([*row[:4], _cell(row[4]), *(_cell(value) for value in row[5:]), *aux])
+            aux[column] = value
         self._pending = None
+        cells = len(row) + len(aux)
+        if self._widths and self._widths[-1][0] == cells:
+            self._widths[-1][1] += 1
+        else:
+            self._widths.append([cells, 1])
+        key = self._keys.get((row[0], row[1], row[2]))
+        if key is None:
+            key = self._keys[row[0], row[1], row[2]] = self._key_cells(row[:3])
+        values = [*row[3:], *aux]
+        if all(type(value) in _NUMBERS for value in values):
+            # The cells as the csv module writes them (None empty, a float as its repr: nan, inf as the log
+            # said), without its per-character look for what to quote: numbers need none.
+            self._scratch.write(f"{key},{','.join('' if value is None else repr(value) for value in values)}\r\n")
+        else:
+            self._writer.writerow([*row, *aux])
+
+    def _key_cells(self, key: list) -> str:
+        text = io.StringIO()
+        csv.writer(text).writerow(key)
+        cells = text.getvalue()[:-2]
+        self._multiline = self._multiline or "\n" in cells or "\r" in cells
+        return cells
 
 
-def _cell(value: object) -> object:
-    if value is None:
-        return ""
-    if isinstance(value, float) and not math.isfinite(value):
-        return str(value)  # nan, inf: written as such, a reader sees what the log said
-    return value
+_NUMBERS = (int, float, type(None))

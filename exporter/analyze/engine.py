@@ -101,10 +101,10 @@ class Analysis:
             progress: Callable[[str, int], None] | None = None) -> bool:
         """Read one source to its end (``stdin``: the stream of the source ``-``); False when it failed before
         a line could be read (a warning says why). ``progress`` hears of every block: (source, bytes so far)."""
-        # A batch per line when every step's aux losses are wanted (the CSV): the kernel keeps the latest only.
+        # Each line's own values when the CSV wants them (a row per step line).
         # The file's formats as serve chooses them: scheduler.log is read as msrun's scheduler log, by its role.
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(source.name, source.role.role),
-                            rows_per_batch=1 if self._rows else None, line_offsets=True, series_fields=SERIES_FIELDS)
+                            line_offsets=True, series_fields=SERIES_FIELDS, step_rows=self._rows is not None)
         key = (source.run, source.node, source.role.rank)
         self._track(key, source.role.role).files.append(source.name)
         self._state.register(key, {"file": source.name, "role": source.role.role}, None, attempt=source.role.attempt)
@@ -222,9 +222,9 @@ class Analysis:
         if self._points is not None:
             for name, points in batch.series.items():
                 self._points(key, name, points.steps, points.values)
-        if self._rows is not None:
-            aux = {name: named.value for name, named in batch.named.items() if named.aux_loss}
-            self._rows((*key, batch.steps[-1], time_of_line(0), batch.latest, aux))
+        if self._rows is not None and batch.rows is not None:
+            for index, (step, (values, aux)) in enumerate(zip(batch.steps, batch.rows, strict=True)):
+                self._rows((*key, step, time_of_line(index), values, aux))
 
     def _note_losses(self, track: _Track, batch: StepBatch) -> None:
         series = batch.series.get("loss")

@@ -10,6 +10,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``scanner(anchors, line_starts=(), implementation=None).scan(data)``
   -> ``(newlines, starts, prefixed)``: a block's newline count, the start offsets of its
   lines holding any anchor, and those of them that begin with one of ``line_starts``.
+- ``count_starts(data, prefix, literal)`` -> ``(lines, occurrences)``: how many lines begin
+  with ``prefix`` and how many times ``literal`` occurs (a block of one rank stream's lines).
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -136,6 +138,13 @@ def step_reader(table: tuple) -> StepReader:
     if _step_fields is not None:
         return _step_fields.StepReader(table)
     return _step_fields_twin.StepReader(table)
+
+
+def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
+    """How many lines of ``data`` begin with ``prefix``, and how many times ``literal`` occurs (as bytes.count)."""
+    if _scan is not None:
+        return _scan.count_starts(data, prefix, literal)
+    return _scan_twin.count_starts(data, prefix, literal)
 
 
 Kind = _step_fields_twin.Kind

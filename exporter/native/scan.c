@@ -572,11 +572,50 @@ static PyTypeObject ScannerType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
+PyDoc_STRVAR(count_starts_doc,
+"count_starts(data, prefix, literal) -> (lines beginning with prefix, occurrences of literal)\n\n"
+"Non-overlapping occurrences, as bytes.count; neither may be empty.");
+
+static PyObject *
+count_starts(PyObject *module, PyObject *args)
+{
+    Py_buffer data, prefix, literal;
+    if (!PyArg_ParseTuple(args, "y*y*y*:count_starts", &data, &prefix, &literal)) return NULL;
+    PyObject *result = NULL;
+    if (prefix.len == 0 || literal.len == 0) {
+        PyErr_SetString(PyExc_ValueError, "prefix and literal must not be empty");
+        goto done;
+    }
+    const char *at = data.buf, *end = at + data.len;
+    Py_ssize_t starting = 0, found = 0;
+    for (const char *line = at; line < end;) {
+        if (end - line >= prefix.len && memcmp(line, prefix.buf, prefix.len) == 0) starting++;
+        const char *newline = memchr(line, '\n', end - line);
+        if (newline == NULL) break;
+        line = newline + 1;
+    }
+    for (const char *match = at; (match = memmem(match, end - match, literal.buf, literal.len)) != NULL;
+         match += literal.len)
+        found++;
+    result = Py_BuildValue("nn", starting, found);
+done:
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&prefix);
+    PyBuffer_Release(&literal);
+    return result;
+}
+
+static PyMethodDef module_methods[] = {
+    {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
+    {NULL},
+};
+
 static struct PyModuleDef scan_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "exporter.native._scan",
     .m_doc = "Kernel: a block's newlines and the lines holding any anchor (twin: exporter/native/scan.py).",
     .m_size = -1,
+    .m_methods = module_methods,
 };
 
 PyMODINIT_FUNC

@@ -97,6 +97,13 @@ class Scanner:
         return data.count(b"\n"), starts, prefixed
 
 
+def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
+    """How many lines of ``data`` begin with ``prefix``, and how many times ``literal`` occurs (as bytes.count)."""
+    if not prefix or not literal:
+        raise ValueError("prefix and literal must not be empty")
+    return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal)
+
+
 def _matcher(anchors: tuple[bytes, ...], matcher: str) -> Callable[[bytes], list[int]]:
     """Start offsets of anchor occurrences, ascending (enough of them to find every line)."""
     if matcher == "ahocorasick":

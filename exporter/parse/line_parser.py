@@ -34,13 +34,14 @@ from exporter.parse.phases import phase_of
 from exporter.parse.ranks import (
     PREFIX_ANCHORS,
     RANK_PREFIX,
+    ROLE_PREFIX,
     global_rank,
     has_srun_label,
     split_glued,
     strip_host_prefix,
     strip_rank_prefixes,
 )
-from exporter.parse.records import ErrorEvent, PhaseStart, Record, SchedulerEvent, StepLine
+from exporter.parse.records import ErrorEvent, PhaseStart, Record, SchedulerEvent, StepBatch, StepLine
 from exporter.parse.scan import scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
@@ -85,11 +86,12 @@ class LineParser:
 
     def __init__(self, candidates: Iterable[Format] = BUILTIN_FORMATS, *, forced: Format | None = None,
                  rank_offset: int = 0, rows_per_batch: int | None = None, line_offsets: bool = False,
-                 series_fields: tuple[str, ...] = SERIES_FIELDS) -> None:
+                 series_fields: tuple[str, ...] = SERIES_FIELDS, step_rows: bool = False) -> None:
         """``rows_per_batch``: at most that many step lines per StepBatch (1: a batch per line, as tests read
         them); ``line_offsets``: fill ``ParsedBlock.offsets`` and ``StepBatch.line_starts`` (analyze looks at
         the lines again for their timestamps); ``series_fields``: the gauges whose every value a StepBatch
-        keeps (the detectors need loss and grad_norm; analyze keeps them all)."""
+        keeps (the detectors need loss and grad_norm; analyze keeps them all); ``step_rows``: each StepBatch
+        keeps each line's own values (``rows``: analyze's CSV)."""
         self._candidates = tuple(candidates)
         # Every line not taken by the kernel is offered to these, in order (most specific first).
         self._routing = self._candidates
@@ -100,11 +102,18 @@ class LineParser:
         self._format_has_loss = False  # a line of ``_format`` printed a loss: it is final
         self._provisional: Format | None = None  # found, but its lines carry no loss (DeepSpeed's engine)
         self._kernel_format: Format | None = None  # the format whose runs of step lines the kernel reads
+        self._kernel_table: tuple | None = None  # its field table as the kernel takes it
+        # While a block of one rank stream's lines is read with their common prefix cut off (_parse_one_stream):
+        # that prefix and the rank it names.
+        self._stream: tuple[bytes, int] | None = None
+        # The scanner of such blocks (the routing's anchors but the prefixes'), for the routing it was made for.
+        self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
         self._line_offsets = line_offsets
         self._series_fields = series_fields
+        self._step_rows = step_rows
         self._line_start = 0  # where the line being parsed starts in its block (kept for ParsedBlock.offsets)
         self._blocks: dict[int | None, Block] = {}
         self._thrown: dict[int | None, str] = {}
@@ -165,7 +174,7 @@ class LineParser:
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._carriage_returns = self._carriage_returns or b"\r" in data
             self._parse_lines(data, parsed)
-        else:
+        elif not self._parse_one_stream(data, parsed):
             lines, starts, prefixed = scanner.scan(data)
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
@@ -265,6 +274,51 @@ class LineParser:
         self._redraw_taken = (fmt.name, record.step, rank)
         self._take(fmt, record, rank, parsed)
 
+    def _parse_one_stream(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of one rank stream's lines read like an unprefixed one; False (nothing done) when the block is
+        none: no prefix on its first line, lines of several ranks or without one, a line glued to another rank's.
+
+        One rank's prefix on every line: a rank's own log (``[rank3]: ``, ``srun --label``'s ``3: ``) or a stretch
+        of one rank's lines in a console. Told by byte counts (native.count_starts), no Python operation per
+        line: as many lines beginning with the first line's prefixes as the block has, and their role
+        (``[default``) nowhere else, where a line of another rank would be glued (split_glued). The scan,
+        without the prefixes' anchors, finds the lines that matter; each is read from after the prefix, the
+        runs of step lines by the kernel into the rank's batch. A line the kernel declines is read with its
+        prefix, as the line-by-line path reads it: the records are the same (tests/test_block_parse.py).
+        """
+        if data[:1] not in _RANK_PREFIX_STARTS:
+            return False
+        first = data[:data.find(b"\n")]
+        rank, body = strip_rank_prefixes(first, self._rank_offset)
+        if rank is None:
+            return False
+        prefix = first[:len(first) - len(body)]
+        if self._stream_scanner[0] != self._routing:
+            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
+        scanner = self._stream_scanner[1]
+        assert scanner is not None
+        lines, starts, _ = scanner.scan(data)
+        role = ROLE_PREFIX.match(prefix)
+        starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
+        if starting != lines or (role is not None and tags != lines):
+            return False
+        width = len(prefix)
+        first_record = len(parsed.records)
+        self._stream = (prefix, rank)
+        try:
+            recognized = self._parse_anchored(data, [start + width for start in starts], parsed)
+            # The block's batches end here, while their lines' offsets are still where their prefix ends.
+            self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1 + width
+            for builder in self._batches.values():
+                self._end_batch(builder, parsed)
+        finally:
+            self._stream = None
+        parsed.unparsed = lines - recognized
+        parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + lines - sum(parsed.lines_by_rank.values())
+        if parsed.offsets is not None:
+            _line_starts_before(width, parsed, first_record)
+        return True
+
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
 
@@ -280,7 +334,7 @@ class LineParser:
                 # An open failure block takes every line, in order: a traceback's frames hold no anchor.
                 if position >= size:
                     break
-                start = position
+                start = position if self._stream is None else position + len(self._stream[0])
             else:
                 while index < count and starts[index] < position:
                     index += 1
@@ -302,7 +356,7 @@ class LineParser:
             end = size if end < 0 else end
             position = end + 1
             self._line_start = start
-            line = data[start:end]
+            line = data[start:end] if self._stream is None else self._stream[0] + data[start:end]
             if b"\r" in line:  # a picked line of carriage-return segments, in a file that had none before
                 self._carriage_returns = True
                 rank, found = self._parse_segments(line, parsed)
@@ -315,9 +369,15 @@ class LineParser:
 
     def _read_step_run(self, data: bytes, starts: list[int], index: int, parsed: ParsedBlock) -> int:
         """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
-        builder = self._batches.get(None)
         kernel_format = self._kernel_format
-        if builder is None or kernel_format is None:
+        if kernel_format is None:
+            return 0
+        builder = self._batches.get(None)
+        if self._stream is not None:  # a rank stream's lines, their prefix cut off: into the rank's batch
+            builder = self._builder(self._stream[1])
+            if not builder.reads_runs:
+                self._read_by_kernel(builder)
+        if builder is None:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
         taken, ended = builder.read_run(data, starts, index, limit)
@@ -386,7 +446,8 @@ class LineParser:
     def _builder(self, rank: int | None) -> StepBatchBuilder:
         builder = self._batches.get(rank)
         if builder is None:
-            builder = self._batches[rank] = StepBatchBuilder(rank, self._series_fields, self._line_offsets)
+            builder = self._batches[rank] = StepBatchBuilder(rank, self._series_fields, self._line_offsets,
+                                                             self._step_rows)
         return builder
 
     def _end_batch(self, builder: StepBatchBuilder, parsed: ParsedBlock) -> None:
@@ -477,7 +538,16 @@ class LineParser:
             table = fmt.step_table
             kernel_table = (table.kernel_table if self._series_fields == SERIES_FIELDS
                             else table.kernel_table_keeping(self._series_fields))
-            self._builder(None).read_by(native.step_reader(kernel_table), table.gauges)
+            self._kernel_table = kernel_table
+            self._read_by_kernel(self._builder(None))
+
+    def _read_by_kernel(self, builder: StepBatchBuilder) -> None:
+        """The builder's runs of step lines come through the kernel, by the table of the file's kernel format."""
+        assert self._kernel_table is not None and self._kernel_format is not None
+        assert self._kernel_format.step_table is not None
+        table = self._kernel_table
+        builder.read_by(native.step_reader(table), self._kernel_format.step_table.gauges,
+                        native.step_reader(table) if self._step_rows else None)
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""
@@ -615,6 +685,17 @@ def _starts_record(body: bytes, formats: tuple[Format, ...], found: set[str]) ->
     """True when the line passes the byte test of a format found in the file: a record, which ends a
     failure block (a traceback's frames never hold one)."""
     return any(fmt.prefilter and fmt.prefilter in body for fmt in formats if fmt.name in found)
+
+
+def _line_starts_before(width: int, parsed: ParsedBlock, first_record: int) -> None:
+    """The offsets of the records from ``first_record`` on, read where their lines' prefix of ``width`` bytes
+    ends, made their lines' starts."""
+    offsets = parsed.offsets
+    assert offsets is not None
+    offsets[first_record:] = [offset - width for offset in offsets[first_record:]]
+    for record in parsed.records[first_record:]:
+        if type(record) is StepBatch and record.line_starts:
+            record.line_starts[:] = [start - width for start in record.line_starts]
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:

@@ -76,7 +76,7 @@ def has_srun_label(line: bytes) -> bool:
     return match is not None and match.group("task") is not None
 
 
-_ROLE_PREFIX = lazy(rb"\[([A-Za-z_]+)\d+\]:")
+ROLE_PREFIX = lazy(rb"\[([A-Za-z_]+)\d+\]:")
 
 
 def split_glued(line: bytes) -> list[bytes]:
@@ -88,7 +88,7 @@ def split_glued(line: bytes) -> list[bytes]:
     role prefix (``[default0]:``) is cut before each later prefix of the same role: torch itself
     prints none (its own ``[rank0]:`` names another role).
     """
-    start = _ROLE_PREFIX.match(line)
+    start = ROLE_PREFIX.match(line)
     if start is None:
         return [line]
     tag = b"[" + start.group(1)
@@ -97,7 +97,7 @@ def split_glued(line: bytes) -> list[bytes]:
         return [line]
     parts, begin = [], 0
     while cut >= 0:
-        glued = _ROLE_PREFIX.match(line, cut)
+        glued = ROLE_PREFIX.match(line, cut)
         if glued is not None and glued.group(1) == start.group(1):
             parts.append(line[begin:cut])
             begin = cut

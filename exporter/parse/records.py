@@ -67,6 +67,9 @@ class StepBatch:
     rank: int | None = None
     # Where each line starts in the block it was read from (LineParser(line_offsets=True)), else None.
     line_starts: list[int] | None = None
+    # Each line's own values, with LineParser(step_rows=True) (analyze's CSV), else None: (the gauges the line
+    # printed, its aux losses).
+    rows: list[tuple[dict[str, float], dict[str, float]]] | None = None
 
 
 @dataclass(slots=True)

@@ -24,19 +24,22 @@ from exporter.parse.formats import Format
 from exporter.parse.ranks import PREFIX_ANCHORS
 
 
-def anchors_for(formats: Iterable[Format]) -> frozenset[bytes] | None:
-    """Every literal the line parser tests before acting on a line; None when a format has none."""
+def anchors_for(formats: Iterable[Format], prefixes: bool = True) -> frozenset[bytes] | None:
+    """Every literal the line parser tests before acting on a line; None when a format has none.
+    ``prefixes=False``: but torchrun's rank prefixes, for the lines of one rank stream read after them."""
     formats = tuple(formats)
     prefilters = {fmt.prefilter for fmt in formats}
     if b"" in prefilters:
         return None  # scheduler.log's format, a user's pattern without "contains": any line may match
     banners = {fmt.banner.prefilter for fmt in formats if fmt.banner is not None}
-    return frozenset({*prefilters, *banners, *signatures.FAILURE_LITERALS, *phases.PHASE_LITERALS, *PREFIX_ANCHORS})
+    return frozenset({*prefilters, *banners, *signatures.FAILURE_LITERALS, *phases.PHASE_LITERALS,
+                      *(PREFIX_ANCHORS if prefixes else ())})
 
 
-def scanner_for(formats: Iterable[Format]) -> native.Scanner | None:
-    """The scanner for the anchors of ``formats``; None when their files must go line by line."""
-    anchors = anchors_for(formats)
+def scanner_for(formats: Iterable[Format], prefixes: bool = True) -> native.Scanner | None:
+    """The scanner for the anchors of ``formats`` (``prefixes``: as anchors_for); None when their files must go
+    line by line."""
+    anchors = anchors_for(formats, prefixes)
     return _scanner(anchors) if anchors else None
 
 

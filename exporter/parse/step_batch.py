@@ -32,25 +32,35 @@ class StepBatchBuilder:
     _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
     _unprinted_nonfinite_losses: int
     _line_starts: list[int]
+    _rows: list[tuple[dict[str, float], dict[str, float]]]
 
     def __init__(self, rank: int | None, series_fields: tuple[str, ...] = SERIES_FIELDS,
-                 line_starts: bool = False) -> None:
+                 line_starts: bool = False, rows: bool = False) -> None:
         """``series_fields``: the gauges whose every value a batch keeps; ``line_starts``: keep where each
-        line starts."""
+        line starts; ``rows``: keep each line's own values (StepBatch.rows)."""
         self.rank = rank
         self._series_fields = series_fields
         self._keep_starts = line_starts
+        self._keep_rows = rows
         self._reader: native.StepReader | None = None
+        self._row_reader: native.StepReader | None = None
         self._gauges: tuple[str, ...] = ()
         self._clear()
 
     def __len__(self) -> int:
         return len(self._steps) + (len(self._reader) if self._reader is not None else 0)
 
-    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...]) -> None:
-        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``."""
+    @property
+    def reads_runs(self) -> bool:
+        """True once runs of lines come through a reader (``read_by``)."""
+        return self._reader is not None
+
+    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...],
+                row_reader: native.StepReader | None = None) -> None:
+        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``; with ``rows``, each
+        line of a run read again alone by ``row_reader`` (a reader of the same table) for its own values."""
         self._merge_reader()
-        self._reader, self._gauges = reader, gauges
+        self._reader, self._gauges, self._row_reader = reader, gauges, row_reader
 
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``): how many lines it took, and the
@@ -74,7 +84,22 @@ class StepBatchBuilder:
             self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
+        if taken and self._keep_rows:
+            self._read_rows(data, starts, index, taken)
         return taken, ended
+
+    def _read_rows(self, data: bytes, starts: list[int], index: int, count: int) -> None:
+        """Each of the ``count`` lines at ``starts[index]``, just read as a run, read again alone: its own values
+        and aux losses, its row."""
+        reader, gauges, rows = self._row_reader, self._gauges, self._rows
+        assert reader is not None
+        for line in range(index, index + count):
+            reader.read(data, starts, line, 1)
+            _, total, fields, named = reader.take()
+            values = {gauge: latest for gauge, (latest, *_) in zip(gauges, fields, strict=True) if latest is not None}
+            if total is not None:
+                values["total_steps"] = total
+            rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
 
     def goes_back(self, step: int | None) -> bool:
         """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch
@@ -89,6 +114,9 @@ class StepBatchBuilder:
         self._steps.append(line.step)
         if self._keep_starts:
             self._line_starts.append(start)
+        if self._keep_rows:
+            self._rows.append((dict(line.values), {name: value for name, value in line.named.items()
+                                                   if is_aux_loss(name)}))
         if line.step is not None:
             self._known_step = line.step
         for name, value in line.values.items():
@@ -122,7 +150,7 @@ class StepBatchBuilder:
         named = {name: Named(value, lines, is_aux_loss(name)) for name, (value, lines) in self._named.items()}
         batch = StepBatch(self._steps, self._latest, self._series, self._units, named,
                           self._unprinted_nonfinite_losses, self.rank,
-                          self._line_starts if self._keep_starts else None)
+                          self._line_starts if self._keep_starts else None, self._rows if self._keep_rows else None)
         self._clear()
         return batch
 
@@ -168,6 +196,6 @@ class StepBatchBuilder:
         self._named[name] = (value, lines + (seen[1] if seen else 0))
 
     def _clear(self) -> None:
-        self._steps, self._known_step, self._line_starts = [], None, []
+        self._steps, self._known_step, self._line_starts, self._rows = [], None, [], []
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0
