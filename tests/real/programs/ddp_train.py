@@ -54,6 +54,8 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-at", type=int, default=0, help="save a checkpoint after this step (0: never)")
     parser.add_argument("--save-seconds", type=float, default=0.0, help="how long the save takes")
+    parser.add_argument("--stop-learning-at", type=int, default=0,
+                        help="from this step on the learning rate is 0: the loss goes flat (0: never)")
     # regress: a mean squared error over --batch samples; classify: a cross entropy over 10 classes, the kind of
     # loss a language model prints (a small batch's MSE is heavy-tailed as no token-averaged loss is).
     parser.add_argument("--task", choices=("regress", "classify"), default="regress")
@@ -83,7 +85,8 @@ def main() -> int:
     model = DistributedDataParallel(torch.nn.Sequential(
         torch.nn.Linear(16, 32), torch.nn.Tanh(), torch.nn.Linear(32, outputs)))
     optimizer = torch.optim.SGD(model.parameters(), lr=args.lr, momentum=0.9)
-    schedule = torch.optim.lr_scheduler.LambdaLR(optimizer, lambda done: 1.0 - done / (args.steps + 1))
+    schedule = torch.optim.lr_scheduler.LambdaLR(
+        optimizer, lambda done: 0.0 if 0 < args.stop_learning_at <= done + 1 else 1.0 - done / (args.steps + 1))
     data = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
     target = torch.randn(16, outputs, generator=torch.Generator().manual_seed(7))
     mine = args.incident is not None and rank == args.rank
