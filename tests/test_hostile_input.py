@@ -225,10 +225,13 @@ def test_two_rank_less_files_of_one_directory_are_two_series(tmp_path, log_dir):
     (log_dir / "train.log").write_text("".join(f"step={step} loss=2.5\n" for step in range(1, 41)))
     (log_dir / "eval.log").write_text("".join(f"step={step} loss=50.0\n" for step in range(1, 41)))
     with serve(tmp_path, log_dir) as exporter:
-        # The first in name order has the empty rank (DESIGN 3.2), the second its name.
-        wait_for(exporter, "training_steps_total", 40, rank="train.log")
-        wait_for(exporter, "training_steps_total", 40, rank="")
-        assert exporter.total("training_loss", rank="") == 50.0
+        def losses() -> dict[str, float]:
+            return {dict(labels)["run"]: value for (name, labels), value in exporter.samples().items()
+                    if name == "training_loss" and dict(labels)["rank"] == ""}
+
+        # Both on the empty rank (DESIGN 3.2); the first in name order keeps the run label, the second has its own.
+        wait_for(exporter, "training_steps_total", 80, rank="")
+        assert losses() == {"run": 50.0, "run/train.log": 2.5}, exporter.output()[-3000:]
         assert exporter.total("training_anomalies_total", kind="loss_spike") == 0
 
 
