@@ -11,14 +11,19 @@ for ``serve``.
 from __future__ import annotations
 
 import os
-import re
 from dataclasses import dataclass
 
-from exporter.follow.discover import LogFileRole, RanklessFiles, classify, discovery_order, is_followed, run_label
+from exporter.follow.discover import (
+    LogFileRole,
+    RanklessFiles,
+    classify,
+    discovery_order,
+    is_followed,
+    natural_key,
+    run_label,
+)
 from exporter.follow.rotated import generations, rotated_base
 from exporter.follow.stream import STDIN
-
-_NUMBER = re.compile(r"(\d+)")
 
 
 @dataclass(frozen=True, slots=True)
@@ -120,11 +125,7 @@ def _order(source: Source) -> tuple:
     # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
     attempt = -1 if source.role.attempt is None else source.role.attempt
     return (source.node, source.role.role == "scheduler", attempt, int(rank) if rank.isdigit() else -1,
-            _natural(directory), source.role.local_rank and name == "stderr.log", _natural(name))
-
-
-def _natural(text: str) -> list[int | str]:
-    return [int(part) if part.isdigit() else part for part in _NUMBER.split(text)]
+            natural_key(directory), source.role.local_rank and name == "stderr.log", natural_key(name))
 
 
 def within_series_cap(sources: list[Source], max_series: int) -> tuple[list[Source], str | None]:

@@ -128,7 +128,12 @@ class RanklessFiles:
 def discovery_order(relative_path: str) -> tuple[int, list[int | str]]:
     """The order a directory's files are taken in: nearest the top first, then by name with numbers as numbers
     (``attempt_2/`` before ``attempt_10/``: a later attempt is a restart)."""
-    return relative_path.count("/"), [int(part) if part.isdigit() else part for part in _NUMBERS.split(relative_path)]
+    return relative_path.count("/"), natural_key(relative_path)
+
+
+def natural_key(text: str) -> list[int | str]:
+    """A name's sort key with its numbers as numbers: ``attempt_2`` before ``attempt_10``."""
+    return [int(part) if part.isdigit() else part for part in _NUMBERS.split(text)]
 
 
 def run_label(directory: str, run: str | None = None) -> str:
