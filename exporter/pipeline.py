@@ -24,7 +24,7 @@ from exporter.follow import FilePosition, FollowedFile, ReadBatch
 from exporter.follow.discover import RanklessFiles
 from exporter.follow.identity import implausible
 from exporter.parse import Format, FormatSelection, LineParser, Record
-from exporter.parse.csv_rows import CsvRows, first_line, is_table
+from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.fields import label_value
 from exporter.parse.ranks import global_rank
 from exporter.state import SeriesKey, TrainingState
@@ -93,7 +93,7 @@ class Pipeline:
         if role.rankless:  # a further rank-less file of the run is a series of its own (discover.RanklessFiles)
             run = label_value(self._rankless.run_label(run, self._node, file.path, file.relative_path))
         entry = _File(parser, run, {"file": label_value(os.path.basename(file.path)), "role": role.role},
-                      rows=CsvRows(functools.partial(first_line, file.path)) if is_table(file.path) else None)
+                      rows=CsvRows(functools.partial(_first_line, file.path)) if is_table(file.path) else None)
         key = entry.keys[None] = (entry.run, self._node, rank)
         self._files[file.path] = entry
         with self._state.lock:
@@ -178,3 +178,11 @@ class Pipeline:
             entry.info["framework"] = fmt.framework
         return True
 
+
+def _first_line(path: str) -> bytes | None:
+    """The first line of a file (a CSV table's header, for parse/csv_rows.py); None when it cannot be read."""
+    try:
+        with open(path, "rb") as handle:
+            return handle.readline(1 << 16)
+    except OSError:
+        return None

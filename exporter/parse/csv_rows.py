@@ -88,12 +88,3 @@ class CsvRows:
 def _is_header(cells: list[str]) -> bool:
     """Names only: every cell a name that is not a number (a row holds at least one number)."""
     return len(cells) > 1 and all(cell and parse_float(cell) is None for cell in cells)
-
-
-def first_line(path: str) -> bytes | None:
-    """The first line of a file (its CSV header); None when it cannot be read."""
-    try:
-        with open(path, "rb") as handle:
-            return handle.readline(1 << 16)
-    except OSError:
-        return None
