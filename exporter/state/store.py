@@ -205,8 +205,8 @@ class TrainingState:
         if rank is not None:
             rank.version += 1
             rank.info.update(info)
-            if rank.stall_threshold_seconds is None and _stalls(rank):  # no step yet: the start-up allowance
-                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
+            if rank.stall_threshold_seconds is None:  # no step yet
+                self._allow_start_up(rank)
             if info.get("role") == "scheduler":
                 for kind in SCHEDULER_KINDS:
                     rank.scheduler_events.setdefault(kind, 0)
@@ -251,8 +251,8 @@ class TrainingState:
         if lines:
             if not records or type(records[-1]) is not StepBatch:  # a step batch's lines: told as steps below
                 self.causes.line(key, when)
-            if rank.stall_threshold_seconds is None and _stalls(rank):
-                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
+            if rank.stall_threshold_seconds is None:
+                self._allow_start_up(rank)
         for record in records:
             if isinstance(record, StepBatch):
                 self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, old))
@@ -403,6 +403,11 @@ class TrainingState:
             elif idle > self._detectors.stall_gap_seconds:
                 lost["stall"] += idle
 
+    def _allow_start_up(self, rank: RankState) -> None:
+        """A (re)start's stall threshold: the start-up allowance, for a series that can stall."""
+        if _stalls(rank):
+            rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
+
     def _restarted(self, key: SeriesKey, rank: RankState, now: float, when: float | None,
                    attempt: int | None = None) -> None:
         """A start seen before any of its steps: the steps up to the highest reached are replayed. ``attempt``: the
@@ -480,8 +485,7 @@ class TrainingState:
             self._set_last_error(rank, kind, event.detail)
         elif kind == "restart":
             rank.restarts_total += 1
-            if _stalls(rank):
-                rank.stall_threshold_seconds = self._detectors.stall_threshold(None, starting=True)
+            self._allow_start_up(rank)
         else:
             self._count(key, rank, rank.scheduler_events, kind)
             node_id = event.detail.get("node_id")
