@@ -21,12 +21,15 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
-from exporter.follow.discover import RanklessFiles
+from exporter.follow.discover import PidRanks, RanklessFiles, plog_pid
 from exporter.follow.identity import implausible
 from exporter.parse import Format, FormatSelection, LineParser, Record
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.fields import label_value
+from exporter.parse.formats import msrun_console
 from exporter.parse.ranks import global_rank
+from exporter.parse.records import ErrorEvent
+from exporter.parse.signatures import worker_pid
 from exporter.state import SeriesKey, TrainingState
 from exporter.state.snapshot import dump_state
 
@@ -43,6 +46,7 @@ class _File:
     keys: dict[int | None, SeriesKey] = field(default_factory=dict)  # rank named by a line prefix -> series
     format: Format | None = None  # the format last written into ``info``
     rows: CsvRows | None = None  # a header-driven CSV table (metrics.csv): its rows made lines
+    worker: bool = False  # a rank's own worker log: its records' pids name its rank (launcher_exits)
 
 
 class Pipeline:
@@ -71,6 +75,7 @@ class Pipeline:
         # a file is rediscovered must not forget where it was.
         self._positions: dict[str, FilePosition] = dict(positions or {})
         self._generation = 0  # changes applied; a checkpointer skips writing when unchanged
+        self._pid_ranks = PidRanks()  # which worker log names the pid a launcher reports exiting
 
     @property
     def generation(self) -> int:
@@ -93,7 +98,8 @@ class Pipeline:
         if role.rankless:  # a further rank-less file of the run is a series of its own (discover.RanklessFiles)
             run = label_value(self._rankless.run_label(run, self._node, file.path, file.relative_path))
         entry = _File(parser, run, {"file": label_value(os.path.basename(file.path)), "role": role.role},
-                      rows=CsvRows(functools.partial(_first_line, file.path)) if is_table(file.path) else None)
+                      rows=CsvRows(functools.partial(_first_line, file.path)) if is_table(file.path) else None,
+                      worker=role.role == "worker" and not role.rankless and plog_pid(file.relative_path) is None)
         key = entry.keys[None] = (entry.run, self._node, rank)
         self._files[file.path] = entry
         with self._state.lock:
@@ -118,8 +124,16 @@ class Pipeline:
         parsed = entry.parser.parse_block(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)
         info_changed = self._note_format(entry)
         groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
+        exits: list[tuple[SeriesKey, Record]] = []  # a launcher's report of a worker's exit, on that worker's series
+        launcher = entry.parser.format is msrun_console.FORMAT
         for record in parsed.records:
-            groups.setdefault(record.rank, []).append(record)
+            if launcher and not msrun_console.launcher_record(record):
+                continue  # a copy of a worker's line, read in the worker's own file
+            worker = self._exited_worker(record)
+            if worker is not None:
+                exits.append((worker, record))
+            else:
+                groups.setdefault(record.rank, []).append(record)
         state = self._state
         now = self._clock()
         with state.lock:
@@ -144,9 +158,23 @@ class Pipeline:
                 elif info_changed:
                     state.register(key, entry.info, None)
                 state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)
+            for key, record in exits:
+                state.ingest(key, 0, [record], batch.mtime, now)
             if batch.position is not None:
                 self._positions[file.path] = batch.position
             self._generation += 1
+
+    def _exited_worker(self, record: Record) -> SeriesKey | None:
+        """The series of the worker a launcher reports exiting by pid (msrun's console), by the worker log whose
+        records name that pid; None for any other record, and for a pid no worker log names (it stays on the
+        launcher's own series: counted for the run, docs/formats.md)."""
+        if type(record) is not ErrorEvent or record.rank is not None:
+            return None
+        pid = worker_pid(record)
+        if pid is None:
+            return None
+        path = self._pid_ranks.path_of(pid, [path for path, entry in self._files.items() if entry.worker])
+        return None if path is None or path not in self._files else self._files[path].keys[None]
 
     def file_closed(self, file: FollowedFile) -> None:
         with self._state.lock:

@@ -7,11 +7,14 @@ cascades through Prometheus and Alertmanager in tests/test_e2e_alerts.py.
 
 from __future__ import annotations
 
+import io
+import json
 import os
 import shutil
 from pathlib import Path
 
 from exporter import kinds
+from exporter.analyze.command import run_analyze
 from exporter.analyze.engine import Analysis
 from exporter.analyze.sources import resolve
 from exporter.export.families import walk
@@ -20,6 +23,8 @@ from exporter.parse import LineParser
 from exporter.state import TrainingState
 from exporter.state.cause import CauseModel
 from exporter.state.events import Event
+from tests.support.exporter_process import ExporterProcess
+from tests.support.net import eventually, scrape
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 
@@ -260,3 +265,92 @@ def test_at_one_step_the_rank_that_did_not_print_the_step_s_first_line_is_the_ha
     together = CauseModel()
     stepped(together, range(4), 7, 100.0)
     assert together.hang("job", now=500.0, threshold=threshold) is None
+
+
+def test_the_killed_rank_is_the_cause_of_the_scheduler_s_timeout_of_another_node():
+    """msrun SIGKILLs the others once one worker is SIGKILLed; its scheduler then times out whichever node it misses
+    first, not necessarily the killed one (node 3 in one real run): msrun's report of the kill, read from its console
+    and put on rank 1 by pid, is the cause; the timeout and the scheduler's traceback follow it."""
+    model = CauseModel()
+    stepped(model, range(4), 7, 100.0)
+    scheduler = ("job", "n0", "")
+    model.heard(Event("node_timeout", scheduler, None, 127.0, detail={"node_rank": 3}))  # scheduler.log, read first
+    model.heard(Event("traceback", scheduler, None, 132.0))
+    model.heard(Event("killed", key(1), 7, 101.0, detail={"signal": "SIGKILL", "pid": 25835, "launcher": "msrun"}))
+    assert summary(model) == ("killed", "1", 7, [("node_timeout", ""), ("traceback", "")])
+
+
+def _kill_run(log_dir: Path) -> dict:
+    """analyze --format json of a copy of the real msrun SIGKILL run (tests/fixtures/real/msrun_kill/)."""
+    out = io.StringIO()
+    assert run_analyze([str(log_dir)], format="json", run="job", stdout=out) == 0
+    (run,) = json.loads(out.getvalue())["runs"]
+    return run
+
+
+def test_msrun_s_console_beside_its_logs_names_the_sigkilled_rank_in_analyze(tmp_path):
+    """The real run (SOURCES.md): rank 1 SIGKILLed itself at step 8; nothing in the worker logs or scheduler.log says
+    so; msrun's console kept as LOG_DIR/msrun.log does, by pid, which rank 1's own DISTRIBUTED(25835,...) records
+    name. The console's copies of every worker line count nothing twice."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(REAL / "msrun_kill", log_dir)
+    run = _kill_run(log_dir)
+    errors = {rank["rank"]: rank["errors"] for rank in run["ranks"]}
+    assert errors == {"0": {}, "1": {"killed": 1}, "2": {}, "3": {}, "": {"traceback": 1}}  # the scheduler's own
+    assert run["steps"]["lines"] == 28  # each worker's 7 step lines once
+    (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
+    assert (cause["kind"], cause["rank"], cause["step"]) == ("killed", "1", 7)
+    assert {(followed["kind"], followed["rank"]) for followed in cause["explains"]} == \
+        {("node_timeout", "1"), ("traceback", "")}
+    # Without the console, no file names the kill: the scheduler's timeout of a node is all there is.
+    (log_dir / "msrun.log").unlink()
+    alone = _kill_run(log_dir)
+    assert [finding["kind"] for finding in alone["findings"] if finding["root_cause"]] == ["node_timeout"]
+    assert not any(rank["errors"].get("killed") for rank in alone["ranks"])
+
+
+def test_a_worker_exit_whose_pid_no_worker_log_names_counts_for_the_run(tmp_path):
+    """The killed rank's log is not there (another node's, say): msrun's report still counts, on its console's series
+    (the run's, rank "")."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(REAL / "msrun_kill", log_dir)
+    (log_dir / "worker_1.log").unlink()
+    errors = {rank["rank"]: rank["errors"] for rank in _kill_run(log_dir)["ranks"]}
+    assert errors[""] == {"killed": 1, "traceback": 1}
+    assert not any(errors[rank] for rank in ("0", "2", "3"))
+
+
+def test_serve_puts_msrun_s_report_of_a_sigkill_on_the_killed_rank_and_names_it_the_cause(tmp_path):
+    log_dir = tmp_path / "logs"
+    shutil.copytree(REAL / "msrun_kill", log_dir)
+    lines = sum(path.read_bytes().count(b"\n") for path in log_dir.iterdir())
+    with ExporterProcess("--log-dir", str(log_dir), "--run", "job") as exporter:
+        def read_all():
+            samples = scrape(exporter.url)
+            total = sum(value for (name, _), value in samples.items() if name == "training_log_lines_total")
+            return samples if total == lines else None
+
+        samples = eventually(read_all, 30, interval=0.25, what="every line read")
+    errors = {(labels["kind"], labels["rank"]): value for labels, value in
+              ((dict(labels), value) for (name, labels), value in samples.items() if name == "training_errors_total")
+              if value}
+    assert errors == {("killed", "1"): 1, ("traceback", ""): 1}
+    incident = [dict(labels) for (name, labels) in samples if name == "training_incident_info"]
+    assert [(labels["kind"], labels["rank"], labels["step"]) for labels in incident] == [("killed", "1", "7")]
+
+
+def test_a_node_timeout_read_at_the_moment_of_a_kill_follows_it():
+    """A finished run read at once (serve started after it): every event has the moment it was read, scheduler.log's
+    timeout first. A worker's own failure is there: the scheduler's missing nodes follow it."""
+    model = CauseModel()
+    stepped(model, range(4), 7, 100.0)
+    scheduler = ("job", "n0", "")
+    model.heard(Event("node_timeout", scheduler, None, 200.0, detail={"node_rank": 3}))
+    model.heard(Event("killed", key(1), 7, 200.001, detail={"signal": "SIGKILL"}))
+    assert summary(model) == ("killed", "1", 7, [("node_timeout", "")])
+    # Followers alone (the others' collectives timed out): the node the scheduler lost stays the cause.
+    lost = CauseModel()
+    stepped(lost, range(4), 7, 100.0)
+    lost.heard(Event("node_timeout", scheduler, None, 130.0, detail={"node_rank": 3}))
+    lost.heard(Event("collective_timeout", key(0), 7, 131.0))
+    assert summary(lost)[:2] == ("node_timeout", "")

@@ -32,12 +32,14 @@ from exporter.analyze.report import (
 )
 from exporter.analyze.sources import Source
 from exporter.analyze.timestamps import LineClock
+from exporter.follow.discover import PidRanks, plog_pid
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, faults
 from exporter.parse.csv_rows import CsvRows, is_table
-from exporter.parse.formats import FormatSelection
-from exporter.parse.records import StepBatch
+from exporter.parse.formats import FormatSelection, msrun_console
+from exporter.parse.records import ErrorEvent, Record, StepBatch
+from exporter.parse.signatures import worker_pid
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
 from exporter.state.events import Event
 from exporter.thresholds import PLATEAU_STEPS
@@ -94,6 +96,9 @@ class Analysis:
         # the finding
         self._finding_of: dict[int, tuple[Event, Finding]] = {}
         self._left_out: set[SeriesKey] = set()  # ranks beyond the series limit (their lines are not read)
+        # The ranks' own worker logs (path -> series), whose records' pids name the worker a launcher saw exit.
+        self._workers: dict[str, SeriesKey] = {}
+        self._pid_ranks = PidRanks()
         self.warnings: list[str] = []
         self.bytes_read = 0
 
@@ -109,6 +114,12 @@ class Analysis:
         self._track(key, source.role.role).files.append(source.name)
         self._state.register(key, {"file": source.name, "role": source.role.role}, None, attempt=source.role.attempt)
         keys: dict[int | None, SeriesKey] = {None: key}
+        role = source.role
+        if role.role == "worker" and not role.rankless and plog_pid(source.name) is None:
+            # The oldest generation a process's first records are in, unless compressed (PidRanks reads bytes).
+            plain = [generation for generation in source.generations if not generation.endswith(".gz")]
+            if plain and plain[0] != STDIN:
+                self._workers[plain[0]] = key
         read_any = broken = False
         track = self._tracks[key]
         lines = False
@@ -182,8 +193,11 @@ class Analysis:
             track.last_line_timed = clock.at(data, data.rfind(b"\n", 0, len(data) - 1) + 1) is not None
         # In the order of the lines: a failure is applied after the steps above it (the parser ends a
         # rank's step batch at its failure), so its step is the one the rank failed after.
+        launcher = parser.format is msrun_console.FORMAT
         for record, offset in zip(parsed.records, parsed.offsets or [], strict=True):
-            key = keys.get(record.rank, own)
+            if launcher and not msrun_console.launcher_record(record):
+                continue  # a copy of a worker's line (msrun's console tails them), read in the worker's own file
+            key = self._exited_worker(record) or keys.get(record.rank, own)
             if key not in self._state.series:
                 continue
             if isinstance(record, StepBatch):
@@ -197,6 +211,14 @@ class Analysis:
                 track.first_line_time = track.first_line_time or when
                 track.last_line_time = max(track.last_line_time or when, when)
             self._state.ingest(key, 0, [record], None, when or 0.0, line_time=_at(when))
+
+    def _exited_worker(self, record: Record) -> SeriesKey | None:
+        """The series of the worker a launcher reports exiting by pid, as serve finds it (pipeline.Pipeline)."""
+        if type(record) is not ErrorEvent or record.rank is not None:
+            return None
+        pid = worker_pid(record)
+        path = None if pid is None else self._pid_ranks.path_of(pid, list(self._workers))
+        return None if path is None else self._workers[path]
 
     def _steps(self, key: SeriesKey, track: _Track, batch: StepBatch, data: bytes, clock: LineClock) -> None:
         starts = batch.line_starts or []

@@ -102,7 +102,7 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
 
 
 def _discovery_order(directory: str, path: str) -> tuple:
-    return discovery_order(os.path.relpath(path, directory)) if path != STDIN else (-1, [])
+    return discovery_order(os.path.relpath(path, directory)) if path != STDIN else (False, -1, [])
 
 
 def _node_labels(directories: list[str]) -> dict[str, str]:
@@ -116,6 +116,9 @@ def _node_labels(directories: list[str]) -> dict[str, str]:
     return parents
 
 
+_ROLE_ORDER = {"scheduler": 1, "launcher": 2}
+
+
 def _order(source: Source) -> tuple:
     rank = source.role.rank
     directory, _, name = source.name.rpartition("/")
@@ -124,7 +127,8 @@ def _order(source: Source) -> tuple:
     # Its attempts (attempt_<K>/) came one after the other: every rank's attempt 0 is read before attempt 1, so the
     # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
     attempt = -1 if source.role.attempt is None else source.role.attempt
-    return (source.node, source.role.role == "scheduler", attempt, int(rank) if rank.isdigit() else -1,
+    # The scheduler's log, then a launcher's console, after the workers: they report what happened to the workers.
+    return (source.node, _ROLE_ORDER.get(source.role.role, 0), attempt, int(rank) if rank.isdigit() else -1,
             natural_key(directory), source.role.local_rank and name == "stderr.log", natural_key(name))
 
 

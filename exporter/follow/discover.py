@@ -17,6 +17,10 @@ _WORKER = re.compile(r"(?:^|/)worker_(\d+)\.log$", re.ASCII)
 _RANK_IN_NAME = re.compile(r"(?:^|[/_.-])rank[_-]?(\d+)(?=[^/\d]*$)", re.IGNORECASE | re.ASCII)
 _NUMBERS = re.compile(r"(\d+)")
 _SCHEDULER = re.compile(r"(?:^|/)scheduler\.log$")
+# msrun's own console kept beside its logs (``msrun ... > LOG_DIR/msrun.log 2>&1``): any ``msrun*.log``. It is the
+# only place that names a worker msrun saw die (``Worker process PID exit with exception. Error code: -9.``); the
+# rest of it is msrun tailing every worker log (``--join True``), copies of lines read in the workers' own files.
+_LAUNCHER = re.compile(r"(?:^|/)msrun[^/]*\.log$")
 # torchrun --log-dir: <log_dir>/<run_id>/attempt_<restart>/<local_rank>/{stdout,stderr}.log
 _TORCHRUN_LOG_DIR = re.compile(r"(?:^|/)attempt_(\d+)/(\d+)/(?:stdout|stderr)\.log$", re.ASCII)
 # CANN's device-side process logs ($ASCEND_PROCESS_LOG_PATH/.../device-<id>/device-<pid>_<time>.log):
@@ -33,11 +37,11 @@ _RECORD_PID = re.compile(rb"^\[(?:DEBUG|INFO|WARNING|ERROR|CRITICAL|EXCEPTION|EV
 
 @dataclass(frozen=True, slots=True)
 class LogFileRole:
-    """What a followed file is: a rank's worker log or the scheduler's log."""
+    """What a followed file is: a rank's worker log, the scheduler's log or a launcher's console."""
 
     # The global rank (local rank when local_rank is set); empty for a worker log whose name holds no rank.
     rank: str
-    role: str  # "worker" or "scheduler"
+    role: str  # "worker", "scheduler" or "launcher" (msrun's console: only its own lines count, on the run's series)
     # True when ``rank`` is the node-local rank (torchrun's layout): the node's rank offset makes it global.
     local_rank: bool = False
     # True when the name holds no rank (``train.log``, a ``--tee`` console, ``metrics.csv``): ``rank`` is empty.
@@ -92,6 +96,8 @@ def classify(relative_path: str) -> LogFileRole:
     """Rank and role from a path relative to the log directory."""
     if _SCHEDULER.search(relative_path):
         return LogFileRole("", "scheduler")
+    if _LAUNCHER.search(relative_path):
+        return LogFileRole("", "launcher")
     torchrun = _TORCHRUN_LOG_DIR.search(relative_path)
     if torchrun:
         return LogFileRole(torchrun.group(2), "worker", local_rank=True, attempt=int(torchrun.group(1)))
@@ -125,10 +131,11 @@ class RanklessFiles:
         return label  # the full path is the file's own
 
 
-def discovery_order(relative_path: str) -> tuple[int, list[int | str]]:
+def discovery_order(relative_path: str) -> tuple[bool, int, list[int | str]]:
     """The order a directory's files are taken in: nearest the top first, then by name with numbers as numbers
-    (``attempt_2/`` before ``attempt_10/``: a later attempt is a restart)."""
-    return relative_path.count("/"), natural_key(relative_path)
+    (``attempt_2/`` before ``attempt_10/``: a later attempt is a restart); a launcher's console last (its report
+    of a worker's exit comes after the worker's last step, in a finished run read at once too)."""
+    return _LAUNCHER.search(relative_path) is not None, relative_path.count("/"), natural_key(relative_path)
 
 
 def natural_key(text: str) -> list[int | str]:
@@ -159,7 +166,8 @@ def record_pids(block: bytes) -> set[int]:
 
 
 class PidRanks:
-    """The rank of a CANN process log (``plog-<pid>_*.log``), by the worker log whose records carry that pid.
+    """The worker log whose records carry a pid: the rank of a CANN process log (``plog-<pid>_*.log``) and of a
+    launcher's report of a worker's exit (msrun's ``Worker process 31545 exit with exception``).
 
     A worker's console holds MindSpore's and CANN's records, each naming the process that printed it
     (``[WARNING] DEVICE(3937,...)``); the process's own plog is named by the same pid. Worker logs are
@@ -171,23 +179,31 @@ class PidRanks:
 
     def __init__(self, limit: int = 16 << 20) -> None:
         self._limit = limit
-        self._roles: dict[int, LogFileRole] = {}
+        self._paths: dict[int, str] = {}  # pid -> the worker log whose records name it
         self._read: dict[str, int] = {}  # worker log -> bytes looked at
 
     def role_of(self, pid: int, workers: Iterable[tuple[str, LogFileRole]]) -> LogFileRole | None:
         """The role of the worker whose log names ``pid``; None while no worker log read so far does."""
-        for path, role in workers:
-            if pid in self._roles:
-                break
-            self._learn(path, role)
-        return self._roles.get(pid)
+        roles = dict(workers)
+        path = self.path_of(pid, roles)
+        return None if path is None else roles.get(path)
 
-    def _learn(self, path: str, role: LogFileRole) -> None:
+    def path_of(self, pid: int, workers: Iterable[str]) -> str | None:
+        """The worker log (of ``workers``, paths) whose records name ``pid``; None while none read so far does."""
+        for path in workers:
+            if pid in self._paths:
+                break
+            self._learn(path)
+        return self._paths.get(pid)
+
+    def _learn(self, path: str) -> None:
         start = self._read.get(path, 0)
         if start >= self._limit:
             return
         try:
             with open(path, "rb") as handle:
+                if handle.seek(0, 2) < start:
+                    start = 0  # written again from its start (msrun opens worker logs with "w"): new pids
                 handle.seek(start)
                 block = handle.read(min(self.CHUNK, self._limit - start))
         except OSError:
@@ -195,4 +211,4 @@ class PidRanks:
         end = block.rfind(b"\n") + 1  # whole lines only: the rest is read again with the next chunk
         self._read[path] = start + end
         for pid in record_pids(block[:end]):
-            self._roles.setdefault(pid, role)
+            self._paths.setdefault(pid, path)

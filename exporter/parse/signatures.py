@@ -114,6 +114,26 @@ def _death_signal(text: str) -> ErrorEvent | None:
     return ErrorEvent("terminated", {"signal": name} if name else {})
 
 
+# msrun's own console (mindspore/parallel/cluster/process_entity/_api.py, join_processes): a worker's
+# ``subprocess.Popen.poll()`` return code, the negated signal of a worker a signal ended (-9 SIGKILL, -6 SIGABRT,
+# -11 SIGSEGV), else its exit status. The worker is named by pid only: the pipeline puts the event on the rank
+# whose worker log's MindSpore records name that pid (follow/discover.PidRanks).
+_MSRUN_EXIT = lazy(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+
+
+def _msrun_exit(text: str) -> ErrorEvent | None:
+    match = _MSRUN_EXIT.search(text)
+    if match is None:
+        return None
+    return _exit_event(int(match.group(2)), {"pid": int(match.group(1)), "launcher": "msrun"})
+
+
+def worker_pid(event: ErrorEvent) -> int | None:
+    """The process a launcher's report of a worker's exit names (msrun's names no rank), else None."""
+    pid = event.detail.get("pid")
+    return pid if type(pid) is int and event.detail.get("launcher") == "msrun" else None
+
+
 def _deepspeed_exit(text: str) -> ErrorEvent | None:
     match = _DEEPSPEED_EXIT.search(text)
     return None if match is None else _exit_event(int(match.group(1)), {"launcher": "deepspeed"})
@@ -528,6 +548,7 @@ def _knowledge(text: str) -> ErrorEvent | None:
     return None if found is None else _knowledge_event(found)
 # And by its MindSpore runs (mindspore 2.10.0 under msrun, 4 CPU workers).
 _MS_OOM, _MS_HANG = "real/msrun_oom_worker_1.log", "real/msrun_hang_worker_2.log"
+_MS_CONSOLE = "real/msrun_kill/msrun.log"
 
 SIGNATURES: tuple[Signature, ...] = (
     Signature("nccl_watchdog_timeout", ("nccl_timeout", "hccl_timeout"),
@@ -648,6 +669,10 @@ SIGNATURES: tuple[Signature, ...] = (
               "'--seed', '1234', '--zero_stage', '2', '--deepspeed', '--output_dir', "
               "'/content/DeepSpeedExamples/applications/DeepSpeed-Chat/output/actor-models/125m'] exits with return "
               "code = -9"),
+    Signature("msrun_worker_exit", ("killed", "segfault", "hardware", "elastic"), (b"exit with exception. Error code",),
+              _msrun_exit, _MS_CONSOLE,
+              "[ERROR] ME(25805:139974630886272,MainProcess):2026-12-03-15:22:39.679.000 [mindspore/parallel/cluster/"
+              "process_entity/_api.py:365] Worker process 25835 exit with exception. Error code: -9."),
     Signature("torchelastic_failed", ("killed", "segfault", "hardware", "elastic"), (b"failed (exitcode: ",),
               _elastic_failed, _ELASTIC,
               "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) "

@@ -42,7 +42,8 @@ GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "g
 #   pipe       ``cmd 2>&1 | tee LOG | trainlog-exporter --log-file -``
 #   msrun      ``msrun --log_dir LOG_DIR ... > console.log 2>&1``: msrun's own worker_<R>.log and scheduler.log;
 #              its console (which tails every worker's lines, unranked) kept outside LOG_DIR
-CAPTURES = ("file", "redirects", "pipe", "msrun")
+#   msrun_console  the same with the console kept beside them: ``> LOG_DIR/msrun.log 2>&1`` (docs/formats.md)
+CAPTURES = ("file", "redirects", "pipe", "msrun", "msrun_console")
 # MindSpore's venv (make setup-real): MindSpore 2.10.0 needs NumPy 1.x, this one holds NumPy 2.
 MS_BIN = Path(__file__).parents[2] / ".venv-ms" / "bin"
 
@@ -170,6 +171,8 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         target = log_dir / ("console.log" if capture == "redirects" else "train.log")
         if capture == "msrun":
             target = root / "console.log"
+        if capture == "msrun_console":
+            target = log_dir / "msrun.log"
         with open(target, "wb") as out:
             job = subprocess.Popen(command, stdout=subprocess.PIPE if capture == "pipe" else out,
                                    stderr=subprocess.STDOUT, env=environment, cwd=cwd or root)

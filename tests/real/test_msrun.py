@@ -45,10 +45,11 @@ def _mindspore():
     require_msrun()
 
 
-def _job(tmp_path, *args: str, name: str, steps: int = STEPS, timeout: float = 300, watch=None) -> RealRun:
+def _job(tmp_path, *args: str, name: str, steps: int = STEPS, timeout: float = 300, watch=None,
+         capture: str = "msrun") -> RealRun:
     result = run_job(tmp_path, msrun(tmp_path / "logs", "ms_train.py", "--truth", str(tmp_path / "truth"),
                                      "--steps", str(steps), *args),
-                     capture="msrun", env=msrun_environment(), timeout=timeout, watch=watch)
+                     capture=capture, env=msrun_environment(), timeout=timeout, watch=watch)
     keep_fixture(result, f"msrun_{name}")
     return result
 
@@ -163,15 +164,29 @@ def test_one_rank_raising(tmp_path):
 
 @matrix
 def test_one_rank_sigkilled_leaves_no_word_in_the_worker_logs(tmp_path):
-    result = _job(tmp_path, "--incident", "kill", "--rank", str(CULPRIT), "--at", str(AT), name="kill")
+    """Rank 1 SIGKILLs itself at step AT, msrun's console kept as LOG_DIR/msrun.log (docs/formats.md).
+
+    What the worker logs and scheduler.log hold: the killed rank's last step, and nothing printed by it or about it.
+    msrun kills the other workers at once; then its scheduler times out whichever node it misses first, not
+    necessarily the killed one. Only msrun's console says "Worker process PID exit with exception. Error code: -9.",
+    by pid, which rank 1's own MindSpore records (``DISTRIBUTED(PID,...)``) name: ``killed`` on rank 1, the cause.
+    """
+    result = _job(tmp_path, "--incident", "kill", "--rank", str(CULPRIT), "--at", str(AT), name="kill",
+                  capture="msrun_console")
     assert result.returncode != 0
-    check_steps(result)
-    # What the logs hold: the killed rank's last step, and nothing printed by it or about it. msrun kills the other
-    # workers at once (its console, outside the log directory, says "Worker process PID exit with exception. Error
-    # code: -9."); then its scheduler times out whichever node it misses first, not necessarily the killed one.
+    check_steps(result)  # the console's copies of the workers' step lines make no rows and no series of their own
     assert max(result.truth()[CULPRIT]) == AT - 1
     assert result.counters("training_anomalies_total") == {}
-    assert not _error_ranks(result, "killed")
+    # Live (the last scrape and every scrape after the kill was read) and in analyze: killed on rank 1 only.
+    assert _error_ranks(result, "killed") == {str(CULPRIT)}
+    assert any(_error_ranks(result, "killed", samples) == {str(CULPRIT)} for samples in result.during)
+    assert result.incidents_live() == {("killed", str(CULPRIT), str(AT - 1))}
+    (killed,) = result.findings("killed")
+    assert (killed["rank"], killed["step"], killed["root_cause"]) == (str(CULPRIT), AT - 1, True)
+    # The console counts no copy of a worker's failure: the only other failures are the scheduler's own.
+    console = {kind for (kind, rank) in result.counters("training_errors_total") if rank == ""}
+    assert console <= {"traceback"}, console
+    assert {finding["kind"] for finding in result.root_cause()["explains"]} <= {"node_timeout", "traceback"}
 
 
 @matrix
