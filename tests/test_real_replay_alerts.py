@@ -7,7 +7,7 @@ exporter follows them all; one Prometheus evaluates the drills' shortened copy o
 then goes silent (the job died), so the stall alerts fire as well: Alertmanager must leave active only the
 cause's page. The torchelastic run (``--max-restarts 2``) pages its first attempt's failure before the restart,
 and the last attempt's after it. A real msrun hang (its whole log directory, in its lines' order) pages the stall
-naming the hung rank.
+naming the hung rank; a real msrun SIGKILL (its log directory with msrun's console in it) pages the killed rank.
 """
 
 from __future__ import annotations
@@ -51,6 +51,10 @@ CONSOLE_RUNS = {
 # 4x: its 1 s steps come 0.25 s apart, read in several batches, so each rank learns its pace (steps all read in one
 # batch would leave the start-up allowance).
 HANG_RUN, HANG_PAGE, HANG_SPEEDUP = "msrun-hang", ("TrainingStalled", "1"), 4.0
+# msrun's log directory of a real SIGKILL of rank 1 with msrun's console kept in it (tests/fixtures/real/msrun_kill/):
+# only the console's "Worker process PID exit with exception. Error code: -9." names it, by pid; the scheduler's node
+# timeout follows. The same pace as the hang.
+KILL_RUN, KILL_PAGE = "msrun-kill", ("TrainingProcessCrashed", "1")
 # torchelastic: attempt 0's rank 1 raised, the agent restarted both ranks; attempts 1 and 2 failed on every rank
 # before their first step (rank 0 first, as the agent's "Root Cause (first observed failure)" says).
 ELASTIC_PAGES = {0: ("TrainingProcessCrashed", "1"), 2: ("TrainingProcessCrashed", "0")}
@@ -97,6 +101,7 @@ class Replays:
                                           for run, (fixture, _page) in CONSOLE_RUNS.items()]
         jobs.append(functools.partial(self._elastic, observe))
         jobs.append(functools.partial(replay_directory, REAL / "msrun_hang", self.log_dir(HANG_RUN), HANG_SPEEDUP))
+        jobs.append(functools.partial(replay_directory, REAL / "msrun_kill", self.log_dir(KILL_RUN), HANG_SPEEDUP))
         for job in jobs:
             thread = threading.Thread(target=self._guarded, args=(job,), daemon=True)
             thread.start()
@@ -178,7 +183,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     rules = [write_shortened_rules(path, root / "rules" / path.name, values)
              for path, values in RULE_TEST_VALUES.items()]
     replays = Replays(root)
-    runs = [*CONSOLE_RUNS, "elastic", HANG_RUN]
+    runs = [*CONSOLE_RUNS, "elastic", HANG_RUN, KILL_RUN]
     for run in runs:
         replays.log_dir(run).mkdir(parents=True)
     with ExitStack() as running:
@@ -201,7 +206,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
         yield stack
 
 
-PAGES = {**{run: page for run, (_fixture, page) in CONSOLE_RUNS.items()}, HANG_RUN: HANG_PAGE}
+PAGES = {**{run: page for run, (_fixture, page) in CONSOLE_RUNS.items()}, HANG_RUN: HANG_PAGE, KILL_RUN: KILL_PAGE}
 
 
 @pytest.mark.parametrize("run", sorted(PAGES))
