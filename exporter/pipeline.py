@@ -129,7 +129,7 @@ class Pipeline:
         for record in parsed.records:
             if launcher and not msrun_console.launcher_record(record):
                 continue  # a copy of a worker's line, read in the worker's own file
-            worker = self._exited_worker(record)
+            worker = self._exited_worker(record) if launcher else None
             if worker is not None:
                 exits.append((worker, record))
             else:
@@ -165,9 +165,9 @@ class Pipeline:
             self._generation += 1
 
     def _exited_worker(self, record: Record) -> SeriesKey | None:
-        """The series of the worker a launcher reports exiting by pid (msrun's console), by the worker log whose
-        records name that pid; None for any other record, and for a pid no worker log names (it stays on the
-        launcher's own series: counted for the run, docs/formats.md)."""
+        """The series of the worker msrun's console reports exiting by pid, by the worker log whose records name
+        that pid; None for any other record, and for a pid no worker log names (it stays on the console's own
+        series: counted for the run, docs/formats.md)."""
         if type(record) is not ErrorEvent or record.rank is not None:
             return None
         pid = worker_pid(record)

@@ -276,7 +276,7 @@ def test_the_killed_rank_is_the_cause_of_the_scheduler_s_timeout_of_another_node
     scheduler = ("job", "n0", "")
     model.heard(Event("node_timeout", scheduler, None, 127.0, detail={"node_rank": 3}))  # scheduler.log, read first
     model.heard(Event("traceback", scheduler, None, 132.0))
-    model.heard(Event("killed", key(1), 7, 101.0, detail={"signal": "SIGKILL", "pid": 25835, "launcher": "msrun"}))
+    model.heard(Event("killed", key(1), 7, 101.0, detail={"signal": "SIGKILL", "pid": 29960, "launcher": "msrun"}))
     assert summary(model) == ("killed", "1", 7, [("node_timeout", ""), ("traceback", "")])
 
 
@@ -290,7 +290,7 @@ def _kill_run(log_dir: Path) -> dict:
 
 def test_msrun_s_console_beside_its_logs_names_the_sigkilled_rank_in_analyze(tmp_path):
     """The real run (SOURCES.md): rank 1 SIGKILLed itself at step 8; nothing in the worker logs or scheduler.log says
-    so; msrun's console kept as LOG_DIR/msrun.log does, by pid, which rank 1's own DISTRIBUTED(25835,...) records
+    so; msrun's console kept as LOG_DIR/msrun.log does, by pid, which rank 1's own DISTRIBUTED(29960,...) records
     name. The console's copies of every worker line count nothing twice."""
     log_dir = tmp_path / "logs"
     shutil.copytree(REAL / "msrun_kill", log_dir)
@@ -301,11 +301,13 @@ def test_msrun_s_console_beside_its_logs_names_the_sigkilled_rank_in_analyze(tmp
     (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
     assert (cause["kind"], cause["rank"], cause["step"]) == ("killed", "1", 7)
     assert {(followed["kind"], followed["rank"]) for followed in cause["explains"]} == \
-        {("node_timeout", "1"), ("traceback", "")}
-    # Without the console, no file names the kill: the scheduler's timeout of a node is all there is.
+        {("node_timeout", "0"), ("traceback", "")}
+    # Without the console, no file names the kill: the scheduler's timeout of a node is all there is, and it is
+    # about node 0, not the killed rank 1.
     (log_dir / "msrun.log").unlink()
     alone = _kill_run(log_dir)
-    assert [finding["kind"] for finding in alone["findings"] if finding["root_cause"]] == ["node_timeout"]
+    assert [(finding["kind"], finding["rank"]) for finding in alone["findings"] if finding["root_cause"]] == \
+        [("node_timeout", "0")]
     assert not any(rank["errors"].get("killed") for rank in alone["ranks"])
 
 

@@ -188,3 +188,17 @@ def test_torchruns_agent_names_the_rank_that_died_in_an_unranked_console():
     killed = [(rank, detail) for kind, rank, detail in _events(lines) if kind == "killed"]
     assert [(rank, detail["signal"]) for rank, detail in killed] == [(1, "SIGKILL")]
     assert [rank for kind, rank, _ in _events(lines) if kind == "collective"] == [2, 0]
+
+
+@pytest.mark.parametrize(("code", "kind", "signal"), [
+    (-9, "killed", "SIGKILL"), (-11, "segfault", "SIGSEGV"), (-7, "hardware", "SIGBUS"), (-6, "elastic", "SIGABRT"),
+    (-15, "elastic", "SIGTERM"), (1, "elastic", None)])
+def test_msrun_s_report_of_a_worker_s_exit_is_named_by_the_signal_its_code_negates(code, kind, signal):
+    """msrun prints ``Popen.poll()``'s return code (mindspore/parallel/cluster/process_entity/_api.py:365): the negated
+    signal of a worker a signal ended, else its exit status. The real line (real/msrun_kill/msrun.log), its code
+    replaced."""
+    line = _fixture_line("msrun_kill/msrun.log", b"exit with exception. Error code: -9.")
+    event = signatures.classify(line.replace(b"Error code: -9.", f"Error code: {code}.".encode()))
+    assert event is not None and event.kind == kind
+    assert (event.detail["pid"], event.detail["exitcode"], event.detail.get("signal")) == (29960, code, signal)
+    assert signatures.worker_pid(event) == 29960

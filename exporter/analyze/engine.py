@@ -197,7 +197,7 @@ class Analysis:
         for record, offset in zip(parsed.records, parsed.offsets or [], strict=True):
             if launcher and not msrun_console.launcher_record(record):
                 continue  # a copy of a worker's line (msrun's console tails them), read in the worker's own file
-            key = self._exited_worker(record) or keys.get(record.rank, own)
+            key = (self._exited_worker(record) if launcher else None) or keys.get(record.rank, own)
             if key not in self._state.series:
                 continue
             if isinstance(record, StepBatch):

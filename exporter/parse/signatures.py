@@ -671,8 +671,8 @@ SIGNATURES: tuple[Signature, ...] = (
               "code = -9"),
     Signature("msrun_worker_exit", ("killed", "segfault", "hardware", "elastic"), (b"exit with exception. Error code",),
               _msrun_exit, _MS_CONSOLE,
-              "[ERROR] ME(25805:139974630886272,MainProcess):2026-12-03-15:22:39.679.000 [mindspore/parallel/cluster/"
-              "process_entity/_api.py:365] Worker process 25835 exit with exception. Error code: -9."),
+              "[ERROR] ME(29944:140069956213632,MainProcess):2026-12-03-15:28:02.398.000 [mindspore/parallel/cluster/"
+              "process_entity/_api.py:365] Worker process 29960 exit with exception. Error code: -9."),
     Signature("torchelastic_failed", ("killed", "segfault", "hardware", "elastic"), (b"failed (exitcode: ",),
               _elastic_failed, _ELASTIC,
               "torch.distributed.elastic.multiprocessing.api: [ERROR] failed (exitcode: -9) local_rank: 0 (pid: 14447) "
