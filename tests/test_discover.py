@@ -5,7 +5,7 @@ from pathlib import Path
 import pytest
 
 from exporter.follow import classify, is_followed
-from exporter.follow.discover import PidRanks, RanklessFiles, discovery_order, plog_pid, record_pids
+from exporter.follow.discover import LogFileRole, PidRanks, RanklessFiles, discovery_order, plog_pid, record_pids
 
 REAL = Path(__file__).parent / "fixtures" / "real"
 
@@ -105,3 +105,14 @@ def test_pid_ranks_finds_the_worker_of_a_pid_and_waits_while_none_names_it(tmp_p
     worker.write_bytes(b"no record yet\n" + (REAL / "msrun_nan_worker_1.log").read_bytes())
     assert ranks.role_of(953, [(str(worker), role)]) == role
     assert ranks.role_of(954, [(str(worker), role)]) is None
+
+
+def test_msrun_s_console_kept_beside_its_logs_is_a_launcher_read_after_the_workers():
+    """``msrun ... > LOG_DIR/msrun.log 2>&1`` (docs/formats.md): its own series, rank "", role launcher; taken after
+    the worker logs, so that its report of a worker's exit comes after the worker's last step."""
+    assert classify("msrun.log") == LogFileRole("", "launcher")
+    assert classify("output/msrun_console.log") == LogFileRole("", "launcher")
+    assert classify("msrun_log/worker_3.log") == LogFileRole("3", "worker")  # msrun's default --log_dir name
+    names = ["worker_10.log", "msrun.log", "scheduler.log", "worker_2.log", "train.log"]
+    assert sorted(names, key=discovery_order) == ["scheduler.log", "train.log", "worker_2.log", "worker_10.log",
+                                                  "msrun.log"]

@@ -1,6 +1,7 @@
 """A real MindSpore 2.10.0 data-parallel job under ``msrun`` (4 CPU workers), printed by MindFormers 2.1.0's own
 callbacks (``MFLossMonitor``, ``TrainingStateMonitor``), followed live on msrun's log directory
-(``worker_<R>.log``, ``scheduler.log``), then ``analyze`` on the same files.
+(``worker_<R>.log``, ``scheduler.log``, and in the healthy and SIGKILL runs msrun's own console kept there as
+``msrun.log``), then ``analyze`` on the same files.
 
 The program is tests/real/programs/ms_train.py, run from MindSpore's own venv (.venv-ms, make setup-real). Two
 runs in every CI run (healthy, NaN); the incidents that take longer in the matrix (TRAINLOG_REAL_MATRIX=1).
@@ -83,8 +84,10 @@ def _error_ranks(result: RealRun, kind: str, samples=None) -> set[str]:
 
 
 def test_healthy_run_every_step_exact_and_nothing_raised(tmp_path):
-    result = _job(tmp_path, name="healthy")
+    # msrun's console kept beside its logs (LOG_DIR/msrun.log): its copies of every worker's lines count nothing.
+    result = _job(tmp_path, name="healthy", capture="msrun_console")
     assert result.returncode == 0
+    assert (result.log_dir / "msrun.log").stat().st_size > 0
     check_steps(result)
     assert result.counters("training_anomalies_total") == {}
     assert result.counters("training_errors_total") == {}
