@@ -159,7 +159,7 @@ class Pipeline:
                     state.register(key, entry.info, None)
                 state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)
             for key, record in exits:
-                state.ingest(key, 0, [record], batch.mtime, now)
+                state.ingest(key, 0, [record], None, now)  # the worker's log did not change: no log timestamp
             if batch.position is not None:
                 self._positions[file.path] = batch.position
             self._generation += 1

@@ -24,7 +24,7 @@ from exporter.state import TrainingState
 from exporter.state.cause import CauseModel
 from exporter.state.events import Event
 from tests.support.exporter_process import ExporterProcess
-from tests.support.net import eventually, scrape
+from tests.support.net import eventually, sample, scrape
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 
@@ -300,6 +300,9 @@ def test_msrun_s_console_beside_its_logs_names_the_sigkilled_rank_in_analyze(tmp
     assert run["steps"]["lines"] == 28  # each worker's 7 step lines once
     (cause,) = [finding for finding in run["findings"] if finding["root_cause"]]
     assert (cause["kind"], cause["rank"], cause["step"]) == ("killed", "1", 7)
+    # The rank's last line is its own, not msrun's report of its death a second later.
+    (killed_rank,) = [rank for rank in run["ranks"] if rank["rank"] == "1"]
+    assert killed_rank["last_line_time"] < cause["time"]
     assert {(followed["kind"], followed["rank"]) for followed in cause["explains"]} == \
         {("node_timeout", "0"), ("traceback", "")}
     # Without the console, no file names the kill: the scheduler's timeout of a node is all there is, and it is
@@ -325,6 +328,8 @@ def test_a_worker_exit_whose_pid_no_worker_log_names_counts_for_the_run(tmp_path
 def test_serve_puts_msrun_s_report_of_a_sigkill_on_the_killed_rank_and_names_it_the_cause(tmp_path):
     log_dir = tmp_path / "logs"
     shutil.copytree(REAL / "msrun_kill", log_dir)
+    for path in log_dir.iterdir():  # as the run left them (git keeps no modification times): the console last
+        os.utime(path, (1_796_311_710, 1_796_311_710 + (31 if path.name in ("msrun.log", "scheduler.log") else 0)))
     lines = sum(path.read_bytes().count(b"\n") for path in log_dir.iterdir())
     with ExporterProcess("--log-dir", str(log_dir), "--run", "job") as exporter:
         def read_all():
@@ -337,6 +342,9 @@ def test_serve_puts_msrun_s_report_of_a_sigkill_on_the_killed_rank_and_names_it_
               ((dict(labels), value) for (name, labels), value in samples.items() if name == "training_errors_total")
               if value}
     assert errors == {("killed", "1"): 1, ("traceback", ""): 1}
+    # The killed rank's log time is its own file's, not the console's.
+    worker_1 = (log_dir / "worker_1.log").stat().st_mtime
+    assert sample(samples, "training_last_log_timestamp_seconds", run="job", rank="1") == worker_1
     incident = [dict(labels) for (name, labels) in samples if name == "training_incident_info"]
     assert [(labels["kind"], labels["rank"], labels["step"]) for labels in incident] == [("killed", "1", "7")]
 

@@ -197,7 +197,8 @@ class Analysis:
         for record, offset in zip(parsed.records, parsed.offsets or [], strict=True):
             if launcher and not msrun_console.launcher_record(record):
                 continue  # a copy of a worker's line (msrun's console tails them), read in the worker's own file
-            key = (self._exited_worker(record) if launcher else None) or keys.get(record.rank, own)
+            exited = self._exited_worker(record) if launcher else None
+            key = exited or keys.get(record.rank, own)
             if key not in self._state.series:
                 continue
             if isinstance(record, StepBatch):
@@ -207,7 +208,7 @@ class Analysis:
             track = self._tracks[key]
             if when is None:
                 when = track.last_line_time
-            else:
+            elif exited is None:  # not for msrun's report of a worker: that is no line of the worker's own
                 track.first_line_time = track.first_line_time or when
                 track.last_line_time = max(track.last_line_time or when, when)
             self._state.ingest(key, 0, [record], None, when or 0.0, line_time=_at(when))
