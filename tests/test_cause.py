@@ -345,6 +345,9 @@ def test_serve_puts_msrun_s_report_of_a_sigkill_on_the_killed_rank_and_names_it_
     # The killed rank's log time is its own file's, not the console's.
     worker_1 = (log_dir / "worker_1.log").stat().st_mtime
     assert sample(samples, "training_last_log_timestamp_seconds", run="job", rank="1") == worker_1
+    # The console's series (shared with the scheduler's, rank "") prints no steps: no stall threshold of its own.
+    assert sample(samples, "training_stall_threshold_seconds", run="job", rank="") is None
+    assert sample(samples, "training_stall_threshold_seconds", run="job", rank="1") is not None
     incident = [dict(labels) for (name, labels) in samples if name == "training_incident_info"]
     assert [(labels["kind"], labels["rank"], labels["step"]) for labels in incident] == [("killed", "1", "7")]
 

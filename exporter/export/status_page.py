@@ -133,7 +133,7 @@ def slow_ranks(paces: Mapping[str, float | None]) -> dict[str, float]:
 
 
 def _run_section(run: str, ranks: list[_Rank], runbook_url: str) -> str:
-    workers = [rank for rank in ranks if rank.role != "scheduler"]
+    workers = [rank for rank in ranks if rank.role not in ("scheduler", "launcher")]
     slow = slow_ranks({rank.label: rank.pace for rank in workers})
     incidents = _incidents(ranks, slow)
     markers = [Marker(step, ", ".join(f"{kinds.words(kind)} @ step {step}" for kind in at_step),

@@ -643,8 +643,9 @@ class _Applying(NamedTuple):
 
 
 def _stalls(rank: RankState) -> bool:
-    """A series that can stall: a worker's. A scheduler's prints no steps: it has no pace and no stall threshold."""
-    return rank.info.get("role") != "scheduler"
+    """A series that can stall: a worker's. A scheduler's or a launcher's console (msrun's) prints no steps: it has
+    no pace and no stall threshold."""
+    return rank.info.get("role") not in ("scheduler", "launcher")
 
 
 def _around(series: Series | None, step: int | None, previous: float | None) -> tuple[float | None, float | None]:
