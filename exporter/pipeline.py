@@ -28,7 +28,6 @@ from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.fields import label_value
 from exporter.parse.formats import msrun_console
 from exporter.parse.ranks import global_rank
-from exporter.parse.records import ErrorEvent
 from exporter.parse.signatures import worker_pid
 from exporter.state import SeriesKey, TrainingState
 from exporter.state.snapshot import dump_state
@@ -46,7 +45,7 @@ class _File:
     keys: dict[int | None, SeriesKey] = field(default_factory=dict)  # rank named by a line prefix -> series
     format: Format | None = None  # the format last written into ``info``
     rows: CsvRows | None = None  # a header-driven CSV table (metrics.csv): its rows made lines
-    worker: bool = False  # a rank's own worker log: its records' pids name its rank (launcher_exits)
+    worker: bool = False  # a rank's own worker log: its records' pids name its rank (_exited_worker)
 
 
 class Pipeline:
@@ -168,8 +167,6 @@ class Pipeline:
         """The series of the worker msrun's console reports exiting by pid, by the worker log whose records name
         that pid; None for any other record, and for a pid no worker log names (it stays on the console's own
         series: counted for the run, docs/formats.md)."""
-        if type(record) is not ErrorEvent or record.rank is not None:
-            return None
         pid = worker_pid(record)
         if pid is None:
             return None

@@ -38,7 +38,7 @@ from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, faults
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection, msrun_console
-from exporter.parse.records import ErrorEvent, Record, StepBatch
+from exporter.parse.records import Record, StepBatch
 from exporter.parse.signatures import worker_pid
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
 from exporter.state.events import Event
@@ -215,8 +215,6 @@ class Analysis:
 
     def _exited_worker(self, record: Record) -> SeriesKey | None:
         """The series of the worker a launcher reports exiting by pid, as serve finds it (pipeline.Pipeline)."""
-        if type(record) is not ErrorEvent or record.rank is not None:
-            return None
         pid = worker_pid(record)
         path = None if pid is None else self._pid_ranks.path_of(pid, list(self._workers))
         return None if path is None else self._workers[path]

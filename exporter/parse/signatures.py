@@ -128,10 +128,12 @@ def _msrun_exit(text: str) -> ErrorEvent | None:
     return _exit_event(int(match.group(2)), {"pid": int(match.group(1)), "launcher": "msrun"})
 
 
-def worker_pid(event: ErrorEvent) -> int | None:
-    """The process a launcher's report of a worker's exit names (msrun's names no rank), else None."""
-    pid = event.detail.get("pid")
-    return pid if type(pid) is int and event.detail.get("launcher") == "msrun" else None
+def worker_pid(record: object) -> int | None:
+    """The process msrun's report of a worker's exit names (it names no rank), else None (any other record)."""
+    if type(record) is not ErrorEvent or record.rank is not None or record.detail.get("launcher") != "msrun":
+        return None
+    pid = record.detail.get("pid")
+    return pid if type(pid) is int else None
 
 
 def _deepspeed_exit(text: str) -> ErrorEvent | None:

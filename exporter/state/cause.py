@@ -289,17 +289,18 @@ class CauseModel:
                 and current.event.kind != "hang" and current.event.key != event.key)
 
     def _follows(self, event: Event, incident: _Incident) -> bool:
-        """A follower kind, a scheduler's node timeout once a worker failed of its own, or a plain traceback on a rank
+        """A follower kind, a scheduler's node timeout once a worker had a named failure, or a plain traceback on a rank
         whose collective failed or that a launcher stopped (that failure's exception). Not a launcher's summary of
         the rank's death (``elastic``): it names the culprit. A plain failure of a series that printed no step (a
         scheduler's or launcher's own output) follows the workers' failures: it dies because they did."""
         if event.kind in kinds.FOLLOWER_KINDS:
             return True
         if event.kind == "node_timeout" and any(
-                other.kind in kinds.FAILURE_KINDS and other.kind != "node_timeout" and self._worker(other.key)
-                and not self._follows(other, incident) for _, other in incident.events):
-            # A worker process died of its own failure (msrun then kills the others): the scheduler misses nodes
-            # after it, whichever it times out first, also when a finished run's files are read at one moment.
+                other.kind in kinds.FAILURE_KINDS and other.kind not in kinds.GENERIC_KINDS
+                and other.kind not in kinds.FOLLOWER_KINDS and self._worker(other.key) for _, other in incident.events):
+            # A worker process died of a named failure of its own (a kill, an OOM; msrun then kills the others): the
+            # scheduler misses nodes after it, whichever it times out first, also when a finished run's files are
+            # read at one moment. (A named kind follows nothing: one pass, no nested look at the others.)
             return True
         subject = _subject(event)
         if (event.kind in kinds.GENERIC_KINDS and not self._worker(subject)
