@@ -21,7 +21,7 @@ from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
-from exporter.follow.discover import PidRanks, RanklessFiles, plog_pid
+from exporter.follow.discover import PidRanks, RanklessFiles, plog_pid, unnamed_pid
 from exporter.follow.identity import implausible
 from exporter.parse import Format, FormatSelection, LineParser, Record
 from exporter.parse.csv_rows import CsvRows, is_table
@@ -128,7 +128,7 @@ class Pipeline:
         for record in parsed.records:
             if launcher and not msrun_console.launcher_record(record):
                 continue  # a copy of a worker's line, read in the worker's own file
-            worker = self._exited_worker(record) if launcher else None
+            worker = self._exited_worker(record, file.path) if launcher else None
             if worker is not None:
                 exits.append((worker, record))
             else:
@@ -163,7 +163,7 @@ class Pipeline:
                 self._positions[file.path] = batch.position
             self._generation += 1
 
-    def _exited_worker(self, record: Record) -> SeriesKey | None:
+    def _exited_worker(self, record: Record, console: str) -> SeriesKey | None:
         """The series of the worker msrun's console reports exiting by pid, by the worker log whose records name
         that pid; None for any other record, and for a pid no worker log names (it stays on the console's own
         series: counted for the run, docs/formats.md)."""
@@ -171,7 +171,10 @@ class Pipeline:
         if pid is None:
             return None
         path = self._pid_ranks.path_of(pid, [path for path, entry in self._files.items() if entry.worker])
-        return None if path is None or path not in self._files else self._files[path].keys[None]
+        if path is None or path not in self._files:
+            log.warning("%s", unnamed_pid(pid, console))
+            return None
+        return self._files[path].keys[None]
 
     def file_closed(self, file: FollowedFile) -> None:
         with self._state.lock:

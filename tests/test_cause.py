@@ -320,8 +320,14 @@ def test_a_worker_exit_whose_pid_no_worker_log_names_counts_for_the_run(tmp_path
     log_dir = tmp_path / "logs"
     shutil.copytree(REAL / "msrun_kill", log_dir)
     (log_dir / "worker_1.log").unlink()
-    errors = {rank["rank"]: rank["errors"] for rank in _kill_run(log_dir)["ranks"]}
+    out = io.StringIO()
+    assert run_analyze([str(log_dir)], format="json", run="job", stdout=out) == 0
+    report = json.loads(out.getvalue())
+    errors = {rank["rank"]: rank["errors"] for rank in report["runs"][0]["ranks"]}
     assert errors[""] == {"killed": 1, "traceback": 1}
+    assert [warning for warning in report["warnings"] if "29960" in warning] == [
+        'msrun.log: msrun reports worker process 29960 exiting, and no worker log names that pid: counted for the '
+        'run, on the console\'s own series (rank "")']
     assert not any(errors[rank] for rank in ("0", "2", "3"))
 
 

@@ -32,7 +32,7 @@ from exporter.analyze.report import (
 )
 from exporter.analyze.sources import Source
 from exporter.analyze.timestamps import LineClock
-from exporter.follow.discover import PidRanks, plog_pid
+from exporter.follow.discover import PidRanks, plog_pid, unnamed_pid
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, faults
@@ -197,7 +197,7 @@ class Analysis:
         for record, offset in zip(parsed.records, parsed.offsets or [], strict=True):
             if launcher and not msrun_console.launcher_record(record):
                 continue  # a copy of a worker's line (msrun's console tails them), read in the worker's own file
-            exited = self._exited_worker(record) if launcher else None
+            exited = self._exited_worker(record, source.name) if launcher else None
             key = exited or keys.get(record.rank, own)
             if key not in self._state.series:
                 continue
@@ -213,11 +213,16 @@ class Analysis:
                 track.last_line_time = max(track.last_line_time or when, when)
             self._state.ingest(key, 0, [record], None, when or 0.0, line_time=_at(when))
 
-    def _exited_worker(self, record: Record) -> SeriesKey | None:
+    def _exited_worker(self, record: Record, console: str) -> SeriesKey | None:
         """The series of the worker a launcher reports exiting by pid, as serve finds it (pipeline.Pipeline)."""
         pid = worker_pid(record)
-        path = None if pid is None else self._pid_ranks.path_of(pid, list(self._workers))
-        return None if path is None else self._workers[path]
+        if pid is None:
+            return None
+        path = self._pid_ranks.path_of(pid, list(self._workers))
+        if path is None:
+            self.warnings.append(unnamed_pid(pid, console))
+            return None
+        return self._workers[path]
 
     def _steps(self, key: SeriesKey, track: _Track, batch: StepBatch, data: bytes, clock: LineClock) -> None:
         starts = batch.line_starts or []

@@ -165,6 +165,12 @@ def record_pids(block: bytes) -> set[int]:
     return {int(pid) for pid in _RECORD_PID.findall(block)}
 
 
+def unnamed_pid(pid: int, console: str) -> str:
+    """What is said when msrun's console reports a worker's exit by a pid no followed worker log names."""
+    return (f"{console}: msrun reports worker process {pid} exiting, and no worker log names that pid: counted for "
+            "the run, on the console's own series (rank \"\")")
+
+
 class PidRanks:
     """The worker log whose records carry a pid: the rank of a CANN process log (``plog-<pid>_*.log``) and of a
     launcher's report of a worker's exit (msrun's ``Worker process 31545 exit with exception``).
