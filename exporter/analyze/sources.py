@@ -10,9 +10,13 @@ for ``serve``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from exporter.analyze.timestamps import LineClock
 from exporter.follow.discover import (
     LogFileRole,
     RanklessFiles,
@@ -24,6 +28,9 @@ from exporter.follow.discover import (
 )
 from exporter.follow.rotated import generations, rotated_base
 from exporter.follow.stream import STDIN
+
+# How much of a file's start is searched for its first timestamp (a launcher attempt's directory order).
+FIRST_TIME_BYTES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,59 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
         role, node = classify(relative), nodes.get(os.path.abspath(directory), "")
         own_run = rankless.run_label(run_of_directories, node, key, relative) if role.rankless else run_of_directories
         sources[key] = Source(relative, tuple(chain), own_run, node, role)
-    return sorted(sources.values(), key=_order)
+    return sorted(_attempt_directories(list(sources.values())), key=_order)
+
+
+def _attempt_directories(sources: list[Source]) -> list[Source]:
+    """The sources with the launcher attempt of their directory, where a rank's logs are in several directories.
+
+    A job started again into a new log directory beside the first (msrun's ``--log_dir``: its ``worker_<R>.log``
+    are opened with "w", so a resume keeps the first attempt only in another directory) holds each rank in one
+    directory per attempt. Those directories are attempts, numbered in the order they were written: by the earliest
+    timestamp of their files' first lines (names say nothing: ``resume/`` sorts before ``run/``; modification times
+    do not survive a copy), by name where no line has a time. torchrun's ``attempt_<K>/`` carry their own number.
+    """
+    directories: dict[tuple[str, str, str], set[str]] = {}  # (run, node, rank) -> directories holding its logs
+    for source in sources:
+        if source.role.attempt is None and not source.role.rankless and source.role.role == "worker" \
+                and source.name != STDIN:
+            directories.setdefault((source.run, source.node, source.role.rank), set()).add(_directory(source))
+    repeated: dict[tuple[str, str], set[str]] = {}  # (run, node) -> its attempt directories
+    for (run, node, _rank), held in directories.items():
+        if len(held) > 1:
+            repeated.setdefault((run, node), set()).update(held)
+    if not repeated:
+        return sources
+    attempts: dict[tuple[str, str, str], int] = {}
+    for (run, node), held in repeated.items():
+        started = {directory: _first_time(source.generations[0] for source in sources
+                                          if (source.run, source.node) == (run, node)
+                                          and _directory(source) == directory)
+                   for directory in held}
+        in_order = sorted(held, key=lambda directory: (started[directory], natural_key(directory)))
+        attempts.update({(run, node, directory): attempt for attempt, directory in enumerate(in_order)})
+    return [dataclasses.replace(source, role=dataclasses.replace(source.role, attempt=attempt))
+            if (attempt := attempts.get((source.run, source.node, _directory(source)))) is not None else source
+            for source in sources]
+
+
+def _directory(source: Source) -> str:
+    return source.name.rpartition("/")[0]
+
+
+def _first_time(paths: Iterable[str]) -> float:
+    """The earliest timestamp of the first timed line of any of the files (infinity when none has one)."""
+    times = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                start = handle.read(FIRST_TIME_BYTES)
+        except OSError:
+            continue  # unreadable here: read (and warned of) with the rest of the file
+        found = LineClock().first_in(start, lines=start.count(b"\n") + 1)
+        if found is not None:
+            times.append(found)
+    return min(times, default=math.inf)
 
 
 def _discovery_order(directory: str, path: str) -> tuple:
@@ -121,10 +180,11 @@ def _order(source: Source) -> tuple:
     directory, _, name = source.name.rpartition("/")
     # torchrun's --redirects splits a rank's output into stdout.log and stderr.log, without times: its failure
     # (the traceback that ended it, in stderr.log) came after its steps (stdout.log), so stdout.log is read first.
-    # Its attempts (attempt_<K>/) came one after the other: every rank's attempt 0 is read before attempt 1, so the
-    # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
+    # Its attempts (attempt_<K>/, or msrun's log directories of one job: _attempt_directories) came one after the
+    # other: every rank's attempt 0 (and its scheduler's) is read before attempt 1, so the failure that made the
+    # launcher restart is the incident of that attempt, not a later attempt's.
     attempt = -1 if source.role.attempt is None else source.role.attempt
-    return (source.node, source.role.role == "scheduler", attempt, int(rank) if rank.isdigit() else -1,
+    return (source.node, attempt, source.role.role == "scheduler", int(rank) if rank.isdigit() else -1,
             natural_key(directory), source.role.local_rank and name == "stderr.log", natural_key(name))
 
 
