@@ -93,3 +93,14 @@ def test_a_rank_in_one_directory_only_is_no_attempt(tmp_path):
         for rank in ranks:
             (tmp_path / node / f"worker_{rank}.log").write_text("step=1 loss=1.0\n")
     assert {source.role.attempt for source in resolve([str(tmp_path)], "job").sources} == {None}
+
+
+def test_a_rank_s_logs_of_other_names_in_other_directories_are_no_attempt(tmp_path):
+    """msrun's worker log beside CANN's device log of the same rank (``device-0/``): two logs of rank 0, no attempt."""
+    (tmp_path / "msrun_log").mkdir()
+    (tmp_path / "msrun_log" / "worker_0.log").write_text("step=1 loss=1.0\n")
+    (tmp_path / "ascend" / "device-0").mkdir(parents=True)
+    (tmp_path / "ascend" / "device-0" / "device-4242_20261203150000.log").write_text("[ERROR] RUNTIME(4242,python)\n")
+    sources = resolve([str(tmp_path)], "job").sources
+    assert {source.role.rank for source in sources} == {"0"}
+    assert {source.role.attempt for source in sources} == {None}

@@ -109,21 +109,23 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
 
 
 def _attempt_directories(sources: list[Source]) -> list[Source]:
-    """The sources with the launcher attempt of their directory, where a rank's logs are in several directories.
+    """The sources with the launcher attempt of their directory, where a rank's log of one name is in several.
 
     A job started again into a new log directory beside the first (msrun's ``--log_dir``: its ``worker_<R>.log``
-    are opened with "w", so a resume keeps the first attempt only in another directory) holds each rank in one
-    directory per attempt. Those directories are attempts, numbered in the order they were written: by the earliest
+    are opened with "w", so a resume keeps the first attempt only in another directory) holds each rank's log, of
+    the same name, in one directory per attempt (a rank's other logs, a CANN ``device-<id>/`` log beside msrun's,
+    have other names). Those directories are attempts, numbered in the order they were written: by the earliest
     timestamp of their files' first lines (names say nothing: ``resume/`` sorts before ``run/``; modification times
     do not survive a copy), by name where no line has a time. torchrun's ``attempt_<K>/`` carry their own number.
     """
-    directories: dict[tuple[str, str, str], set[str]] = {}  # (run, node, rank) -> directories holding its logs
+    directories: dict[tuple[str, str, str, str], set[str]] = {}  # (run, node, rank, file name) -> its directories
     for source in sources:
         if source.role.attempt is None and not source.role.rankless and source.role.role == "worker" \
                 and source.name != STDIN:
-            directories.setdefault((source.run, source.node, source.role.rank), set()).add(_directory(source))
+            named = (source.run, source.node, source.role.rank, source.name.rpartition("/")[2])
+            directories.setdefault(named, set()).add(_directory(source))
     repeated: dict[tuple[str, str], set[str]] = {}  # (run, node) -> its attempt directories
-    for (run, node, _rank), held in directories.items():
+    for (run, node, _rank, _name), held in directories.items():
         if len(held) > 1:
             repeated.setdefault((run, node), set()).update(held)
     if not repeated:
