@@ -28,6 +28,7 @@ from tests.support.exporter_process import exporter_command, exporter_environmen
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 TORCHRUN = REAL / "ddp_crash_resume"  # rank 1 raised in step 12 (after step 11); checkpoints after steps 4, 8, ...
+TORCHRUN_LOG_DIRS = REAL / "ddp_crash_resume_new_log_dir"  # the same job, each launch with its own --log-dir
 MSRUN = REAL / "msrun_crash_resume_new_log_dir"  # rank 1 raised in step 8 (after step 7); checkpoints every 5 steps
 RANKS = ("0", "1", "2", "3")
 
@@ -54,6 +55,20 @@ def test_torchrun_console_appended_by_the_resume(tmp_path):
         {("collective", "0"), ("collective", "2")}
 
 
+def test_torchrun_resumed_into_a_new_log_dir_launches_in_the_order_written(tmp_path):
+    """torchrun ``--log-dir logs/run``, then ``--log-dir logs/resume --resume`` (``--redirects 3``): each launch its
+    own run directory with ``attempt_0/<R>/stdout.log``, whose lines carry no time: the launches go by their files'
+    modification times, set here as the run wrote them (git keeps none; ``resume/`` sorts before ``run/``)."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(TORCHRUN_LOG_DIRS / "logs", log_dir)
+    for launch, seconds in (("run", 1_796_311_060), ("resume", 1_796_311_090)):
+        for path in (log_dir / launch).rglob("*.log"):
+            os.utime(path, (seconds, seconds))
+    report, rows = _analyze(log_dir, tmp_path)
+    check_rows_are_every_record(rows, TORCHRUN_LOG_DIRS / "truth")
+    check_crash_resume_report(report, ("traceback", "1", 11), restarts=dict.fromkeys(RANKS, 1))
+
+
 def test_msrun_resumed_into_a_new_log_dir_attempts_in_the_order_written(tmp_path):
     report, rows = _analyze(MSRUN / "logs", tmp_path)
     check_rows_are_every_record(rows, MSRUN / "truth")
@@ -75,14 +90,16 @@ def test_msrun_attempts_go_by_their_lines_times_not_by_name_or_modification_time
     assert sources == [("run/worker_1.log", 0), ("resume/worker_1.log", 1)]
 
 
-def test_attempt_directories_without_a_timed_line_go_by_name(tmp_path):
-    for attempt, loss in (("a", 2.0), ("b", 1.0)):
+def test_attempt_directories_without_a_timed_line_go_by_modification_time(tmp_path):
+    for attempt, loss, seconds in (("a", 2.0, 2_000_000_000), ("b", 1.0, 1_000_000_000)):
         (tmp_path / attempt).mkdir()
         for rank in (0, 1):
-            (tmp_path / attempt / f"worker_{rank}.log").write_text(f"step=1 loss={loss}\nstep=2 loss={loss}\n")
+            path = tmp_path / attempt / f"worker_{rank}.log"
+            path.write_text(f"step=1 loss={loss}\nstep=2 loss={loss}\n")
+            os.utime(path, (seconds, seconds))
     (tmp_path / "train.log").write_text("step=1 loss=1.0\n")  # rank-less: a series of its own, no attempt
     roles = {source.name: source.role.attempt for source in resolve([str(tmp_path)], "job").sources}
-    assert roles == {"a/worker_0.log": 0, "a/worker_1.log": 0, "b/worker_0.log": 1, "b/worker_1.log": 1,
+    assert roles == {"b/worker_0.log": 0, "b/worker_1.log": 0, "a/worker_0.log": 1, "a/worker_1.log": 1,
                      "train.log": None}
 
 

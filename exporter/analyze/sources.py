@@ -109,42 +109,78 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
 
 
 def _attempt_directories(sources: list[Source]) -> list[Source]:
-    """The sources with the launcher attempt of their directory, where a rank's log of one name is in several.
+    """The sources with their launcher attempt, where a rank's log of one name is in several launch directories.
 
-    A job started again into a new log directory beside the first (msrun's ``--log_dir``: its ``worker_<R>.log``
-    are opened with "w", so a resume keeps the first attempt only in another directory) holds each rank's log, of
-    the same name, in one directory per attempt (a rank's other logs, a CANN ``device-<id>/`` log beside msrun's,
-    have other names). Those directories are attempts, numbered in the order they were written: by the earliest
-    timestamp of their files' first lines (names say nothing: ``resume/`` sorts before ``run/``; modification times
-    do not survive a copy), by name where no line has a time. torchrun's ``attempt_<K>/`` carry their own number.
+    A job started again into a new log directory beside the first holds each rank's log, of the same name, in one
+    directory per launch: msrun's ``--log_dir`` (its ``worker_<R>.log`` are opened with "w", so a resume keeps the
+    first attempt only in another directory), torchrun's ``--log-dir`` (a run directory per launch, each with its
+    ``attempt_<K>/``). A rank's other logs (a CANN ``device-<id>/`` log beside msrun's) have other names. The
+    launches are numbered in the order they were written, then torchrun's attempts within each (see _launch_order).
     """
-    directories: dict[tuple[str, str, str, str], set[str]] = {}  # (run, node, rank, file name) -> its directories
+    directories: dict[tuple[str, str, str, str], set[str]] = {}  # (run, node, rank, file name) -> its launches
     for source in sources:
-        if source.role.attempt is None and not source.role.rankless and source.role.role == "worker" \
-                and source.name != STDIN:
+        if not source.role.rankless and source.role.role == "worker" and source.name != STDIN:
             named = (source.run, source.node, source.role.rank, source.name.rpartition("/")[2])
-            directories.setdefault(named, set()).add(_directory(source))
-    repeated: dict[tuple[str, str], set[str]] = {}  # (run, node) -> its attempt directories
+            directories.setdefault(named, set()).add(_launch(source))
+    repeated: dict[tuple[str, str], set[str]] = {}  # (run, node) -> its launch directories
     for (run, node, _rank, _name), held in directories.items():
         if len(held) > 1:
             repeated.setdefault((run, node), set()).update(held)
     if not repeated:
         return sources
-    attempts: dict[tuple[str, str, str], int] = {}
+    members: dict[tuple[str, str, str], list[Source]] = {}  # (run, node, launch directory) -> its sources
+    for source in sources:
+        members.setdefault((source.run, source.node, _launch(source)), []).append(source)
+    first: dict[tuple[str, str, str], int] = {}  # (run, node, launch directory) -> the number of its first attempt
     for (run, node), held in repeated.items():
-        started = {directory: _first_time(source.generations[0] for source in sources
-                                          if (source.run, source.node) == (run, node)
-                                          and _directory(source) == directory)
-                   for directory in held}
-        in_order = sorted(held, key=lambda directory: (started[directory], natural_key(directory)))
-        attempts.update({(run, node, directory): attempt for attempt, directory in enumerate(in_order)})
-    return [dataclasses.replace(source, role=dataclasses.replace(source.role, attempt=attempt))
-            if (attempt := attempts.get((source.run, source.node, _directory(source)))) is not None else source
-            for source in sources]
+        attempt = 0
+        for launch in _launch_order({launch: [source.generations[0] for source in members[run, node, launch]]
+                                     for launch in held}):
+            first[run, node, launch] = attempt
+            attempt += 1 + max(source.role.attempt or 0 for source in members[run, node, launch])
+    return [_in_attempt(source, first.get((source.run, source.node, _launch(source)))) for source in sources]
 
 
-def _directory(source: Source) -> str:
-    return source.name.rpartition("/")[0]
+def _in_attempt(source: Source, first: int | None) -> Source:
+    """The source with its attempt counted from its launch's first (``first``; None: unchanged)."""
+    if first is None:
+        return source
+    attempt = first + (source.role.attempt or 0)
+    return dataclasses.replace(source, role=dataclasses.replace(source.role, attempt=attempt))
+
+
+def _launch(source: Source) -> str:
+    """The directory of one launch of the job a source belongs to: its own directory, or the one holding
+    torchrun's ``attempt_<K>/``."""
+    directory = source.name.rpartition("/")[0]
+    if source.role.attempt is not None:
+        marker = directory.rfind(f"attempt_{source.role.attempt}/")
+        if marker >= 0:
+            return directory[:marker].rstrip("/")
+    return directory
+
+
+def _launch_order(files: dict[str, list[str]]) -> list[str]:
+    """Launch directories in the order they were written: by the earliest timestamp of their files' first lines
+    when every launch has one (msrun's lines carry times; names say nothing: ``resume/`` sorts before ``run/``);
+    else by the files' earliest modification time (torchrun's ``stdout.log`` of a program that prints no time:
+    a copy loses it, so order such copies' times as the run wrote them); by name where neither is known."""
+    natural = sorted(files, key=natural_key)
+    started = {launch: _first_time(paths) for launch, paths in files.items()}
+    if all(math.isfinite(time) for time in started.values()):
+        return sorted(natural, key=started.__getitem__)
+    modified = {launch: min((mtime for path in paths if (mtime := _mtime(path)) is not None), default=math.inf)
+                for launch, paths in files.items()}
+    if all(math.isfinite(time) for time in modified.values()):
+        return sorted(natural, key=modified.__getitem__)
+    return natural
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
 
 
 def _first_time(paths: Iterable[str]) -> float:

@@ -159,6 +159,33 @@ def test_one_rank_raising_then_the_job_resumed_from_its_checkpoint_into_the_same
     check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
 
 
+@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+def test_one_rank_raising_then_the_job_resumed_into_a_new_log_dir(tmp_path):
+    """The same crash and resume, each launch with its own ``--log-dir`` under the followed directory (``logs/run``,
+    then ``logs/resume``, which sorts before it) and ``--redirects 3``: torchrun writes a run directory per launch,
+    each with ``attempt_0/<R>/stdout.log`` and ``stderr.log``; the consoles beside the followed directory."""
+    common = ("--truth", str(tmp_path / "truth"), "--steps", str(STEPS), "--checkpoints", str(tmp_path / "ckpt"),
+              "--save-every", str(SAVE_EVERY))
+    launches = []
+    for name, args in (("run", ("--incident", "raise", "--rank", str(CULPRIT), "--at", str(AT))),
+                       ("resume", ("--resume",))):
+        command = torchrun("ddp_train.py", *common, *args,
+                           launcher=("--log-dir", str(tmp_path / "logs" / name), "--redirects", "3"))
+        launches.append(f"{shlex.join(command)} > {shlex.quote(str(tmp_path / f'console_{name}.log'))} 2>&1")
+    result = run_job(tmp_path, ["sh", "-c", "; ".join(launches)], capture="own")
+    keep_fixture(result, "ddp_crash_resume_new_log_dir")
+    assert result.returncode == 0
+    check_every_record(result)
+    ranks = {str(rank) for rank in range(4)}
+    during = {incident for samples in result.during for incident in result.incidents_live(samples)}
+    assert during == {("traceback", str(CULPRIT), str(AT - 1))}, during
+    assert result.incidents_live() == set()
+    assert {rank: result.gauge("training_restarts_total", rank) for rank in ranks} == dict.fromkeys(ranks, 1.0)
+    assert result.counters("training_anomalies_total") == {}
+    # analyze: the launches in the order written (their files' modification times: no line of theirs has a time).
+    check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
+
+
 def _culprit_is_the_cause(result: RealRun, kind: str, step: int) -> None:
     """Live and in analyze, the culprit's failure is the root cause, and it explains the others' failures."""
     assert result.incidents_live() == {(kind, str(CULPRIT), str(step))}, result.incidents_live()
