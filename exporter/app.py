@@ -13,13 +13,14 @@ import sys
 import threading
 import time
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from exporter import checkpoint, native
 from exporter.export import text_format
 from exporter.export.collector import WebConfigCollector, runtime_registry
 from exporter.export.families import STATE_ONLY, ScrapeTime
 from exporter.export.http import ExporterHTTPServer, ListenError
-from exporter.export.otlp import OtlpConfig, OtlpPush, metrics_url, resource_attributes
+from exporter.export.otlp import OtlpConfig, metrics_url, resource_attributes
 from exporter.export.process_liveness import ProcessLiveness
 from exporter.export.status_page import render_status_page
 from exporter.export.web_config import WebConfigError, WebConfigReloader
@@ -32,6 +33,9 @@ from exporter.pipeline import Pipeline
 from exporter.settings import LogDirectory, Settings
 from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
+
+if TYPE_CHECKING:
+    from exporter.export.otlp_push import OtlpPush
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +93,7 @@ class Exporter:
                                           file_lag_bytes=functools.partial(_file_lags, self.follower),
                                           files_unfollowed=self.follower.unfollowed)
         otlp = otlp_config(settings, socket.gethostname())
-        self.otlp = OtlpPush(self.state, otlp, scrape_time) if otlp is not None else None
+        self.otlp = _otlp_push(self.state, otlp, scrape_time) if otlp is not None else None
         if self.otlp is not None:
             scrape_time = dataclasses.replace(scrape_time, otlp_export_failures=self.otlp.failed_exports)
         self.scrape_time = scrape_time
@@ -223,6 +227,13 @@ def _scrape_time(settings: Settings, runs: list[str]) -> ScrapeTime:
     liveness = ProcessLiveness(settings.process_pattern, [(run, label_value(settings.node_label)) for run in runs],
                                max_age=settings.process_check_interval)
     return ScrapeTime(process_up=liveness.process_up)
+
+
+def _otlp_push(state: TrainingState, config: OtlpConfig, scrape_time: ScrapeTime) -> OtlpPush:
+    # Imported only when a push is configured: the SDK and protobuf are about 6 MB of a sidecar's memory.
+    from exporter.export.otlp_push import OtlpPush
+
+    return OtlpPush(state, config, scrape_time)
 
 
 def otlp_config(settings: Settings, host_name: str) -> OtlpConfig | None:

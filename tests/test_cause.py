@@ -267,6 +267,26 @@ def test_at_one_step_the_rank_that_did_not_print_the_step_s_first_line_is_the_ha
     assert together.hang("job", now=500.0, threshold=threshold) is None
 
 
+def test_a_failure_read_after_another_rank_started_again_is_the_ended_attempt_s():
+    """One console of two attempts (``>> train.log``): rank 0's traceback ends at its next line, the resumed
+    attempt's, read after rank 1's resumed step went back (a restart). Rank 0 has not started again: its failure
+    at the ended incident's step is that incident's follower, not an incident of its own."""
+    model = CauseModel()
+    stepped(model, range(4), 11, None)
+    model.heard(Event("traceback", key(1), 11, None))
+    model.heard(Event("restart", key(1), None, None, detail={"after_step": 11}))
+    model.heard(Event("collective", key(0), 11, None))
+    assert model.cause("job") is None
+    (ended,) = model.history("job")
+    assert (ended.event.kind, ended.event.rank) == ("traceback", "1")
+    assert [(follower.kind, follower.rank) for follower in ended.followers] == [("collective", "0")]
+    # Once rank 0 started again too, its failure is the new attempt's.
+    model.heard(Event("restart", key(0), None, None, detail={"after_step": 11}))
+    model.heard(Event("oom", key(0), 11, None))
+    assert summary(model)[:2] == ("oom", "0")
+    assert len(model.history("job")) == 2
+
+
 def test_the_killed_rank_is_the_cause_of_the_scheduler_s_timeout_of_another_node():
     """msrun SIGKILLs the others once one worker is SIGKILLed; its scheduler then times out whichever node it misses
     first, not necessarily the killed one (node 3 in one real run): msrun's report of the kill, read from its console

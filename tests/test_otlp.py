@@ -19,7 +19,8 @@ from prometheus_client.parser import text_string_to_metric_families
 from exporter.app import Exporter, otlp_config
 from exporter.cli import main
 from exporter.export import metrics_table
-from exporter.export.otlp import ExportHealth, OtlpConfig, OtlpPush, metrics_url, resource_attributes
+from exporter.export.otlp import OtlpConfig, metrics_url, resource_attributes
+from exporter.export.otlp_push import ExportHealth, OtlpPush
 from exporter.settings import ConfigError, load_settings
 from tests.support.exporter_process import ExporterProcess
 from tests.support.net import eventually
@@ -200,13 +201,13 @@ def test_metrics_keep_serving_while_collector_is_down_or_hangs(tmp_path, caplog,
             eventually(lambda: scrape(exporter).get(("training_step", rank0)) == 4, 10, what="step 4 followed")
             eventually(lambda: scrape(exporter)[failures_key] >= failures, 10,
                        what=f"{failures} failed exports counted")
-            records = [r for r in caplog.records if r.name.startswith(("exporter.export.otlp", "opentelemetry"))]
+            records = [r for r in caplog.records if r.name.startswith(("exporter.export.otlp_push", "opentelemetry"))]
         finally:
             stop_within(exporter, 10)
     # Logged once when the failure began, not once per failed push; the SDK's own
     # per-attempt messages are folded into that one line.
     warnings = [r for r in records if r.levelno >= logging.WARNING]
-    assert [r.name for r in warnings] == ["exporter.export.otlp"], [r.getMessage() for r in warnings]
+    assert [r.name for r in warnings] == ["exporter.export.otlp_push"], [r.getMessage() for r in warnings]
     assert endpoint in warnings[0].getMessage()
 
 
@@ -357,9 +358,17 @@ def test_settings_turn_milliseconds_into_the_push_config(monkeypatch):
     assert config.headers == {"authorization": "Bearer t"}
 
 
+def test_a_sidecar_without_a_push_loads_no_opentelemetry_code():
+    # The SDK and its protobuf runtime cost about 6 MB of the sidecar's memory (docs/benchmarks.md, scale).
+    program = ("import sys, exporter.cli, exporter.app; "
+               "print(sorted({m.split('.')[0] for m in sys.modules} & {'opentelemetry', 'google'}))")
+    imported = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO)
+    assert imported.stdout.strip() == "[]"
+
+
 def test_the_push_needs_its_config_only(tmp_path):
     # A state and an OtlpConfig, no Settings: the push module does not even import them.
-    program = "import sys, exporter.export.otlp; print('exporter.settings' in sys.modules)"
+    program = "import sys, exporter.export.otlp_push; print('exporter.settings' in sys.modules)"
     imported = subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, check=True, cwd=REPO)
     assert imported.stdout.strip() == "False"
     state = read_once(copy_example(tmp_path))

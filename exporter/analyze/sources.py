@@ -10,9 +10,13 @@ for ``serve``.
 
 from __future__ import annotations
 
+import dataclasses
+import math
 import os
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from exporter.analyze.timestamps import LineClock
 from exporter.follow.discover import (
     LogFileRole,
     RanklessFiles,
@@ -24,6 +28,9 @@ from exporter.follow.discover import (
 )
 from exporter.follow.rotated import generations, rotated_base
 from exporter.follow.stream import STDIN
+
+# How much of a file's start is searched for its first timestamp (a launcher attempt's directory order).
+FIRST_TIME_BYTES = 1 << 16
 
 
 @dataclass(frozen=True, slots=True)
@@ -98,7 +105,97 @@ def _sources(found: list[tuple[str, str]], run: str | None) -> list[Source]:
         role, node = classify(relative), nodes.get(os.path.abspath(directory), "")
         own_run = rankless.run_label(run_of_directories, node, key, relative) if role.rankless else run_of_directories
         sources[key] = Source(relative, tuple(chain), own_run, node, role)
-    return sorted(sources.values(), key=_order)
+    return sorted(_attempt_directories(list(sources.values())), key=_order)
+
+
+def _attempt_directories(sources: list[Source]) -> list[Source]:
+    """The sources with their launcher attempt, where a rank's log of one name is in several launch directories.
+
+    A job started again into a new log directory beside the first holds each rank's log, of the same name, in one
+    directory per launch: msrun's ``--log_dir`` (its ``worker_<R>.log`` are opened with "w", so a resume keeps the
+    first attempt only in another directory), torchrun's ``--log-dir`` (a run directory per launch, each with its
+    ``attempt_<K>/``). A rank's other logs (a CANN ``device-<id>/`` log beside msrun's) have other names. The
+    launches are numbered in the order they were written, then torchrun's attempts within each (see _launch_order).
+    """
+    directories: dict[tuple[str, str, str, str], set[str]] = {}  # (run, node, rank, file name) -> its launches
+    for source in sources:
+        if not source.role.rankless and source.role.role == "worker" and source.name != STDIN:
+            named = (source.run, source.node, source.role.rank, source.name.rpartition("/")[2])
+            directories.setdefault(named, set()).add(_launch(source))
+    repeated: dict[tuple[str, str], set[str]] = {}  # (run, node) -> its launch directories
+    for (run, node, _rank, _name), held in directories.items():
+        if len(held) > 1:
+            repeated.setdefault((run, node), set()).update(held)
+    if not repeated:
+        return sources
+    members: dict[tuple[str, str, str], list[Source]] = {}  # (run, node, launch directory) -> its sources
+    for source in sources:
+        members.setdefault((source.run, source.node, _launch(source)), []).append(source)
+    first: dict[tuple[str, str, str], int] = {}  # (run, node, launch directory) -> the number of its first attempt
+    for (run, node), held in repeated.items():
+        attempt = 0
+        for launch in _launch_order({launch: [source.generations[0] for source in members[run, node, launch]]
+                                     for launch in held}):
+            first[run, node, launch] = attempt
+            attempt += 1 + max(source.role.attempt or 0 for source in members[run, node, launch])
+    return [_in_attempt(source, first.get((source.run, source.node, _launch(source)))) for source in sources]
+
+
+def _in_attempt(source: Source, first: int | None) -> Source:
+    """The source with its attempt counted from its launch's first (``first``; None: unchanged)."""
+    if first is None:
+        return source
+    attempt = first + (source.role.attempt or 0)
+    return dataclasses.replace(source, role=dataclasses.replace(source.role, attempt=attempt))
+
+
+def _launch(source: Source) -> str:
+    """The directory of one launch of the job a source belongs to: its own directory, or the one holding
+    torchrun's ``attempt_<K>/``."""
+    directory = source.name.rpartition("/")[0]
+    if source.role.attempt is not None:
+        marker = directory.rfind(f"attempt_{source.role.attempt}/")
+        if marker >= 0:
+            return directory[:marker].rstrip("/")
+    return directory
+
+
+def _launch_order(files: dict[str, list[str]]) -> list[str]:
+    """Launch directories in the order they were written: by the earliest timestamp of their files' first lines
+    when every launch has one (msrun's lines carry times; names say nothing: ``resume/`` sorts before ``run/``);
+    else by the files' earliest modification time (torchrun's ``stdout.log`` of a program that prints no time:
+    a copy loses it, so order such copies' times as the run wrote them); by name where neither is known."""
+    natural = sorted(files, key=natural_key)
+    started = {launch: _first_time(paths) for launch, paths in files.items()}
+    if all(math.isfinite(time) for time in started.values()):
+        return sorted(natural, key=started.__getitem__)
+    modified = {launch: min((mtime for path in paths if (mtime := _mtime(path)) is not None), default=math.inf)
+                for launch, paths in files.items()}
+    if all(math.isfinite(time) for time in modified.values()):
+        return sorted(natural, key=modified.__getitem__)
+    return natural
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def _first_time(paths: Iterable[str]) -> float:
+    """The earliest timestamp of the first timed line of any of the files (infinity when none has one)."""
+    times = []
+    for path in paths:
+        try:
+            with open(path, "rb") as handle:
+                start = handle.read(FIRST_TIME_BYTES)
+        except OSError:
+            continue  # unreadable here: read (and warned of) with the rest of the file
+        found = LineClock().first_in(start, lines=start.count(b"\n") + 1)
+        if found is not None:
+            times.append(found)
+    return min(times, default=math.inf)
 
 
 def _discovery_order(directory: str, path: str) -> tuple:
@@ -124,11 +221,13 @@ def _order(source: Source) -> tuple:
     directory, _, name = source.name.rpartition("/")
     # torchrun's --redirects splits a rank's output into stdout.log and stderr.log, without times: its failure
     # (the traceback that ended it, in stderr.log) came after its steps (stdout.log), so stdout.log is read first.
-    # Its attempts (attempt_<K>/) came one after the other: every rank's attempt 0 is read before attempt 1, so the
-    # failure that made the launcher restart is the incident of that attempt, not a later attempt's.
+    # Its attempts (attempt_<K>/, or msrun's log directories of one job: _attempt_directories) came one after the
+    # other: every rank's attempt 0 (and its scheduler's) is read before attempt 1, so the failure that made the
+    # launcher restart is the incident of that attempt, not a later attempt's.
     attempt = -1 if source.role.attempt is None else source.role.attempt
-    # The scheduler's log, then a launcher's console, after the workers: they report what happened to the workers.
-    return (source.node, _ROLE_ORDER.get(source.role.role, 0), attempt, int(rank) if rank.isdigit() else -1,
+    # The scheduler's log, then a launcher's console (msrun's), after the workers of their attempt: they report what
+    # happened to the workers.
+    return (source.node, attempt, _ROLE_ORDER.get(source.role.role, 0), int(rank) if rank.isdigit() else -1,
             natural_key(directory), source.role.local_rank and name == "stderr.log", natural_key(name))
 
 

@@ -31,7 +31,7 @@ from prometheus_client.registry import Collector
 from prometheus_client.utils import floatToGoString
 
 from exporter.export.families import STATE_ONLY, Family, ScrapeTime, named_samples, walk
-from exporter.export.metrics_table import COUNTER, INFO, METRICS, MetricSpec
+from exporter.export.metrics_table import COUNTER, INFO, MetricSpec
 from exporter.state import Limits, TrainingState
 
 CONTENT_TYPE = exposition.CONTENT_TYPE_PLAIN_0_0_4
@@ -67,21 +67,21 @@ _EMPTY = CollectorRegistry(auto_describe=False)
 
 
 def _append_family(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
-    """The family's sample lines: those of the render before when it read the very same series and values.
+    """The family's sample lines: those of the render before where it read the very same series and values.
 
     The walk gives a rank's values as the very objects of the scrape before until the rank changes
     (families._RankRows), so a family none of whose ranks changed is told in one C-level pass, with no
-    Python step per series; the others go series by series (``_append_lines``). The kept entry holds
-    the objects it compares (so none is freed and its id reused) and is one tuple, stored at once.
+    Python step per series; the others go series by series (``_family_lines``). The kept entry holds
+    the objects it compares (so none is freed and its id reused) and is one tuple, stored at once:
+    renders on several server threads cannot mix two entries' halves.
     """
     spec = family.spec
     kept = _FAMILY_LINES.get(spec)
     if kept is not None and _same_objects(kept[0], family.series) and _same_objects(kept[1], family.values):
-        pieces.extend(kept[2])
+        pieces.extend(kept[3])
         return
-    lines: list[bytes] = []
-    _append_lines(lines, family)
-    _FAMILY_LINES[spec] = (family.series, family.values, lines)
+    printed, lines = _family_lines(family, kept)
+    _FAMILY_LINES[spec] = (family.series, family.values, printed, lines)
     pieces.extend(lines)
 
 
@@ -90,50 +90,57 @@ def _same_objects(kept: Sequence[object], new: Sequence[object]) -> bool:
     return kept is new or (len(kept) == len(new) and all(map(operator.is_, kept, new)))
 
 
-# Per family, the series and values of the last render and their lines.
-_FAMILY_LINES: dict[MetricSpec, tuple[Sequence[_SeriesLabels], Sequence[object], list[bytes]]] = {}
+# Per family, the last render's series, values, what each series' lines print and the lines (one
+# entry a series, b"" for a series without a value). Kept per family, not per series: a tuple and
+# a slot per series and family would hold megabytes at a thousand ranks (docs/benchmarks.md, scale).
+_FAMILY_LINES: dict[MetricSpec, tuple[Sequence[_SeriesLabels], Sequence[object], list[Any], list[bytes]]] = {}
 
 
-def _append_lines(pieces: list[bytes], family: Family[_SeriesLabels]) -> None:
-    """The family's sample lines, each series' as kept since it last changed, else written and kept.
+def _family_lines(family: Family[_SeriesLabels], kept: tuple[Sequence[_SeriesLabels], Sequence[object], list[Any],
+                                                              list[bytes]] | None) -> tuple[list[Any], list[bytes]]:
+    """What each series prints and its lines: the render before's where the series at the same place is
+    the very same and prints the same, else written anew.
 
-    A series' lines are kept with the value they print: a number by identity (the state holds the
-    same object until it changes it; a number equal but not identical is written again, so -0.0
-    never takes 0.0's text), a family with a label by its label values and the identity of each
-    number. A kept entry is one tuple, stored at once: renders on several server threads cannot mix
-    two entries' halves.
+    A number prints the same when it is the very object (the state holds the same object until it changes
+    it; a number equal but not identical is written again, so -0.0 never takes 0.0's text); a family with
+    a label, when its label values and numbers are the very objects, in the same order.
     """
     spec = family.spec
-    slot = _SLOTS[spec.name]
     name = _sample_name(spec)
-    append = pieces.append
+    old_series, old_printed, old_lines = (kept[0], kept[2], kept[3]) if kept is not None else ((), [], [])
+    reusable = len(old_series)
+    printed: list[Any] = []
+    lines: list[bytes] = []
     if spec.label is None:
-        for labels, value in zip(family.series, cast("Sequence[float | None]", family.values), strict=True):
+        for index, (labels, value) in enumerate(zip(family.series, family.values, strict=True)):
             if value is None:
-                continue
-            kept = labels.lines[slot]
-            if kept is not None and kept[0] is value:
-                append(kept[-1])
-                continue
-            line = labels.sample_line(name, value)
-            labels.lines[slot] = (value, line)
-            append(line)
-        return
-    for labels, named in zip(family.series, cast("Sequence[Mapping[str, float]]", family.values), strict=True):
+                line = b""
+            elif index < reusable and old_printed[index] is value and old_series[index] is labels:
+                line = old_lines[index]
+            else:
+                line = labels.sample_line(name, cast("float", value))
+            printed.append(value)
+            lines.append(line)
+        return printed, lines
+    for index, (labels, named) in enumerate(zip(family.series, cast("Sequence[Mapping[str, float]]", family.values),
+                                                strict=True)):
         if not named:
-            continue
-        kept = labels.lines[slot]
-        if kept is not None and _same_named(kept, named):
-            append(kept[-1])
-            continue
-        lines = labels.named_lines(name, spec.label, named_samples(spec, named))
-        labels.lines[slot] = (_interned(tuple(named)), tuple(named.values()), lines)
-        append(lines)
+            prints, line = None, b""
+        elif index < reusable and old_series[index] is labels and _same_named(old_printed[index], named):
+            prints, line = old_printed[index], old_lines[index]
+        else:
+            prints = (_interned(tuple(named)), tuple(named.values()))
+            line = labels.named_lines(name, spec.label, named_samples(spec, named))
+        printed.append(prints)
+        lines.append(line)
+    return printed, lines
 
 
-def _same_named(kept: _Kept, named: Mapping[str, float]) -> bool:
-    """Whether ``named`` holds the very label values and numbers the kept lines print, in the same order."""
-    names, numbers, _ = kept
+def _same_named(kept: tuple[tuple[str, ...], tuple[float, ...]] | None, named: Mapping[str, float]) -> bool:
+    """Whether the kept lines print the very label values and numbers of ``named``, in the same order."""
+    if kept is None:
+        return False
+    names, numbers = kept
     return len(names) == len(named) and all(map(operator.is_, names, named)) and all(
         map(operator.is_, numbers, named.values()))
 
@@ -187,19 +194,11 @@ def _series_labels(names: tuple[str, ...], values: tuple[str, ...]) -> _SeriesLa
     return _SeriesLabels(names, values)
 
 
-# A series' lines of one family as kept, after the value they print: (number, lines) or, for a family
-# with a label, (label values, numbers, lines).
-_Kept = tuple[Any, ...]
-# Where a family's lines are kept in each series' ``lines``.
-_SLOTS = {spec.name: slot for slot, spec in enumerate(METRICS)}
-
-
 class _SeriesLabels:
     """A series' labels, sorted by name as prometheus-client prints them, escaped once for as long as the
-    series is scraped; with one more label (a kind, an aux loss name) too. Keeps the series' lines of
-    each family (``lines``, by ``_SLOTS``) with the value they print."""
+    series is scraped; with one more label (a kind, an aux loss name) too."""
 
-    __slots__ = ("_names", "_values", "around", "lines", "text")
+    __slots__ = ("_names", "_values", "around", "text")
 
     def __init__(self, names: tuple[str, ...], values: tuple[str, ...]) -> None:
         self._names, self._values = names, values  # the cache's key tuples: no memory of their own
@@ -207,7 +206,6 @@ class _SeriesLabels:
         # extra label name -> the labels' text before and after it. Not the whole text per value:
         # a dozen kinds per series, four thousand series, would keep megabytes of it.
         self.around: dict[str, tuple[str, str]] = {}
-        self.lines: list[_Kept | None] = [None] * len(METRICS)
 
     def _parts(self) -> list[tuple[str, str]]:
         """(name, its ``name="value"`` text) by name; made again for each extra label, not kept."""

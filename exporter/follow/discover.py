@@ -173,7 +173,7 @@ def unnamed_pid(pid: int, console: str) -> str:
 
 class PidRanks:
     """The worker log whose records carry a pid: the rank of a CANN process log (``plog-<pid>_*.log``) and of a
-    launcher's report of a worker's exit (msrun's ``Worker process 31545 exit with exception``).
+    launcher's report of a worker's exit (msrun's ``Worker process 29960 exit with exception``).
 
     A worker's console holds MindSpore's and CANN's records, each naming the process that printed it
     (``[WARNING] DEVICE(3937,...)``); the process's own plog is named by the same pid. Worker logs are

@@ -96,6 +96,10 @@ class _Run:
     incident: _Incident | None = None
     past: list[Cause] = field(default_factory=list)  # the causes of its incidents that are over, oldest first
     attempt: int | None = None  # the latest launcher attempt a rank was seen to start (torchrun's attempt_<K>/)
+    # The incident the latest restart ended (its cause is ``past[-1]``) and the ranks seen to start again since: a
+    # rank not among them is still in the attempt before, and its failures read now are that incident's.
+    ended: _Incident | None = None
+    started_again: set[SeriesKey] = field(default_factory=set)
 
 
 class CauseModel:
@@ -115,13 +119,19 @@ class CauseModel:
             attempt = event.detail.get("attempt")
             if type(attempt) is int:
                 if run.attempt is not None and attempt <= run.attempt:
+                    run.started_again.add(event.key)
                     return  # another rank of an attempt already started: that attempt's incident goes on
                 run.attempt = attempt
+            if run.incident is not None and run.incident.events:
+                run.ended, run.started_again = run.incident, set()
+            run.started_again.add(event.key)
             self._close(event.run)  # a new attempt: what broke the last one is over
             return
         if event.kind not in kinds.INCIDENT_KINDS:
             return
         self._read += 1
+        if self._before_its_restart(event, run):
+            return
         incident = run.incident
         if incident is not None and self._breaks_anew(event, incident):
             self._close(event.run)
@@ -130,6 +140,25 @@ class CauseModel:
             if event.continued:
                 return  # more of an incident the run already trained past
             incident = run.incident = _Incident()
+            run.ended = None
+        self._take(incident, event)
+
+    def _before_its_restart(self, event: Event, run: _Run) -> bool:
+        """A failure of a rank the latest restart has not reached yet, at a step of the incident it ended: that
+        incident's (its cause named again). In one console of two attempts (``>>``) a rank's traceback is read
+        when its next line comes, which may be after another rank's first lines of the resumed attempt."""
+        ended = run.ended
+        if (ended is None or event.key in run.started_again or event.step is None or ended.highest_step is None
+                or event.step > ended.highest_step):
+            return False
+        self._take(ended, event)
+        cause = self._cause_of(ended)
+        if cause is not None and run.past:
+            run.past[-1] = cause
+        return True
+
+    def _take(self, incident: _Incident, event: Event) -> None:
+        """Add an event to the incident: the first of each (rank, kind), its step, a hang."""
         if incident.hang is not None and event.key == incident.hang.key and not self._follows(event, incident):
             # The rank named hung printed its own failure after all (read late, from another file): that is the cause.
             incident.events = [(read, held) for read, held in incident.events if held is not incident.hang]
@@ -225,7 +254,9 @@ class CauseModel:
     def cause(self, run: str) -> Cause | None:
         """The root cause of the run's current incident, None when there is none."""
         state = self._runs.get(run)
-        incident = state.incident if state is not None else None
+        return self._cause_of(state.incident) if state is not None else None
+
+    def _cause_of(self, incident: _Incident | None) -> Cause | None:
         if incident is None or not incident.events:
             return None
         ordered = [event for _, event in sorted(incident.events, key=_order)]

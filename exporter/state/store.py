@@ -212,7 +212,8 @@ class TrainingState:
                     rank.scheduler_events.setdefault(kind, 0)
             if log_timestamp is not None:
                 rank.last_log_timestamp = log_timestamp
-            if attempt is not None:
+            # A scheduler's restart is its workers registering again, which its own log says (ingest).
+            if attempt is not None and info.get("role") != "scheduler":
                 before, rank.launcher_attempt = rank.launcher_attempt, max(attempt, rank.launcher_attempt or 0)
                 if before is not None and attempt > before:
                     now = log_timestamp if log_timestamp is not None else rank.last_log_timestamp or 0.0

@@ -27,6 +27,7 @@ from pathlib import Path
 
 import pytest
 
+from exporter.kinds import ANOMALY_KINDS
 from tests.support.exporter_process import ExporterProcess, exporter_command, exporter_environment
 from tests.support.net import Samples, eventually, scrape
 
@@ -43,7 +44,9 @@ GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "g
 #   msrun      ``msrun --log_dir LOG_DIR ... > console.log 2>&1``: msrun's own worker_<R>.log and scheduler.log;
 #              its console (which tails every worker's lines, unranked) kept outside LOG_DIR
 #   msrun_console  the same with the console kept beside them: ``> LOG_DIR/msrun.log 2>&1`` (docs/formats.md)
-CAPTURES = ("file", "redirects", "pipe", "msrun", "msrun_console")
+#   own        the command writes its own files under LOG_DIR (a script of attempts: ``a > LOG 2>&1; b >> LOG 2>&1``);
+#              what it prints besides them kept outside LOG_DIR
+CAPTURES = ("file", "redirects", "pipe", "msrun", "msrun_console", "own")
 # MindSpore's venv (make setup-real): MindSpore 2.10.0 needs NumPy 1.x, this one holds NumPy 2.
 MS_BIN = Path(__file__).parents[2] / ".venv-ms" / "bin"
 
@@ -169,7 +172,7 @@ def run_job(root: Path, command: Sequence[str], *, capture: str, run: str = "job
         started = time.monotonic()
         log_dir.mkdir(parents=True)
         target = log_dir / ("console.log" if capture == "redirects" else "train.log")
-        if capture == "msrun":
+        if capture in ("msrun", "own"):
             target = root / "console.log"
         if capture == "msrun_console":
             target = log_dir / "msrun.log"
@@ -260,6 +263,67 @@ def check_steps(result: RealRun, rank_labels: dict[int, str] | None = None,
             assert served is not None and _same(served, steps[last][name]), \
                 f"rank {rank}: {GAUGES[name]} {served!r} != {steps[last][name]!r} at step {last}"
     check_live(result, labels, values)
+
+
+def every_record(truth_dir: Path) -> dict[int, list[dict]]:
+    """rank -> every step record the program wrote, in the order it wrote them (a step done again after a resume
+    twice)."""
+    records: dict[int, list[dict]] = {}
+    for path in sorted(truth_dir.glob("rank_*.jsonl")):
+        for record in map(json.loads, path.read_text().splitlines()):
+            if "incident" not in record:
+                records.setdefault(record["rank"], []).append(record)
+    assert records, "the program wrote no ground truth"
+    return records
+
+
+def check_rows_are_every_record(rows: list[dict[str, str]], truth_dir: Path) -> None:
+    """Each rank's CSV rows (analyze --csv) are every step record the program wrote, in its order, value for value."""
+    records = every_record(truth_dir)
+    read: dict[str, list[dict[str, str]]] = {}
+    for row in rows:
+        read.setdefault(row["rank"], []).append(row)
+    assert set(read) == {str(rank) for rank in records}, f"CSV ranks {sorted(read)}"
+    for rank, steps in records.items():
+        assert [int(row["step"]) for row in read[str(rank)]] == [record["step"] for record in steps], \
+            f"rank {rank}: steps read"
+        for row, record in zip(read[str(rank)], steps, strict=True):
+            for name in VALUES:
+                assert _same(row[name], record[name]), f"rank {rank} step {record['step']} {name}: {row[name]!r}"
+
+
+def check_every_record(result: RealRun) -> None:
+    """A job started again from a checkpoint: analyze's rows are every step record the program wrote, in its order
+    (the steps done again read twice, each with its own values); every scrape during the job shows a record of the
+    step it shows; the last gauges are the last record's."""
+    check_rows_are_every_record(result.rows, result.truth_dir)
+    records = every_record(result.truth_dir)
+    for rank, steps in records.items():
+        assert result.gauge("training_step", str(rank)) == steps[-1]["step"], f"rank {rank}: training_step"
+        for name in VALUES:
+            served = result.gauge(GAUGES[name], str(rank))
+            assert served is not None and _same(served, steps[-1][name]), f"rank {rank}: {GAUGES[name]} {served!r}"
+    seen = 0
+    for samples in result.during:
+        for rank, steps in records.items():
+            step = result.gauge("training_step", str(rank), samples)
+            if step is None:
+                continue
+            seen += 1
+            assert any(all(_same(result.gauge(GAUGES[name], str(rank), samples), record[name]) for name in VALUES)
+                       for record in steps if record["step"] == int(step)), f"live, rank {rank} at step {int(step)}"
+    assert seen, "no scrape during the job saw a step: the sidecar was not live"
+
+
+def check_crash_resume_report(report: dict, cause: tuple[str, str, int], restarts: dict[str, int]) -> None:
+    """analyze on a job that crashed and was started again from a checkpoint: one incident, its root cause the
+    crash (kind, rank, step); the resume one restart of each rank (``restarts``, the ranks' own series); no anomaly
+    (the steps done again are replayed: no detector sees them)."""
+    causes = [(finding["kind"], finding["rank"], finding["step"]) for finding in report["findings"]
+              if finding["root_cause"]]
+    assert causes == [cause], report["findings"]
+    assert {rank["rank"]: rank["restarts"] for rank in report["ranks"] if rank["rank"]} == restarts, report["ranks"]
+    assert not [finding for finding in report["findings"] if finding["kind"] in ANOMALY_KINDS], report["findings"]
 
 
 def check_live(result: RealRun, labels: dict[int, str], values: Sequence[str]) -> None:

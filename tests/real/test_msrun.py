@@ -21,6 +21,8 @@ import pytest
 from tests.real.harness import (
     VALUES,
     RealRun,
+    check_crash_resume_report,
+    check_every_record,
     check_steps,
     keep_fixture,
     msrun,
@@ -222,3 +224,27 @@ def test_crash_and_resume_from_a_checkpoint(tmp_path):
     assert incidents and {rank for _kind, rank, _step in incidents} == {str(CULPRIT)}, incidents
     assert all((result.gauge("training_restarts_total", rank) or 0) >= 1 for rank in RANKS)
     assert result.incidents_live() == set()  # the resumed run finished: no current incident
+
+
+RESUME_DIRS = ("run", "resume")  # named so that their name order is not the order they were written in
+
+
+@matrix
+def test_crash_and_resume_into_a_new_log_dir_keeps_both_attempts(tmp_path):
+    """Rank 1 raises at step AT; msrun is started again with a new ``--log_dir`` beside the first (both under the
+    followed directory) and every rank resumes from its step-5 checkpoint. Both attempts stay readable: analyze
+    orders them by their files' first line's time (the name ``resume`` sorts before ``run``), names the first
+    attempt's crash as its incident's cause and counts the resume as a restart of every rank."""
+    args = ("--truth", str(tmp_path / "truth"), "--steps", str(STEPS), "--incident", "crash", "--rank", str(CULPRIT),
+            "--at", str(AT), "--checkpoints", str(tmp_path / "ckpt"), "--save-every", "5")
+    script = "; ".join(shlex.join(msrun(tmp_path / "logs" / name, "ms_train.py", *args)) for name in RESUME_DIRS)
+    result = run_job(tmp_path, ["sh", "-c", script], capture="msrun", env=msrun_environment(), timeout=400)
+    keep_fixture(result, "msrun_crash_resume_new_log_dir")
+    assert result.returncode == 0  # the second attempt finished
+    check_every_record(result)
+    check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(RANKS, 1))
+    # Live: the crash was the incident, on its rank, until the resume; the resume a restart of every rank.
+    incidents = {incident for samples in result.during for incident in result.incidents_live(samples)}
+    assert {(kind, rank) for kind, rank, _step in incidents} == {("traceback", str(CULPRIT))}, incidents
+    assert all((result.gauge("training_restarts_total", rank) or 0) >= 1 for rank in RANKS)
+    assert result.incidents_live() == set()

@@ -12,10 +12,20 @@ from __future__ import annotations
 
 import math
 import os
+import shlex
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+from tests.real.harness import (
+    RealRun,
+    check_crash_resume_report,
+    check_every_record,
+    check_steps,
+    keep_fixture,
+    require,
+    run_job,
+    torchrun,
+)
 
 pytestmark = pytest.mark.real
 
@@ -115,6 +125,65 @@ def test_one_rank_raising(tmp_path):
     # torchrun's agent names the failed rank: its ChildFailedError summary counts there too.
     assert _error_ranks(result, "elastic") == {str(CULPRIT)}
     _culprit_is_the_cause(result, "traceback", AT - 1)
+
+
+SAVE_EVERY = 4  # the last checkpoint before the crash: after step 8; steps 9 to AT - 1 are done twice
+
+
+def test_one_rank_raising_then_the_job_resumed_from_its_checkpoint_into_the_same_file(tmp_path):
+    """Rank 1 raises at step AT; the job is started again with ``--resume`` and every rank trains on from its
+    step-8 checkpoint, both written the way people capture a job they restart by hand: ``torchrun ... > train.log
+    2>&1``, then ``torchrun ... --resume >> train.log 2>&1``. The sidecar follows the one file throughout."""
+    log = tmp_path / "logs" / "train.log"
+    common = ("--truth", str(tmp_path / "truth"), "--steps", str(STEPS), "--checkpoints", str(tmp_path / "ckpt"),
+              "--save-every", str(SAVE_EVERY))
+    first = torchrun("ddp_train.py", *common, "--incident", "raise", "--rank", str(CULPRIT), "--at", str(AT),
+                     launcher=("--tee", "3"))
+    again = torchrun("ddp_train.py", *common, "--resume", launcher=("--tee", "3"))
+    script = f"{shlex.join(first)} > {shlex.quote(str(log))} 2>&1; {shlex.join(again)} >> {shlex.quote(str(log))} 2>&1"
+    result = run_job(tmp_path, ["sh", "-c", script], capture="own")
+    keep_fixture(result, "ddp_crash_resume")
+    assert result.returncode == 0  # the resumed job finished
+    (incident,) = result.incidents()
+    assert (incident["incident"], incident["rank"], incident["step"]) == ("traceback", CULPRIT, AT)
+    check_every_record(result)  # both attempts' steps, the ones done again too, each exactly as computed
+    ranks = {str(rank) for rank in range(4)}
+    # Live: while the first attempt was down, rank 1's exception was the incident; the resume (the step going back
+    # on every rank) is a restart of each rank and ends it; the resumed run raises nothing.
+    during = {incident for samples in result.during for incident in result.incidents_live(samples)}
+    assert during == {("traceback", str(CULPRIT), str(AT - 1))}, during
+    assert result.incidents_live() == set()
+    assert {rank: result.gauge("training_restarts_total", rank) for rank in ranks} == dict.fromkeys(ranks, 1.0)
+    assert result.counters("training_anomalies_total") == {}
+    assert max(result.gauge("training_step", str(CULPRIT), samples) or 0 for samples in result.during) > AT
+    check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
+
+
+@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+def test_one_rank_raising_then_the_job_resumed_into_a_new_log_dir(tmp_path):
+    """The same crash and resume, each launch with its own ``--log-dir`` under the followed directory (``logs/run``,
+    then ``logs/resume``, which sorts before it) and ``--redirects 3``: torchrun writes a run directory per launch,
+    each with ``attempt_0/<R>/stdout.log`` and ``stderr.log``; the consoles beside the followed directory."""
+    common = ("--truth", str(tmp_path / "truth"), "--steps", str(STEPS), "--checkpoints", str(tmp_path / "ckpt"),
+              "--save-every", str(SAVE_EVERY))
+    launches = []
+    for name, args in (("run", ("--incident", "raise", "--rank", str(CULPRIT), "--at", str(AT))),
+                       ("resume", ("--resume",))):
+        command = torchrun("ddp_train.py", *common, *args,
+                           launcher=("--log-dir", str(tmp_path / "logs" / name), "--redirects", "3"))
+        launches.append(f"{shlex.join(command)} > {shlex.quote(str(tmp_path / f'console_{name}.log'))} 2>&1")
+    result = run_job(tmp_path, ["sh", "-c", "; ".join(launches)], capture="own")
+    keep_fixture(result, "ddp_crash_resume_new_log_dir")
+    assert result.returncode == 0
+    check_every_record(result)
+    ranks = {str(rank) for rank in range(4)}
+    during = {incident for samples in result.during for incident in result.incidents_live(samples)}
+    assert during == {("traceback", str(CULPRIT), str(AT - 1))}, during
+    assert result.incidents_live() == set()
+    assert {rank: result.gauge("training_restarts_total", rank) for rank in ranks} == dict.fromkeys(ranks, 1.0)
+    assert result.counters("training_anomalies_total") == {}
+    # analyze: the launches in the order written (their files' modification times: no line of theirs has a time).
+    check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
 
 
 def _culprit_is_the_cause(result: RealRun, kind: str, step: int) -> None:

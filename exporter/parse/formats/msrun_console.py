@@ -2,7 +2,7 @@
 
 With ``--join True`` msrun tails every worker's log to its console (``tail -f worker_<R>.log``, unranked and
 interleaved) and adds a few lines of its own (mindspore/parallel/cluster/process_entity/_api.py). Only one of
-those tells what no other file does: ``Worker process 31545 exit with exception. Error code: -9.``, the worker it
+those tells what no other file does: ``Worker process 29960 exit with exception. Error code: -9.``, the worker it
 saw die, by pid (signatures.py ``msrun_worker_exit``; a SIGKILLed worker prints nothing, and the scheduler times
 out whichever node it misses first). The tailed lines are copies of lines read in the workers' own files: read
 here too, they would count every step and failure twice on an unranked series. So the console's series keeps only

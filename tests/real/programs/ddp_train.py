@@ -18,6 +18,11 @@ Every step sleeps ``--step-seconds`` first (the work a real step does), then mee
 ``--save-at S --save-seconds T``: after step S, rank 0 saves a checkpoint, announced as transformers' Trainer
 announces its own (``Saving model checkpoint to DIR``, Trainer._save), and takes T seconds for it (slow
 storage); the other ranks wait for it in a barrier, silent. A long phase, not a hang.
+
+``--checkpoints DIR --save-every K``: after every K-th step each rank saves its state (weights, optimizer, schedule,
+its data generator) to ``DIR/rank_<R>_step_<S>.pt``, rank 0 announcing it as the Trainer does. ``--resume``: each
+rank loads its latest checkpoint there and trains on from the step after it (the job started again after a crash;
+the steps after the checkpoint are done again, each written to the truth file again).
 """
 
 from __future__ import annotations
@@ -54,6 +59,9 @@ def _arguments() -> argparse.Namespace:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--save-at", type=int, default=0, help="save a checkpoint after this step (0: never)")
     parser.add_argument("--save-seconds", type=float, default=0.0, help="how long the save takes")
+    parser.add_argument("--checkpoints", help="directory of the periodic checkpoints (--save-every, --resume)")
+    parser.add_argument("--save-every", type=int, default=0, help="save a checkpoint every K steps (0: never)")
+    parser.add_argument("--resume", action="store_true", help="train on from the latest checkpoint in --checkpoints")
     parser.add_argument("--stop-learning-at", type=int, default=0,
                         help="from this step on the learning rate is 0: the loss goes flat (0: never)")
     # regress: a mean squared error over --batch samples; classify: a cross entropy over 10 classes, the kind of
@@ -90,8 +98,9 @@ def main() -> int:
     data = torch.Generator().manual_seed(1000 + rank)  # each rank its own batches
     target = torch.randn(16, outputs, generator=torch.Generator().manual_seed(7))
     mine = args.incident is not None and rank == args.rank
-    print(f"rank {rank} of {world}: training {args.steps} steps", flush=True)
-    for step in range(1, args.steps + 1):
+    done = _resume(args, rank, model, optimizer, schedule, data) if args.resume else 0
+    print(f"rank {rank} of {world}: training {args.steps} steps from step {done + 1}", flush=True)
+    for step in range(done + 1, args.steps + 1):
         started = time.perf_counter()
         time.sleep(args.step_seconds)  # the step's work beyond this toy model's, before anything else
         features = torch.randn(args.batch, 16, generator=data)
@@ -144,8 +153,39 @@ def main() -> int:
                 torch.save(model.state_dict(), directory / "model.pt")
                 time.sleep(args.save_seconds)
             dist.barrier()
+        if args.save_every and step % args.save_every == 0:
+            _save(args, rank, step, model, optimizer, schedule, data)
     dist.destroy_process_group()
     return 0
+
+
+def _save(args: argparse.Namespace, rank: int, step: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+          schedule: torch.optim.lr_scheduler.LRScheduler, data: torch.Generator) -> None:
+    """This rank's whole training state after STEP, written to a temporary name and renamed (never half a file)."""
+    directory = Path(args.checkpoints)
+    directory.mkdir(parents=True, exist_ok=True)
+    if rank == 0:
+        print(f"Saving model checkpoint to {directory}", flush=True)
+    target = directory / f"rank_{rank}_step_{step}.pt"
+    torch.save({"step": step, "model": model.state_dict(), "optimizer": optimizer.state_dict(),
+                "schedule": schedule.state_dict(), "data": data.get_state()}, target.with_suffix(".tmp"))
+    target.with_suffix(".tmp").rename(target)
+
+
+def _resume(args: argparse.Namespace, rank: int, model: torch.nn.Module, optimizer: torch.optim.Optimizer,
+            schedule: torch.optim.lr_scheduler.LRScheduler, data: torch.Generator) -> int:
+    """Loads this rank's latest checkpoint; the step it was saved after (0 without one)."""
+    saved = sorted(Path(args.checkpoints).glob(f"rank_{rank}_step_*.pt"),
+                   key=lambda path: int(path.stem.rsplit("_", 1)[1]))
+    if not saved:
+        return 0
+    state = torch.load(saved[-1])
+    model.load_state_dict(state["model"])
+    optimizer.load_state_dict(state["optimizer"])
+    schedule.load_state_dict(state["schedule"])
+    data.set_state(state["data"])
+    print(f"resuming rank {rank} from {saved[-1].name} at step {state['step']}", flush=True)
+    return int(state["step"])
 
 
 if __name__ == "__main__":
