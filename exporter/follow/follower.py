@@ -273,12 +273,18 @@ class Follower:
             served = self._wait(max(0.0, next_rescan - time.monotonic()))
             with self._dirty_lock:
                 dirty, self._dirty = self._dirty, set()
-            for path in dirty:
+            # A launcher's console last: its report of a worker's exit goes on the worker's series after the worker's
+            # own last lines of the same moment (a set has no order).
+            for path in sorted(dirty, key=self._read_last):
                 self._guarded(self._on_dirty, path)
             with self._passes:
                 self._reading_appends = False
                 self._passes_done = served
                 self._passes.notify_all()
+
+    def _read_last(self, path: str) -> bool:
+        followed = self._files.get(path)
+        return followed is not None and followed.role.role == "launcher"
 
     def _guarded(self, action: Callable[..., None], *args: object) -> None:
         # One bad file or a filesystem hiccup must never stop the follow loop.
