@@ -202,3 +202,14 @@ def test_msrun_s_report_of_a_worker_s_exit_is_named_by_the_signal_its_code_negat
     assert event is not None and event.kind == kind
     assert (event.detail["pid"], event.detail["exitcode"], event.detail.get("signal")) == (29960, code, signal)
     assert signatures.worker_pid(event) == 29960
+
+
+def test_an_older_msrun_s_report_of_a_worker_s_exit_without_its_code_is_a_failed_exit():
+    """Older msrun prints no code: ``logger.error(f"Worker process {p.pid} exit with exception.")``
+    (mindspore-ai/mindspore 1d200336, process_entity/_api.py). The real line, its code cut off as that format
+    string prints it. msrun's report of its scheduler, and the scheduler's own "may exit with exception," are none."""
+    line = _fixture_line("msrun_kill/msrun.log", b"exit with exception. Error code: -9.")
+    event = signatures.classify(line.replace(b" Error code: -9.", b""))
+    assert event is not None and (event.kind, event.detail) == ("elastic", {"pid": 29960, "launcher": "msrun"})
+    assert signatures.classify(_fixture_line("msrun_kill/msrun.log", b"Scheduler process")) is None
+    assert signatures.classify(_fixture_line("msrun_kill/scheduler.log", b"is timed out")) is None

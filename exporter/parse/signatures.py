@@ -116,16 +116,18 @@ def _death_signal(text: str) -> ErrorEvent | None:
 
 # msrun's own console (mindspore/parallel/cluster/process_entity/_api.py, join_processes): a worker's
 # ``subprocess.Popen.poll()`` return code, the negated signal of a worker a signal ended (-9 SIGKILL, -6 SIGABRT,
-# -11 SIGSEGV), else its exit status. The worker is named by pid only: the pipeline puts the event on the rank
-# whose worker log's MindSpore records name that pid (follow/discover.PidRanks).
-_MSRUN_EXIT = lazy(r"Worker process (\d+) exit with exception\. Error code: (-?\d+)")
+# -11 SIGSEGV), else its exit status. Older msrun prints no code (``Worker process 12345 exit with exception.``,
+# mindspore-ai/mindspore 1d200336): a worker's failed exit, ``elastic``. The worker is named by pid only: the
+# pipeline puts the event on the rank whose worker log's MindSpore records name that pid (follow/discover.PidRanks).
+_MSRUN_EXIT = lazy(r"Worker process (\d+) exit with exception\.(?: Error code: (-?\d+)\.)?")
 
 
 def _msrun_exit(text: str) -> ErrorEvent | None:
     match = _MSRUN_EXIT.search(text)
     if match is None:
         return None
-    return _exit_event(int(match.group(2)), {"pid": int(match.group(1)), "launcher": "msrun"})
+    detail: Detail = {"pid": int(match.group(1)), "launcher": "msrun"}
+    return ErrorEvent("elastic", detail) if match.group(2) is None else _exit_event(int(match.group(2)), detail)
 
 
 def worker_pid(record: object) -> int | None:
@@ -671,7 +673,7 @@ SIGNATURES: tuple[Signature, ...] = (
               "'--seed', '1234', '--zero_stage', '2', '--deepspeed', '--output_dir', "
               "'/content/DeepSpeedExamples/applications/DeepSpeed-Chat/output/actor-models/125m'] exits with return "
               "code = -9"),
-    Signature("msrun_worker_exit", ("killed", "segfault", "hardware", "elastic"), (b"exit with exception. Error code",),
+    Signature("msrun_worker_exit", ("killed", "segfault", "hardware", "elastic"), (b"exit with exception.",),
               _msrun_exit, _MS_CONSOLE,
               "[ERROR] ME(29944:140069956213632,MainProcess):2026-12-03-15:28:02.398.000 [mindspore/parallel/cluster/"
               "process_entity/_api.py:365] Worker process 29960 exit with exception. Error code: -9."),
