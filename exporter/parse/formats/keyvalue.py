@@ -16,9 +16,9 @@ RECORD = StepTable((
     StepField("grad_norm", Kind.FLOAT, "grad_norm", aliases=("gnorm", "global_norm")),
     StepField("step_time", Kind.DURATION, "step_time_seconds", aliases=("per_step_time", "time_per_step")),
     StepField("throughput", Kind.FLOAT, "throughput"),
-), opener="", closer="", pair_separator=",;|", name_separator="=", step="step", step_aliases=("global_step", "iteration"),
-    required="loss")
-# A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
+    # A comma ends a value but as a thousands separator (1,234.5).
+), opener="", closer="", pair_separator=",;|", name_separator="=", step="step",
+    step_aliases=("global_step", "iteration"), required="loss")
 
 parse = RECORD.read_line
 
