@@ -112,6 +112,7 @@ class LineParser:
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
         self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
         self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
@@ -356,13 +357,21 @@ class LineParser:
                 or any(body or (rank is None) != (not prefix)
                        for prefix, (rank, body) in zip(prefixes, ranks, strict=True))):
             return False
+        # The records are put in the order of the lines that made them (by their offsets, kept for that): at the
+        # block's end the ranks' batches end in the order their first step line came, the rank-less one first.
+        streams = sorted((group for group in zip(prefixes, ranks, starts, strict=True) if group[2]),
+                         key=lambda group: -1 if group[1][0] is None and None in self._batches else group[2][0])
+        offsets, parsed.offsets = parsed.offsets, []
         recognized = 0
-        for prefix, (rank, _), stream_starts in zip(prefixes, ranks, starts, strict=True):
-            if stream_starts:
-                first_record = len(parsed.records)
-                recognized += self._read_stream(data, prefix, rank, stream_starts, parsed)
-                if parsed.offsets is not None:
-                    _line_starts_before(len(prefix), parsed, first_record)
+        for prefix, (rank, _), stream_starts in streams:
+            first_record = len(parsed.records)
+            recognized += self._read_stream(data, prefix, rank, stream_starts, parsed)
+            _line_starts_before(len(prefix), parsed, first_record)
+        order = sorted(range(len(parsed.records)), key=parsed.offsets.__getitem__)
+        parsed.records[:] = [parsed.records[index] for index in order]
+        if offsets is not None:
+            offsets += [parsed.offsets[index] for index in order]
+        parsed.offsets = offsets
         parsed.unparsed = sum(lines) - recognized
         for (rank, _), count in zip(ranks, lines, strict=True):
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
@@ -383,8 +392,8 @@ class LineParser:
                     recognized += taken
                     continue
                 builder = self._batches.get(rank)
-                if builder is not None and len(builder):
-                    # The kernel reads no step going back into a run: a restart ends the batch, the line starts one.
+                if builder is not None and len(builder) and self._reads_alone(data, starts, index):
+                    # A step going back, which the kernel reads into no run: a restart ends the batch (as _take would).
                     self._end_batch(builder, parsed)
                     continue
                 end = data.find(b"\n", starts[index])
@@ -397,6 +406,18 @@ class LineParser:
         finally:
             self._stream = None
         return recognized
+
+    def _reads_alone(self, data: bytes, starts: list[int], index: int) -> bool:
+        """True when the kernel reads the line at ``starts[index]`` into an empty run."""
+        if self._probe[0] is not self._kernel_table:
+            assert self._kernel_table is not None
+            self._probe = (self._kernel_table, native.step_reader(self._kernel_table))
+        probe = self._probe[1]
+        assert probe is not None
+        taken = probe.read(data, starts, index, 1)
+        if taken:
+            probe.take()
+        return bool(taken)
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
