@@ -317,8 +317,8 @@ def _grammar(table: tuple) -> _Grammar:
     if pairs and (not separators or name_separator in separators):
         raise ValueError("the pairs grammar needs value separators other than its name separator")
     step_names = tuple(step_name) if pairs else (step_name,)
-    if not step_names or len(step_names) > MAX_STEP_NAMES or not all(
-            type(name) is bytes and re.match(rb"[A-Za-z_]", name) for name in step_names):
+    if pairs and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
+            type(name) is bytes and re.match(rb"[A-Za-z_]", name) for name in step_names)):
         raise ValueError("a field table's step names are names")
     if len({name for name, *_ in fields}) != len(fields):
         raise ValueError("a field table names each field once")
