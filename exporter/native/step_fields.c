@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Kinds: native/step_fields.py's Kind. */
@@ -209,6 +210,26 @@ simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
     return 1;
 }
 
+/* ``[-+]digits[.digits][e[-+]digits]`` (digits before or after the point): a decimal C's strtod reads as float() does. */
+static int
+plain_decimal(const uint8_t *at, const uint8_t *end)
+{
+    int digits = 0;
+    if (at < end && (*at == '-' || *at == '+')) at++;
+    for (; at < end && is_digit(*at); at++) digits++;
+    if (at < end && *at == '.') {
+        for (at++; at < end && is_digit(*at); at++) digits++;
+    }
+    if (digits == 0) return 0;
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        at++;
+        if (at < end && (*at == '-' || *at == '+')) at++;
+        if (at == end) return 0;
+        for (; at < end && is_digit(*at); at++);
+    }
+    return at == end;
+}
+
 /* float(token): 1 and *value, 0 (not a number), -1 (error). */
 static int
 parse_number(const uint8_t *token, Py_ssize_t length, double *value)
@@ -220,6 +241,16 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value)
         memcpy(text, token, (size_t)length);
         text[length] = '\0';
         char *end = NULL;
+        if (plain_decimal(token, token + length)) {
+            /* More digits than the exact fast path takes (a float printed with 17): glibc's strtod rounds
+             * correctly as float() does, in a third of its time; a locale whose decimal point is not '.' stops it
+             * short, and float()'s own function reads the token. */
+            double number = strtod(text, &end);
+            if (end == text + length) {
+                *value = number;
+                return 1;
+            }
+        }
         double number = PyOS_string_to_double(text, &end, NULL);
         if (end == text + length && !(number == -1.0 && PyErr_Occurred())) {
             *value = number;
