@@ -600,6 +600,7 @@ typedef struct {
 } OwnedText;
 
 typedef struct {
+    int series; /* every value is kept (its fields' flag) */
     int has;
     double value;
     OwnedText unit; /* of the latest line whose value had one */
@@ -799,7 +800,7 @@ commit(Run *run, long long step, int has_total, long long total)
         column->has = 1;
         column->value = slot->value;
         if (slot->unit.length && own_text(&column->unit, slot->unit) < 0) return -1;
-        if (!run->table->fields[first_of_column(run->table, i)].series) continue;
+        if (!column->series) continue;
         Py_ssize_t capacity = column->capacity;
         if (grow((void **)&column->rows, &capacity, column->count, sizeof(Py_ssize_t)) < 0
             || grow((void **)&column->values, &column->capacity, column->count, sizeof(double)) < 0) {
@@ -984,8 +985,7 @@ run_result(const Run *run)
         PyList_SET_ITEM(steps, i, step);
     }
     for (Py_ssize_t i = 0; i < run->table->columns; i++) {
-        PyObject *column = column_result(&run->columns[i], run->table->fields[first_of_column(run->table, i)].series,
-                                         steps);
+        PyObject *column = column_result(&run->columns[i], run->columns[i].series, steps);
         if (column == NULL) goto done;
         PyTuple_SET_ITEM(fields, i, column);
     }
@@ -1055,6 +1055,9 @@ StepReader_init(StepReader *self, PyObject *args, PyObject *kwargs)
     if (self->run.columns == NULL || self->run.slots == NULL) {
         PyErr_NoMemory();
         return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->table.columns; i++) {
+        self->run.columns[i].series = self->table.fields[first_of_column(&self->table, i)].series;
     }
     return 0;
 }
