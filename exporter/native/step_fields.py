@@ -148,6 +148,7 @@ class StepReader:
                 if record is None:
                     break
             else:
+                assert grammar.record is not None  # the record grammar's
                 match = grammar.record.search(text)
                 if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
                     break
@@ -202,7 +203,7 @@ class StepReader:
 def read_record(table: tuple, text: str) -> Record | None:
     """The first record of one line of any text; None when it holds none."""
     grammar = _grammar(table)
-    if grammar.pairs:
+    if grammar.record is None:
         return _pairs_record(table, text)
     match = grammar.record.search(text)
     return None if match is None else _record(table, match)

@@ -107,7 +107,7 @@ class LineParser:
         self._kernel_table: tuple | None = None  # its field table as the kernel takes it
         # While a block of one rank stream's lines is read with their common prefix cut off (_parse_one_stream):
         # that prefix and the rank it names.
-        self._stream: tuple[bytes, int] | None = None
+        self._stream: tuple[bytes, int | None] | None = None
         # The scanner of such blocks (the routing's anchors but the prefixes'), for the routing it was made for.
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
