@@ -88,7 +88,10 @@ def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
     nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
     failures = [(REAL / f"torchrun_ddp_{name}.log").read_bytes() for name in ("raise", "raise_glued", "kill", "oom")]
     mixed = b"".join(nan * 8 + failure for failure in failures) + nan * 8
-    return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False)]
+    # A rank's line with a carriage return in it (a bar's redraw written after it): segments, each a line.
+    redrawn = nan.replace(b"loss=6.175309658050537", b"loss=6.175309658050537\rstep=4/30 loss=1.0", 1)
+    return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False),
+            ("interleaved_redrawn", nan * 12 + redrawn * 3 + nan * 12, False)]
 
 
 def _comparable(blocks) -> tuple[list, str]:

@@ -336,8 +336,8 @@ class LineParser:
         step line only changes its own rank's batch, so reading the streams one after the other gives what
         reading the lines in order gives (records, line counts, state: tests/test_block_parse.py). Declined:
         formats still being discovered, an open failure block, a line that holds another anchor (a failure, a
-        phase, a banner, another format), two prefixes of one rank, a rank tag inside a line (glued lines), an
-        unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
+        phase, a banner, another format), a carriage return, two prefixes of one rank, a rank tag inside a line
+        (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
         """
         kernel_format = self._kernel_format
         if (kernel_format is None or self._discovering or self._blocks or self._redrawn is not None
@@ -346,7 +346,7 @@ class LineParser:
         if self._besides_scanner[0] != self._routing:
             self._besides_scanner = (self._routing, scanner_besides(self._routing, kernel_format.prefilter))
         besides = self._besides_scanner[1]
-        if besides is None or besides.scan(data)[1]:
+        if besides is None or besides.scan(data)[1] or b"\r" in data:  # carriage-return segments: a line each
             return False
         grouped = native.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
         if grouped is None or grouped[3] or grouped[4]:
