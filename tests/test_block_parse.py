@@ -91,7 +91,7 @@ def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
     # A rank's line with a carriage return in it (a bar's redraw written after it): segments, each a line.
     redrawn = nan.replace(b"loss=6.175309658050537", b"loss=6.175309658050537\rstep=4/30 loss=1.0", 1)
     return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False),
-            ("interleaved_redrawn", nan * 12 + redrawn * 3 + nan * 12, False)]
+            ("interleaved_redrawn", nan * 30 + redrawn * 3 + nan * 12, False)]
 
 
 def _comparable(blocks) -> tuple[list, str]:
