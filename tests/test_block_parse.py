@@ -3,6 +3,7 @@ in batches: it must give exactly what parsing every line alone, a batch per step
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -388,3 +389,34 @@ def test_group_lines_matches_the_twin():
     grouped = _scan.group_lines(b"[default1]:step=1\nlaunch\n[default0]:[rank0]: x [rank2]: y\n 3: z\n",
                                 b"step=", b"[", b"]:", b" ")
     assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
+
+
+@pytest.mark.parametrize("failures", [(), ("raise", "kill", "raise_glued", "oom")], ids=["nan", "failures"])
+def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp_path, monkeypatch):
+    # analyze applies the records in the order of their lines (the CSV's rows, the cause model's findings): read
+    # stream by stream, the report and the CSV are byte for byte what reading the console line by line gives. The
+    # real NaN run again and again (blocks after the first, the discovery's, read by streams), the real failing
+    # runs between its stretches.
+    from exporter.analyze.command import run_analyze
+
+    nan = (REAL / "torchrun_ddp_nan.log").read_bytes() * 200
+    log = tmp_path / "train.log"
+    log.write_bytes(nan + b"".join((REAL / f"torchrun_ddp_{name}.log").read_bytes() + nan for name in failures))
+    reads: list[int] = []
+    interleaved = LineParser._parse_interleaved
+
+    def counted(self, block, parsed):
+        done = interleaved(self, block, parsed)
+        reads.append(done)
+        return done
+
+    def analyze(csv_path: Path) -> tuple[str, bytes]:
+        out = io.StringIO()
+        assert run_analyze([str(log)], "json", csv=str(csv_path), stdout=out, stderr=io.StringIO()) in (0, 1)
+        return out.getvalue(), csv_path.read_bytes()
+
+    monkeypatch.setattr(LineParser, "_parse_interleaved", counted)
+    in_streams = analyze(tmp_path / "streams.csv")
+    assert any(reads), "no block was read stream by stream: the comparison would prove nothing"
+    monkeypatch.setattr(LineParser, "_parse_interleaved", lambda self, block, parsed: False)
+    assert in_streams == analyze(tmp_path / "lines.csv")
