@@ -391,7 +391,16 @@ def test_group_lines_matches_the_twin():
     assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
 
 
-@pytest.mark.parametrize("failures", [(), ("raise", "kill", "raise_glued", "oom")], ids=["nan", "failures"])
+def _exit_line() -> bytes:
+    """The real SIGKILL run's agent line ``failed (exitcode: -9) local_rank: 1``: a failure on a line of its own,
+    without a prefix, in a block otherwise read stream by stream."""
+    console = (REAL / "torchrun_ddp_kill.log").read_bytes()
+    at = console.index(b"failed (exitcode: -9)")
+    return console[console.rindex(b"\n", 0, at) + 1:console.index(b"\n", at) + 1]
+
+
+@pytest.mark.parametrize("failures", [(), ("raise", "kill", "raise_glued", "oom"), ("kill_exit",)],
+                         ids=["nan", "failures", "exit-line"])
 def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp_path, monkeypatch):
     # analyze applies the records in the order of their lines (the CSV's rows, the cause model's findings): read
     # stream by stream, the report and the CSV are byte for byte what reading the console line by line gives. The
@@ -401,7 +410,8 @@ def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp
 
     nan = (REAL / "torchrun_ddp_nan.log").read_bytes() * 200
     log = tmp_path / "train.log"
-    log.write_bytes(nan + b"".join((REAL / f"torchrun_ddp_{name}.log").read_bytes() + nan for name in failures))
+    log.write_bytes(nan + b"".join((_exit_line() if name == "kill_exit" else
+                                    (REAL / f"torchrun_ddp_{name}.log").read_bytes()) + nan for name in failures))
     reads: list[int] = []
     interleaved = LineParser._parse_interleaved
 
