@@ -676,6 +676,28 @@ def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
     assert result[:2] == (1, huge + 1)
 
 
+def test_group_lines_matches_the_twin():
+    # The streams of an interleaved block (LineParser._parse_interleaved): each prefix's line count and the offsets
+    # of its lines holding a literal, on real consoles cut anywhere and fuzzed ones.
+    rng = random.Random(29)
+    consoles = [(REPO / "tests" / "fixtures" / "real" / f"torchrun_ddp_{name}.log").read_bytes()
+                for name in ("nan", "raise", "raise_glued", "kill")]
+    pieces = [b"[default1]:", b"[rank3]: ", b"[default0]:[rank0]: ", b"[x]:", b"[", b"]:", b" 3: ", b"", b"[a1]:  ",
+              b"step=", b"\n"]
+    blocks = [console[:rng.randint(0, len(console))] for console in consoles for _ in range(20)]
+    blocks += [b"".join(rng.choice(pieces) + rng.choice(pieces) + b"x\n" for _ in range(rng.randint(0, 30)))
+               for _ in range(300)]
+    blocks.append(b"".join(b"[r%d]:step=1\n" % number for number in range(70)))  # more prefixes than it keeps
+    for data in blocks:
+        for literal, tags, loose in ((b"step=", (b"[", b"]:"), b"[ 0123456789"), (b"x", (b"[", b"]:"), b""),
+                                     (b"s", (b"<", b">"), b"3")):
+            assert _scan.group_lines(data, literal, *tags, loose) == scan_twin.group_lines(data, literal, *tags, loose)
+    assert scan_twin.group_lines(blocks[-1], b"step=", b"[", b"]:", b"") is None
+    grouped = _scan.group_lines(b"[default1]:step=1\nlaunch\n[default0]:[rank0]: x [rank2]: y\n 3: z\n",
+                                b"step=", b"[", b"]:", b" ")
+    assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
+
+
 def test_count_starts_matches_the_twin():
     # The one-stream test of a block (LineParser._parse_one_stream): lines beginning with a prefix, occurrences of
     # a literal (non-overlapping, as bytes.count), on cut, glued and fuzzed blocks.
