@@ -3,6 +3,7 @@ in batches: it must give exactly what parsing every line alone, a batch per step
 
 from __future__ import annotations
 
+import io
 import json
 import random
 from pathlib import Path
@@ -47,7 +48,8 @@ def _logs() -> list[tuple[str, bytes, bool]]:
                 for path in sorted((FIXTURES / "formats").glob("*.log"))]
     examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
                 for name in ("worker_0.log", "scheduler.log")]
-    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs()]
+    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
+            *_interleaved_logs()]
 
 
 def _prefixed(prefix: bytes, data: bytes) -> bytes:
@@ -75,6 +77,22 @@ def _prefixed_logs() -> list[tuple[str, bytes, bool]]:
             ("prefixed_tricky", _prefixed(b"[default0]:", TRICKY), False),
             ("prefixed_other_rank", mixed, False), ("prefixed_stretches", stretches, False),
             ("prefixed_glued", glued, False)]
+
+
+REAL = FIXTURES / "real"
+
+
+def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
+    """torchrun ``--tee`` consoles: four ranks' ``key=value`` step lines interleaved (real runs, SOURCES.md), the NaN
+    run again and again (a restart at each copy), and between its copies the real runs that raise (a traceback on
+    ``[default1]:[rank1]: ``), that glue one rank's line to another's, that are killed and that run out of memory."""
+    nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
+    failures = [(REAL / f"torchrun_ddp_{name}.log").read_bytes() for name in ("raise", "raise_glued", "kill", "oom")]
+    mixed = b"".join(nan * 8 + failure for failure in failures) + nan * 8
+    # A rank's line with a carriage return in it (a bar's redraw written after it): segments, each a line.
+    redrawn = nan.replace(b"loss=6.175309658050537", b"loss=6.175309658050537\rstep=4/30 loss=1.0", 1)
+    return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False),
+            ("interleaved_redrawn", nan * 30 + redrawn * 3 + nan * 12, False)]
 
 
 def _comparable(blocks) -> tuple[list, str]:
@@ -186,7 +204,8 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     assert [record.steps for record in restarted.records if isinstance(record, StepBatch)] == [[5], [2]]
 
 
-@pytest.mark.parametrize("name", ["generated", "prefixed_rank", "prefixed_stacked", "prefixed_stretches"])
+@pytest.mark.parametrize("name", ["generated", "prefixed_rank", "prefixed_stacked", "prefixed_stretches",
+                                  "interleaved_tee", "interleaved_failures"])
 def test_blocks_give_the_line_offsets_every_line_gives(name):
     # analyze reads its step lines again at these offsets (their timestamps): a prefix cut off block-wise moves
     # none of them.
@@ -194,23 +213,27 @@ def test_blocks_give_the_line_offsets_every_line_gives(name):
     blocks = _blocks(data, _line_boundaries(data, random.Random(name), 40))
 
     def offsets(parser: LineParser) -> tuple[list, list]:
-        steps: list[tuple[int | None, int]] = []
+        # Each block's step lines rank by rank (a batch holds one rank's lines: how a rank's lines are cut into
+        # batches, and the batches of ranks interleaved, is no contract), the other records in order.
+        steps: list[tuple[int, int, int | None, int]] = []
         others: list[tuple[dict, int]] = []
-        for block in blocks:
+        for number, block in enumerate(blocks):
             parsed = parser.parse_block(block)
             assert parsed.offsets is not None
             for record, offset in zip(parsed.records, parsed.offsets, strict=True):
                 if isinstance(record, StepBatch):
                     assert record.line_starts is not None
-                    steps += zip(record.steps, record.line_starts, strict=True)
+                    rank = -1 if record.rank is None else record.rank
+                    steps += ((number, rank, step, start)
+                              for step, start in zip(record.steps, record.line_starts, strict=True))
                 else:
                     others.append((record_as_dict(record), offset))
-        return steps, others
+        return sorted(steps, key=lambda line: line[:2]), others
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(line_parser, "scanner_for", lambda formats: None)
         expected = offsets(LineParser(rows_per_batch=1, line_offsets=True))
-    assert expected[0] and expected[1]
+    assert expected[0] and (expected[1] or name == "interleaved_tee")
     assert offsets(LineParser(line_offsets=True)) == expected
 
 
@@ -281,7 +304,8 @@ def test_scanner_rejects_empty_anchors():
 
 
 @pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
-                                  "torchrun_tee", "prefixed_stacked", "prefixed_stretches"])
+                                  "torchrun_tee", "prefixed_stacked", "prefixed_stretches", "interleaved_tee",
+                                  "interleaved_failures"])
 def test_step_rows_are_each_lines_own_values(name):
     # analyze's CSV: a row per step line with that line's values and aux losses, from batches of many lines
     # (the kernel's runs), as a batch per line gives them.
@@ -289,9 +313,12 @@ def test_step_rows_are_each_lines_own_values(name):
     blocks = _blocks(data, _line_boundaries(data, random.Random(name), 30))
 
     def rows(parsed: list) -> list:
-        return [(record.rank, step, values, aux) for block in parsed for record in block.records
-                if isinstance(record, StepBatch)
-                for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+        # Each block's rows rank by rank: how the ranks' batches interleave is no contract (offsets, above); values
+        # by their repr (nan is no nan).
+        found = [(number, -1 if record.rank is None else record.rank, step, repr(sorted(values.items())), aux)
+                 for number, block in enumerate(parsed) for record in block.records if isinstance(record, StepBatch)
+                 for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+        return sorted(found, key=lambda row: row[:2])
 
     with pytest.MonkeyPatch.context() as patch:
         patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
@@ -302,3 +329,79 @@ def test_step_rows_are_each_lines_own_values(name):
     # The long logs' rows come from batches of many lines.
     assert len(expected) < 100 or any(len(record.steps) > 1 for block in in_blocks for record in block.records
                                       if isinstance(record, StepBatch))
+
+
+@pytest.mark.parametrize("step_kernel", ["native", "twin"])
+def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatch):
+    # torchrun's --tee console: after the first block (formats discovered), a block of four ranks' lines is read
+    # rank by rank, the step lines by the kernel: no line goes through the line parser but each rank's restart
+    # (the copies' steps go back to 1; the kernel reads no step going back into a run, the batch ends there).
+    if step_kernel == "twin":
+        monkeypatch.setattr(native, "step_reader", step_fields_twin.StepReader)
+    elif not native.available()["step_fields"]:
+        require_native_kernels()
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
+    parser = Recording(rank_offset=4)
+    parser.parse_block(nan * 20)
+    seen.clear()
+    block = parser.parse_block(nan * 5)
+    assert seen == []
+    assert block.lines_by_rank == {None: 20, 4: 80, 5: 80, 6: 80, 7: 80}
+    assert block.lines_by_format == {"keyvalue": 300}
+    assert block.unparsed == 40  # the launcher's lines and each rank's "rank 2 of 4: training 30 steps"
+    steps = [(record.rank, record.steps) for record in block.records if isinstance(record, StepBatch)]
+    assert sorted(steps) == sorted((rank, list(range(1, 16))) for rank in range(4, 8) for _ in range(5))
+    # A block holding a failure, a glued line or two prefixes of one rank goes line by line, as before.
+    for name in ("raise", "raise_glued"):
+        seen.clear()
+        parser.parse_block((REAL / f"torchrun_ddp_{name}.log").read_bytes())
+        assert seen
+
+
+
+def _exit_line() -> bytes:
+    """The real SIGKILL run's agent line ``failed (exitcode: -9) local_rank: 1``: a failure on a line of its own,
+    without a prefix, in a block otherwise read stream by stream."""
+    console = (REAL / "torchrun_ddp_kill.log").read_bytes()
+    at = console.index(b"failed (exitcode: -9)")
+    return console[console.rindex(b"\n", 0, at) + 1:console.index(b"\n", at) + 1]
+
+
+@pytest.mark.parametrize("failures", [(), ("raise", "kill", "raise_glued", "oom"), ("kill_exit",)],
+                         ids=["nan", "failures", "exit-line"])
+def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp_path, monkeypatch):
+    # analyze applies the records in the order of their lines (the CSV's rows, the cause model's findings): read
+    # stream by stream, the report and the CSV are byte for byte what reading the console line by line gives. The
+    # real NaN run again and again (blocks after the first, the discovery's, read by streams), the real failing
+    # runs between its stretches.
+    from exporter.analyze.command import run_analyze
+
+    nan = (REAL / "torchrun_ddp_nan.log").read_bytes() * 200
+    log = tmp_path / "train.log"
+    log.write_bytes(nan + b"".join((_exit_line() if name == "kill_exit" else
+                                    (REAL / f"torchrun_ddp_{name}.log").read_bytes()) + nan for name in failures))
+    reads: list[int] = []
+    interleaved = LineParser._parse_interleaved
+
+    def counted(self, block, parsed):
+        done = interleaved(self, block, parsed)
+        reads.append(done)
+        return done
+
+    def analyze(csv_path: Path) -> tuple[str, bytes]:
+        out = io.StringIO()
+        assert run_analyze([str(log)], "json", csv=str(csv_path), stdout=out, stderr=io.StringIO()) in (0, 1)
+        return out.getvalue(), csv_path.read_bytes()
+
+    monkeypatch.setattr(LineParser, "_parse_interleaved", counted)
+    in_streams = analyze(tmp_path / "streams.csv")
+    assert any(reads), "no block was read stream by stream: the comparison would prove nothing"
+    monkeypatch.setattr(LineParser, "_parse_interleaved", lambda self, block, parsed: False)
+    assert in_streams == analyze(tmp_path / "lines.csv")

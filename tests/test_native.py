@@ -26,7 +26,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, mindformers
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, mindformers
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
 from exporter.state.detectors import DetectorConfig, kernel_config
@@ -355,6 +355,129 @@ def test_both_refuse_a_table_they_cannot_read_alike(table):
             reader(table)
 
 
+# The pairs grammar (``step=12/30 loss=2.5 lr=0.01``): keyvalue's table, and another with other punctuation.
+KEYVALUE = keyvalue.RECORD.kernel_table
+OTHER_PAIRS = (b"", b"", b"&", b":", (b"it", b"iter"), (b"<", b">|"),
+               ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"l", Kind.FLOAT, 1, b"", b"", 0),
+                (b"t", Kind.DURATION, 0, b"", b"us", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 1, b"", b"", 2),
+                (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), 0)
+PAIR_NAMES = ["step", "global_step", "iteration", "it", "iter", "loss", "l", "lr", "learning_rate", "grad_norm",
+              "gnorm", "step_time", "per_step_time", "time_per_step", "throughput", "t", "tok", "gn", "mtp_1_loss",
+              "acc", "_x", "a1", "1bad", "x.step", "xstep"]
+STEPS = ["1", "42", "007", "3/30", "12/", "/3", "x", "1.5", "999999999999999999", "1234567890123456789",
+         "5/1" + "0" * 19, "1,000"]
+
+
+def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
+    separator = table[3].decode()
+    breaks = [" ", "  ", "\t", *table[2].decode(), ", ", "=", ":"]
+    step_name, loss_name = table[4][0].decode(), table[6][0][0].decode()
+    pairs = [f"{step_name}{separator}{rng.choice(STEPS)}", f"{loss_name}{separator}{rng.choice(TOKENS)}"]
+    pairs = pairs if rng.random() < 0.6 else []  # a record's step and required field, most of the time
+    for _ in range(rng.randint(0, 6)):
+        name = rng.choice(PAIR_NAMES)
+        value = rng.choice(STEPS) if name in ("step", "global_step", "iteration", "it", "iter") else rng.choice(TOKENS)
+        pairs.append(f"{name}{rng.choice([separator] * 8 + ['', ' ', separator * 2])}{value}")
+    line = "".join(f"{pair}{rng.choice(breaks)}" for pair in pairs)
+    prefix = rng.choice(["", "[INFO] ", "[default3]:", "<rank1>|", "é ", "Epoch 1 ", "."])
+    return prefix + line + rng.choice(["", " trailing", ",", "|x"])
+
+
+def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    console = (REPO / "tests" / "fixtures" / "real" / "torchrun_ddp_nan.log").read_bytes().splitlines()
+    lines = [_fuzzed_pairs_line(rng, table).encode("utf-8") for _ in range(8000)]
+    lines.append(b"step=1 loss=2 " + b"".join(b"x%d=1 " % number for number in range(70)))  # more pairs than it reads
+    lines += console
+    rng.shuffle(lines)
+    # Runs: fuzzed lines at steps going up, the real console's lines in order with their prefix and without.
+    step_name, separator = table[4][0], table[3]
+    lines += [_fuzzed_pairs_line(rng, table).encode("utf-8").replace(step_name + separator, b"_" + step_name, 1)
+              + b" " + step_name + separator + b"%d" % (step // 3) for step in range(3000)]
+    return lines + [line.split(b"]:", 1)[-1] for line in console] * 5 + console
+
+
+@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+def test_pairs_lines_read_in_runs_match_the_twin(table):
+    lines = _pairs_lines(table, seed=3)
+    data = b"\n".join(lines) + b"\n"
+    starts = [0]
+    for line in lines[:-1]:
+        starts.append(starts[-1] + len(line) + 1)
+    rng = random.Random(5)
+    compiled, twin = _step_fields.StepReader(table), step_fields_twin.StepReader(table)
+    index = runs = rows = takes = 0
+    while index < len(starts):
+        limit = rng.choice([0, 1, 2, 7, 100, 10_000])
+        taken = compiled.read(data, starts, index, limit)
+        assert taken == twin.read(data, starts, index, limit), lines[index:index + taken + 1]
+        assert len(compiled) == len(twin)
+        if rng.random() < 0.2:
+            assert _bits(compiled.take()) == _bits(twin.take()), lines[index - 20:index + taken + 1]
+            takes += 1
+        runs += taken > 1
+        rows += taken
+        index += taken or 1
+    assert _bits(compiled.take()) == _bits(twin.take())
+    assert runs > 50 and rows > 500 and takes > 50
+
+
+@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
+    """A line the run reads gives the per-line reader's record (the dict reading); it declines only what that reader
+    must take: not ASCII, tagged, a step beyond 18 digits, a name twice, two names of a column, two step names,
+    more than 64 pairs."""
+    grammar = step_fields_twin._grammar(table)
+    tagged = re.compile(re.escape(table[5][0]) + rb"\w+" + re.escape(table[5][1]))
+    declined = read = 0
+    for line in _pairs_lines(table, seed=6):
+        for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
+            taken = reader.read(line + b"\n", [0], 0, 1)
+            record = native.read_record(table, line.decode("utf-8", "replace"))
+            if taken:
+                steps, total, fields, named = reader.take()
+                assert record is not None and steps == [record.step] and total == record.total
+                assert _bits([field[:2] for field in fields]) == _bits([(value, unit) for value, unit in record.values])
+                assert _bits([(name, value) for name, value, *_ in named]) == _bits(list(record.named.items()))
+                read += 1
+            elif record is not None:
+                text = line.decode("ascii", "replace")
+                assert (not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line)
+                        or step_fields_twin._ambiguous_pairs(grammar, text)), line
+                declined += 1
+    assert read > 300 and declined > 100
+
+
+def test_the_keyvalue_reference_line():
+    line = (b"[default1]:step=12/30 loss=nan lr=0.03225806451612903 grad_norm=nan step_time=0.20997321600043506 "
+            b"mtp_1_loss=1,234.5")
+    for reader in (_step_fields.StepReader(KEYVALUE), step_fields_twin.StepReader(KEYVALUE)):
+        assert reader.read(line, [11], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        loss, lr, grad_norm, step_time, throughput = fields
+        assert (steps, total, lr[0], step_time[:1], throughput) == ([12], 30, 0.03225806451612903,
+                                                                     (0.20997321600043506,), (None, None, None, None))
+        assert math.isnan(loss[0]) and math.isnan(grad_norm[0]) and named == [("mtp_1_loss", 1234.5, 1, 0, 0)]
+        assert reader.read(line, [0], 0, 1) == 0  # another stream's line: tagged
+        assert reader.read(b"step=3 loss=1 lr=1 learning_rate=2", [0], 0, 1) == 0  # two names of one column
+        assert reader.read(b"iteration=4 loss=1|lr=2;x=3", [0], 0, 1) == 1 and reader.take()[1] is None
+
+
+@pytest.mark.parametrize("table", [
+    (b"", b"", b"", b"=", (b"step",), (b"[", b"]:"), ()),
+    (b"", b"", b",=", b"=", (b"step",), (b"[", b"]:"), ()),
+    (b"", b"", b",", b"=", (), (b"[", b"]:"), ()),
+    (b"", b"", b",", b"=", (b"1x",), (b"[", b"]:"), ()),
+    (b"", b"", b",", b"=", (b"step",), (b"[", b"]:"), ((b"x", 1, 0, b"", b"", 1),)),
+    (b"", b"", b",", b"=", (b"step",), (b"[", b"]:"), ((b"x", 1, 0, b"", b"", 0), (b"y", 1, 1, b"", b"", 0))),
+    (b"", b"", b",", b"=", (b"step",), (b"[", b"]:"), ((b"x", 1, 0, b"", b"", 0),), 1),
+])
+def test_both_refuse_a_pairs_table_they_cannot_read_alike(table):
+    for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+        with pytest.raises(ValueError):
+            reader(table)
+
+
 def test_the_kinds_are_numbered_alike():
     compiled = {name.removeprefix("KIND_"): getattr(_step_fields, name) for name in dir(_step_fields)
                 if name.startswith("KIND_")}
@@ -551,6 +674,28 @@ def test_check_step_times_runs_the_twin_for_steps_beyond_64_bits():
         _detectors.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
     result = native.check_step_times(config, FRESH_SLOWDOWN, [huge, huge + 1], [1.0, 3.0], [1.0, 1.0], 0.0, 0.0)
     assert result[:2] == (1, huge + 1)
+
+
+def test_group_lines_matches_the_twin():
+    # The streams of an interleaved block (LineParser._parse_interleaved): each prefix's line count and the offsets
+    # of its lines holding a literal, on real consoles cut anywhere and fuzzed ones.
+    rng = random.Random(29)
+    consoles = [(REPO / "tests" / "fixtures" / "real" / f"torchrun_ddp_{name}.log").read_bytes()
+                for name in ("nan", "raise", "raise_glued", "kill")]
+    pieces = [b"[default1]:", b"[rank3]: ", b"[default0]:[rank0]: ", b"[x]:", b"[", b"]:", b" 3: ", b"", b"[a1]:  ",
+              b"step=", b"\n"]
+    blocks = [console[:rng.randint(0, len(console))] for console in consoles for _ in range(20)]
+    blocks += [b"".join(rng.choice(pieces) + rng.choice(pieces) + b"x\n" for _ in range(rng.randint(0, 30)))
+               for _ in range(300)]
+    blocks.append(b"".join(b"[r%d]:step=1\n" % number for number in range(70)))  # more prefixes than it keeps
+    for data in blocks:
+        for literal, tags, loose in ((b"step=", (b"[", b"]:"), b"[ 0123456789"), (b"x", (b"[", b"]:"), b""),
+                                     (b"s", (b"<", b">"), b"3")):
+            assert _scan.group_lines(data, literal, *tags, loose) == scan_twin.group_lines(data, literal, *tags, loose)
+    assert scan_twin.group_lines(blocks[-1], b"step=", b"[", b"]:", b"") is None
+    grouped = _scan.group_lines(b"[default1]:step=1\nlaunch\n[default0]:[rank0]: x [rank2]: y\n 3: z\n",
+                                b"step=", b"[", b"]:", b" ")
+    assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
 
 
 def test_count_starts_matches_the_twin():

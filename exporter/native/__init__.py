@@ -12,6 +12,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   lines holding any anchor, and those of them that begin with one of ``line_starts``.
 - ``count_starts(data, prefix, literal)`` -> ``(lines, occurrences)``: how many lines begin
   with ``prefix`` and how many times ``literal`` occurs (a block of one rank stream's lines).
+- ``group_lines(data, literal, tag_open, tag_close, loose_starts)`` -> ``(prefixes, lines, starts,
+  loose, tagged)``: a block's lines grouped by their prefix of tags, each group's line count and
+  the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -145,6 +148,14 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
     if _scan is not None:
         return _scan.count_starts(data, prefix, literal)
     return _scan_twin.count_starts(data, prefix, literal)
+
+
+def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
+                loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None:
+    """A block's lines grouped by their prefix of tags (an interleaved console's streams): exporter/native/scan.py."""
+    if _scan is not None:
+        return _scan.group_lines(data, literal, tag_open, tag_close, loose_starts)
+    return _scan_twin.group_lines(data, literal, tag_open, tag_close, loose_starts)
 
 
 Kind = _step_fields_twin.Kind

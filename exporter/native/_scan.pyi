@@ -2,6 +2,8 @@
 SIMD: int  # 1 where the AVX2 loop runs on this CPU
 
 def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]: ...
+def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
+                loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None: ...
 
 class Scanner:
     anchors: tuple[bytes, ...]

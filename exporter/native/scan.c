@@ -605,8 +605,120 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Lines grouped by their prefix (an interleaved console's streams)                           */
+
+#define MAX_PREFIXES 64
+
+static int
+is_tag_name(uint8_t byte)
+{
+    return (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || (byte >= '0' && byte <= '9') || byte == '_';
+}
+
+/* The length of the tag ``open name close`` (and one space after it) at ``at``; 0 when none is there. */
+static Py_ssize_t
+tag_at(const char *at, const char *end, const Py_buffer *open, const Py_buffer *close)
+{
+    const char *name = at + open->len;
+    if (end - at < open->len || memcmp(at, open->buf, open->len) != 0) return 0;
+    const char *after = name;
+    while (after < end && is_tag_name((uint8_t)*after)) after++;
+    if (after == name || end - after < close->len || memcmp(after, close->buf, close->len) != 0) return 0;
+    after += close->len;
+    if (after < end && *after == ' ') after++;
+    return after - at;
+}
+
+PyDoc_STRVAR(group_lines_doc,
+"group_lines(data, literal, tag_open, tag_close, loose_starts) -> (prefixes, lines, starts, loose, tagged) | None\n\n"
+"The newline-terminated lines of ``data`` grouped by their prefix (tags ``open name close``, each with one\n"
+"space after it, stacked; b'': none), groups in order of first appearance: each group's line count, and\n"
+"where the text after the prefix starts on its lines holding ``literal`` there. ``loose``: lines without a\n"
+"prefix beginning with a byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix.\n"
+"None: more than 64 prefixes. See exporter/native/scan.py.");
+
+static PyObject *
+group_lines(PyObject *module, PyObject *args)
+{
+    Py_buffer data, literal, open, close, loose_starts;
+    if (!PyArg_ParseTuple(args, "y*y*y*y*y*:group_lines", &data, &literal, &open, &close, &loose_starts)) return NULL;
+    PyObject *result = NULL, *prefixes = NULL, *lines = NULL, *starts = NULL;
+    Py_ssize_t counts[MAX_PREFIXES], lengths[MAX_PREFIXES], groups = 0, loose = 0, tagged = 0;
+    const char *texts[MAX_PREFIXES];
+    if (literal.len == 0 || open.len == 0 || close.len == 0) {
+        PyErr_SetString(PyExc_ValueError, "literal and tags must not be empty");
+        goto done;
+    }
+    prefixes = PyList_New(0);
+    starts = PyList_New(0);
+    if (prefixes == NULL || starts == NULL) goto done;
+    const char *at = data.buf, *end = at + data.len;
+    for (const char *line = at; line < end;) {
+        const char *newline = memchr(line, '\n', end - line);
+        if (newline == NULL) break;
+        Py_ssize_t width = 0, tag;
+        while ((tag = tag_at(line + width, newline, &open, &close)) > 0) width += tag;
+        Py_ssize_t group = 0;
+        while (group < groups && !(lengths[group] == width && memcmp(texts[group], line, width) == 0)) group++;
+        if (group == groups) {
+            if (groups == MAX_PREFIXES) {
+                Py_CLEAR(prefixes);
+                result = Py_NewRef(Py_None);
+                goto done;
+            }
+            PyObject *prefix = PyBytes_FromStringAndSize(line, width);
+            PyObject *list = PyList_New(0);
+            int failed = prefix == NULL || list == NULL || PyList_Append(prefixes, prefix) < 0 || PyList_Append(starts, list) < 0;
+            Py_XDECREF(prefix);
+            Py_XDECREF(list);
+            if (failed) goto done;
+            texts[group] = line;
+            lengths[group] = width;
+            counts[group] = 0;
+            groups++;
+        }
+        counts[group]++;
+        const char *body = line + width;
+        if (width == 0 && body < newline && memchr(loose_starts.buf, *body, loose_starts.len) != NULL) loose++;
+        for (const char *bracket = body; (bracket = memchr(bracket, ((const char *)open.buf)[0], newline - bracket)) != NULL;
+             bracket++) {
+            if (tag_at(bracket, newline, &open, &close)) {
+                tagged++;
+                break;
+            }
+        }
+        if (memmem(body, newline - body, literal.buf, literal.len) != NULL) {
+            PyObject *offset = PyLong_FromSsize_t(body - at);
+            int failed = offset == NULL || PyList_Append(PyList_GET_ITEM(starts, group), offset) < 0;
+            Py_XDECREF(offset);
+            if (failed) goto done;
+        }
+        line = newline + 1;
+    }
+    lines = PyList_New(groups);
+    if (lines == NULL) goto done;
+    for (Py_ssize_t group = 0; group < groups; group++) {
+        PyObject *count = PyLong_FromSsize_t(counts[group]);
+        if (count == NULL) goto done;
+        PyList_SET_ITEM(lines, group, count);
+    }
+    result = Py_BuildValue("OOOnn", prefixes, lines, starts, loose, tagged);
+done:
+    Py_XDECREF(prefixes);
+    Py_XDECREF(lines);
+    Py_XDECREF(starts);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&literal);
+    PyBuffer_Release(&open);
+    PyBuffer_Release(&close);
+    PyBuffer_Release(&loose_starts);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
+    {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {NULL},
 };
 

@@ -116,3 +116,65 @@ def _matcher(anchors: tuple[bytes, ...], matcher: str) -> Callable[[bytes], list
         pattern = re.compile(b"|".join(re.escape(anchor) for anchor in anchors))
         return lambda data: [match.start() for match in pattern.finditer(data)]
     raise ValueError(f"unknown matcher {matcher!r}")
+
+
+MAX_PREFIXES = 64
+
+
+def _tag_at(data: bytes, at: int, end: int, tag_open: bytes, tag_close: bytes) -> int:
+    """The length of the tag ``open name close`` (and one space after it) at ``at``; 0 when none is there."""
+    if not data.startswith(tag_open, at, end):
+        return 0
+    name = at + len(tag_open)
+    after = name
+    while after < end and data[after] in _TAG_NAME:
+        after += 1
+    if after == name or not data.startswith(tag_close, after, end):
+        return 0
+    after += len(tag_close)
+    return after + (after < end and data[after] == 0x20) - at
+
+
+_TAG_NAME = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123456789_")
+
+
+def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
+                loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None:
+    """The newline-terminated lines of ``data`` grouped by their prefix (tags ``open name close``, each with one
+    space after it, stacked; ``b""``: none), groups in order of first appearance: ``(prefixes, lines, starts, loose,
+    tagged)``, each group's line count and where the text after the prefix starts on its lines holding
+    ``literal`` there; ``loose``: lines without a prefix beginning with a byte of ``loose_starts``; ``tagged``:
+    lines holding a tag after their prefix. None: more than MAX_PREFIXES prefixes."""
+    if not literal or not tag_open or not tag_close:
+        raise ValueError("literal and tags must not be empty")
+    groups: dict[bytes, int] = {}
+    lines: list[int] = []
+    starts: list[list[int]] = []
+    loose = tagged = 0
+    line = 0
+    while (newline := data.find(b"\n", line)) >= 0:
+        width = 0
+        while tag := _tag_at(data, line + width, newline, tag_open, tag_close):
+            width += tag
+        prefix = data[line:line + width]
+        group = groups.get(prefix)
+        if group is None:
+            if len(groups) == MAX_PREFIXES:
+                return None
+            group = groups[prefix] = len(groups)
+            lines.append(0)
+            starts.append([])
+        lines[group] += 1
+        body = line + width
+        if not width and body < newline and data[body] in loose_starts:
+            loose += 1
+        bracket = data.find(tag_open[:1], body, newline)
+        while bracket >= 0:
+            if _tag_at(data, bracket, newline, tag_open, tag_close):
+                tagged += 1
+                break
+            bracket = data.find(tag_open[:1], bracket + 1, newline)
+        if data.find(literal, body, newline) >= 0:
+            starts[group].append(body)
+        line = newline + 1
+    return list(groups), lines, starts, loose, tagged

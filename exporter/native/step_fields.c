@@ -14,6 +14,7 @@
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
 #include <stdint.h>
+#include <stdlib.h>
 #include <string.h>
 
 /* Kinds: native/step_fields.py's Kind. */
@@ -21,6 +22,8 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
 
 #define MAX_DIGITS 18 /* an int64 for sure; a longer step or total is declined */
 #define MAX_NUMBER_TEXT 64
+#define MAX_STEP_NAMES 8
+#define MAX_PAIRS 64 /* the pairs grammar: a line printing more is declined */
 
 typedef struct {
     const uint8_t *at;
@@ -31,13 +34,20 @@ typedef struct {
     Text name, absent;
     int kind, series;
     double bare_per_second; /* DURATION: a number without its unit is in units of 1/this second */
+    Py_ssize_t column;      /* the value it sets: several names may set one */
 } FieldSpec;
 
 typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
+    int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
+    Text separators;  /* the pairs grammar: the bytes besides spaces that end a value */
     Text step_name, tag_open, tag_close;
+    Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
+    Py_ssize_t step_name_count;
     FieldSpec *fields;
-    Py_ssize_t count;
+    Py_ssize_t count;   /* field entries */
+    Py_ssize_t columns; /* values they set */
+    Py_ssize_t required; /* a column a record prints, -1: none */
 } Table;
 
 /* ------------------------------------------------------------------------------------------ */
@@ -200,6 +210,26 @@ simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
     return 1;
 }
 
+/* ``[-+]digits[.digits][e[-+]digits]`` (digits before or after the point): a decimal C's strtod reads as float() does. */
+static int
+plain_decimal(const uint8_t *at, const uint8_t *end)
+{
+    int digits = 0;
+    if (at < end && (*at == '-' || *at == '+')) at++;
+    for (; at < end && is_digit(*at); at++) digits++;
+    if (at < end && *at == '.') {
+        for (at++; at < end && is_digit(*at); at++) digits++;
+    }
+    if (digits == 0) return 0;
+    if (at < end && (*at == 'e' || *at == 'E')) {
+        at++;
+        if (at < end && (*at == '-' || *at == '+')) at++;
+        if (at == end) return 0;
+        for (; at < end && is_digit(*at); at++);
+    }
+    return at == end;
+}
+
 /* float(token): 1 and *value, 0 (not a number), -1 (error). */
 static int
 parse_number(const uint8_t *token, Py_ssize_t length, double *value)
@@ -211,6 +241,16 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value)
         memcpy(text, token, (size_t)length);
         text[length] = '\0';
         char *end = NULL;
+        if (plain_decimal(token, token + length)) {
+            /* More digits than the exact fast path takes (a float printed with 17): glibc's strtod rounds
+             * correctly as float() does, in a third of its time; a locale whose decimal point is not '.' stops it
+             * short, and float()'s own function reads the token. */
+            double number = strtod(text, &end);
+            if (end == text + length) {
+                *value = number;
+                return 1;
+            }
+        }
         double number = PyOS_string_to_double(text, &end, NULL);
         if (end == text + length && !(number == -1.0 && PyErr_Occurred())) {
             *value = number;
@@ -380,7 +420,11 @@ tuple_of(PyObject *object, Py_ssize_t size)
 static int
 field_of(PyObject *object, FieldSpec *field)
 {
-    PyObject *entry = tuple_of(object, 5);
+    PyObject *entry = tuple_of(object, -1);
+    if (entry != NULL && PyTuple_GET_SIZE(entry) != 5 && PyTuple_GET_SIZE(entry) != 6) {
+        PyErr_SetString(PyExc_ValueError, "a field is five or six items");
+        return -1;
+    }
     if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &field->name) < 0
         || int_of(PyTuple_GET_ITEM(entry, 1), &field->kind) < 0 || int_of(PyTuple_GET_ITEM(entry, 2), &field->series) < 0
         || text_of(PyTuple_GET_ITEM(entry, 3), &field->absent) < 0) {
@@ -397,15 +441,109 @@ field_of(PyObject *object, FieldSpec *field)
         PyErr_SetString(PyExc_ValueError, "unknown duration unit");
         return -1;
     }
+    if (PyTuple_GET_SIZE(entry) == 6) {
+        int column;
+        if (int_of(PyTuple_GET_ITEM(entry, 5), &column) < 0) return -1;
+        field->column = column;
+    }
     return 0;
+}
+
+/* The pairs grammar's punctuation and step names; -1 on error. */
+static int
+read_pairs_table(PyObject *tuple, Table *table)
+{
+    if (text_of(PyTuple_GET_ITEM(tuple, 2), &table->separators) < 0
+        || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0) {
+        return -1;
+    }
+    if (table->separators.length == 0 || memchr(table->separators.at, table->name_separator, (size_t)table->separators.length)) {
+        PyErr_SetString(PyExc_ValueError, "the pairs grammar needs value separators other than its name separator");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->separators.length; i++) {
+        uint8_t byte = table->separators.at[i];
+        if (byte >= 0x80 || is_space(byte) || is_name(byte)) {
+            PyErr_SetString(PyExc_ValueError, "a field table's punctuation is one ASCII byte each, neither a space nor a name byte");
+            return -1;
+        }
+    }
+    PyObject *names = tuple_of(PyTuple_GET_ITEM(tuple, 4), -1);
+    if (names == NULL) return -1;
+    table->step_name_count = PyTuple_GET_SIZE(names);
+    if (table->step_name_count == 0 || table->step_name_count > MAX_STEP_NAMES) {
+        PyErr_SetString(PyExc_ValueError, "a field table's step names are names");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->step_name_count; i++) {
+        Text *name = &table->step_names[i];
+        if (text_of(PyTuple_GET_ITEM(names, i), name) < 0) return -1;
+        if (name->length == 0 || !is_name_start(name->at[0])) {
+            PyErr_SetString(PyExc_ValueError, "a field table's step names are names");
+            return -1;
+        }
+    }
+    table->pairs = 1;
+    return 0;
+}
+
+/* The first field entry of ``column``; -1 when none sets it. */
+static Py_ssize_t
+first_of_column(const Table *table, Py_ssize_t column)
+{
+    for (Py_ssize_t i = 0; i < table->count; i++) {
+        if (table->fields[i].column == column) return i;
+    }
+    return -1;
+}
+
+/* The columns: numbered from 0 one after the other, the entries of one agreeing on kind, series, absent and unit. */
+static int
+read_columns(Table *table)
+{
+    table->columns = 0;
+    for (Py_ssize_t i = 0; i < table->count; i++) {
+        const FieldSpec *field = &table->fields[i];
+        if (field->column < 0 || field->column >= table->count) goto bad;
+        if (field->column >= table->columns) table->columns = field->column + 1;
+        const FieldSpec *first = &table->fields[first_of_column(table, field->column)];
+        if (first->kind != field->kind || first->series != field->series || !same_text(first->absent.at, first->absent.length, field->absent)
+            || first->bare_per_second != field->bare_per_second) {
+            PyErr_SetString(PyExc_ValueError, "the fields of one column agree on kind, series, absent and unit");
+            return -1;
+        }
+    }
+    for (Py_ssize_t column = 0; column < table->columns; column++) {
+        if (first_of_column(table, column) < 0) goto bad;
+    }
+    if (table->required >= -1 && table->required < table->columns) return 0;
+bad:
+    PyErr_SetString(PyExc_ValueError, "a field table's columns are numbered from 0, one after the other");
+    return -1;
 }
 
 /* The table tuple into ``table`` (its texts point into the tuple's bytes); -1 on error. */
 static int
 read_table(PyObject *object, Table *table)
 {
-    PyObject *tuple = tuple_of(object, 7);
-    if (tuple == NULL || byte_of(PyTuple_GET_ITEM(tuple, 0), &table->opener) < 0
+    PyObject *tuple = tuple_of(object, -1);
+    if (tuple == NULL) return -1;
+    if (PyTuple_GET_SIZE(tuple) != 7 && PyTuple_GET_SIZE(tuple) != 8) {
+        PyErr_SetString(PyExc_ValueError, "a field table has seven or eight items");
+        return -1;
+    }
+    Text opener, closer;
+    if (text_of(PyTuple_GET_ITEM(tuple, 0), &opener) < 0 || text_of(PyTuple_GET_ITEM(tuple, 1), &closer) < 0) return -1;
+    table->required = -1;
+    if (PyTuple_GET_SIZE(tuple) == 8) {
+        int required;
+        if (int_of(PyTuple_GET_ITEM(tuple, 7), &required) < 0) return -1;
+        table->required = required;
+    }
+    if (opener.length == 0 && closer.length == 0) {
+        if (read_pairs_table(tuple, table) < 0) return -1;
+    }
+    else if (byte_of(PyTuple_GET_ITEM(tuple, 0), &table->opener) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 1), &table->closer) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
@@ -425,6 +563,7 @@ read_table(PyObject *object, Table *table)
         return -1;
     }
     for (Py_ssize_t i = 0; i < table->count; i++) {
+        table->fields[i].column = i;
         if (field_of(PyTuple_GET_ITEM(fields, i), &table->fields[i]) < 0) return -1;
         for (Py_ssize_t before = 0; before < i; before++) {
             if (same_text(table->fields[i].name.at, table->fields[i].name.length, table->fields[before].name)) {
@@ -433,7 +572,7 @@ read_table(PyObject *object, Table *table)
             }
         }
     }
-    return 0;
+    return read_columns(table);
 }
 
 static Py_ssize_t
@@ -461,6 +600,7 @@ typedef struct {
 } OwnedText;
 
 typedef struct {
+    int series; /* every value is kept (its fields' flag) */
     int has;
     double value;
     OwnedText unit; /* of the latest line whose value had one */
@@ -479,6 +619,7 @@ typedef struct {
     const Table *table;
     long long *steps;
     Py_ssize_t count, capacity;
+    int has_total; /* a line printed its total (the pairs grammar's may not) */
     long long total;
     Column *columns;
     Slot *slots; /* the line being read */
@@ -562,7 +703,7 @@ apply_pair(Run *run, const uint8_t *name, Py_ssize_t name_length, const uint8_t 
         return parsed <= 0 ? parsed : note_named(run, name, name_length, value);
     }
     const FieldSpec *field = &run->table->fields[index];
-    Slot *slot = &run->slots[index];
+    Slot *slot = &run->slots[field->column];
     if (field->absent.length && same_text(raw, raw_length, field->absent)) return 0; /* not obtained */
     if (field->kind == KIND_NUMBER_WITH_UNIT) {
         Text unit;
@@ -643,20 +784,23 @@ match_record(const Table *table, const uint8_t *at, const uint8_t *end, long lon
 
 /* The line's record into the run: what it set, its step, the latest of every field. */
 static int
-commit(Run *run, long long step, long long total)
+commit(Run *run, long long step, int has_total, long long total)
 {
     if (grow((void **)&run->steps, &run->capacity, run->count, sizeof(long long)) < 0) return -1;
     Py_ssize_t line = run->count;
     run->steps[run->count++] = step;
-    run->total = total;
-    for (Py_ssize_t i = 0; i < run->table->count; i++) {
+    if (has_total) {
+        run->has_total = 1;
+        run->total = total;
+    }
+    for (Py_ssize_t i = 0; i < run->table->columns; i++) {
         const Slot *slot = &run->slots[i];
         Column *column = &run->columns[i];
         if (!slot->has) continue;
         column->has = 1;
         column->value = slot->value;
         if (slot->unit.length && own_text(&column->unit, slot->unit) < 0) return -1;
-        if (!run->table->fields[i].series) continue;
+        if (!column->series) continue;
         Py_ssize_t capacity = column->capacity;
         if (grow((void **)&column->rows, &capacity, column->count, sizeof(Py_ssize_t)) < 0
             || grow((void **)&column->values, &column->capacity, column->count, sizeof(double)) < 0) {
@@ -668,12 +812,103 @@ commit(Run *run, long long step, long long total)
     return 0;
 }
 
+/* The pairs grammar: a byte that ends a value (a space, a separator but a thousands comma). */
+static int
+ends_value(const Table *table, const uint8_t *at, const uint8_t *end)
+{
+    if (is_space(*at)) return 1;
+    if (memchr(table->separators.at, *at, (size_t)table->separators.length) == NULL) return 0;
+    return !is_thousands_separator(at, end);
+}
+
+typedef struct {
+    const uint8_t *name, *value;
+    Py_ssize_t name_length, value_length;
+    Py_ssize_t field; /* its field entry, -1: a named value */
+} Pair;
+
+/* ``digits[/digits]`` filling the whole value: 1, 0 (not that), 2 (a number too long). */
+static int
+read_step_value(const uint8_t *at, const uint8_t *end, long long *step, int *has_total, long long *total)
+{
+    int too_long = 0;
+    if (!read_digits(&at, end, step, &too_long)) return 0;
+    *has_total = 0;
+    if (at < end && *at == '/') {
+        at++;
+        if (!read_digits(&at, end, total, &too_long)) return 0;
+        *has_total = 1;
+    }
+    if (at != end) return 0;
+    return too_long ? 2 : 1;
+}
+
+/* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
+static int
+read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
+{
+    const Table *table = run->table;
+    Pair pairs[MAX_PAIRS];
+    Py_ssize_t count = 0, step_pair = -1, required_printed = table->required < 0;
+    for (const uint8_t *at = line; at < end;) {
+        if (!is_name_start(*at) || (at > line && (is_name(at[-1]) || at[-1] == '.'))) {
+            at++;
+            continue;
+        }
+        const uint8_t *name_end = at;
+        while (name_end < end && is_name(*name_end)) name_end++;
+        if (end - name_end < 2 || *name_end != table->name_separator || ends_value(table, name_end + 1, end)) {
+            at++;
+            continue;
+        }
+        const uint8_t *value = name_end + 1, *value_end = value;
+        while (value_end < end && !ends_value(table, value_end, end)) value_end++;
+        if (count == MAX_PAIRS) return 0;
+        Pair *pair = &pairs[count];
+        *pair = (Pair){at, value, name_end - at, value_end - value, field_named(table, at, name_end - at)};
+        /* A name twice, two names of one column, two step names: the dict reading is the per-line reader's. */
+        for (Py_ssize_t before = 0; before < count; before++) {
+            if (same_text(pair->name, pair->name_length, (Text){pairs[before].name, pairs[before].name_length})) return 0;
+            if (pair->field >= 0 && pairs[before].field >= 0
+                && table->fields[pair->field].column == table->fields[pairs[before].field].column) {
+                return 0;
+            }
+        }
+        for (Py_ssize_t i = 0; i < table->step_name_count; i++) {
+            if (!same_text(pair->name, pair->name_length, table->step_names[i])) continue;
+            if (step_pair >= 0) return 0;
+            step_pair = count;
+        }
+        if (pair->field >= 0 && table->fields[pair->field].column == table->required) required_printed = 1;
+        count++;
+        at = value_end;
+    }
+    long long step, total = 0;
+    int has_total;
+    if (step_pair < 0 || !required_printed
+        || read_step_value(pairs[step_pair].value, pairs[step_pair].value + pairs[step_pair].value_length, &step,
+                           &has_total, &total) != 1) {
+        return 0;
+    }
+    /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
+    if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
+    memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
+    run->line_named = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i != step_pair && apply_pair(run, pairs[i].name, pairs[i].name_length, pairs[i].value, pairs[i].value_length) < 0) {
+            return -1;
+        }
+    }
+    return commit(run, step, has_total, total) < 0 ? -1 : 1;
+}
+
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error. */
 static int
 read_line(Run *run, const uint8_t *line, const uint8_t *end)
 {
     const Table *table = run->table;
     if (!is_ascii(line, end) || is_tagged(table, line, end)) return 0;
+    if (table->pairs) return read_pairs_line(run, line, end);
     const uint8_t *opener = line;
     while ((opener = memchr(opener, table->opener, (size_t)(end - opener))) != NULL) {
         long long step, total;
@@ -686,9 +921,9 @@ read_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (found == 2) return 0;
         /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
         if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
-        memset(run->slots, 0, (size_t)table->count * sizeof(Slot));
+        memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
         run->line_named = 0;
-        if (read_pairs(run, body, body_end) < 0 || commit(run, step, total) < 0) return -1;
+        if (read_pairs(run, body, body_end) < 0 || commit(run, step, 1, total) < 0) return -1;
         return 1;
     }
     return 0;
@@ -739,8 +974,8 @@ static PyObject *
 run_result(const Run *run)
 {
     PyObject *steps = PyList_New(run->count);
-    PyObject *total = run->count ? PyLong_FromLongLong(run->total) : Py_NewRef(Py_None);
-    PyObject *fields = PyTuple_New(run->table->count);
+    PyObject *total = run->has_total ? PyLong_FromLongLong(run->total) : Py_NewRef(Py_None);
+    PyObject *fields = PyTuple_New(run->table->columns);
     PyObject *named = PyList_New(run->named_count);
     PyObject *result = NULL;
     if (!steps || !total || !fields || !named) goto done;
@@ -749,8 +984,8 @@ run_result(const Run *run)
         if (step == NULL) goto done;
         PyList_SET_ITEM(steps, i, step);
     }
-    for (Py_ssize_t i = 0; i < run->table->count; i++) {
-        PyObject *column = column_result(&run->columns[i], run->table->fields[i].series, steps);
+    for (Py_ssize_t i = 0; i < run->table->columns; i++) {
+        PyObject *column = column_result(&run->columns[i], run->columns[i].series, steps);
         if (column == NULL) goto done;
         PyTuple_SET_ITEM(fields, i, column);
     }
@@ -776,7 +1011,8 @@ static void
 clear_run(Run *run)
 {
     run->count = 0;
-    for (Py_ssize_t i = 0; run->columns && i < run->table->count; i++) {
+    run->has_total = 0;
+    for (Py_ssize_t i = 0; run->columns && i < run->table->columns; i++) {
         Column *column = &run->columns[i];
         column->has = 0;
         column->unit.length = 0;
@@ -790,7 +1026,7 @@ static void
 free_run(Run *run)
 {
     clear_run(run);
-    for (Py_ssize_t i = 0; run->columns && i < run->table->count; i++) {
+    for (Py_ssize_t i = 0; run->columns && i < run->table->columns; i++) {
         PyMem_Free(run->columns[i].unit.at);
         PyMem_Free(run->columns[i].rows);
         PyMem_Free(run->columns[i].values);
@@ -814,11 +1050,14 @@ StepReader_init(StepReader *self, PyObject *args, PyObject *kwargs)
     Py_XSETREF(self->table_object, Py_NewRef(table));
     if (read_table(table, &self->table) < 0) return -1;
     self->run.table = &self->table;
-    self->run.columns = PyMem_Calloc((size_t)self->table.count + 1, sizeof(Column));
-    self->run.slots = PyMem_Calloc((size_t)self->table.count + 1, sizeof(Slot));
+    self->run.columns = PyMem_Calloc((size_t)self->table.columns + 1, sizeof(Column));
+    self->run.slots = PyMem_Calloc((size_t)self->table.columns + 1, sizeof(Slot));
     if (self->run.columns == NULL || self->run.slots == NULL) {
         PyErr_NoMemory();
         return -1;
+    }
+    for (Py_ssize_t i = 0; i < self->table.columns; i++) {
+        self->run.columns[i].series = self->table.fields[first_of_column(&self->table, i)].series;
     }
     return 0;
 }

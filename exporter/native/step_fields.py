@@ -4,7 +4,7 @@ A field table is a step record's grammar as plain data, built by the format modu
 owns the grammar (parse/ turns its declaration into this tuple; nothing here knows a
 framework or a field):
 
-    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields)
+    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required])
 
 - ``opener``, ``closer``, ``pair_separator``, ``name_separator``: one byte each
   (``b"{"``, ``b"}"``, ``b","``, ``b":"``);
@@ -12,12 +12,17 @@ framework or a field):
   ``[step/total]`` (``b"step"``);
 - ``line_tag``: ``(open, close)``; a line beginning with ``open``, name bytes, ``close``
   belongs to another stream (torchrun's ``[default3]:``) and is declined;
-- ``fields``: ``((name, kind, series, absent, default_unit), ...)``: a name as printed, its
-  conversion ``Kind``, whether every value is kept (1) or only the latest (0), a printed
-  value meaning "not obtained" that leaves the field as it was (``b""``: none), and for a
-  DURATION the unit of a bare number (``b""``: seconds).
+- ``fields``: ``((name, kind, series, absent, default_unit[, column]), ...)``: a name as
+  printed, its conversion ``Kind``, whether every value is kept (1) or only the latest (0),
+  a printed value meaning "not obtained" that leaves the field as it was (``b""``: none),
+  for a DURATION the unit of a bare number (``b""``: seconds), and the column (the gauge) it
+  sets: several names may set one column (``lr`` and ``learning_rate``); without it, each
+  entry is its own column, in order. Entries of one column agree on kind, series, absent
+  and unit;
+- ``required``: a column a record must print (``-1`` or absent: none).
 
-A record is ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
+Record grammar (an ``opener``): a record is
+``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
 \\s* pair_separator body closer``, the first such in its line, where ``body`` holds neither
 opener nor closer. Its pairs are ``name \\s* name_separator \\s* value``, found anywhere in
 the body (``name``: ``[A-Za-z_][A-Za-z0-9_]*``; ``value``: up to the next pair separator,
@@ -27,6 +32,18 @@ field sets the field: a later pair of the same name replaces it, a value that do
 convert unsets it (a NUMBER_WITH_UNIT keeps what it had). Any other name with a float
 value is a named value: the line's named values in the order first printed, each with its
 latest value.
+
+Pairs grammar (``opener`` and ``closer`` both ``b""``): the record is the whole line, its pairs
+``name name_separator value`` wherever the name is not preceded by a name byte or ``.``
+(``name``: as above; ``value``: one byte at least, up to a space or one of the
+``pair_separator`` bytes, a thousands comma as above being part of it). ``step_name`` is a
+tuple of names, the first printed in that order giving the step, ``digits[/digits]``: the
+total is None when not printed. The pairs are read as a dict (a later pair of a name
+replaces the earlier, at the earlier's place); a field's value that does not convert unsets
+its column; the line holds a record only with its step and its required column printed
+(``key=value`` training loops: ``step=12/30 loss=2.5 lr=0.01``). The run declines, besides
+what it declines of any grammar, a line printing a name twice, two names of one column or
+two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
@@ -62,6 +79,8 @@ from exporter.native.numbers import DURATION_UNITS as _DURATION_UNITS
 from exporter.native.numbers import parse_duration_seconds, parse_float, parse_number_with_unit
 
 MAX_DIGITS = 18  # a step or total with more goes to the per-line parser: 64-bit integers suffice
+MAX_PAIRS = 64  # the pairs grammar: a line printing more pairs goes to the per-line parser
+MAX_STEP_NAMES = 8
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -78,7 +97,7 @@ class Record(NamedTuple):
     """One line's record: the fraction, each table field's (value, unit), the named values."""
 
     step: int
-    total: int
+    total: int | None  # None: not printed (the pairs grammar's ``step=N``)
     values: list[tuple[float | None, str | None]]
     named: dict[str, float]
 
@@ -109,27 +128,41 @@ class StepReader:
         """Read the run of step lines at ``starts[index:]`` (at most ``limit``); how many lines were read."""
         if index < 0 or limit < 0:
             raise ValueError("index and limit must not be negative")
+        grammar = self._grammar
         taken = 0
         for start in starts[index:index + limit]:
             if not 0 <= start <= len(data):
                 break
             end = data.find(b"\n", start)
             line = data[start:end if end >= 0 else len(data)]
-            if not line.isascii() or self._grammar.tagged.match(line):
+            if not line.isascii() or grammar.tagged.match(line):
                 break
-            match = self._grammar.record.search(line.decode("ascii"))
-            if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
-                break
-            if self._steps and int(match.group(1)) < self._steps[-1]:
+            text = line.decode("ascii")
+            if grammar.pairs:
+                if _ambiguous_pairs(grammar, text):
+                    break
+                step = _pairs_step(grammar, dict(grammar.pair.findall(text)))
+                if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
+                    break
+                record = _pairs_record(self._table, text)
+                if record is None:
+                    break
+            else:
+                assert grammar.record is not None  # the record grammar's
+                match = grammar.record.search(text)
+                if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
+                    break
+                record = _record(self._table, match)
+            if self._steps and record.step < self._steps[-1]:
                 break  # a step going back (a restart) starts a new batch: the caller reads that line itself
-            self._commit(_record(self._table, match))
+            self._commit(record)
             taken += 1
         return taken
 
     def take(self) -> Run:
         """``(steps, total, fields, named)`` of the lines read since the last take; the reader starts over."""
-        fields = tuple((self._latest[field], self._units[field], *(kept if kept is not None else (None, None)))
-                       for field, kept in enumerate(self._series))
+        fields = tuple((self._latest[column], self._units[column], *(kept if kept is not None else (None, None)))
+                       for column, kept in enumerate(self._series))
         named = [(name, value, lines, first, position) for name, (value, lines, first, position) in self._named.items()]
         run = (self._steps, self._total, fields, named)
         self._clear()
@@ -138,14 +171,15 @@ class StepReader:
     def _commit(self, record: Record) -> None:
         line = len(self._steps)
         self._steps.append(record.step)
-        self._total = record.total
-        for field, (value, unit) in enumerate(record.values):
+        if record.total is not None:
+            self._total = record.total
+        for column, (value, unit) in enumerate(record.values):
             if value is None:
                 continue
-            self._latest[field] = value
+            self._latest[column] = value
             if unit:
-                self._units[field] = unit
-            kept = self._series[field]
+                self._units[column] = unit
+            kept = self._series[column]
             if kept is not None:
                 kept[0].append(record.step)
                 kept[1].append(value)
@@ -157,26 +191,41 @@ class StepReader:
                 entry[0], entry[1] = value, entry[1] + 1
 
     def _clear(self) -> None:
-        fields = self._table[6]
+        fields, columns = self._table[6], self._grammar.columns
         self._steps = []
         self._total = None
-        self._latest = [None] * len(fields)
-        self._units = [None] * len(fields)
-        self._series = [([], []) if kept else None
-                                                                     for _, _, kept, _, _ in fields]
+        self._latest = [None] * len(columns)
+        self._units = [None] * len(columns)
+        self._series = [([], []) if fields[first][2] else None for first in columns]
         self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it]
 
 
 def read_record(table: tuple, text: str) -> Record | None:
     """The first record of one line of any text; None when it holds none."""
-    match = _grammar(table).record.search(text)
+    grammar = _grammar(table)
+    if grammar.record is None:
+        return _pairs_record(table, text)
+    match = grammar.record.search(text)
     return None if match is None else _record(table, match)
+
+
+def _convert(entry: tuple, raw: str) -> tuple[float | None, str | None] | None:
+    """A field's printed value converted: (value, unit); (None, None) unsets the column; None leaves it as it was."""
+    _, kind, _, absent, default_unit, *_ = entry
+    if absent and raw == absent.decode("ascii"):
+        return None
+    if kind == Kind.FLOAT:
+        return parse_float(raw), None
+    if kind == Kind.DURATION:
+        return parse_duration_seconds(raw, default_unit.decode("ascii") or "s"), None
+    parsed = parse_number_with_unit(raw)
+    return None if parsed is None else (parsed[0], parsed[1] or None)
 
 
 def _record(table: tuple, match: re.Match[str]) -> Record:
     grammar = _grammar(table)
     fields = table[6]
-    values: list[tuple[float | None, str | None]] = [(None, None)] * len(fields)
+    values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
     named: dict[str, float] = {}
     for name, raw in grammar.pair.findall(match.group("body")):
         raw = raw.strip()
@@ -186,45 +235,123 @@ def _record(table: tuple, match: re.Match[str]) -> Record:
             if value is not None:
                 named[name] = value
             continue
-        _, kind, _, absent, default_unit = fields[field]
-        if absent and raw == absent.decode("ascii"):
-            continue
-        if kind == Kind.FLOAT:
-            values[field] = (parse_float(raw), None)
-        elif kind == Kind.DURATION:
-            values[field] = (parse_duration_seconds(raw, default_unit.decode("ascii") or "s"), None)
-        else:
-            parsed = parse_number_with_unit(raw)
-            if parsed is not None:
-                values[field] = (parsed[0], parsed[1] or None)
+        converted = _convert(fields[field], raw)
+        if converted is not None:
+            values[grammar.column_of[field]] = converted
     return Record(int(match.group(1)), int(match.group(2)), values, named)
 
 
+def _pairs_record(table: tuple, text: str) -> Record | None:
+    """The pairs grammar's record of a line, its pairs read as a dict (module docstring)."""
+    grammar = _grammar(table)
+    pairs = dict(grammar.pair.findall(text))
+    step = _pairs_step(grammar, pairs)
+    required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
+    if step is None or (required and not any(name in pairs for name in required)):
+        return None
+    fields = table[6]
+    values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
+    named: dict[str, float] = {}
+    for name, raw in pairs.items():
+        if name in grammar.step_names:
+            continue
+        field = grammar.field_index.get(name)
+        if field is None:
+            value = parse_float(raw)
+            if value is not None:
+                named[name] = value
+            continue
+        converted = _convert(fields[field], raw)
+        if converted is not None:
+            values[grammar.column_of[field]] = converted
+    total = step.group(2)
+    return Record(int(step.group(1)), None if total is None else int(total), values, named)
+
+
+def _pairs_step(grammar: _Grammar, pairs: dict[str, str]) -> re.Match[str] | None:
+    """The step of a line's pairs: the first step name's value, ``digits[/digits]``; None when none is."""
+    printed = next((pairs[name] for name in grammar.step_names if name in pairs), None)
+    return None if printed is None else _STEP_OF_TOTAL.fullmatch(printed)
+
+
+def _ambiguous_pairs(grammar: _Grammar, text: str) -> bool:
+    """A line whose dict reading differs from reading its pairs in order: a name printed twice, two names of one
+    column, two step names. The run declines it."""
+    names = [name for name, _ in grammar.pair.findall(text)]
+    columns = [grammar.column_of[grammar.field_index[name]] for name in names if name in grammar.field_index]
+    return (len(names) > MAX_PAIRS or len(set(names)) != len(names) or len(set(columns)) != len(columns)
+            or sum(name in grammar.step_names for name in names) > 1)
+
+
+_STEP_OF_TOTAL = re.compile(r"(\d+)(?:/(\d+))?")
+
+
 class _Grammar(NamedTuple):
-    record: re.Pattern[str]
+    record: re.Pattern[str] | None
     pair: re.Pattern[str]
     tagged: re.Pattern[bytes]
     field_index: dict[str, int]
+    pairs: bool  # the pairs grammar (``step=1 loss=2.5``), else the record grammar (``{ step:[1/2], loss: 2.5 }``)
+    step_names: tuple[str, ...]
+    column_of: tuple[int, ...]  # each field entry's column
+    columns: tuple[int, ...]  # each column's first field entry
+    column_names: tuple[frozenset[str], ...]  # each column's names
+    required: int  # the column a record must print, -1: none
+
+
+def _punctuation(part: bytes) -> bool:
+    return len(part) == 1 and part[0] < 0x80 and part not in _SPACES and not _NAME_BYTE.match(part)
 
 
 @lru_cache(maxsize=16)
 def _grammar(table: tuple) -> _Grammar:
     """The table's record, pair and line-tag patterns (the grammar the module docstring states)."""
-    opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table
-    for punctuation in (opener, closer, pair_separator, name_separator):
-        if len(punctuation) != 1 or punctuation[0] >= 0x80 or punctuation in _SPACES or _NAME_BYTE.match(punctuation):
+    if len(table) not in (7, 8):
+        raise ValueError("a field table has seven or eight items")
+    opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table[:7]
+    required = table[7] if len(table) == 8 else -1
+    pairs = opener == b"" and closer == b""
+    separators = [pair_separator[i:i + 1] for i in range(len(pair_separator))] if pairs else [pair_separator]
+    for punctuation in (*((name_separator,) if pairs else (opener, closer, name_separator)), *separators):
+        if not _punctuation(punctuation):
             raise ValueError("a field table's punctuation is one ASCII byte each, neither a space nor a name byte")
+    if pairs and (not separators or name_separator in separators):
+        raise ValueError("the pairs grammar needs value separators other than its name separator")
+    step_names = tuple(step_name) if pairs else (step_name,)
+    if pairs and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
+            type(name) is bytes and re.match(rb"[A-Za-z_]", name) for name in step_names)):
+        raise ValueError("a field table's step names are names")
     if len({name for name, *_ in fields}) != len(fields):
         raise ValueError("a field table names each field once")
-    for _, kind, _, _, default_unit in fields:
+    column_of = tuple(entry[5] if len(entry) == 6 else index for index, entry in enumerate(fields))
+    columns: dict[int, int] = {}
+    for index, (entry, column) in enumerate(zip(fields, column_of, strict=True)):
+        if len(entry) not in (5, 6):
+            raise ValueError("a field is five or six items")
+        _, kind, _, _, default_unit, *_ = entry
         Kind(kind)  # ValueError for a kind the kernel does not know
         if kind == Kind.DURATION and default_unit.decode("ascii").lower() not in ("", *_DURATION_UNITS):
             raise ValueError(f"unknown duration unit {default_unit!r}")
-    o, c, p, n, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, name_separator,
-                                                                     step_name))
+        first = columns.setdefault(column, index)
+        if tuple(fields[first][1:5]) != tuple(entry[1:5]):
+            raise ValueError("the fields of one column agree on kind, series, absent and unit")
+    if sorted(columns) != list(range(len(columns))) or not -1 <= required < len(columns):
+        raise ValueError("a field table's columns are numbered from 0, one after the other")
+    column_names = tuple(frozenset(fields[index][0].decode("ascii") for index, column in enumerate(column_of)
+                                   if column == number) for number in range(len(columns)))
+    n = re.escape(name_separator.decode("ascii"))
+    tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
+    field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
+    if pairs:
+        breaks = re.escape(pair_separator.decode("ascii"))
+        thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
+        pair = re.compile(rf"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*){n}((?:[^\s{breaks}]{thousands})+)")
+        return _Grammar(None, pair, tagged, field_index, True, tuple(name.decode("ascii") for name in step_names),
+                        column_of, tuple(columns[number] for number in range(len(columns))), column_names, required)
+    o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     record = re.compile(rf"{o}\s*{step}{n}\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*{p}(?P<body>[^{o}{c}]*){c}")
     # A comma before exactly three digits cannot start a pair (a name starts with a letter): a thousands separator.
     thousands = r"|,(?=[0-9]{3}(?![0-9]))" if p == "," else ""
     pair = re.compile(rf"([A-Za-z_][A-Za-z0-9_]*)\s*{n}\s*((?:[^{p}{c}]{thousands})+)")
-    tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
-    return _Grammar(record, pair, tagged, {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)})
+    return _Grammar(record, pair, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
+                    tuple(columns[number] for number in range(len(columns))), column_names, required)

@@ -32,6 +32,7 @@ from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
 from exporter.parse.phases import phase_of
 from exporter.parse.ranks import (
+    LINE_TAG,
     PREFIX_ANCHORS,
     RANK_PREFIX,
     ROLE_PREFIX,
@@ -42,7 +43,7 @@ from exporter.parse.ranks import (
     strip_rank_prefixes,
 )
 from exporter.parse.records import ErrorEvent, PhaseStart, Record, SchedulerEvent, StepBatch, StepLine
-from exporter.parse.scan import scanner_for
+from exporter.parse.scan import scanner_besides, scanner_for
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
 
@@ -52,6 +53,7 @@ _MAX_FAILURE_KEYS = 4096
 # The first bytes of a line that may start with a rank prefix (torchrun's, a bracketed PID,
 # ``srun --label``'s task number, padded with spaces): other lines skip the prefix search.
 _RANK_PREFIX_STARTS = frozenset({b"[", b" ", *(str(digit).encode() for digit in range(10))})
+_LOOSE_PREFIX_STARTS = b"".join(sorted(_RANK_PREFIX_STARTS))
 # Open failure blocks and announced exceptions, each kept per rank prefix of a tee'd file: a log
 # with more distinct prefixes than this (a million ``[rankN]:``) holds no more state than that.
 MAX_OPEN_PER_PREFIX = 1024
@@ -105,9 +107,12 @@ class LineParser:
         self._kernel_table: tuple | None = None  # its field table as the kernel takes it
         # While a block of one rank stream's lines is read with their common prefix cut off (_parse_one_stream):
         # that prefix and the rank it names.
-        self._stream: tuple[bytes, int] | None = None
+        self._stream: tuple[bytes, int | None] | None = None
         # The scanner of such blocks (the routing's anchors but the prefixes'), for the routing it was made for.
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
+        self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
         self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
@@ -174,7 +179,7 @@ class LineParser:
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._carriage_returns = self._carriage_returns or b"\r" in data
             self._parse_lines(data, parsed)
-        elif not self._parse_one_stream(data, parsed):
+        elif not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed):
             lines, starts, prefixed = scanner.scan(data)
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
@@ -293,15 +298,16 @@ class LineParser:
         if rank is None:
             return False
         prefix = first[:len(first) - len(body)]
+        role = ROLE_PREFIX.match(prefix)
+        starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
+        lines = data.count(b"\n")  # the scan's count: an interleaved block is told before it is scanned
+        if starting != lines or (role is not None and tags != lines):
+            return False
         if self._stream_scanner[0] != self._routing:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         scanner = self._stream_scanner[1]
         assert scanner is not None
-        lines, starts, _ = scanner.scan(data)
-        role = ROLE_PREFIX.match(prefix)
-        starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
-        if starting != lines or (role is not None and tags != lines):
-            return False
+        _, starts, _ = scanner.scan(data)
         width = len(prefix)
         first_record = len(parsed.records)
         self._stream = (prefix, rank)
@@ -318,6 +324,100 @@ class LineParser:
         if parsed.offsets is not None:
             _line_starts_before(width, parsed, first_record)
         return True
+
+    def _parse_interleaved(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of several rank streams' lines interleaved (torchrun's ``--tee`` console) read stream by stream;
+        False (nothing done) when it cannot be.
+
+        The lines, grouped by their prefix without a Python operation per line (native.group_lines), are each
+        rank's stream; each stream's lines holding the kernel format's literal are read from after the prefix,
+        runs by the kernel into the rank's batch, as _parse_one_stream reads one stream. Only a block whose every
+        anchored line holds that literal and no other anchor is read so: every other line gives nothing, and a
+        step line only changes its own rank's batch, so reading the streams one after the other gives what
+        reading the lines in order gives (records, line counts, state: tests/test_block_parse.py). Declined:
+        formats still being discovered, an open failure block, a line that holds another anchor (a failure, a
+        phase, a banner, another format), a carriage return, two prefixes of one rank, a rank tag inside a line
+        (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
+        """
+        kernel_format = self._kernel_format
+        if (kernel_format is None or self._discovering or self._blocks or self._redrawn is not None
+                or data[-1:] != b"\n" or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
+            return False  # the first or the last line carries a rank prefix: a plain log costs nothing more
+        if self._besides_scanner[0] != self._routing:
+            self._besides_scanner = (self._routing, scanner_besides(self._routing, kernel_format.prefilter))
+        besides = self._besides_scanner[1]
+        if besides is None or besides.scan(data)[1] or b"\r" in data:  # carriage-return segments: a line each
+            return False
+        grouped = native.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        if grouped is None or grouped[3] or grouped[4]:
+            return False
+        prefixes, lines, starts, _, _ = grouped
+        ranks = [strip_rank_prefixes(prefix, self._rank_offset) for prefix in prefixes]
+        if (len(prefixes) < 2 or len({rank for rank, _ in ranks}) < len(ranks)
+                or any(body or (rank is None) != (not prefix)
+                       for prefix, (rank, body) in zip(prefixes, ranks, strict=True))):
+            return False
+        # The records are put in the order of the lines that made them (by their offsets, kept for that): at the
+        # block's end the ranks' batches end in the order their first step line came, the rank-less one first.
+        streams = sorted((group for group in zip(prefixes, ranks, starts, strict=True) if group[2]),
+                         key=lambda group: -1 if group[1][0] is None and None in self._batches else group[2][0])
+        offsets, parsed.offsets = parsed.offsets, []
+        recognized = 0
+        for prefix, (rank, _), stream_starts in streams:
+            first_record = len(parsed.records)
+            recognized += self._read_stream(data, prefix, rank, stream_starts, parsed)
+            _line_starts_before(len(prefix), parsed, first_record)
+        order = sorted(range(len(parsed.records)), key=parsed.offsets.__getitem__)
+        parsed.records[:] = [parsed.records[index] for index in order]
+        if offsets is not None:
+            offsets += [parsed.offsets[index] for index in order]
+        parsed.offsets = offsets
+        parsed.unparsed = sum(lines) - recognized
+        for (rank, _), count in zip(ranks, lines, strict=True):
+            parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
+        return True
+
+    def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: list[int],
+                     parsed: ParsedBlock) -> int:
+        """One rank stream's lines at ``starts`` (after its ``prefix``), the kernel's runs into the rank's batch, a
+        line it declines read with its prefix by the line parser; ends the rank's batch. How many were recognized."""
+        self._stream = (prefix, rank)
+        recognized = index = 0
+        try:
+            while index < len(starts):
+                self._line_start = starts[index]
+                taken = self._read_step_run(data, starts, index, parsed)
+                if taken:
+                    index += taken
+                    recognized += taken
+                    continue
+                builder = self._batches.get(rank)
+                if builder is not None and len(builder) and self._reads_alone(data, starts, index):
+                    # A step going back, which the kernel reads into no run: a restart ends the batch (as _take would).
+                    self._end_batch(builder, parsed)
+                    continue
+                end = data.find(b"\n", starts[index])
+                recognized += self._parse_line_isolated(prefix + data[starts[index]:end], parsed)[1]
+                index += 1
+            builder = self._batches.get(rank)
+            if builder is not None:  # while its lines' offsets are still where their prefix ends
+                self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1 + len(prefix)
+                self._end_batch(builder, parsed)
+        finally:
+            self._stream = None
+        return recognized
+
+    def _reads_alone(self, data: bytes, starts: list[int], index: int) -> bool:
+        """True when the kernel reads the line at ``starts[index]`` into an empty run."""
+        if self._probe[0] is not self._kernel_table:
+            assert self._kernel_table is not None
+            self._probe = (self._kernel_table, native.step_reader(self._kernel_table))
+        probe = self._probe[1]
+        assert probe is not None
+        taken = probe.read(data, starts, index, 1)
+        if taken:
+            probe.take()
+        return bool(taken)
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
@@ -696,6 +796,11 @@ def _line_starts_before(width: int, parsed: ParsedBlock, first_record: int) -> N
     for record in parsed.records[first_record:]:
         if type(record) is StepBatch and record.line_starts:
             record.line_starts[:] = [start - width for start in record.line_starts]
+
+
+def _last_line(data: bytes) -> int:
+    """Where the last line of a newline-terminated block starts."""
+    return data.rfind(b"\n", 0, len(data) - 1) + 1
 
 
 def _has_rank_prefix(data: bytes, prefixed: list[int]) -> bool:

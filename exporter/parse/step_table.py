@@ -29,11 +29,16 @@ class StepField:
     sets: str  # the printed value (a gauge of export/metrics_table.py): loss, grad_norm, learning_rate, ...
     absent: str = ""  # a printed value meaning "not obtained this step": the gauge keeps its value
     default_unit: str = ""  # Kind.DURATION: the unit of a bare number ("" for seconds)
+    aliases: tuple[str, ...] = ()  # other names printed for the same value (``learning_rate`` beside ``lr``)
 
 
 @dataclass(frozen=True)
 class StepTable:
     """``{ step:[ x/ total], name: value, ... }``: punctuation, the step's name, the known fields.
+
+    Without opener and closer, the pairs grammar: ``step=12/30 loss=2.5 lr=0.01`` (the line is
+    the record, ``pair_separator`` the bytes besides spaces that end a value, the step printed
+    under ``step`` or one of ``step_aliases``, a record only with its ``required`` field).
 
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
@@ -46,6 +51,8 @@ class StepTable:
     pair_separator: str = ","
     name_separator: str = ":"
     step: str = "step"
+    step_aliases: tuple[str, ...] = ()  # the pairs grammar: further names of the step, after ``step``
+    required: str = ""  # a field a record prints (by any of its names): the pairs grammar's ``loss``
 
     @cached_property
     def gauges(self) -> tuple[str, ...]:
@@ -59,17 +66,23 @@ class StepTable:
 
     def kernel_table_keeping(self, series: tuple[str, ...]) -> tuple:
         """The kernel's table keeping every value of the gauges in ``series`` (analyze keeps them all)."""
+        step = (tuple(name.encode() for name in (self.step, *self.step_aliases)) if not self.opener
+                else self.step.encode())
+        required = next((column for column, item in enumerate(self.fields) if item.name == self.required), -1)
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
-                self.step.encode(), LINE_TAG,
-                tuple((item.name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
-                       item.default_unit.encode()) for item in self.fields))
+                step, LINE_TAG,
+                tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
+                       item.default_unit.encode(), column)
+                      for column, item in enumerate(self.fields) for name in (item.name, *item.aliases)),
+                required)
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""
         record = native.read_record(self.kernel_table, text)
         if record is None:
             return None
-        line = StepLine(record.step, {"total_steps": record.total}, named=record.named)
+        line = StepLine(record.step, {"total_steps": record.total} if record.total is not None else {},
+                        named=record.named)
         for gauge, (value, unit) in zip(self.gauges, record.values, strict=True):
             if value is not None:
                 line.values[gauge] = value

@@ -346,7 +346,10 @@ class TrainingState:
             rank.timed_step = _last_known(rank.timed_step, steps)
             printed = _covered(seconds, spans)
             replayed = _replayed(step_times.steps, replay_until, replay_before)
-            if any(replayed):
+            if all(replayed):  # a replay's batch, the usual case after a restart
+                rank.lost_seconds_total["replayed"] += _covered(seconds, spans)
+                steps, seconds, spans = (), (), ()
+            elif any(replayed):
                 rank.lost_seconds_total["replayed"] += _covered(*_picked(replayed, seconds, spans))
                 steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
             if seconds:
@@ -558,6 +561,8 @@ def _split_replayed(series: Series, replay_until: int | None, replay_before: int
     replayed = _replayed(series.steps, replay_until, replay_before)
     if not any(replayed):
         return series
+    if all(replayed):
+        return Series([], [])
     steps, values = _picked([not out for out in replayed], series.steps, series.values)
     return Series(list(steps), list(values))
 
@@ -567,6 +572,10 @@ def _replayed(steps: list[int | None], replay_until: int | None, replay_before: 
     (step None) is at the replay state before the batch."""
     if replay_until is None and replay_before is None:
         return [False] * len(steps)
+    if replay_until is not None and steps and None not in steps:  # a batch's steps never go back: at C speed
+        known = cast("list[int]", steps)
+        if known[-1] <= replay_until or known[0] > replay_until:
+            return [known[0] <= replay_until] * len(steps)
     return [(replay_before is not None) if step is None else (replay_until is not None and step <= replay_until)
             for step in steps]
 

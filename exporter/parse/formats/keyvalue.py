@@ -1,48 +1,26 @@
-"""Plain ``step=1200 loss=2.31 lr=0.0001 grad_norm=1.8`` lines."""
+"""Plain ``step=1200 loss=2.31 lr=0.0001 grad_norm=1.8`` lines.
+
+The record's grammar is a field table (the pairs grammar): runs of step lines are read by the
+step-field kernel, any other line by the same table in Python. A record needs an integer step
+(``step=N`` or ``step=N/TOTAL``, else ``global_step`` or ``iteration``) and a loss.
+"""
 
 from __future__ import annotations
 
-from exporter.parse.fields import add_named, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_duration_seconds, parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
-# A comma belongs to a value only as a thousands separator (1,234.5); otherwise it separates pairs.
-_PAIR = lazy(r"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*)=((?:[^\s,;|]|,(?=\d{3}(?!\d)))+)")
-_STEP_KEYS = ("step", "global_step", "iteration")
-_LR_KEYS = ("lr", "learning_rate")
-_GRAD_NORM_KEYS = ("grad_norm", "gnorm", "global_norm")
-_TIME_KEYS = ("step_time", "per_step_time", "time_per_step")
-_THROUGHPUT_KEYS = ("throughput",)
-_STEP_OF_TOTAL = lazy(r"^(\d+)(?:/(\d+))?$")
+RECORD = StepTable((
+    StepField("loss", Kind.FLOAT, "loss"),
+    StepField("lr", Kind.FLOAT, "learning_rate", aliases=("learning_rate",)),
+    StepField("grad_norm", Kind.FLOAT, "grad_norm", aliases=("gnorm", "global_norm")),
+    StepField("step_time", Kind.DURATION, "step_time_seconds", aliases=("per_step_time", "time_per_step")),
+    StepField("throughput", Kind.FLOAT, "throughput"),
+    # A comma ends a value but as a thousands separator (1,234.5).
+), opener="", closer="", pair_separator=",;|", name_separator="=", step="step",
+    step_aliases=("global_step", "iteration"), required="loss")
 
-
-def parse(text: str) -> StepLine | None:
-    """Parse a key=value step line: needs an integer step (``step=N`` or ``step=N/TOTAL``) and a loss."""
-    fields = dict(_PAIR.findall(text))
-    step = next((fields[key] for key in _STEP_KEYS if key in fields), None)
-    step_of_total = None if step is None else _STEP_OF_TOTAL.match(step)
-    if step_of_total is None or "loss" not in fields:
-        return None
-    total = step_of_total.group(2)
-    line = StepLine(int(step_of_total.group(1)), {"total_steps": int(total)} if total else {})
-    set_value(line, "loss", parse_float(fields.pop("loss")))
-    for key in _STEP_KEYS:
-        fields.pop(key, None)
-    for name, raw in fields.items():
-        if name in _LR_KEYS:
-            set_value(line, "learning_rate", parse_float(raw))
-        elif name in _GRAD_NORM_KEYS:
-            set_value(line, "grad_norm", parse_float(raw))
-        elif name in _TIME_KEYS:
-            set_value(line, "step_time_seconds", parse_duration_seconds(raw))
-        elif name in _THROUGHPUT_KEYS:
-            set_value(line, "throughput", parse_float(raw))
-        else:
-            add_named(line, name, parse_float(raw))
-    return line
-
+parse = RECORD.read_line
 
 # A convention many training loops follow, no framework's: the most generic anchor, tried last.
-FORMAT = register(Format("keyvalue", "", b"step=", parse, detection_order=80))
+FORMAT = register(Format("keyvalue", "", b"step=", parse, detection_order=80, step_table=RECORD))
