@@ -23,6 +23,21 @@ class Banner:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentShape:
+    """Records of one shape, as a format that sits on carriage-return segments reads them a block at a time.
+
+    ``record``: a regular expression matching exactly the record segments of this shape, one group per
+    printed value (each a plain number or word, read by ``float``); ``targets``: per group, whether it sets a
+    gauge (True) or a named value (False), and which; ``filtered``: the per-line count of non-finite losses
+    the line does not show, from the columns (gauge name -> values), as the format's parser counts it.
+    """
+
+    record: bytes
+    targets: tuple[tuple[bool, str], ...]
+    filtered: Callable[[dict[str, list[float]]], list[int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Format:
     """One log format: a cheap byte test, then the parser proper."""
 
@@ -44,6 +59,8 @@ class Format:
     # Its records sit on carriage-return segments after the progress bar that names their step:
     # the parser is given the segment drawn before the record's, then ``\r``, then the record's.
     segment_context: bool = False
+    # Its records read a block at a time (parse/carriage.py): the shape of one record segment, or None.
+    segment_shape: Callable[[bytes], SegmentShape | None] | None = None
     # A progress bar that redraws a step several times (a count, then the count with new values):
     # only the last redraw of a step is a record. Its prefilter is in every redraw.
     redraws: bool = False
