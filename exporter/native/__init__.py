@@ -12,6 +12,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   lines holding any anchor, and those of them that begin with one of ``line_starts``.
 - ``count_starts(data, prefix, literal)`` -> ``(lines, occurrences)``: how many lines begin
   with ``prefix`` and how many times ``literal`` occurs (a block of one rank stream's lines).
+- ``segment_records(data, pieces, close)`` -> ``(starts, steps, totals, columns)``: the records on
+  carriage-return segments made of ``pieces`` around values, each after a segment ending in a fraction
+  ``D/T`` + ``close`` (a progress bar's count).
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -145,6 +148,13 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
     if _scan is not None:
         return _scan.count_starts(data, prefix, literal)
     return _scan_twin.count_starts(data, prefix, literal)
+
+
+def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _scan_twin.Records:
+    """Records on carriage-return segments and the fraction of the segment before each (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.segment_records(data, pieces, close)
+    return _scan_twin.segment_records(data, pieces, close)
 
 
 Kind = _step_fields_twin.Kind

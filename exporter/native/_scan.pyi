@@ -2,6 +2,8 @@
 SIMD: int  # 1 where the AVX2 loop runs on this CPU
 
 def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]: ...
+def segment_records(data: bytes, pieces: tuple[bytes, ...],
+                    close: bytes) -> tuple[list[int], list[int], list[int], list[list[float]]]: ...
 
 class Scanner:
     anchors: tuple[bytes, ...]

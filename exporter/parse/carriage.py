@@ -16,67 +16,46 @@ from __future__ import annotations
 
 import re
 from collections import Counter
-from functools import lru_cache
 from typing import NamedTuple
 
+from exporter import native
 from exporter.parse.formats import SegmentShape
 from exporter.parse.ranks import PREFIX_ANCHORS
 
-# A segment the line's rank could be read from does not start a record line's segments: a rank prefix
-# (``[rank1]:``, another role's) or ``srun --label``'s task number. Those lines go segment by segment.
-_NO_RANK = rb"(?!\[| *\d{1,6}: )"
-# The last ``N/T [`` of a bar: digits not glued to a digit or to a byte of a non-ASCII character (a
-# digit of another script, which the segment reader's ``\d`` would take), and after it no ``/`` that
-# such a byte precedes, so no later ``N/T [`` either.
-_BAR = (rb"[^\r\n]*?(?<![0-9\x80-\xff])(\d{1,18})/(\d{1,18}) \[(?:[^\r\n/]|(?<![0-9\x80-\xff])/)*")
 # Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's).
 _PREFIXES = re.compile(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
 _ROLE = re.compile(rb"\[([A-Za-z_]+)\d+\]")
+# A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
+# --label``'s task number): the segment reader counts it for that rank.
+_RANK_AFTER_RETURN = re.compile(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
+# A line that begins with rank prefixes and holds a carriage return: its records are that rank's.
+_PREFIXED_RETURN = re.compile(rb"\n(?:\[[A-Za-z_]+\d+\]: ?)++[^\r\n]*+\r")
 
 
 class RecordLines(NamedTuple):
-    """The record lines of a block: where each starts (None: not asked for) and its columns."""
+    """A block's newlines, the lines ending in ``\\r``, and its record lines: where each record starts, where
+    its line starts (None: not asked for), its step, total and values (a column per value of the shape)."""
 
-    starts: list[int] | None
-    record_starts: list[int] | None  # where each record segment starts
+    newlines: int
+    continued: list[int]
+    record_starts: list[int]
+    line_starts: list[int] | None
     steps: list[int]
     totals: list[int]
-    values: list[list[float]]  # one column per group of the shape's record
+    values: list[list[float]]
 
 
-@lru_cache(maxsize=16)
-def record_line(record: bytes) -> re.Pattern[bytes]:
-    """A whole record line, from the newline before it: ``\\r``, segments, the bar, blank segments, the record."""
-    segment = _NO_RANK + rb"[^\r\n]*\r"
-    return re.compile(rb"\n\r(?:" + segment + rb")*" + _NO_RANK + _BAR + rb"\r(?:[ \t\x0b\x0c]*\r)*("
-                      + record + rb")(?=\n)")
+def record_lines(data: bytes, shape: SegmentShape, line_starts: bool) -> RecordLines:
+    """The record lines of ``data`` (a block of whole lines) by ``shape`` (native.segment_records)."""
+    newlines, continued, starts, steps, totals, values = native.segment_records(data, shape.pieces, shape.close)
+    lines = [data.rfind(b"\n", 0, start) + 1 for start in starts] if line_starts else None
+    return RecordLines(newlines, continued, starts, lines, steps, totals, values)
 
 
-def record_lines(text: bytes, shape: SegmentShape, with_starts: bool) -> RecordLines | None:
-    """The record lines of ``text`` (a newline, then a block of whole lines) by ``shape``, offsets counted in
-    the block; None when a value is no number."""
-    pattern = record_line(shape.record)
-    if with_starts:
-        matches = list(pattern.finditer(text))
-        rows = [match.groups() for match in matches]
-        starts: list[int] | None = [match.start() for match in matches]
-        record_starts: list[int] | None = [match.start(3) - 1 for match in matches]
-    else:
-        rows = pattern.findall(text)
-        starts = record_starts = None
-    if not rows:
-        return RecordLines(starts, record_starts, [], [], [])
-    columns = list(zip(*rows, strict=True))
-    try:
-        values = [list(map(float, column)) for column in columns[3:]]
-    except ValueError:
-        return None
-    return RecordLines(starts, record_starts, list(map(int, columns[0])), list(map(int, columns[1])), values)
-
-
-def record_starts(text: bytes, shape: SegmentShape) -> set[int]:
-    """Where the record segments of the record lines of ``text`` (a newline, then a block) start in the block."""
-    return {match.start(3) - 1 for match in record_line(shape.record).finditer(text)}
+def ranks_after_returns(text: bytes) -> bool:
+    """True when a line of ``text`` (a newline, then a block) may take its rank from a segment after a carriage
+    return, or begins with rank prefixes and holds one: the segment reader reads those blocks."""
+    return _RANK_AFTER_RETURN.search(text) is not None or _PREFIXED_RETURN.search(text) is not None
 
 
 def prefixed_lines(text: bytes) -> Counter[bytes] | None:

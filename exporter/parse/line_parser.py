@@ -22,7 +22,6 @@ scheduler's node table.
 from __future__ import annotations
 
 import bisect
-import re
 from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
@@ -274,13 +273,13 @@ class LineParser:
     def _parse_carriage(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of carriage-return segments read a block at a time (parse/carriage.py); False (nothing done)
         when the file has no format whose records sit on segments, or the block holds what only the
-        segment-by-segment reader reads right: another format's byte test, a rank prefix that is not at a
-        line's start or an ``srun --label`` first line, mostly CRLF lines, a value that is no number.
+        segment-by-segment reader reads right: another format's byte test, a rank prefix off a line's start,
+        a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``.
 
-        The record lines (a bar, then a record of the shape the file prints, nothing else holding an anchor)
-        go to the rank's batch as columns; a line beginning with rank prefixes and holding no other anchor is
-        counted for its rank; every other line holding an anchor, a line ending in ``\\r`` and the lines
-        read while a failure block is open are read by ``_parse_lines``, in order.
+        The record lines (a bar, then a record of the shape the file prints, no other segment holding an
+        anchor) go to the file's batch as columns; a line beginning with rank prefixes and holding no other
+        anchor is counted for its rank; every other line holding an anchor, a line ending in ``\\r`` and the
+        lines read while one continues or a failure block is open are read by ``_parse_lines``, in order.
         """
         fmt = next((found for found in self._routing if found.segment_shape is not None and found.name in self._found),
                    None)
@@ -288,37 +287,34 @@ class LineParser:
             return False
         if any(other.prefilter in data for other in self._routing[:self._routing.index(fmt)]) or has_srun_label(data):
             return False
-        lines, crlf = data.count(b"\n"), data.count(b"\r\n")
-        if 4 * crlf > lines:
-            return False
-        text = b"\n" + data
-        prefixed = carriage.prefixed_lines(text)
         first = data.find(fmt.prefilter)
-        if prefixed is None or first < 0:
+        if first < 0:
             return False
+        segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0]
         shape = self._segment_shape
-        if shape is None or re.match(shape.record, data[first:data.find(b"\n", first)].split(b"\r")[0]) is None:
-            shape = self._segment_shape = fmt.segment_shape(data[first:data.find(b"\n", first)].split(b"\r")[0])
+        if shape is None or not segment.startswith(shape.pieces[0]):
+            shape = self._segment_shape = fmt.segment_shape(segment)
             if shape is None:
                 return False
-        found = carriage.record_lines(text, shape, parsed.offsets is not None)
-        if found is None:
+        text = b"\n" + data
+        prefixed = carriage.prefixed_lines(text)
+        if prefixed is None or carriage.ranks_after_returns(text):
+            return False
+        found = carriage.record_lines(data, shape, parsed.offsets is not None)
+        lines = found.newlines
+        if 4 * len(found.continued) > lines:
             return False
         if self._stream_scanner[0] != self._routing:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         scanner = self._stream_scanner[1]
         assert scanner is not None
         _, anchored, _ = scanner.scan(data.replace(b"\r", b"\n"))
-        specials: list[int] = []
-        if len(anchored) != len(found.steps) or crlf or self._continued or self._blocks:
+        specials: list[int] = found.continued
+        if len(anchored) != len(found.steps) or self._continued or self._blocks:
             # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r.
-            records = set(carriage.record_starts(text, shape))
-            if found.starts is None:
-                found = carriage.record_lines(text, shape, True)
-                assert found is not None  # the same lines as before, now with where they start
+            records = set(found.record_starts)
             specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in anchored if at not in records),
-                               *(data.rfind(b"\n", 0, at) + 1 for at in _found_all(data, b"\r\n")),
-                               *((0,) if self._continued else ())})
+                               *found.continued, *((0,) if self._continued or self._blocks else ())})
         values: dict[str, list] = {"total_steps": found.totals}
         named: dict[str, list[float]] = {}
         for (gauge, name), column in zip(shape.targets, found.values, strict=True):
@@ -327,13 +323,13 @@ class LineParser:
         ends = {line + 1 for line in filtered}
         ends.update(line for line in range(1, len(found.steps)) if found.steps[line] < found.steps[line - 1])
         run = _RecordRun(found, values, named, sorted(ends), filtered)
-        recognized = read = alone = 0  # record lines read here, lines read here, lines read by _parse_lines
+        recognized = alone = 0  # record lines taken here, lines read by _parse_lines
         counted: Counter[bytes] = Counter()  # lines beginning with prefixes read by _parse_lines
         position = 0
         for special in specials:
             if special < position:
                 continue
-            read += self._take_record_lines(run, special, parsed)
+            recognized += self._take_record_lines(run, special, parsed)
             position = special
             while True:
                 end = data.find(b"\n", position) + 1
@@ -346,7 +342,7 @@ class LineParser:
                 if position >= len(data) or not (self._continued or self._blocks or self._redrawn is not None):
                     break
             run.skip_until(position)
-        recognized = self._take_record_lines(run, len(data) + 1, parsed) + read
+        recognized += self._take_record_lines(run, len(data) + 1, parsed)
         lines_by_rank = parsed.lines_by_rank
         unprefixed = lines - alone
         for prefixes, count in (prefixed - counted).items():
@@ -363,12 +359,11 @@ class LineParser:
         return True
 
     def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock) -> int:
-        """The run's record lines up to the line starting at ``stop`` into the file's batch, as ``_take`` would
-        take each (a step going back, a line's unprinted non-finite loss and the batch size end a batch); how
-        many."""
+        """The run's record lines before ``stop`` (a line's start) into the file's batch, as ``_take`` would take
+        each (a step going back, a line's unprinted non-finite loss and the batch size end a batch); how many."""
         found, builder, size = run.found, self._builder(None), self._rows_per_batch
-        starts = found.starts
-        limit = len(found.steps) if starts is None else bisect.bisect_left(starts, stop, run.next)
+        starts = found.line_starts
+        limit = bisect.bisect_left(found.record_starts, stop, run.next)
         line, taken = run.next, limit - run.next
         while line < limit:
             if starts is not None:
@@ -858,16 +853,5 @@ class _RecordRun:
         self.next = 0  # the first record line not handed out
 
     def skip_until(self, position: int) -> None:
-        """The record lines starting before ``position`` were read line by line."""
-        starts = self.found.starts
-        if starts is not None:
-            self.next = max(self.next, bisect.bisect_left(starts, position, self.next))
-
-
-def _found_all(data: bytes, literal: bytes) -> list[int]:
-    """Where ``literal`` occurs in ``data``."""
-    found, at = [], data.find(literal)
-    while at >= 0:
-        found.append(at)
-        at = data.find(literal, at + 1)
-    return found
+        """The record lines before ``position`` (a line's start) were read line by line."""
+        self.next = max(self.next, bisect.bisect_left(self.found.record_starts, position, self.next))

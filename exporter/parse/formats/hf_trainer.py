@@ -62,32 +62,31 @@ def parse(text: str) -> StepLine | None:
     return line
 
 
-# A value the block-wise reader takes as printed (float() of it); any other value sends its line to parse().
-_PLAIN_VALUE = rb"'([0-9A-Za-z.+-]{1,64})'"
+# A value as the block-wise reader takes it (native.segment_records): any other sends its line to parse().
+_PLAIN_VALUE = rb"[0-9A-Za-z.+-]{1,64}"
 
 
 def segment_shape(segment: bytes) -> SegmentShape | None:
     """The shape of the dict ``segment`` (a whole carriage-return segment): the same keys in the same order,
     printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every value quoted),
     read a block at a time with the values ``parse`` gives (parse/carriage.py). None for a dict that names
-    the step itself or two values the same: those lines are read by ``parse``."""
+    the step itself or two values the same, or prints a value otherwise: those lines are read by ``parse``."""
     try:
         text = segment.decode("ascii")
     except UnicodeDecodeError:
         return None
-    match = _DICT.fullmatch(text)
-    if match is None:
+    if _DICT.fullmatch(text) is None:
         return None
     keys = [key for key, _ in _PAIR.findall(text)]
     if any(key in _STEP_KEYS for key in keys):
         return None
     targets = tuple((True, _GAUGES[key]) if key in _GAUGES else (False, metric_name(key)) for key in keys)
-    if len({target for target in targets}) != len(targets):
+    if len(set(targets)) != len(targets):
         return None
-    record = b"\\{" + b", ".join(b"'" + re.escape(key.encode()) + b"': " + _PLAIN_VALUE for key in keys) + b"\\}"
-    if re.fullmatch(record, segment) is None:
+    pieces = (b"{'" + keys[0].encode() + b"': '", *(b"', '" + key.encode() + b"': '" for key in keys[1:]), b"'}")
+    if re.fullmatch(_PLAIN_VALUE.join(map(re.escape, pieces)), segment) is None:
         return None
-    return SegmentShape(record, targets, _filtered)
+    return SegmentShape(pieces, b" [", targets, _filtered)
 
 
 def _filtered(values: dict[str, list[float]]) -> list[int]:

@@ -24,15 +24,18 @@ class Banner:
 
 @dataclass(frozen=True, slots=True)
 class SegmentShape:
-    """Records of one shape, as a format that sits on carriage-return segments reads them a block at a time.
+    """Records of one shape, as a format whose records sit on carriage-return segments reads them a block at a
+    time (parse/carriage.py, native.segment_records).
 
-    ``record``: a regular expression matching exactly the record segments of this shape, one group per
-    printed value (each a plain number or word, read by ``float``); ``targets``: per group, whether it sets a
-    gauge (True) or a named value (False), and which; ``filtered``: the per-line count of non-finite losses
-    the line does not show, from the columns (gauge name -> values), as the format's parser counts it.
+    ``pieces``: the literal text around the values (one more piece than values; each value a plain number or
+    word, read by ``float``); ``close``: what follows the ``step/total`` fraction of the bar drawn before a
+    record; ``targets``: per value, whether it sets a gauge (True) or a named value (False), and which;
+    ``filtered``: the lines (indexes) with a non-finite loss they do not show, from the columns (gauge name
+    -> values), as the format's parser counts them.
     """
 
-    record: bytes
+    pieces: tuple[bytes, ...]
+    close: bytes
     targets: tuple[tuple[bool, str], ...]
     filtered: Callable[[dict[str, list[float]]], list[int]]
 
