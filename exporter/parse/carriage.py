@@ -14,22 +14,23 @@ counts, state and offsets are the same (tests/test_carriage.py).
 
 from __future__ import annotations
 
+import operator
 import re
 from collections import Counter
 from typing import NamedTuple
 
 from exporter import native
 from exporter.parse.formats import SegmentShape
-from exporter.parse.ranks import PREFIX_ANCHORS
+from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 
 # Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's).
 _PREFIXES = re.compile(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
 _ROLE = re.compile(rb"\[([A-Za-z_]+)\d+\]")
+# The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
+_NO_RANK_BYTES = frozenset(b"[ 0123456789")
 # A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
 # --label``'s task number): the segment reader counts it for that rank.
 _RANK_AFTER_RETURN = re.compile(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
-# A line that begins with rank prefixes and holds a carriage return: its records are that rank's.
-_PREFIXED_RETURN = re.compile(rb"\n(?:\[[A-Za-z_]+\d+\]: ?)++[^\r\n]*+\r")
 
 
 class RecordLines(NamedTuple):
@@ -54,8 +55,31 @@ def record_lines(data: bytes, shape: SegmentShape, line_starts: bool) -> RecordL
 
 def ranks_after_returns(text: bytes) -> bool:
     """True when a line of ``text`` (a newline, then a block) may take its rank from a segment after a carriage
-    return, or begins with rank prefixes and holds one: the segment reader reads those blocks."""
-    return _RANK_AFTER_RETURN.search(text) is not None or _PREFIXED_RETURN.search(text) is not None
+    return: the segment reader reads those blocks."""
+    return _RANK_AFTER_RETURN.search(text) is not None
+
+
+def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:
+    """True when a record line begins with a rank (a prefix, ``srun --label``'s task number): its record is that
+    rank's, and the segment reader reads the block. ``continued``: the block's first line continues one (the
+    segment reader reads it)."""
+    starts = found.line_starts or [data.rfind(b"\n", 0, start) + 1 for start in found.record_starts]
+    if continued:
+        starts = [start for start in starts if start]
+    if not starts:
+        return False
+    first = operator.itemgetter(*starts)(data)
+    if _NO_RANK_BYTES.isdisjoint(first if isinstance(first, tuple) else (first,)):
+        return False
+    return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None
+               for start in starts if data[start] in _NO_RANK_BYTES)
+
+
+def _first_segment(data: bytes, start: int) -> bytes:
+    """The line at ``start`` up to its first carriage return."""
+    end = data.find(b"\n", start)
+    cut = data.find(b"\r", start, end)
+    return data[start:cut if cut >= 0 else end]
 
 
 def prefixed_lines(text: bytes) -> Counter[bytes] | None:

@@ -283,7 +283,8 @@ class LineParser:
         """
         fmt = next((found for found in self._routing if found.segment_shape is not None and found.name in self._found),
                    None)
-        if fmt is None or self._discovering or self._redrawn is not None or any(other.redraws for other in self._routing):
+        if fmt is None or self._redrawn is not None or any(other.redraws and other.name in self._found
+                                                           for other in self._routing):
             return False
         if any(other.prefilter in data for other in self._routing[:self._routing.index(fmt)]) or has_srun_label(data):
             return False
@@ -292,7 +293,8 @@ class LineParser:
             return False
         segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0]
         shape = self._segment_shape
-        if shape is None or not segment.startswith(shape.pieces[0]):
+        if shape is None or not (segment.startswith(shape.pieces[0]) and segment.endswith(shape.pieces[-1])
+                                 and segment.count(b"', '") == len(shape.pieces) - 2):
             shape = self._segment_shape = fmt.segment_shape(segment)
             if shape is None:
                 return False
@@ -302,7 +304,7 @@ class LineParser:
             return False
         found = carriage.record_lines(data, shape, parsed.offsets is not None)
         lines = found.newlines
-        if 4 * len(found.continued) > lines:
+        if 4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued):
             return False
         if self._stream_scanner[0] != self._routing:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
