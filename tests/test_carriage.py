@@ -4,6 +4,7 @@ console is cut into blocks (at lines, and inside a line of redraws as the tailer
 
 from __future__ import annotations
 
+import functools
 import random
 from pathlib import Path
 
@@ -84,10 +85,16 @@ def block_path_runs(monkeypatch):
     return read
 
 
+@functools.cache
+def _expected(name: str, cutting: int) -> tuple:
+    """What reading every segment alone gives (the segment kernel plays no part in it: computed once)."""
+    return _comparable(_every_line_alone(_cuttings(name, dict(_consoles())[name])[cutting], scheduler=False))
+
+
 @pytest.mark.parametrize(("name", "data"), _consoles(), ids=[name for name, _ in _consoles()])
 def test_blocks_give_what_every_segment_gives(name, data, segment_kernel, block_path_runs):
-    for blocks in _cuttings(name, data):
-        expected = _comparable(_every_line_alone(blocks, scheduler=False))
+    for cutting, blocks in enumerate(_cuttings(name, data)):
+        expected = _expected(name, cutting)
         for rows_per_batch in (None, 7):
             parser = LineParser(rows_per_batch=rows_per_batch)
             assert _comparable(parser.parse_block(block) for block in blocks) == expected
@@ -131,51 +138,9 @@ def test_a_dict_of_another_shape_or_value_is_read_by_the_trainers_parser():
     assert shape is not None and shape.pieces[0] == b"{'loss': '" and len(shape.pieces) == 5
     assert segment_shape(b"{'loss': '4.0', 'step': '5'}") is None  # names its step: the parser reads it
     assert segment_shape(b"{'loss': 4.0, 'grad_norm': 0.5}") is None  # unquoted values (older transformers)
-    odd = HEALTHY.replace(b"'grad_norm': '0.246'", b"'grad_norm': 'n/a'").replace(b"'loss': '4.04',", b"'loss': '4.04', 'x': '1',")
+    odd = (HEALTHY.replace(b"'grad_norm': '0.246'", b"'grad_norm': 'n/a'")
+           .replace(b"'loss': '4.04',", b"'loss': '4.04', 'x': '1',"))
     data = HEALTHY * COPIES + odd * 3 + HEALTHY * 3
     blocks = _blocks(data, _line_boundaries(data, random.Random(3), 20))
     assert _comparable(LineParser().parse_block(block) for block in blocks) == _comparable(
         _every_line_alone(blocks, scheduler=False))
-
-
-@pytest.mark.parametrize("kernel", ["native", "twin"])
-def test_segment_records_reads_the_fraction_before_each_record(kernel):
-    if kernel == "native" and not native.available()["scan"]:
-        pytest.skip("the scan kernel is not built here")
-    read = native.segment_records if kernel == "native" else scan_twin.segment_records
-    pieces = (b"{'a': '", b"', 'b': '", b"'}")
-    data = (b"\r 1/9 [x]\r 2/9 [y]\r  \r{'a': '1.5', 'b': 'nan'}\n"  # the last bar before it, past a blank segment
-            b"x 3/9 [\r{'a': '2', 'b': '1e-05'}\n"  # the bar is the line's first segment
-            b"\r{'a': '2', 'b': '3'}\n"  # no bar before it
-            b"\r 4/9 [ 5/6\r{'a': '2', 'b': '3'}\n"  # a fraction after the last ``[``: no step
-            b"\r 7/9 [\r{'a': 'x', 'b': '3'}\n"  # not a number
-            b"\r 8/9 [\r{'a': '1', 'b': '2'} \n"  # not the whole segment
-            b"\r\xd9\xa39/9 [\r{'a': '1', 'b': '2'}\n"  # a digit of another script before the step
-            b"\r 10/9 [\r{'a': '1', 'b': '2'}\r\n")  # the line continues
-    newlines, continued, starts, steps, totals, columns = read(data, pieces, b" [")
-    assert newlines == 8 and continued == [data.rindex(b"\r 10/9")]
-    assert [data[start:start + 9] for start in starts] == [b"{'a': '1." , b"{'a': '2'"]
-    assert (steps, totals) == ([2, 3], [9, 9])
-    assert columns[0] == [1.5, 2.0] and columns[1][1] == 1e-05 and columns[1][0] != columns[1][0]
-    with pytest.raises(ValueError):
-        read(data, (b"{",), b" [")
-
-
-def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():
-    if not native.available()["scan"]:
-        pytest.skip("the scan kernel is not built here")
-    from exporter.native import _scan
-
-    shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")
-    assert shape is not None
-    rng = random.Random(29)
-    data = HEALTHY * 3 + NAN * 3
-    for _ in range(300):
-        sample = bytearray(data[rng.randrange(len(data)):][:rng.randrange(1, 4000)])
-        for _ in range(rng.randrange(4)):
-            if sample:
-                sample[rng.randrange(len(sample))] = rng.choice(b"\r\n/ [0123456789'}{\xd9\xa3.e-")
-        sample = bytes(sample)
-        # repr: NaN is not equal to itself.
-        assert repr(_scan.segment_records(sample, shape.pieces, b" [")) == repr(
-            scan_twin.segment_records(sample, shape.pieces, b" ["))

@@ -293,8 +293,8 @@ class LineParser:
             return False
         segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0]
         shape = self._segment_shape
-        if shape is None or not (segment.startswith(shape.pieces[0]) and segment.endswith(shape.pieces[-1])
-                                 and segment.count(b"', '") == len(shape.pieces) - 2):
+        if shape is None or not all(piece in segment for piece in shape.pieces):  # the file's records changed shape
+            assert fmt.segment_shape is not None
             shape = self._segment_shape = fmt.segment_shape(segment)
             if shape is None:
                 return False
