@@ -1,36 +1,38 @@
 """Carriage-return consoles a block at a time: a progress bar's redraws and the records written between them.
 
 A console with a tqdm bar (a Hugging Face Trainer's) is long lines of carriage-return segments: the bar
-drawn again and again, and after each logging step a record segment (the Trainer's dict) that takes
-its step from the bar drawn before it. Read segment by segment (LineParser._parse_segments) every redraw
-costs a parser's call. Here the segments are found by regular expressions over the whole block, in C:
-a line whose only segment holding an anchor is a record of the shape the file prints (``SegmentShape``),
-after a bar whose last ``N/T [`` names its step, is a *record line*; its step, total and values come out
-as columns, without a Python operation per segment. Lines that begin with rank prefixes and hold no
-other anchor are counted for their rank by their prefixes, gathered once per block. Every other line
-holding an anchor goes to the segment-by-segment reader, which is the definition: the records, line
-counts, state and offsets are the same (tests/test_carriage.py).
+drawn again and again, and after each logging step a record segment (the Trainer's dict) that takes its
+step from the bar drawn before it. Read segment by segment (LineParser._parse_segments), every redraw
+costs a parser's call. Here one pass of a kernel (native.segment_records) finds the *record lines* of a
+block: a record of the shape the file prints (``SegmentShape``: the literal pieces around its values),
+right after a carriage return and ending its line, and the ``step/total`` fraction the non-blank segment
+before it ends with; their steps, totals and values come out as columns. A line that begins with rank
+prefixes is counted for its rank by its prefixes, gathered once per block. The line parser reads, segment
+by segment, every other line holding an anchor (the scan over the segments finds them), and reads none of
+the block this way when a line may take its rank from elsewhere (a prefix off a line's start, a rank
+after a carriage return, a record line beginning with a rank). That reader is the definition: the
+records, line counts, state and offsets are the same (tests/test_carriage.py).
 """
 
 from __future__ import annotations
 
 import operator
-import re
 from collections import Counter
 from typing import NamedTuple
 
 from exporter import native
 from exporter.parse.formats import SegmentShape
+from exporter.parse.patterns import lazy
 from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 
 # Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's).
-_PREFIXES = re.compile(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
-_ROLE = re.compile(rb"\[([A-Za-z_]+)\d+\]")
+_PREFIXES = lazy(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
+_ROLE = lazy(rb"\[([A-Za-z_]+)\d+\]")
 # The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
 _NO_RANK_BYTES = frozenset(b"[ 0123456789")
 # A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
 # --label``'s task number): the segment reader counts it for that rank.
-_RANK_AFTER_RETURN = re.compile(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
+_RANK_AFTER_RETURN = lazy(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
 
 
 class RecordLines(NamedTuple):
