@@ -27,6 +27,7 @@ from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
 from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, mindformers
+from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
 from exporter.state.detectors import DetectorConfig, kernel_config
@@ -715,3 +716,41 @@ def test_count_starts_matches_the_twin():
         assert count_starts(b"aaaa", b"a", b"aa") == (1, 2)
         with pytest.raises(ValueError, match="empty"):
             count_starts(b"x", b"", b"x")
+
+
+@pytest.mark.parametrize("kernel", ["native", "twin"])
+def test_segment_records_reads_the_fraction_before_each_record(kernel):
+    read = _scan.segment_records if kernel == "native" else scan_twin.segment_records
+    pieces = (b"{'a': '", b"', 'b': '", b"'}")
+    data = (b"\r 1/9 [x]\r 2/9 [y]\r  \r{'a': '1.5', 'b': 'nan'}\n"  # the last bar before it, past a blank segment
+            b"x 3/9 [\r{'a': '2', 'b': '1e-05'}\n"  # the bar is the line's first segment
+            b"\r{'a': '2', 'b': '3'}\n"  # no bar before it
+            b"\r 4/9 [ 5/6\r{'a': '2', 'b': '3'}\n"  # a fraction after the last ``[``: no step
+            b"\r 7/9 [\r{'a': 'x', 'b': '3'}\n"  # not a number
+            b"\r 8/9 [\r{'a': '1', 'b': '2'} \n"  # not the whole segment
+            b"\r\xd9\xa39/9 [\r{'a': '1', 'b': '2'}\n"  # a digit of another script before the step
+            b"\r 10/9 [\r{'a': '1', 'b': '2'}\r\n")  # the line continues
+    newlines, continued, starts, steps, totals, columns = read(data, pieces, b" [")
+    assert newlines == 8 and continued == [data.rindex(b"\r 10/9")]
+    assert [data[start:start + 9] for start in starts] == [b"{'a': '1." , b"{'a': '2'"]
+    assert (steps, totals) == ([2, 3], [9, 9])
+    assert columns[0] == [1.5, 2.0] and columns[1][1] == 1e-05 and columns[1][0] != columns[1][0]
+    with pytest.raises(ValueError):
+        read(data, (b"{",), b" [")
+
+
+def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():
+    shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")
+    assert shape is not None
+    rng = random.Random(29)
+    data = b"".join((REPO / "tests" / "fixtures" / "real" / name).read_bytes() * 3
+                    for name in ("hf_trainer_tqdm.log", "hf_trainer_nan.log"))
+    for _ in range(300):
+        sample = bytearray(data[rng.randrange(len(data)):][:rng.randrange(1, 4000)])
+        for _ in range(rng.randrange(4)):
+            if sample:
+                sample[rng.randrange(len(sample))] = rng.choice(b"\r\n/ [0123456789'}{\xd9\xa3.e-")
+        sample = bytes(sample)
+        # repr: NaN is not equal to itself.
+        assert repr(_scan.segment_records(sample, shape.pieces, b" [")) == repr(
+            scan_twin.segment_records(sample, shape.pieces, b" ["))

@@ -15,6 +15,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``group_lines(data, literal, tag_open, tag_close, loose_starts)`` -> ``(prefixes, lines, starts,
   loose, tagged)``: a block's lines grouped by their prefix of tags, each group's line count and
   the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
+- ``segment_records(data, pieces, close)`` -> ``(starts, steps, totals, columns)``: the records on
+  carriage-return segments made of ``pieces`` around values, each after a segment ending in a fraction
+  ``D/T`` + ``close`` (a progress bar's count).
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -156,6 +159,11 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
     if _scan is not None:
         return _scan.group_lines(data, literal, tag_open, tag_close, loose_starts)
     return _scan_twin.group_lines(data, literal, tag_open, tag_close, loose_starts)
+def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _scan_twin.Records:
+    """Records on carriage-return segments and the fraction of the segment before each (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.segment_records(data, pieces, close)
+    return _scan_twin.segment_records(data, pieces, close)
 
 
 Kind = _step_fields_twin.Kind

@@ -716,9 +716,206 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Records on carriage-return segments: scan.py's segment_records defines them.               */
+
+#define MAX_VALUE_BYTES 64
+#define MAX_FRACTION_DIGITS 18
+
+static int
+is_value_byte(uint8_t byte)
+{
+    return (byte >= '0' && byte <= '9') || (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || byte == '.'
+           || byte == '+' || byte == '-';
+}
+
+static int
+is_blank_byte(uint8_t byte)
+{
+    return byte == ' ' || byte == '\t' || byte == '\x0b' || byte == '\x0c';
+}
+
+static int
+is_digit_byte(uint8_t byte)
+{
+    return byte >= '0' && byte <= '9';
+}
+
+/* float() of a value's bytes: 1 and *value, 0 when it is no number. */
+static int
+value_of(const uint8_t *at, Py_ssize_t length, double *value)
+{
+    char text[MAX_VALUE_BYTES + 1];
+    memcpy(text, at, (size_t)length);
+    text[length] = '\0';
+    char *end = NULL;
+    double number = PyOS_string_to_double(text, &end, NULL);
+    if (end != text + length || (number == -1.0 && PyErr_Occurred())) {
+        PyErr_Clear();
+        return 0;
+    }
+    *value = number;
+    return 1;
+}
+
+/* The digits of at[0:length] (at most MAX_FRACTION_DIGITS): an int64. */
+static long long
+digits_value(const uint8_t *at, Py_ssize_t length)
+{
+    long long number = 0;
+    for (Py_ssize_t i = 0; i < length; i++) number = number * 10 + (at[i] - '0');
+    return number;
+}
+
+/* The last D/T + close of data[begin:end]: 1 with *step and *total, 0 without. */
+static int
+last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8_t *close, Py_ssize_t close_length,
+              long long *step, long long *total)
+{
+    for (Py_ssize_t at = end - 1; at >= begin; at--) {
+        if (at + close_length <= end && memcmp(data + at, close, (size_t)close_length) == 0) {
+            Py_ssize_t digits = at;
+            while (digits > begin && is_digit_byte(data[digits - 1])) digits--;
+            Py_ssize_t slash = digits - 1;
+            if (at - digits >= 1 && at - digits <= MAX_FRACTION_DIGITS && slash > begin && data[slash] == '/') {
+                Py_ssize_t first = slash;
+                while (first > begin && is_digit_byte(data[first - 1])) first--;
+                if (slash - first >= 1 && slash - first <= MAX_FRACTION_DIGITS && (first == begin || data[first - 1] < 0x80)) {
+                    *step = digits_value(data + first, slash - first);
+                    *total = digits_value(data + digits, at - digits);
+                    return 1;
+                }
+            }
+        }
+        if (data[at] == '/' && at > begin && (is_digit_byte(data[at - 1]) || data[at - 1] >= 0x80)) return 0;
+    }
+    return 0;
+}
+
+/* The record at ``at``: 1 with its fraction and values, 0 when there is none. */
+static int
+record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
+          const uint8_t *close, Py_ssize_t close_length, long long *step, long long *total, double *values)
+{
+    if (at == 0 || data[at - 1] != '\r') return 0;
+    Py_ssize_t position = at + pieces[0].len;
+    for (Py_ssize_t piece = 1; piece < count; piece++) {
+        Py_ssize_t end = position;
+        while (end < size && is_value_byte(data[end])) end++;
+        Py_ssize_t length = end - position;
+        if (length < 1 || length > MAX_VALUE_BYTES || size - end < pieces[piece].len
+            || memcmp(data + end, pieces[piece].buf, (size_t)pieces[piece].len) != 0) {
+            return 0;
+        }
+        if (!value_of(data + position, length, &values[piece - 1])) return 0;
+        position = end + pieces[piece].len;
+    }
+    if (position >= size || data[position] != '\n') return 0;
+    Py_ssize_t cut = at - 1, begin;
+    for (;;) {
+        begin = cut;
+        while (begin > 0 && data[begin - 1] != '\r' && data[begin - 1] != '\n') begin--;
+        Py_ssize_t byte = begin;
+        while (byte < cut && is_blank_byte(data[byte])) byte++;
+        if (byte < cut) break;
+        if (begin == 0 || data[begin - 1] == '\n') return 0;
+        cut = begin - 1;
+    }
+    return last_fraction(data, begin, cut, close, close_length, step, total);
+}
+
+PyDoc_STRVAR(segment_records_doc,
+"segment_records(data, pieces, close) -> (newlines, continued, starts, steps, totals, columns)\n\n"
+"Records on carriage-return segments and the fraction before each. See exporter/native/scan.py.");
+
+static PyObject *
+segment_records(PyObject *module, PyObject *args)
+{
+    Py_buffer data, close;
+    PyObject *pieces_object;
+    if (!PyArg_ParseTuple(args, "y*O!y*:segment_records", &data, &PyTuple_Type, &pieces_object, &close)) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object), ready = 0;
+    PyObject *starts = NULL, *steps = NULL, *totals = NULL, *columns = NULL, *result = NULL;
+    Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
+    double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
+    if (pieces == NULL || values == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; ready < count; ready++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pieces_object, ready), &pieces[ready], PyBUF_SIMPLE) < 0) goto done;
+    }
+    if (count < 2 || pieces[0].len == 0 || close.len == 0) {
+        PyErr_SetString(PyExc_ValueError, "two pieces at least, the first and the close not empty");
+        goto done;
+    }
+    starts = PyList_New(0);
+    steps = PyList_New(0);
+    totals = PyList_New(0);
+    columns = PyTuple_New(count - 1);
+    if (starts == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count - 1; i++) {
+        PyObject *column = PyList_New(0);
+        if (column == NULL) goto done;
+        PyTuple_SET_ITEM(columns, i, column);
+    }
+    const uint8_t *bytes = data.buf, *first = pieces[0].buf;
+    Py_ssize_t size = data.len, newlines = 0;
+    PyObject *continued = PyList_New(0);
+    if (continued == NULL) goto done;
+    for (const uint8_t *line = bytes, *newline; (newline = memchr(line, '\n', (size_t)(bytes + size - line))) != NULL;
+         line = newline + 1) {
+        newlines++;
+        if (newline > line && newline[-1] == '\r' && append_offset(continued, line - bytes) < 0) {
+            Py_DECREF(continued);
+            goto done;
+        }
+    }
+    for (const uint8_t *found = memmem(bytes, (size_t)size, first, (size_t)pieces[0].len); found != NULL;
+         found = memmem(found + 1, (size_t)(bytes + size - found - 1), first, (size_t)pieces[0].len)) {
+        long long step, total;
+        Py_ssize_t at = found - bytes;
+        if (!record_at(bytes, size, at, pieces, count, close.buf, close.len, &step, &total, values)) continue;
+        if (append_offset(starts, at) < 0) goto done;
+        PyObject *number = PyLong_FromLongLong(step);
+        if (number == NULL || PyList_Append(steps, number) < 0) {
+            Py_XDECREF(number);
+            goto done;
+        }
+        Py_DECREF(number);
+        number = PyLong_FromLongLong(total);
+        if (number == NULL || PyList_Append(totals, number) < 0) {
+            Py_XDECREF(number);
+            goto done;
+        }
+        Py_DECREF(number);
+        for (Py_ssize_t i = 0; i < count - 1; i++) {
+            PyObject *value = PyFloat_FromDouble(values[i]);
+            if (value == NULL || PyList_Append(PyTuple_GET_ITEM(columns, i), value) < 0) {
+                Py_XDECREF(value);
+                goto done;
+            }
+            Py_DECREF(value);
+        }
+    }
+    result = Py_BuildValue("(nNOOON)", newlines, continued, starts, steps, totals, PySequence_List(columns));
+done:
+    for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&pieces[i]);
+    PyMem_Free(pieces);
+    PyMem_Free(values);
+    Py_XDECREF(starts);
+    Py_XDECREF(steps);
+    Py_XDECREF(totals);
+    Py_XDECREF(columns);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&close);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
+    {"segment_records", segment_records, METH_VARARGS, segment_records_doc},
     {NULL},
 };
 

@@ -104,6 +104,111 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
     return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal)
 
 
+# A value of a segment record: a run of these bytes, one to MAX_VALUE_BYTES long, read by float().
+VALUE_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz.+-")
+MAX_VALUE_BYTES = 64
+MAX_FRACTION_DIGITS = 18
+_BLANK = frozenset(b" \t\x0b\x0c")  # with \r and \n, what bytes.strip() strips
+_DIGITS = frozenset(b"0123456789")
+
+Records = tuple[int, list[int], list[int], list[int], list[int], list[list[float]]]
+
+
+def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Records:
+    """A block's newlines, its lines ending in ``\\r``, and the records on carriage-return segments, each with
+    the fraction the non-blank segment before it ends with.
+
+    A record is a whole segment, after a ``\\r`` and before a ``\\n``: ``pieces[0]``, a value, ``pieces[1]``, ...,
+    a value, ``pieces[-1]``, where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and
+    ``float()`` takes it. Before it, past blank segments (bytes of ``_BLANK`` only, or none), a non-blank
+    segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
+    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Returns
+    ``(newlines, continued, starts, steps, totals, columns)``: the newline bytes of ``data``, where each line
+    ending in ``\\r`` starts, where each record starts, its ``D`` and ``T``, and a column of floats per
+    value, in the order of the data.
+    """
+    if len(pieces) < 2 or not pieces[0] or not close:
+        raise ValueError("two pieces at least, the first and the close not empty")
+    starts: list[int] = []
+    steps: list[int] = []
+    totals: list[int] = []
+    columns: list[list[float]] = [[] for _ in pieces[1:]]
+    at = data.find(pieces[0])
+    while at >= 0:
+        found = _record_at(data, at, pieces, close)
+        if found is not None:
+            starts.append(at)
+            steps.append(found[0])
+            totals.append(found[1])
+            for column, value in zip(columns, found[2], strict=True):
+                column.append(value)
+        at = data.find(pieces[0], at + 1)
+    continued, line = [], 0
+    for end in _found(data, 0x0A):
+        if end > line and data[end - 1] == 0x0D:
+            continued.append(line)
+        line = end + 1
+    return data.count(b"\n"), continued, starts, steps, totals, columns
+
+
+def _found(data: bytes, byte: int) -> list[int]:
+    """Where ``byte`` occurs in ``data``."""
+    found, at = [], data.find(byte)
+    while at >= 0:
+        found.append(at)
+        at = data.find(byte, at + 1)
+    return found
+
+
+def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) -> tuple[int, int, list[float]] | None:
+    if at == 0 or data[at - 1] != 0x0D:
+        return None
+    values: list[float] = []
+    position = at + len(pieces[0])
+    for piece in pieces[1:]:
+        end = position
+        while end < len(data) and data[end] in VALUE_BYTES:
+            end += 1
+        if not 1 <= end - position <= MAX_VALUE_BYTES or not data.startswith(piece, end):
+            return None
+        try:
+            values.append(float(data[position:end]))
+        except ValueError:
+            return None
+        position = end + len(piece)
+    if position >= len(data) or data[position] != 0x0A:
+        return None
+    cut = at - 1  # the \r before the segment looked at
+    while True:
+        begin = max(data.rfind(b"\r", 0, cut), data.rfind(b"\n", 0, cut)) + 1
+        if any(byte not in _BLANK for byte in data[begin:cut]):
+            break
+        if begin == 0 or data[begin - 1] == 0x0A:
+            return None  # no non-blank segment before it on its line
+        cut = begin - 1
+    fraction = _last_fraction(data, begin, cut, close)
+    return None if fraction is None else (*fraction, values)
+
+
+def _last_fraction(data: bytes, begin: int, end: int, close: bytes) -> tuple[int, int] | None:
+    """``(D, T)`` of the last ``D/T`` + ``close`` in ``data[begin:end]`` (see segment_records); None without."""
+    for at in range(end - 1, begin - 1, -1):
+        if at + len(close) <= end and data.startswith(close, at):
+            digits = at
+            while digits > begin and data[digits - 1] in _DIGITS:
+                digits -= 1
+            slash = digits - 1
+            if 1 <= at - digits <= MAX_FRACTION_DIGITS and slash > begin and data[slash] == 0x2F:
+                first = slash
+                while first > begin and data[first - 1] in _DIGITS:
+                    first -= 1
+                if 1 <= slash - first <= MAX_FRACTION_DIGITS and (first == begin or data[first - 1] < 0x80):
+                    return int(data[first:slash]), int(data[digits:at])
+        if data[at] == 0x2F and at > begin and (data[at - 1] in _DIGITS or data[at - 1] >= 0x80):
+            return None
+    return None
+
+
 def _matcher(anchors: tuple[bytes, ...], matcher: str) -> Callable[[bytes], list[int]]:
     """Start offsets of anchor occurrences, ascending (enough of them to find every line)."""
     if matcher == "ahocorasick":

@@ -21,12 +21,14 @@ scheduler's node table.
 
 from __future__ import annotations
 
+import bisect
+from collections import Counter
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
 from exporter import native
-from exporter.parse import signatures
-from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format
+from exporter.parse import carriage, signatures
+from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format, SegmentShape
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
 from exporter.parse.patterns import lazy
@@ -139,6 +141,7 @@ class LineParser:
         # only the lines the scan picked (a log of a kernel format costs nothing more).
         self._carriage_returns = False
         self._stream_rank: int | None = None  # the rank the continued line's prefix named
+        self._segment_shape: SegmentShape | None = None  # the records' shape a block of segments was read by
         self._segment_before = b""  # the last non-blank segment before the one parsed (a tqdm bar)
         # A redraw of a progress bar (Format.redraws), held until the bar draws another step: the
         # last redraw of a step is the one whose values are that step's.
@@ -178,7 +181,8 @@ class LineParser:
             # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._carriage_returns = self._carriage_returns or b"\r" in data
-            self._parse_lines(data, parsed)
+            if scanner is None or not self._parse_carriage(data, parsed):
+                self._parse_lines(data, parsed)
         elif not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed):
             lines, starts, prefixed = scanner.scan(data)
             if _has_rank_prefix(data, prefixed):
@@ -214,11 +218,11 @@ class LineParser:
         if len(routing) < len(self._routing):
             self._routing, self._scanner = routing, scanner_for(routing)
 
-    def _parse_lines(self, data: bytes, parsed: ParsedBlock) -> None:
-        """Every line, one at a time."""
+    def _parse_lines(self, data: bytes, parsed: ParsedBlock, begin: int = 0, end: int | None = None) -> None:
+        """Every line (of ``data[begin:end]``, whole lines), one at a time."""
         lines_by_rank = parsed.lines_by_rank
-        self._line_start = 0
-        for whole in data.split(b"\n")[:-1]:
+        self._line_start = begin
+        for whole in (data if begin == 0 and end is None else data[begin:end]).split(b"\n")[:-1]:
             start = self._line_start
             if self._continued or b"\r" in whole:
                 rank, recognized = self._parse_segments(whole, parsed)
@@ -270,6 +274,124 @@ class LineParser:
             if self._redrawn is not None:
                 self._take_redrawn(parsed)
         return stream, recognized
+
+    def _parse_carriage(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of carriage-return segments read a block at a time (parse/carriage.py); False (nothing done)
+        when the file has no format whose records sit on segments, or the block holds what only the
+        segment-by-segment reader reads right: another format's byte test, a rank prefix off a line's start,
+        a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``.
+
+        The record lines (a bar, then a record of the shape the file prints, no other segment holding an
+        anchor) go to the file's batch as columns; a line beginning with rank prefixes and holding no other
+        anchor is counted for its rank; every other line holding an anchor, a line ending in ``\\r`` and the
+        lines read while one continues or a failure block is open are read by ``_parse_lines``, in order.
+        """
+        fmt = next((found for found in self._routing if found.segment_shape is not None and found.name in self._found),
+                   None)
+        if fmt is None or self._redrawn is not None or any(other.redraws and other.name in self._found
+                                                           for other in self._routing):
+            return False
+        if any(other.prefilter in data for other in self._routing[:self._routing.index(fmt)]) or has_srun_label(data):
+            return False
+        first = data.find(fmt.prefilter)
+        if first < 0:
+            return False
+        segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0]
+        shape = self._segment_shape
+        if shape is None or not all(piece in segment for piece in shape.pieces):  # the file's records changed shape
+            assert fmt.segment_shape is not None
+            shape = self._segment_shape = fmt.segment_shape(segment)
+            if shape is None:
+                return False
+        text = b"\n" + data
+        prefixed = carriage.prefixed_lines(text)
+        if prefixed is None or carriage.ranks_after_returns(text):
+            return False
+        found = carriage.record_lines(data, shape, parsed.offsets is not None)
+        lines = found.newlines
+        if 4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued):
+            return False
+        if self._stream_scanner[0] != self._routing:
+            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
+        scanner = self._stream_scanner[1]
+        assert scanner is not None
+        _, anchored, _ = scanner.scan(data.replace(b"\r", b"\n"))
+        specials: list[int] = found.continued
+        if len(anchored) != len(found.steps) or self._continued or self._blocks:
+            # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r.
+            records = set(found.record_starts)
+            specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in anchored if at not in records),
+                               *found.continued, *((0,) if self._continued or self._blocks else ())})
+        values: dict[str, list] = {"total_steps": found.totals}
+        named: dict[str, list[float]] = {}
+        for (gauge, name), column in zip(shape.targets, found.values, strict=True):
+            (values if gauge else named)[name] = column
+        filtered = set(shape.filtered(values))
+        ends = {line + 1 for line in filtered}
+        ends.update(line for line in range(1, len(found.steps)) if found.steps[line] < found.steps[line - 1])
+        run = _RecordRun(found, values, named, sorted(ends), filtered)
+        recognized = alone = 0  # record lines taken here, lines read by _parse_lines
+        counted: Counter[bytes] = Counter()  # lines beginning with prefixes read by _parse_lines
+        position = 0
+        for special in specials:
+            if special < position:
+                continue
+            recognized += self._take_record_lines(run, special, parsed)
+            position = special
+            while True:
+                end = data.find(b"\n", position) + 1
+                prefixes = carriage.prefixes_at(text, position)
+                if prefixes is not None:
+                    counted[prefixes] += 1
+                self._parse_lines(data, parsed, position, end)
+                alone += 1
+                position = end
+                if position >= len(data) or not (self._continued or self._blocks or self._redrawn is not None):
+                    break
+            run.skip_until(position)
+        recognized += self._take_record_lines(run, len(data) + 1, parsed)
+        lines_by_rank = parsed.lines_by_rank
+        unprefixed = lines - alone
+        for prefixes, count in (prefixed - counted).items():
+            rank = strip_rank_prefixes(prefixes, self._rank_offset)[0]
+            lines_by_rank[rank] = lines_by_rank.get(rank, 0) + count
+            unprefixed -= count
+        if unprefixed:
+            lines_by_rank[None] = lines_by_rank.get(None, 0) + unprefixed
+        parsed.unparsed += lines - alone - recognized
+        if recognized:
+            parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + recognized
+            if not self._format_has_loss and "loss" in values:
+                self._format, self._format_has_loss = fmt, True
+        return True
+
+    def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock) -> int:
+        """The run's record lines before ``stop`` (a line's start) into the file's batch, as ``_take`` would take
+        each (a step going back, a line's unprinted non-finite loss and the batch size end a batch); how many."""
+        found, builder, size = run.found, self._builder(None), self._rows_per_batch
+        starts = found.line_starts
+        limit = bisect.bisect_left(found.record_starts, stop, run.next)
+        line, taken = run.next, limit - run.next
+        while line < limit:
+            if starts is not None:
+                self._line_start = starts[line]
+            if builder.goes_back(found.steps[line]):
+                self._end_batch(builder, parsed)
+            at = bisect.bisect_right(run.ends, line)
+            end = min(limit, run.ends[at]) if at < len(run.ends) else limit
+            if size:
+                end = min(end, line + max(1, size - len(builder)))
+            filtered = end - 1 in run.filtered
+            builder.add_lines(found.steps[line:end], {name: column[line:end] for name, column in run.values.items()},
+                              {name: column[line:end] for name, column in run.named.items()},
+                              starts[line:end] if starts is not None else None, int(filtered))
+            if filtered or (size and len(builder) >= size):
+                if starts is not None:
+                    self._line_start = starts[end - 1]
+                self._end_batch(builder, parsed)
+            line = end
+        run.next = limit
+        return taken
 
     def _take_redrawn(self, parsed: ParsedBlock) -> None:
         """The held redraw of a progress bar: the bar moved on, or something else was written."""
@@ -825,3 +947,18 @@ def _on_host(event: ErrorEvent, host: str | None) -> ErrorEvent:
     if host is not None:
         event.detail = {**event.detail, "host": host}
     return event
+
+
+class _RecordRun:
+    """A block's record lines (parse/carriage.py) and how far they were handed to the file's batch."""
+
+    def __init__(self, found: carriage.RecordLines, values: dict[str, list], named: dict[str, list[float]],
+                 ends: list[int], filtered: set[int]) -> None:
+        self.found, self.values, self.named = found, values, named
+        self.ends = ends  # the lines before which a batch may end: a step going back, after a filtered loss
+        self.filtered = filtered  # lines with a non-finite loss they do not show
+        self.next = 0  # the first record line not handed out
+
+    def skip_until(self, position: int) -> None:
+        """The record lines before ``position`` (a line's start) were read line by line."""
+        self.next = max(self.next, bisect.bisect_left(self.found.record_starts, position, self.next))

@@ -15,9 +15,10 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from exporter.parse import custom_regex
-from exporter.parse.formats.registry import Banner, Format, registered
+from exporter.parse.formats.registry import Banner, Format, SegmentShape, registered
 
-__all__ = ["BUILTIN_FORMATS", "BUILTIN_NAMES", "Banner", "Format", "FormatSelection", "custom_format", "selection"]
+__all__ = ["BUILTIN_FORMATS", "BUILTIN_NAMES", "Banner", "Format", "FormatSelection", "SegmentShape", "custom_format",
+           "selection"]
 
 
 def _import_format_modules() -> None:

@@ -23,7 +23,7 @@ import re
 from collections.abc import Iterator
 
 from exporter.parse.fields import add_named, metric_name, set_value
-from exporter.parse.formats.registry import Format, register
+from exporter.parse.formats.registry import Format, SegmentShape, register
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
@@ -62,6 +62,42 @@ def parse(text: str) -> StepLine | None:
     return line
 
 
+# A value as the block-wise reader takes it (native.segment_records): any other sends its line to parse().
+_PLAIN_VALUE = rb"[0-9A-Za-z.+-]{1,64}"
+
+
+def segment_shape(segment: bytes) -> SegmentShape | None:
+    """The shape of the dict ``segment`` (a whole carriage-return segment): the same keys in the same order,
+    printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every value quoted),
+    read a block at a time with the values ``parse`` gives (parse/carriage.py). None for a dict that names
+    the step itself or two values the same, or prints a value otherwise: those lines are read by ``parse``."""
+    try:
+        text = segment.decode("ascii")
+    except UnicodeDecodeError:
+        return None
+    if _DICT.fullmatch(text) is None:
+        return None
+    keys = [key for key, _ in _PAIR.findall(text)]
+    if any(key in _STEP_KEYS for key in keys):
+        return None
+    targets = tuple((True, _GAUGES[key]) if key in _GAUGES else (False, metric_name(key)) for key in keys)
+    if len(set(targets)) != len(targets):
+        return None
+    pieces = (b"{'" + keys[0].encode() + b"': '", *(b"', '" + key.encode() + b"': '" for key in keys[1:]), b"'}")
+    if re.fullmatch(_PLAIN_VALUE.join(map(re.escape, pieces)), segment) is None:
+        return None
+    return SegmentShape(pieces, b" [", targets, _filtered)
+
+
+def _filtered(values: dict[str, list[float]]) -> list[int]:
+    """The lines (indexes) whose loss is finite while their grad norm is not: ``parse``'s NaN-filter count."""
+    grad_norms, losses = values.get("grad_norm"), values.get("loss")
+    if grad_norms is None or losses is None or math.isfinite(sum(grad_norms)):
+        return []
+    return [line for line, (grad_norm, loss) in enumerate(zip(grad_norms, losses, strict=True))
+            if not math.isfinite(grad_norm) and math.isfinite(loss)]
+
+
 def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
     """The last of the matches, None when there is none."""
     last = None
@@ -70,4 +106,5 @@ def _last(matches: Iterator[re.Match[str]]) -> re.Match[str] | None:
     return last
 
 
-FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40, segment_context=True))
+FORMAT = register(Format("hf_trainer", "transformers", b"{'loss'", parse, detection_order=40, segment_context=True,
+                           segment_shape=segment_shape))

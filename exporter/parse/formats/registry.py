@@ -23,6 +23,24 @@ class Banner:
 
 
 @dataclass(frozen=True, slots=True)
+class SegmentShape:
+    """Records of one shape, as a format whose records sit on carriage-return segments reads them a block at a
+    time (parse/carriage.py, native.segment_records).
+
+    ``pieces``: the literal text around the values (one more piece than values; each value a plain number or
+    word, read by ``float``); ``close``: what follows the ``step/total`` fraction of the bar drawn before a
+    record; ``targets``: per value, whether it sets a gauge (True) or a named value (False), and which;
+    ``filtered``: the lines (indexes) with a non-finite loss they do not show, from the columns (gauge name
+    -> values), as the format's parser counts them.
+    """
+
+    pieces: tuple[bytes, ...]
+    close: bytes
+    targets: tuple[tuple[bool, str], ...]
+    filtered: Callable[[dict[str, list[float]]], list[int]]
+
+
+@dataclass(frozen=True, slots=True)
 class Format:
     """One log format: a cheap byte test, then the parser proper."""
 
@@ -44,6 +62,8 @@ class Format:
     # Its records sit on carriage-return segments after the progress bar that names their step:
     # the parser is given the segment drawn before the record's, then ``\r``, then the record's.
     segment_context: bool = False
+    # Its records read a block at a time (parse/carriage.py): the shape of one record segment, or None.
+    segment_shape: Callable[[bytes], SegmentShape | None] | None = None
     # A progress bar that redraws a step several times (a count, then the count with new values):
     # only the last redraw of a step is a record. Its prefilter is in every redraw.
     redraws: bool = False

@@ -1,0 +1,105 @@
+"""Carriage-return consoles a block at a time: a progress bar's redraws and the records written between them.
+
+A console with a tqdm bar (a Hugging Face Trainer's) is long lines of carriage-return segments: the bar
+drawn again and again, and after each logging step a record segment (the Trainer's dict) that takes its
+step from the bar drawn before it. Read segment by segment (LineParser._parse_segments), every redraw
+costs a parser's call. Here one pass of a kernel (native.segment_records) finds the *record lines* of a
+block: a record of the shape the file prints (``SegmentShape``: the literal pieces around its values),
+right after a carriage return and ending its line, and the ``step/total`` fraction the non-blank segment
+before it ends with; their steps, totals and values come out as columns. A line that begins with rank
+prefixes is counted for its rank by its prefixes, gathered once per block. The line parser reads, segment
+by segment, every other line holding an anchor (the scan over the segments finds them), and reads none of
+the block this way when a line may take its rank from elsewhere (a prefix off a line's start, a rank
+after a carriage return, a record line beginning with a rank). That reader is the definition: the
+records, line counts, state and offsets are the same (tests/test_carriage.py).
+"""
+
+from __future__ import annotations
+
+import operator
+from collections import Counter
+from typing import NamedTuple
+
+from exporter import native
+from exporter.parse.formats import SegmentShape
+from exporter.parse.patterns import lazy
+from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
+
+# Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's).
+_PREFIXES = lazy(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
+_ROLE = lazy(rb"\[([A-Za-z_]+)\d+\]")
+# The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
+_NO_RANK_BYTES = frozenset(b"[ 0123456789")
+# A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
+# --label``'s task number): the segment reader counts it for that rank.
+_RANK_AFTER_RETURN = lazy(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
+
+
+class RecordLines(NamedTuple):
+    """A block's newlines, the lines ending in ``\\r``, and its record lines: where each record starts, where
+    its line starts (None: not asked for), its step, total and values (a column per value of the shape)."""
+
+    newlines: int
+    continued: list[int]
+    record_starts: list[int]
+    line_starts: list[int] | None
+    steps: list[int]
+    totals: list[int]
+    values: list[list[float]]
+
+
+def record_lines(data: bytes, shape: SegmentShape, line_starts: bool) -> RecordLines:
+    """The record lines of ``data`` (a block of whole lines) by ``shape`` (native.segment_records)."""
+    newlines, continued, starts, steps, totals, values = native.segment_records(data, shape.pieces, shape.close)
+    lines = [data.rfind(b"\n", 0, start) + 1 for start in starts] if line_starts else None
+    return RecordLines(newlines, continued, starts, lines, steps, totals, values)
+
+
+def ranks_after_returns(text: bytes) -> bool:
+    """True when a line of ``text`` (a newline, then a block) may take its rank from a segment after a carriage
+    return: the segment reader reads those blocks."""
+    return _RANK_AFTER_RETURN.search(text) is not None
+
+
+def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:
+    """True when a record line begins with a rank (a prefix, ``srun --label``'s task number): its record is that
+    rank's, and the segment reader reads the block. ``continued``: the block's first line continues one (the
+    segment reader reads it)."""
+    starts = found.line_starts or [data.rfind(b"\n", 0, start) + 1 for start in found.record_starts]
+    if continued:
+        starts = [start for start in starts if start]
+    if not starts:
+        return False
+    first = operator.itemgetter(*starts)(data)
+    if _NO_RANK_BYTES.isdisjoint(first if isinstance(first, tuple) else (first,)):
+        return False
+    return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None
+               for start in starts if data[start] in _NO_RANK_BYTES)
+
+
+def _first_segment(data: bytes, start: int) -> bytes:
+    """The line at ``start`` up to its first carriage return."""
+    end = data.find(b"\n", start)
+    cut = data.find(b"\r", start, end)
+    return data[start:cut if cut >= 0 else end]
+
+
+def prefixed_lines(text: bytes) -> Counter[bytes] | None:
+    """The rank prefixes the lines of ``text`` (a newline, then a block of whole lines) begin with, and how many
+    lines begin with each; None when a prefix role (``[rank``, ``[default``, a role found at a line's start)
+    occurs elsewhere too: a line glued to another rank's, a prefix after a carriage return or after a
+    bracketed PID (those blocks go line by line)."""
+    found = Counter(_PREFIXES.findall(text))
+    literals = set(PREFIX_ANCHORS)
+    for prefixes in found:
+        literals.update(b"[" + role for role in _ROLE.findall(prefixes))
+    for literal in literals:
+        if text.count(literal) != sum(prefixes.count(literal) * lines for prefixes, lines in found.items()):
+            return None
+    return found
+
+
+def prefixes_at(text: bytes, start: int) -> bytes | None:
+    """The rank prefixes the line after the newline at ``text[start]`` begins with, None without."""
+    match = _PREFIXES.match(text, start)
+    return match.group(1) if match else None
