@@ -256,7 +256,7 @@ class TrainingState:
                 self._allow_start_up(rank)
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, old))
+                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, {}, old))
             elif isinstance(record, ErrorEvent):
                 self.causes.line(key, when)
                 self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
@@ -446,10 +446,10 @@ class TrainingState:
         if found.earlier is not None:
             return dataclasses.replace(found.earlier, count=found.count, detail=detail)
         batch, before, step = applying.batch, applying.printed_before, found.step
-        context = {name: _around(batch.series.get(name), step, before.get(name)) for name in CONTEXT_FIELDS}
+        context = {name: _around(applying, batch.series.get(name), step, before.get(name)) for name in CONTEXT_FIELDS}
         value = found.value
         if value is None and found.subject is not None:
-            value = _around(batch.series.get(found.subject), step, before.get(found.subject))
+            value = _around(applying, batch.series.get(found.subject), step, before.get(found.subject))
         return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
                      value or (None, None), context, detail, found.continued)
 
@@ -459,7 +459,8 @@ class TrainingState:
         if applying.line_time is None:
             return applying.now
         steps = applying.batch.steps
-        return applying.line_time(steps.index(step) if step in steps else len(steps) - 1)
+        index = applying.position(steps, step)
+        return applying.line_time(len(steps) - 1 if index is None else index)
 
     @staticmethod
     def _set_last_error(rank: RankState, kind: str, detail: dict[str, str | int | float]) -> None:
@@ -649,7 +650,19 @@ class _Applying(NamedTuple):
     printed_before: dict[str, float]  # the rank's printed values before the batch
     line_time: LineTime | None
     now: float
+    # A step list of the batch (by identity) -> each step's first index in it: a batch read at block speed holds
+    # thousands of steps, and a detector may find something at many of them (list.index each time: quadratic).
+    positions: dict[int, dict[int | None, int]]
     old: bool = False  # its file was last written long ago: read late, not a run starting now
+
+    def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
+        """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
+        positions = self.positions.get(id(steps))
+        if positions is None:
+            positions = self.positions[id(steps)] = {}
+            for index, known in enumerate(steps):
+                positions.setdefault(known, index)
+        return positions.get(step)
 
 
 def _stalls(rank: RankState) -> bool:
@@ -658,11 +671,12 @@ def _stalls(rank: RankState) -> bool:
     return rank.info.get("role") not in ("scheduler", "launcher")
 
 
-def _around(series: Series | None, step: int | None, previous: float | None) -> tuple[float | None, float | None]:
+def _around(applying: _Applying, series: Series | None, step: int | None,
+            previous: float | None) -> tuple[float | None, float | None]:
     """A series' value before ``step`` and at it (``previous``: its value before the batch)."""
-    if series is None or step not in series.steps:
+    index = None if series is None else applying.position(series.steps, step)
+    if series is None or index is None:
         return previous, None
-    index = series.steps.index(step)
     return (series.values[index - 1] if index > 0 else previous), series.values[index]
 
 
