@@ -8,6 +8,11 @@ carriage-return redraws with the Trainer's dicts between them. Each kept real lo
 the file has the benchmark's number of lines, and read by: serve's catch-up, ``analyze --format
 json``, ``analyze --csv``, ``grep -c loss`` and the guide's ``grep | awk`` (step and loss).
 
+The copies continue the run: each copy's step counters (torchrun's ``step=S/T``, tqdm's ``S/T``)
+go on from the copy before, as a longer run prints them; copied as they are, every copy would be a
+restart (about 30,000 in 2,000,000 lines), which measures restarts, not a run's lines. Only the
+counters change: every other byte is the real program's.
+
 Every contender's output is checked: the exporter's lines per rank add up to the file's, its
 steps to the step lines the copies hold; ``analyze``'s too; the CSV has a row per step line.
 """
@@ -16,6 +21,7 @@ from __future__ import annotations
 
 import csv
 import json
+import re
 import sys
 import tempfile
 from dataclasses import dataclass
@@ -38,15 +44,19 @@ class Console:
     fixture: str
     step_lines_per_copy: int  # step records per copy (a rank's, any rank): the exporter and analyze must read each
     grep_awk: str  # step and loss of every step record, one row each ({log}: the file)
+    counter: bytes  # the step counter, ``S/T`` in groups 2 and 3 between groups 1 and 4: continued copy after copy
 
 
 CONSOLES = (
-    # torchrun --tee 3 of ddp_train.py, 4 ranks: `[defaultN]:step=S/T loss=... lr=... grad_norm=... step_time=...`.
-    Console("torchrun_tee", "torchrun_ddp_nan.log", 60,
-            "grep -oE 'step=[0-9]+/[0-9]+ loss=[^ ]+' {log} | awk -F'[=/ ]' '{{print $2, $5}}'"),
+    # torchrun --tee 3 of ddp_train.py, 4 ranks, a healthy run of 100 steps: `[defaultN]:step=S/T loss=... lr=...
+    # grad_norm=... step_time=...`. Each copy's loss starts again from the model's first: a spike every 100 steps.
+    Console("torchrun_tee", "torchrun_ddp_healthy.log", 400,
+            "grep -oE 'step=[0-9]+/[0-9]+ loss=[^ ]+' {log} | awk -F'[=/ ]' '{{print $2, $5}}'",
+            rb"(step=)(\d+)/(\d+)( )"),
     # A Hugging Face Trainer under torchrun: tqdm's redraws, `{'loss': '4.036', ...}` dicts.
     Console("hf_trainer", "hf_trainer_tqdm.log", 12,
-            "grep -oE \"'loss': '?[0-9.eE+-]+\" {log} | awk -F\"'\" '{{print NR, $4}}'"),
+            "grep -oE \"'loss': '?[0-9.eE+-]+\" {log} | awk -F\"'\" '{{print NR, $4}}'",
+            rb"(\| *)(\d+)/(\d+)( \[)"),
 )
 
 
@@ -60,15 +70,20 @@ class ConsoleLog:
 
 
 def write_console(directory: Path, console: Console, lines: int) -> ConsoleLog:
-    """The console's fixture written whole, again and again, until the file has ``lines`` lines at least."""
+    """The console's fixture written whole, again and again, until the file has ``lines`` lines at least, each
+    copy's step counters going on from the copy before's last."""
     text = (FIXTURES / console.fixture).read_bytes()
     per_copy = text.count(b"\n")
     copies = max(1, -(-lines // per_copy))
+    counter = re.compile(console.counter)
+    steps = max(int(found.group(2)) for found in counter.finditer(text))
+    total = steps * copies
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "train.log"
     with path.open("wb") as handle:
-        for _ in range(copies):
-            handle.write(text)
+        for copy in range(copies):
+            handle.write(counter.sub(lambda found, offset=copy * steps: b"%s%d/%d%s" % (
+                found.group(1), int(found.group(2)) + offset, total, found.group(4)), text))
     return ConsoleLog(path, console.fixture, per_copy * copies, copies, console.step_lines_per_copy * copies)
 
 

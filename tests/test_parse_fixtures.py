@@ -70,6 +70,7 @@ DETECTED_FORMAT = {
     "real/torchrun_ddp_hang_console": None,
     "real/torchrun_ddp_hang_rank0": None,
     "real/torchrun_ddp_kill": "keyvalue",
+    "real/torchrun_ddp_healthy": "keyvalue",
     "real/torchrun_ddp_nan": "keyvalue",
     "real/torchrun_ddp_oom": "keyvalue",
     "real/torchrun_ddp_raise": "keyvalue",

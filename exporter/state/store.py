@@ -658,10 +658,8 @@ class _Applying(NamedTuple):
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
         """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
         positions = self.positions.get(id(steps))
-        if positions is None:
-            positions = self.positions[id(steps)] = {}
-            for index, known in enumerate(steps):
-                positions.setdefault(known, index)
+        if positions is None:  # built backwards: a step's first index is the one written last
+            positions = self.positions[id(steps)] = dict(zip(reversed(steps), range(len(steps) - 1, -1, -1)))
         return positions.get(step)
 
 

@@ -148,11 +148,19 @@ class SeriesDetector(Detector):
 
 def _spike_steps(config: SeriesConfig, before: SpikeState | None, steps: list[int | None],
                  values: list[float]) -> list[int | None]:
-    """The steps of a batch's spikes: the spike detector replayed value by value from its state before the
-    batch (only a batch with more than one spike gets here)."""
-    state = SeriesState(before)
-    found = []
-    for step, value in zip(steps, values, strict=True):
-        if check_series(config, state, [step], [value], plateau=False)[2]:
-            found.append(step)
+    """The steps of a batch's spikes: the spike detector replayed from its state before the batch (only a batch
+    with more than one spike gets here), a stretch with two or more spikes cut in halves: a batch read at block
+    speed holds thousands of values, and a call per value would cost more than the kernel's work."""
+    found: list[int | None] = []
+
+    def replay(spikes: SpikeState | None, begin: int, end: int) -> SpikeState | None:
+        state = SeriesState(spikes)
+        spiked, last = check_series(config, state, steps[begin:end], values[begin:end], plateau=False)[2:]
+        if spiked < 2:
+            found.extend([last] * spiked)
+            return state.spikes
+        middle = (begin + end) // 2
+        return replay(replay(spikes, begin, middle), middle, end)
+
+    replay(before, 0, len(values))
     return found
