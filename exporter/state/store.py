@@ -659,7 +659,8 @@ class _Applying(NamedTuple):
         """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
         positions = self.positions.get(id(steps))
         if positions is None:  # built backwards: a step's first index is the one written last
-            positions = self.positions[id(steps)] = dict(zip(reversed(steps), range(len(steps) - 1, -1, -1)))
+            backwards = range(len(steps) - 1, -1, -1)
+            positions = self.positions[id(steps)] = dict(zip(reversed(steps), backwards, strict=True))
         return positions.get(step)
 
 
