@@ -25,6 +25,7 @@ import re
 import sys
 import tempfile
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 from benchmarks.catchup import compile_bytecode
@@ -82,9 +83,13 @@ def write_console(directory: Path, console: Console, lines: int) -> ConsoleLog:
     path = directory / "train.log"
     with path.open("wb") as handle:
         for copy in range(copies):
-            handle.write(counter.sub(lambda found, offset=copy * steps: b"%s%d/%d%s" % (
-                found.group(1), int(found.group(2)) + offset, total, found.group(4)), text))
+            handle.write(counter.sub(partial(_continued, offset=copy * steps, total=total), text))
     return ConsoleLog(path, console.fixture, per_copy * copies, copies, console.step_lines_per_copy * copies)
+
+
+def _continued(found: re.Match[bytes], offset: int, total: int) -> bytes:
+    """A step counter ``S/T`` of a copy, ``offset`` steps on, of the ``total`` steps of all copies."""
+    return b"%s%d/%d%s" % (found.group(1), int(found.group(2)) + offset, total, found.group(4))
 
 
 def _lines_read_right(lines: int, log: ConsoleLog) -> bool:
