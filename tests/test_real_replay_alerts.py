@@ -58,6 +58,10 @@ KILL_RUN, KILL_PAGE = "msrun-kill", ("TrainingProcessCrashed", "1")
 # torchelastic: attempt 0's rank 1 raised, the agent restarted both ranks; attempts 1 and 2 failed on every rank
 # before their first step (rank 0 first, as the agent's "Root Cause (first observed failure)" says).
 ELASTIC_PAGES = {0: ("TrainingProcessCrashed", "1"), 2: ("TrainingProcessCrashed", "0")}
+# A crash and a resume from the checkpoint into the same console (tests/fixtures/real/ddp_crash_resume/): rank 1 raised
+# in step 12, the others' gloo errors followed; the job started again from step 9 and ran to its end, 30/30.
+RESUME_RUN, RESUME_PAGE = "crash-resume", ("TrainingProcessCrashed", "1")
+RESUME_CONSOLE = REAL / "ddp_crash_resume" / "logs" / "train.log"
 
 
 def _lines(path: Path) -> list[bytes]:
@@ -74,9 +78,12 @@ def _write(path: Path, lines: list[bytes]) -> None:
 
 
 def _console(target: Path, fixture: Path) -> None:
+    _console_lines(target, _lines(fixture))
+
+
+def _console_lines(target: Path, lines: list[bytes]) -> None:
     """A torchrun console: up to every rank's first step line, a few scrapes' pause (Prometheus sees the ranks'
     counters at 0 before the failure: increase() sees nothing of a counter born at 1), then the rest."""
-    lines = _lines(fixture)
     first_steps = max(index for index, line in enumerate(lines) if b"step=1/" in line) + 1
     _write(target, lines[:first_steps])
     time.sleep(SCRAPES_SECONDS)
@@ -91,6 +98,8 @@ class Replays:
     threads: list[threading.Thread] = field(default_factory=list)
     # What was seen of the torchelastic run after each attempt's files were written: the active pages.
     elastic_pages: dict[int, set[tuple[str, str]]] = field(default_factory=dict)
+    # The crash-and-resume run's active pages after the crash, and after the resumed job's end.
+    resume_pages: dict[str, set[tuple[str, str]]] = field(default_factory=dict)
     errors: list[BaseException] = field(default_factory=list)
 
     def log_dir(self, run: str) -> Path:
@@ -100,6 +109,7 @@ class Replays:
         jobs: list[Callable[[], None]] = [functools.partial(_console, self.log_dir(run) / "console.log", REAL / fixture)
                                           for run, (fixture, _page) in CONSOLE_RUNS.items()]
         jobs.append(functools.partial(self._elastic, observe))
+        jobs.append(functools.partial(self._crash_resume, observe))
         jobs.append(functools.partial(replay_directory, REAL / "msrun_hang", self.log_dir(HANG_RUN), HANG_SPEEDUP))
         jobs.append(functools.partial(replay_directory, REAL / "msrun_kill", self.log_dir(KILL_RUN), HANG_SPEEDUP))
         for job in jobs:
@@ -143,6 +153,23 @@ class Replays:
             else:
                 time.sleep(ATTEMPT_PAUSE / 4)  # an attempt that failed at once: the agent restarts at once
 
+    def _crash_resume(self, observe: Callable[[str], set[tuple[str, str]]]) -> None:
+        """The first launch's lines to its agent's failure report, the page it leaves, then the resumed launch's
+        (from its own torchrun banner on) to the job's end, and what pages a few scrapes later."""
+        lines = _lines(RESUME_CONSOLE)
+        resumed = next(index for index, line in enumerate(lines) if index > 4 and b"run.py:874]" in line)
+        target = self.log_dir(RESUME_RUN) / "train.log"
+        _console_lines(target, lines[:resumed])
+        wanted = {RESUME_PAGE}
+        try:
+            self.resume_pages["crash"] = eventually(functools.partial(_exactly, observe, wanted, RESUME_RUN),
+                                                    BUDGET / 2, interval=0.5, what=f"the page {wanted}")
+        except AssertionError:
+            self.resume_pages["crash"] = observe(RESUME_RUN)
+        _write(target, lines[resumed:])
+        time.sleep(ATTEMPT_PAUSE)
+        self.resume_pages["resumed"] = observe(RESUME_RUN)
+
     def join(self, timeout: float) -> None:
         deadline = time.monotonic() + timeout
         for thread in self.threads:
@@ -151,9 +178,9 @@ class Replays:
         assert not self.errors, self.errors
 
 
-def _exactly(observe: Callable[[str], set[tuple[str, str]]],
-             wanted: set[tuple[str, str]]) -> set[tuple[str, str]] | None:
-    seen = observe("elastic")
+def _exactly(observe: Callable[[str], set[tuple[str, str]]], wanted: set[tuple[str, str]],
+             run: str = "elastic") -> set[tuple[str, str]] | None:
+    seen = observe(run)
     return seen if seen == wanted else None
 
 
@@ -183,7 +210,7 @@ def stack(tmp_path_factory) -> Iterator[Stack]:
     rules = [write_shortened_rules(path, root / "rules" / path.name, values)
              for path, values in RULE_TEST_VALUES.items()]
     replays = Replays(root)
-    runs = [*CONSOLE_RUNS, "elastic", HANG_RUN, KILL_RUN]
+    runs = [*CONSOLE_RUNS, "elastic", HANG_RUN, KILL_RUN, RESUME_RUN]
     for run in runs:
         replays.log_dir(run).mkdir(parents=True)
     with ExitStack() as running:
@@ -235,3 +262,19 @@ def test_a_torchelastic_restart_pages_the_failure_that_caused_it_then_the_last_a
     samples = scrape(stack.exporter.url)
     assert {rank: sample(samples, "training_restarts_total", run="elastic", rank=rank) for rank in "01"} == \
         {"0": 2, "1": 2}
+
+
+def test_a_crash_and_resume_pages_the_crash_once_and_the_resume_nothing_more(stack):
+    # The crash: rank 1's exception is the incident's cause, the others' gloo errors are held back. The resumed job
+    # re-ran steps 9-11 and finished: the same one page (the crash's ten minutes are not over), no stall (finished).
+    assert stack.replays.resume_pages["crash"] == {RESUME_PAGE}
+    assert stack.replays.resume_pages["resumed"] == {RESUME_PAGE}
+    samples = scrape(stack.exporter.url)
+    assert {rank: sample(samples, "training_restarts_total", run=RESUME_RUN, rank=rank) for rank in "0123"} == \
+        dict.fromkeys("0123", 1)
+    assert sample(samples, "training_step", run=RESUME_RUN, rank="1") == 30
+    # The exporter names no cause once the run trained on; the rules keep the one it named while its alerts fire.
+    assert stack.prometheus.query(f'training_incident_info{{run="{RESUME_RUN}"}}') == []
+    (cause,) = stack.prometheus.query(f'trainlog:incident:root_cause{{run="{RESUME_RUN}"}}')
+    assert {name: cause["metric"][name] for name in ("kind", "rank", "incident")} == \
+        {"kind": "traceback", "rank": "1", "incident": "ended"}
