@@ -71,7 +71,7 @@ from __future__ import annotations
 
 import enum
 import re
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
 
@@ -224,11 +224,17 @@ def _convert(entry: tuple, raw: str) -> tuple[float | None, str | None] | None:
 
 def _record(table: tuple, match: re.Match[str]) -> Record:
     grammar = _grammar(table)
-    fields = table[6]
+    pairs = ((name, raw.strip()) for name, raw in grammar.pair.findall(match.group("body")))
+    values, named = _values(grammar, table[6], pairs)
+    return Record(int(match.group(1)), int(match.group(2)), values, named)
+
+
+def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]]
+            ) -> tuple[list[tuple[float | None, str | None]], dict[str, float]]:
+    """A line's (name, raw value) pairs as the table's columns and the named values no column takes."""
     values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
     named: dict[str, float] = {}
-    for name, raw in grammar.pair.findall(match.group("body")):
-        raw = raw.strip()
+    for name, raw in pairs:
         field = grammar.field_index.get(name)
         if field is None:
             value = parse_float(raw)
@@ -238,7 +244,7 @@ def _record(table: tuple, match: re.Match[str]) -> Record:
         converted = _convert(fields[field], raw)
         if converted is not None:
             values[grammar.column_of[field]] = converted
-    return Record(int(match.group(1)), int(match.group(2)), values, named)
+    return values, named
 
 
 def _pairs_record(table: tuple, text: str) -> Record | None:
@@ -249,21 +255,8 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
     if step is None or (required and not any(name in pairs for name in required)):
         return None
-    fields = table[6]
-    values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
-    named: dict[str, float] = {}
-    for name, raw in pairs.items():
-        if name in grammar.step_names:
-            continue
-        field = grammar.field_index.get(name)
-        if field is None:
-            value = parse_float(raw)
-            if value is not None:
-                named[name] = value
-            continue
-        converted = _convert(fields[field], raw)
-        if converted is not None:
-            values[grammar.column_of[field]] = converted
+    values, named = _values(grammar, table[6], ((name, raw) for name, raw in pairs.items()
+                                                if name not in grammar.step_names))
     total = step.group(2)
     return Record(int(step.group(1)), None if total is None else int(total), values, named)
 
