@@ -242,9 +242,9 @@ def _record_lines(table: tuple, seed: int) -> list[bytes]:
     return lines
 
 
-@pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
-def test_step_lines_read_in_runs_match_the_twin(table):
-    lines = _record_lines(table, seed=3)
+def _read_in_runs_by_both(table: tuple, lines: list[bytes]) -> tuple[int, int, int]:
+    """The lines read in runs of random limits by the kernel and its twin, compared run by run and take by take
+    (a few runs taken as one, as a block's are): how many runs of more than a line, rows and takes there were."""
     data = b"\n".join(lines) + b"\n"
     starts = [0]
     for line in lines[:-1]:
@@ -257,13 +257,19 @@ def test_step_lines_read_in_runs_match_the_twin(table):
         taken = compiled.read(data, starts, index, limit)
         assert taken == twin.read(data, starts, index, limit), lines[index:index + taken + 1]
         assert len(compiled) == len(twin)
-        if rng.random() < 0.2:  # a few runs taken as one, as a block's are
+        if rng.random() < 0.2:
             assert _bits(compiled.take()) == _bits(twin.take()), lines[index - 20:index + taken + 1]
             takes += 1
         runs += taken > 1
         rows += taken
         index += taken or 1
     assert _bits(compiled.take()) == _bits(twin.take())
+    return runs, rows, takes
+
+
+@pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
+def test_step_lines_read_in_runs_match_the_twin(table):
+    runs, rows, takes = _read_in_runs_by_both(table, _record_lines(table, seed=3))
     assert runs > 100 and rows > 1000 and takes > 50
 
 
@@ -400,26 +406,7 @@ def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
 
 @pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
 def test_pairs_lines_read_in_runs_match_the_twin(table):
-    lines = _pairs_lines(table, seed=3)
-    data = b"\n".join(lines) + b"\n"
-    starts = [0]
-    for line in lines[:-1]:
-        starts.append(starts[-1] + len(line) + 1)
-    rng = random.Random(5)
-    compiled, twin = _step_fields.StepReader(table), step_fields_twin.StepReader(table)
-    index = runs = rows = takes = 0
-    while index < len(starts):
-        limit = rng.choice([0, 1, 2, 7, 100, 10_000])
-        taken = compiled.read(data, starts, index, limit)
-        assert taken == twin.read(data, starts, index, limit), lines[index:index + taken + 1]
-        assert len(compiled) == len(twin)
-        if rng.random() < 0.2:
-            assert _bits(compiled.take()) == _bits(twin.take()), lines[index - 20:index + taken + 1]
-            takes += 1
-        runs += taken > 1
-        rows += taken
-        index += taken or 1
-    assert _bits(compiled.take()) == _bits(twin.take())
+    runs, rows, takes = _read_in_runs_by_both(table, _pairs_lines(table, seed=3))
     assert runs > 50 and rows > 500 and takes > 50
 
 
