@@ -23,6 +23,9 @@ import subprocess
 from pathlib import Path
 
 from exporter.analyze.sources import resolve
+from exporter.follow import Follower
+from exporter.pipeline import Pipeline
+from exporter.state import TrainingState
 from tests.real.harness import check_crash_resume_report, check_rows_are_every_record
 from tests.support.exporter_process import exporter_command, exporter_environment
 
@@ -121,3 +124,17 @@ def test_a_rank_s_logs_of_other_names_in_other_directories_are_no_attempt(tmp_pa
     sources = resolve([str(tmp_path)], "job").sources
     assert {source.role.rank for source in sources} == {"0"}
     assert {source.role.attempt for source in sources} == {None}
+
+
+def test_a_sidecar_reads_a_rank_s_stderr_after_its_stdout(tmp_path):
+    """torchrun ``--redirects 3``: rank 1's step lines in stdout.log, its traceback in stderr.log (which sorts
+    first). Read in one pass, the traceback comes after the step lines printed before it: the crash is at step 11,
+    the rank's last, not at the step before (the matrix's live check saw 10 when the set of grown files put stderr
+    first)."""
+    log_dir = tmp_path / "logs"
+    shutil.copytree(TORCHRUN_LOG_DIRS / "logs" / "run", log_dir)
+    state = TrainingState()
+    Follower([str(log_dir)], Pipeline(state, node="n", run_for_directory=lambda _: "job")).run_once()
+    cause = state.causes.cause("job")
+    assert cause is not None
+    assert (cause.event.kind, cause.event.key[2], cause.event.step) == ("traceback", "1", 11)

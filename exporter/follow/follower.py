@@ -255,7 +255,7 @@ class Follower:
             self._waiting.discard(path)
             self._watch(os.path.dirname(path), recursive=False)
             self._discover(os.path.dirname(path), path, explicit=True)
-        for path in list(self._tailers):
+        for path in sorted(self._tailers, key=self._read_order):
             self._guarded(self._read, path, True)  # one unreadable file must not hold up the others
         # Files left out that went away are no longer waiting; the others are tried again by the next scans.
         self._unfollowed = {path for path in self._unfollowed if path not in self._tailers and os.path.exists(path)}
@@ -273,18 +273,21 @@ class Follower:
             served = self._wait(max(0.0, next_rescan - time.monotonic()))
             with self._dirty_lock:
                 dirty, self._dirty = self._dirty, set()
-            # A launcher's console last: its report of a worker's exit goes on the worker's series after the worker's
-            # own last lines of the same moment (a set has no order).
-            for path in sorted(dirty, key=self._read_last):
+            for path in sorted(dirty, key=self._read_order):  # a set has no order
                 self._guarded(self._on_dirty, path)
             with self._passes:
                 self._reading_appends = False
                 self._passes_done = served
                 self._passes.notify_all()
 
-    def _read_last(self, path: str) -> bool:
+    def _read_order(self, path: str) -> int:
+        """Of files read in one pass: a rank's ``stderr*`` after its other files (torchrun's ``--redirects``: a
+        traceback on stderr comes after the step lines the rank printed before it, which name its step), a
+        launcher's console last (its report of a worker's exit goes after the worker's own last lines)."""
         followed = self._files.get(path)
-        return followed is not None and followed.role.role == "launcher"
+        if followed is not None and followed.role.role == "launcher":
+            return 2
+        return 1 if os.path.basename(path).startswith("stderr") else 0
 
     def _guarded(self, action: Callable[..., None], *args: object) -> None:
         # One bad file or a filesystem hiccup must never stop the follow loop.
