@@ -146,17 +146,8 @@ def test_one_rank_raising_then_the_job_resumed_from_its_checkpoint_into_the_same
     assert result.returncode == 0  # the resumed job finished
     (incident,) = result.incidents()
     assert (incident["incident"], incident["rank"], incident["step"]) == ("traceback", CULPRIT, AT)
-    check_every_record(result)  # both attempts' steps, the ones done again too, each exactly as computed
-    ranks = {str(rank) for rank in range(4)}
-    # Live: while the first attempt was down, rank 1's exception was the incident; the resume (the step going back
-    # on every rank) is a restart of each rank and ends it; the resumed run raises nothing.
-    during = {incident for samples in result.during for incident in result.incidents_live(samples)}
-    assert during == {("traceback", str(CULPRIT), str(AT - 1))}, during
-    assert result.incidents_live() == set()
-    assert {rank: result.gauge("training_restarts_total", rank) for rank in ranks} == dict.fromkeys(ranks, 1.0)
-    assert result.counters("training_anomalies_total") == {}
+    _crashed_then_resumed(result)
     assert max(result.gauge("training_step", str(CULPRIT), samples) or 0 for samples in result.during) > AT
-    check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
 
 
 @pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
@@ -175,6 +166,14 @@ def test_one_rank_raising_then_the_job_resumed_into_a_new_log_dir(tmp_path):
     result = run_job(tmp_path, ["sh", "-c", "; ".join(launches)], capture="own")
     keep_fixture(result, "ddp_crash_resume_new_log_dir")
     assert result.returncode == 0
+    # analyze: the launches in the order written (their files' modification times: no line of theirs has a time).
+    _crashed_then_resumed(result)
+
+
+def _crashed_then_resumed(result: RealRun) -> None:
+    """Both attempts' steps exact (the ones done again too). Live: while the first attempt was down, rank 1's
+    exception was the incident; the resume (the step going back on every rank) is a restart of each rank and ends
+    it; the resumed run raises nothing. analyze: the same crash, one restart of each rank."""
     check_every_record(result)
     ranks = {str(rank) for rank in range(4)}
     during = {incident for samples in result.during for incident in result.incidents_live(samples)}
@@ -182,7 +181,6 @@ def test_one_rank_raising_then_the_job_resumed_into_a_new_log_dir(tmp_path):
     assert result.incidents_live() == set()
     assert {rank: result.gauge("training_restarts_total", rank) for rank in ranks} == dict.fromkeys(ranks, 1.0)
     assert result.counters("training_anomalies_total") == {}
-    # analyze: the launches in the order written (their files' modification times: no line of theirs has a time).
     check_crash_resume_report(result.report, ("traceback", str(CULPRIT), AT - 1), restarts=dict.fromkeys(ranks, 1))
 
 
