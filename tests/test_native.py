@@ -451,6 +451,45 @@ def test_the_keyvalue_reference_line():
         assert reader.read(b"iteration=4 loss=1|lr=2;x=3", [0], 0, 1) == 1 and reader.take()[1] is None
 
 
+def _decimals(rng: random.Random, count: int) -> list[str]:
+    """Numbers as programs print them and beside them: repr() of random doubles (17 digits: the kernel's exact
+    path up to 19 digits), random decimals of 1-21 digits with a point, a sign and an exponent anywhere, and
+    integers exactly halfway between two doubles (rounded to even)."""
+    found = []
+    for _ in range(count):
+        kind = rng.random()
+        if kind < 0.3:
+            found.append(repr(struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0]))
+        elif kind < 0.6:
+            found.append(repr(rng.uniform(-100, 100) * 10.0 ** rng.randint(-30, 30)))
+        elif kind < 0.9:
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 21)))
+            point = rng.randint(0, len(digits))
+            text = digits[:point] + "." + digits[point:] if rng.random() < 0.8 else digits
+            if rng.random() < 0.4:
+                text += rng.choice("eE") + rng.choice(["", "-", "+"]) + str(rng.randint(0, 40))
+            found.append(rng.choice(["", "-", "+"]) + text)
+        else:
+            halfway = ((rng.getrandbits(52) | 1 << 52) * 2 + 1) << rng.randint(0, 10)
+            found.append(str(halfway)[:19] if rng.random() < 0.2 else str(halfway))
+    return found
+
+
+def test_the_kernel_reads_every_decimal_as_float_does():
+    """Bit for bit: the exact paths (Clinger's, Eisel-Lemire's) and strtod's, against float() itself."""
+    tokens = [token for token in _decimals(random.Random(8), 60_000) if token.strip("+-.")]
+    tokens += ["9007199254740993", "9007199254740995", "9007199254740993.0", "4503599627370497.5", "1e23", "-0.0",
+               "0.04950495049504951", "11.792409896850586", "1.7976931348623157e308", "2.2250738585072014e-308",
+               "5e-324", "1e-27", "1e27", "9999999999999999999e-27", "1.0000000000000000000", "0.000000000000000000001"]
+    data = b"".join(b"step=%d loss=%s\n" % (step, token.encode()) for step, token in enumerate(tokens, 1))
+    starts = [0, *(index + 1 for index in range(len(data) - 1) if data[index] == 10)]
+    reader = _step_fields.StepReader(KEYVALUE)
+    assert reader.read(data, starts, 0, len(starts)) == len(tokens)
+    _, _, steps, values = reader.take()[2][0]  # the loss column: latest, unit, each value's step, the values
+    assert len(steps) == len(tokens)
+    assert _bits(values) == _bits([float(tokens[step - 1]) for step in steps])
+
+
 @pytest.mark.parametrize("table", [
     (b"", b"", b"", b"=", (b"step",), (b"[", b"]:"), ()),
     (b"", b"", b",=", b"=", (b"step",), (b"[", b"]:"), ()),
