@@ -23,7 +23,7 @@ from exporter.checkpoint import Checkpoint
 from exporter.follow import FilePosition, FollowedFile, ReadBatch
 from exporter.follow.discover import PidRanks, RanklessFiles, plog_pid, unnamed_pid
 from exporter.follow.identity import implausible
-from exporter.parse import Format, FormatSelection, LineParser, Record
+from exporter.parse import Format, FormatSelection, LineParser, ParsedBlock, Record
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.fields import label_value
 from exporter.parse.formats import msrun_console
@@ -120,8 +120,28 @@ class Pipeline:
 
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
-        parsed = entry.parser.parse_block(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)
+        parser = entry.parser
+        pieces = [parser.parse_block(piece)
+                  for piece in parser.pieces(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)]
         info_changed = self._note_format(entry)
+        state = self._state
+        now = self._clock()
+        with state.lock:  # the read's lines and its position together: a checkpoint saves both or neither
+            stats = state.stats
+            stats.bytes_read_total += batch.bytes_read
+            stats.lines_truncated_total += batch.lines_truncated
+            stats.rotations_total += batch.rotated
+            stats.truncations_total += batch.truncated
+            stats.bytes_lost_total += batch.bytes_lost
+            for parsed in pieces:
+                self._ingest(entry, file, parsed, info_changed, batch.mtime, now)
+            if batch.position is not None:
+                self._positions[file.path] = batch.position
+            self._generation += 1
+
+    def _ingest(self, entry: _File, file: FollowedFile, parsed: ParsedBlock, info_changed: bool, mtime: float | None,
+                now: float) -> None:
+        """A parsed piece of a read into the state (its lock held): each rank's lines and records on its series."""
         groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
         exits: list[tuple[SeriesKey, Record]] = []  # a launcher's report of a worker's exit, on that worker's series
         launcher = entry.parser.format is msrun_console.FORMAT
@@ -134,34 +154,24 @@ class Pipeline:
             else:
                 groups.setdefault(record.rank, []).append(record)
         state = self._state
-        now = self._clock()
-        with state.lock:
-            stats = state.stats
-            stats.bytes_read_total += batch.bytes_read
-            stats.lines_truncated_total += batch.lines_truncated
-            stats.rotations_total += batch.rotated
-            stats.truncations_total += batch.truncated
-            stats.bytes_lost_total += batch.bytes_lost
-            stats.lines_unparsed_total += parsed.unparsed
-            for name, lines in parsed.lines_by_format.items():
-                stats.lines_parsed_total[name] = stats.lines_parsed_total.get(name, 0) + lines
-            for reason, lines in parsed.rejected.items():
-                stats.lines_rejected_total[reason] = stats.lines_rejected_total.get(reason, 0) + lines
-            for rank, records in groups.items():
-                key = entry.keys.get(rank)
-                if key is None:
-                    key = (entry.run, self._node, str(rank))
-                    if state.register(key, entry.info, None) is not None:
-                        # Only ranks that have a series: a million prefixes the limits keep out hold no memory.
-                        entry.keys[rank] = key
-                elif info_changed:
-                    state.register(key, entry.info, None)
-                state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, batch.mtime, now)
-            for key, record in exits:
-                state.ingest(key, 0, [record], None, now)  # the worker's log did not change: no log timestamp
-            if batch.position is not None:
-                self._positions[file.path] = batch.position
-            self._generation += 1
+        stats = state.stats
+        stats.lines_unparsed_total += parsed.unparsed
+        for name, lines in parsed.lines_by_format.items():
+            stats.lines_parsed_total[name] = stats.lines_parsed_total.get(name, 0) + lines
+        for reason, lines in parsed.rejected.items():
+            stats.lines_rejected_total[reason] = stats.lines_rejected_total.get(reason, 0) + lines
+        for rank, records in groups.items():
+            key = entry.keys.get(rank)
+            if key is None:
+                key = (entry.run, self._node, str(rank))
+                if state.register(key, entry.info, None) is not None:
+                    # Only ranks that have a series: a million prefixes the limits keep out hold no memory.
+                    entry.keys[rank] = key
+            elif info_changed:
+                state.register(key, entry.info, None)
+            state.ingest(key, parsed.lines_by_rank.get(rank, 0), records, mtime, now)
+        for key, record in exits:
+            state.ingest(key, 0, [record], None, now)  # the worker's log did not change: no log timestamp
 
     def _exited_worker(self, record: Record, console: str) -> SeriesKey | None:
         """The series of the worker msrun's console reports exiting by pid, by the worker log whose records name

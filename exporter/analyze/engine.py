@@ -35,7 +35,7 @@ from exporter.analyze.timestamps import LineClock
 from exporter.follow.discover import PidRanks, plog_pid, unnamed_pid
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
 from exporter.follow.tailer import ReadBatch
-from exporter.parse import LineParser, faults
+from exporter.parse import LineParser, ParsedBlock, faults
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection, msrun_console
 from exporter.parse.records import Record, StepBatch
@@ -163,8 +163,12 @@ class Analysis:
     def _block(self, source: Source, parser: LineParser, keys: dict[int | None, SeriesKey], batch: ReadBatch,
                clock: LineClock, mtime: float | None, rows: CsvRows | None = None) -> None:
         self.bytes_read += len(batch.data)
-        data = rows.lines(batch.data) if rows is not None else batch.data
-        parsed = parser.parse_block(data)
+        for piece in parser.pieces(rows.lines(batch.data) if rows is not None else batch.data):
+            self._piece(source, parser, keys, piece, parser.parse_block(piece), clock, mtime)
+
+    def _piece(self, source: Source, parser: LineParser, keys: dict[int | None, SeriesKey], data: bytes,
+               parsed: ParsedBlock, clock: LineClock, mtime: float | None) -> None:
+        """A parsed piece of a read (LineParser.pieces) into the state and the tracks."""
         own = keys[None]
         # The state's clock is the lines' own time (its start-up and stall time are measured by it).
         first = clock.first_in(data)

@@ -262,7 +262,7 @@ fail:
 
 PyDoc_STRVAR(check_series_doc,
 "check_series(config, spikes, plateau, steps, values)\n"
-"    -> (nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)\n\n"
+"    -> (nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)\n\n"
 "The detectors over one series: see exporter/native/detectors.py.");
 
 static PyObject *
@@ -300,7 +300,9 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if ((has_spikes && read_spikes(args[1], &spikes) < 0) || (has_plateau && read_plateau(args[2], &plateau, count) < 0)) {
         goto done;
     }
-    Py_ssize_t nonfinite = 0, spiked = 0, last_nonfinite = -1, last_spike = -1;
+    Py_ssize_t nonfinite = 0, spiked = 0, last_nonfinite = -1;
+    PyObject *spike_steps = PyList_New(0);
+    if (spike_steps == NULL) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
         int has_step = PySequence_Fast_GET_ITEM(steps, i) != Py_None;
         if (!isfinite(numbers[i])) {
@@ -310,11 +312,15 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (!has_spikes) {
             PyErr_SetString(PyExc_ValueError, "a finite value needs a spike detector");
+            Py_DECREF(spike_steps);
             goto done;
         }
         if (observe_spike(&spikes, &config, numbers[i])) {
             spiked++;
-            if (has_step) last_spike = i;
+            if (PyList_Append(spike_steps, PySequence_Fast_GET_ITEM(steps, i)) < 0) {
+                Py_DECREF(spike_steps);
+                goto done;
+            }
         }
         if (has_plateau && spikes.excursion == 0) observe_plateau(&plateau, &config, has_step, step_numbers[i], numbers[i]);
     }
@@ -323,9 +329,9 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (spike_result != NULL && plateau_result != NULL) {
         result = Py_BuildValue("(nOnOOO)", nonfinite,
                                last_nonfinite < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_nonfinite), spiked,
-                               last_spike < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_spike), spike_result,
-                               plateau_result);
+                               spike_steps, spike_result, plateau_result);
     }
+    Py_DECREF(spike_steps);
     Py_XDECREF(spike_result);
     Py_XDECREF(plateau_result);
 done:

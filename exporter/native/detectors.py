@@ -6,7 +6,7 @@ through here. The detectors' state travels as plain tuples, in and out (state/de
 keeps them between calls and in checkpoints):
 
     check_series(config, spikes, plateau, steps, values)
-        -> (nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)
+        -> (nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)
 
 - ``config``: ``(spike_min_relative_jump, spike_deviations, spike_warmup_steps,
   spike_baseline_alpha, spike_max_excursion_steps, plateau_min_relative_improvement,
@@ -18,8 +18,10 @@ keeps them between calls and in checkpoints):
 
 Each value in order: a non-finite one is only counted; a finite one goes to the spike
 detector (required once a value is finite), then, unless it is part of a spike, to the
-plateau tracker. A step of None is never the one reported. Returned: the counts, the step
-of the last of each, and the detectors' new state (None where none was given).
+plateau tracker. Returned: the counts, the step of the last non-finite value (a step of None is
+never the one reported), the step of each spike (a block's batch holds thousands of values and
+several spikes: each is an incident of its own), and the detectors' new state (None where none
+was given).
 
     check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)
         -> (slowdowns, last_slowdown_step, productive, checkpoint, slowdown)
@@ -46,7 +48,7 @@ from typing import cast
 
 SpikeState = tuple[float, float, int, int]
 PlateauState = tuple[float | None, float, float, list[int], list[float], int | None, float | None]
-SeriesCheck = tuple[int, int | None, int, int | None, SpikeState | None, PlateauState | None]
+SeriesCheck = tuple[int, int | None, int, list[int | None], SpikeState | None, PlateauState | None]
 SlowdownState = tuple[float, int, int, float, bool, list[float], float]
 StepTimesCheck = tuple[int, int | None, float, float, SlowdownState]
 
@@ -59,7 +61,8 @@ def check_series(config: tuple, spikes: SpikeState | None, plateau: PlateauState
     spike = _Spikes(*spikes) if spikes is not None else None
     tracker = _Plateau(*plateau) if plateau is not None else None
     nonfinite = spiked = 0
-    last_nonfinite = last_spike = None
+    last_nonfinite = None
+    spike_steps: list[int | None] = []
     for step, value in zip(steps, values, strict=False):  # the shorter of the two, as the C kernel
         if not math.isfinite(value):
             nonfinite += 1
@@ -69,10 +72,10 @@ def check_series(config: tuple, spikes: SpikeState | None, plateau: PlateauState
             raise ValueError("a finite value needs a spike detector")
         if spike.observe(value, relative_jump, deviations, warmup, alpha, max_excursion):
             spiked += 1
-            last_spike = step if step is not None else last_spike
+            spike_steps.append(step)
         if tracker is not None and spike.excursion == 0:  # a spike says nothing about progress
             tracker.observe(step, value, plateau_alpha, window, min_improvement, noise_deviations)
-    return (nonfinite, last_nonfinite, spiked, last_spike,
+    return (nonfinite, last_nonfinite, spiked, spike_steps,
             spike.state() if spike is not None else None, tracker.state() if tracker is not None else None)
 
 

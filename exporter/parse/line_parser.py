@@ -23,7 +23,7 @@ from __future__ import annotations
 
 import bisect
 from collections import Counter
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
 
 from exporter import native
@@ -69,6 +69,10 @@ REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
 # kernel time over a worker log's noise: every candidate's ~50 % more than one format's, even
 # MindFormers' other anchor (``Epoch:[``) ~15 % (the catch-up benchmark's log).
 DISCOVERY_STEP_LINES = 1000
+# While formats are discovered a block is parsed this much at a time (LineParser.pieces): a console's blocks go line
+# by line until a format's lines are known, and discovery, once over, leaves the rest of a large block to the block
+# path (the first 1 MiB of a real torchrun console line by line cost 0.4 s).
+DISCOVERY_PIECE_BYTES = 64 << 10
 
 
 @dataclass(slots=True)
@@ -161,6 +165,19 @@ class LineParser:
     def format(self) -> Format | None:
         """The file's format, once known."""
         return self._format or self._provisional
+
+    def pieces(self, data: bytes) -> Iterator[bytes]:
+        """``data`` (whole lines) in the pieces parse_block is to be given, each parsed before the next is asked
+        for: while formats are discovered, DISCOVERY_PIECE_BYTES of lines at a time, then the rest at once. A
+        piece is what a read of a growing file could have handed out: parsed alone, it gives the same records."""
+        start = 0
+        while self._discovering and len(data) - start > 2 * DISCOVERY_PIECE_BYTES:
+            cut = data.find(b"\n", start + DISCOVERY_PIECE_BYTES) + 1
+            if cut == 0:
+                break
+            yield data[start:cut]
+            start = cut
+        yield data[start:] if start else data
 
     def parse_block(self, data: bytes) -> ParsedBlock:
         """The records of a block of newline-terminated lines, looking only at the lines that matter.

@@ -1,8 +1,8 @@
 """Non-finite values, spikes and (for the loss) the plateau, over one printed series: loss or grad norm.
 
 The arithmetic is the detector kernel's (exporter/native/detectors.py defines it,
-detectors.c runs it); this unit keeps the state it hands back, and tells each excursion's
-step: the kernel counts and names the step of the last one only.
+detectors.c runs it); this unit keeps the state it hands back and makes a finding of each
+spike the kernel names.
 """
 
 from __future__ import annotations
@@ -72,12 +72,12 @@ class SeriesState:
         return self.plateau[0] if self.plateau is not None else None
 
 
-SeriesCheck = tuple[int, int | None, int, int | None]
+SeriesCheck = tuple[int, int | None, int, list[int | None]]
 
 
 def check_series(config: SeriesConfig, state: SeriesState, steps: Sequence[int | None], values: Sequence[float],
                  plateau: bool = True) -> SeriesCheck:
-    """Feed one series' values in order: (non-finite values, step of the last, spikes, step of the last).
+    """Feed one series' values in order: (non-finite values, step of the last, spikes, the step of each).
 
     A non-finite value is only counted; a finite one goes to the spike detector (started at the first
     finite value), then, unless it is part of a spike, to the plateau tracker (with ``plateau``). A step
@@ -87,10 +87,10 @@ def check_series(config: SeriesConfig, state: SeriesState, steps: Sequence[int |
         state.spikes = FRESH_SPIKES
         if plateau:
             state.plateau = FRESH_PLATEAU
-    nonfinite, last_nonfinite, spiked, last_spike, spikes, plateau_state = native.check_series(
+    nonfinite, last_nonfinite, spiked, spike_steps, spikes, plateau_state = native.check_series(
         kernel_config(config), state.spikes, state.plateau, steps, values)
     state.spikes, state.plateau = spikes, plateau_state
-    return nonfinite, last_nonfinite, spiked, last_spike
+    return nonfinite, last_nonfinite, spiked, spike_steps
 
 
 class SeriesDetector(Detector):
@@ -109,15 +109,12 @@ class SeriesDetector(Detector):
         series = view.series.get(self.name)
         if series is not None and series.values:
             steps, values = series.steps, series.values
-            spikes_before = state.spikes
-            nonfinite, _, spiked, spike_step = check_series(config, state, steps, values, self._plateau)
+            nonfinite, _, _, spike_steps = check_series(config, state, steps, values, self._plateau)
             if nonfinite:
                 found += self._nonfinite_runs(state, steps, values)
             else:
                 state.nonfinite_open, state.nonfinite_since = False, None
-            if spiked:
-                at = [spike_step] if spiked == 1 else _spike_steps(config, spikes_before, steps, values)
-                found += [Found(self.kinds[1], step, subject=self.name) for step in at]
+            found += [Found(self.kinds[1], step, subject=self.name) for step in spike_steps]
         if self._plateau and view.unprinted_nonfinite_losses:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
             found.append(Found(self.kinds[0], view.step, view.unprinted_nonfinite_losses))
@@ -145,22 +142,3 @@ class SeriesDetector(Detector):
             state.nonfinite_since = None
         return found
 
-
-def _spike_steps(config: SeriesConfig, before: SpikeState | None, steps: list[int | None],
-                 values: list[float]) -> list[int | None]:
-    """The steps of a batch's spikes: the spike detector replayed from its state before the batch (only a batch
-    with more than one spike gets here), a stretch with two or more spikes cut in halves: a batch read at block
-    speed holds thousands of values, and a call per value would cost more than the kernel's work."""
-    found: list[int | None] = []
-
-    def replay(spikes: SpikeState | None, begin: int, end: int) -> SpikeState | None:
-        state = SeriesState(spikes)
-        spiked, last = check_series(config, state, steps[begin:end], values[begin:end], plateau=False)[2:]
-        if spiked < 2:
-            found.extend([last] * spiked)
-            return state.spikes
-        middle = (begin + end) // 2
-        return replay(replay(spikes, begin, middle), middle, end)
-
-    replay(before, 0, len(values))
-    return found
