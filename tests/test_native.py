@@ -625,8 +625,8 @@ def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     config = kernel_config(DetectorConfig(spike_warmup_steps=5, plateau_window_steps=10))
     values = [2.0] * 20 + [1e308] * 10 + [-1e308] + [2.0 - 0.01 * index for index in range(30)] + [40.0] + [1.5] * 7
     steps = list(range(len(values)))
-    nonfinite, _, spiked, spike_step, spikes, plateau = check(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
-    assert (nonfinite, spiked, spike_step) == (0, 2, 61)  # the first 1e308, then 40.0 at step 61
+    nonfinite, _, spiked, spike_steps, spikes, plateau = check(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    assert (nonfinite, spiked, spike_steps) == (0, 2, [20, 61])  # the first 1e308, then 40.0 at step 61
     mean, deviation, *_ = spikes
     assert math.isfinite(mean) and math.isfinite(deviation)
     smoothed, change, _, _, _, best_step, _ = plateau

@@ -109,7 +109,8 @@ value_end_of(const Table *table, const uint8_t *at, const uint8_t *end)
 static int
 same_text(const uint8_t *at, Py_ssize_t length, Text text)
 {
-    return length == text.length && (length == 0 || memcmp(at, text.at, (size_t)length) == 0);
+    /* The first byte before a call: most names a line is compared with differ there. */
+    return length == text.length && (length == 0 || (at[0] == text.at[0] && memcmp(at, text.at, (size_t)length) == 0));
 }
 
 static int
@@ -381,11 +382,26 @@ parse_float(const uint8_t *token, Py_ssize_t length, double *value)
     return parsed;
 }
 
+/* Byte classes of the number and unit grammars (native/numbers.py's regular expressions). */
+enum { NUMBER_BYTE = 1, SEPARATED_NUMBER_BYTE = 2, UNIT_BYTE = 4 };
+
+static uint8_t
+byte_class(uint8_t byte)
+{
+    if ((byte >= '0' && byte <= '9') || byte == '-' || byte == '+' || byte == '.' || byte == 'e' || byte == 'E') {
+        return NUMBER_BYTE | SEPARATED_NUMBER_BYTE | ((byte == 'e' || byte == 'E') ? UNIT_BYTE : 0);
+    }
+    if (byte == ',') return SEPARATED_NUMBER_BYTE;
+    if ((byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || byte == '/' || byte == '%') return UNIT_BYTE;
+    return 0;
+}
+
+/* How many bytes from ``token`` on are of ``class`` (byte_class). */
 static Py_ssize_t
-span_of(const uint8_t *token, Py_ssize_t length, const char *accepted)
+span_of(const uint8_t *token, Py_ssize_t length, uint8_t class)
 {
     Py_ssize_t span = 0;
-    while (span < length && token[span] && strchr(accepted, token[span])) span++;
+    while (span < length && (byte_class(token[span]) & class)) span++;
     return span;
 }
 
@@ -404,7 +420,7 @@ starts_with_nocase(const uint8_t *token, Py_ssize_t length, const char *prefix)
 
 /* The number part of ``([-+0-9.eE...]+|nan|inf)``: its length, 0 when none. */
 static Py_ssize_t
-number_part(const uint8_t *token, Py_ssize_t length, const char *accepted)
+number_part(const uint8_t *token, Py_ssize_t length, uint8_t accepted)
 {
     Py_ssize_t span = span_of(token, length, accepted);
     if (span) return span;
@@ -432,7 +448,7 @@ duration_unit(const uint8_t *unit, Py_ssize_t length)
 static int
 parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, double *seconds)
 {
-    Py_ssize_t number = number_part(token, length, "-+0123456789.eE");
+    Py_ssize_t number = number_part(token, length, NUMBER_BYTE);
     if (number == 0) return 0;
     const uint8_t *unit = skip_spaces(token + number, token + length);
     Py_ssize_t unit_length = token + length - unit;
@@ -447,10 +463,10 @@ parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, 
 static int
 parse_with_unit(const uint8_t *token, Py_ssize_t length, double *value, Text *unit)
 {
-    Py_ssize_t number = number_part(token, length, "-+0123456789.eE,");
+    Py_ssize_t number = number_part(token, length, SEPARATED_NUMBER_BYTE);
     const uint8_t *rest = skip_spaces(token + number, token + length);
     Py_ssize_t rest_length = token + length - rest;
-    if (number == 0 || span_of(rest, rest_length, "ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz/%") != rest_length) {
+    if (number == 0 || span_of(rest, rest_length, UNIT_BYTE) != rest_length) {
         return 0;
     }
     *unit = (Text){rest, rest_length};
@@ -782,13 +798,13 @@ note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value)
     return 0;
 }
 
-/* One pair of the record: 0, or -1 on error. */
+/* One pair of the record, ``index`` its name's field entry (-1: a named value): 0, or -1 on error. */
 static int
-apply_pair(Run *run, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw, Py_ssize_t raw_length)
+apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw,
+           Py_ssize_t raw_length)
 {
     double value = 0;
     int parsed;
-    Py_ssize_t index = field_named(run->table, name, name_length);
     if (index < 0) {
         parsed = parse_float(raw, raw_length, &value);
         return parsed <= 0 ? parsed : note_named(run, name, name_length, value);
@@ -839,7 +855,8 @@ read_pairs(Run *run, const uint8_t *at, const uint8_t *end)
         }
         const uint8_t *stripped = value_end;
         while (stripped > value && is_space(stripped[-1])) stripped--;
-        if (apply_pair(run, at, name_end - at, value, stripped - value) < 0) return -1;
+        Py_ssize_t index = field_named(table, at, name_end - at);
+        if (apply_pair(run, index, at, name_end - at, value, stripped - value) < 0) return -1;
         at = value_end;
     }
     return 0;
@@ -985,7 +1002,8 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (i != step_pair && apply_pair(run, pairs[i].name, pairs[i].name_length, pairs[i].value, pairs[i].value_length) < 0) {
+        if (i != step_pair
+            && apply_pair(run, pairs[i].field, pairs[i].name, pairs[i].name_length, pairs[i].value, pairs[i].value_length) < 0) {
             return -1;
         }
     }

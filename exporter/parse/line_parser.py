@@ -437,6 +437,9 @@ class LineParser:
         if rank is None:
             return False
         prefix = first[:len(first) - len(body)]
+        middle = data.find(b"\n", len(data) // 2) + 1
+        if not data.startswith(prefix, _last_line(data)) or middle < len(data) and not data.startswith(prefix, middle):
+            return False  # an interleaved console's block, told before its bytes are counted
         role = ROLE_PREFIX.match(prefix)
         starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
         lines = data.count(b"\n")  # the scan's count: an interleaved block is told before it is scanned
