@@ -275,8 +275,9 @@ def test_step_lines_read_in_runs_match_the_twin(table):
 
 @pytest.mark.parametrize("table", [MINDFORMERS, OTHER], ids=["mindformers", "other-punctuation"])
 def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
-    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any.
-    (Each line read alone: a step below the one read before it since the last take is declined too, below.)"""
+    """Declined: not ASCII, tagged as another stream, a step beyond 18 digits; the per-line reader takes any, and
+    reads every line as the twin does (the compiled reader's record, the twin's where it declines). (Each line
+    read alone: a step below the one read before it since the last take is declined too, below.)"""
     tag_open, tag_close = (re.escape(part) for part in table[5])
     tagged = re.compile(tag_open + rb"\w+" + tag_close)
     reader = native.step_reader(table)
@@ -284,7 +285,9 @@ def test_a_run_declines_only_lines_the_per_line_reader_must_take(table):
     for line in _record_lines(table, seed=6):
         reader.take()
         taken = reader.read(line + b"\n", [0], 0, 1)
-        record = native.read_record(table, line.decode("utf-8", "replace"))
+        text = line.decode("utf-8", "replace")
+        record = step_fields_twin.read_record(table, text)
+        assert _bits(native.read_record(table, text)) == _bits(record)  # the per-line reader: compiled or twin
         if taken:
             assert record is not None
         elif record is not None:
@@ -421,7 +424,8 @@ def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
     for line in _pairs_lines(table, seed=6):
         for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
             taken = reader.read(line + b"\n", [0], 0, 1)
-            record = native.read_record(table, line.decode("utf-8", "replace"))
+            record = step_fields_twin.read_record(table, line.decode("utf-8", "replace"))
+            assert _bits(native.read_record(table, line.decode("utf-8", "replace"))) == _bits(record)
             if taken:
                 steps, total, fields, named = reader.take()
                 assert record is not None and steps == [record.step] and total == record.total

@@ -23,9 +23,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
   and the result: step_fields.py).
 - ``read_record(table, text)`` -> ``Record | None``: one line's record, from any text (the
-  twin only: the per-line parser's way for the lines the run declines).
+  per-line parser's way: the compiled reader's reading of the line, the twin's of a line it declines).
 - ``check_series(config, spikes, plateau, steps, values)``
-  -> ``(nonfinite, last_nonfinite_step, spiked, last_spike_step, spikes, plateau)``: the
+  -> ``(nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).
 - ``check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)``
   -> ``(slowdowns, last_slowdown_step, productive, checkpoint, slowdown)``: the slowdown
@@ -35,6 +35,7 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Iterable, Sequence
 from typing import Any, Protocol
 
@@ -168,7 +169,25 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _sc
 
 Kind = _step_fields_twin.Kind
 Record = _step_fields_twin.Record
-read_record = _step_fields_twin.read_record
+
+
+def read_record(table: tuple, text: str) -> Record | None:
+    """The first record of one line of any text; None when it holds none. The compiled reader reads the line
+    when it takes it (a run of one: the same record, tests/test_native.py), the twin when it declines it (not
+    ASCII, tagged, a number too long, pairs read ambiguously) or holds no record."""
+    reader = _line_reader(table) if _step_fields is not None and text.isascii() else None
+    if reader is not None and reader.read(text.encode("ascii") + b"\n", [0], 0, 1):
+        steps, total, fields, named = reader.take()
+        return Record(steps[0], total, [(latest, unit) for latest, unit, *_ in fields],
+                      {name: value for name, value, *_ in named})
+    return _step_fields_twin.read_record(table, text)
+
+
+@functools.lru_cache(maxsize=16)
+def _line_reader(table: tuple) -> StepReader:
+    """A compiled reader kept for one line at a time (each read is taken at once: it holds nothing between calls)."""
+    assert _step_fields is not None
+    return _step_fields.StepReader(table)
 
 
 def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],
