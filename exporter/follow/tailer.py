@@ -129,13 +129,13 @@ class _LineCutter:
                 return batch
             chunk = chunk[newline + 1 :]
             self.skipping = False
-        block = b""
         end = chunk.rfind(b"\n") + 1
+        parts: list[bytes | bytearray | memoryview] = []
         if end:
-            # One copy of the megabyte, not two: every fresh allocation is pages faulted in.
-            block = b"".join((self.partial, memoryview(chunk)[:end]))
-            self.partial.clear()
-        self.partial += memoryview(chunk)[end:]
+            parts += (self.partial, memoryview(chunk)[:end])
+            self.partial = bytearray(memoryview(chunk)[end:])
+        else:
+            self.partial += chunk
         # Not a ``\r`` that ends the buffer: it may be a CRLF line's, its ``\n`` still to come.
         redrawn = self.partial.rfind(b"\r", 0, len(self.partial) - 1) + 1
         if redrawn:
@@ -143,8 +143,10 @@ class _LineCutter:
             # (tqdm: at the end of an epoch or of the run): its redraws so far are lines now, handed out
             # ending in ``\r\n`` (the parser reads each carriage-return segment as a line, and a line
             # ending in ``\r`` as one the next continues).
-            block = b"".join((block, self.partial[:redrawn], b"\n"))
+            parts += (self.partial[:redrawn], b"\n")
             del self.partial[:redrawn]
+        # One copy of the megabyte, not two: every fresh allocation is pages faulted in.
+        block = b"".join(parts)
         cap = self.max_line_bytes
         if len(block) > cap:  # only then can a complete line be over the cap
             block, batch.lines_truncated = _cap_lines(block, cap)
