@@ -10,8 +10,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``scanner(anchors, line_starts=(), implementation=None).scan(data)``
   -> ``(newlines, starts, prefixed)``: a block's newline count, the start offsets of its
   lines holding any anchor, and those of them that begin with one of ``line_starts``.
-- ``count_starts(data, prefix, literal)`` -> ``(lines, occurrences)``: how many lines begin
-  with ``prefix`` and how many times ``literal`` occurs (a block of one rank stream's lines).
+- ``count_starts(data, prefix, literal)`` -> ``(lines, occurrences, newlines)``: how many lines begin
+  with ``prefix``, how many times ``literal`` occurs, how many newlines (a block of one rank stream's lines).
 - ``group_lines(data, literal, tag_open, tag_close, loose_starts)`` -> ``(prefixes, lines, starts,
   loose, tagged)``: a block's lines grouped by their prefix of tags, each group's line count and
   the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
@@ -147,7 +147,7 @@ def step_reader(table: tuple) -> StepReader:
     return _step_fields_twin.StepReader(table)
 
 
-def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
+def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, int]:
     """How many lines of ``data`` begin with ``prefix``, and how many times ``literal`` occurs (as bytes.count)."""
     if _scan is not None:
         return _scan.count_starts(data, prefix, literal)

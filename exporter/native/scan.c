@@ -573,7 +573,7 @@ static PyTypeObject ScannerType = {
 /* ------------------------------------------------------------------------------------------ */
 
 PyDoc_STRVAR(count_starts_doc,
-"count_starts(data, prefix, literal) -> (lines beginning with prefix, occurrences of literal)\n\n"
+"count_starts(data, prefix, literal) -> (lines beginning with prefix, occurrences of literal, newlines)\n\n"
 "Non-overlapping occurrences, as bytes.count; neither may be empty.");
 
 static PyObject *
@@ -587,8 +587,8 @@ count_starts(PyObject *module, PyObject *args)
         goto done;
     }
     const char *at = data.buf, *end = at + data.len;
-    Py_ssize_t starting = 0, found = 0;
-    for (const char *line = at; line < end;) {
+    Py_ssize_t starting = 0, found = 0, newlines = 0;
+    for (const char *line = at; line < end; newlines++) { /* counted once its newline is found */
         if (end - line >= prefix.len && memcmp(line, prefix.buf, prefix.len) == 0) starting++;
         const char *newline = memchr(line, '\n', end - line);
         if (newline == NULL) break;
@@ -597,7 +597,7 @@ count_starts(PyObject *module, PyObject *args)
     for (const char *match = at; (match = memmem(match, end - match, literal.buf, literal.len)) != NULL;
          match += literal.len)
         found++;
-    result = Py_BuildValue("nn", starting, found);
+    result = Py_BuildValue("nnn", starting, found, newlines);
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&prefix);

@@ -97,11 +97,12 @@ class Scanner:
         return data.count(b"\n"), starts, prefixed
 
 
-def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int]:
-    """How many lines of ``data`` begin with ``prefix``, and how many times ``literal`` occurs (as bytes.count)."""
+def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, int]:
+    """How many lines of ``data`` begin with ``prefix``, how many times ``literal`` occurs (as bytes.count), and how
+    many newlines it holds (one walk over the lines counts all three)."""
     if not prefix or not literal:
         raise ValueError("prefix and literal must not be empty")
-    return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal)
+    return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal), data.count(b"\n")
 
 
 # A value of a segment record: a run of these bytes, one to MAX_VALUE_BYTES long, read by float().

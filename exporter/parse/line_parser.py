@@ -441,8 +441,7 @@ class LineParser:
         if not data.startswith(prefix, _last_line(data)) or middle < len(data) and not data.startswith(prefix, middle):
             return False  # an interleaved console's block, told before its bytes are counted
         role = ROLE_PREFIX.match(prefix)
-        starting, tags = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
-        lines = data.count(b"\n")  # the scan's count: an interleaved block is told before it is scanned
+        starting, tags, lines = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
         if starting != lines or (role is not None and tags != lines):
             return False
         if self._stream_scanner[0] != self._routing:
