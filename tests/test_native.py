@@ -760,9 +760,10 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
             b"\r 8/9 [\r{'a': '1', 'b': '2'} \n"  # not the whole segment
             b"\r\xd9\xa39/9 [\r{'a': '1', 'b': '2'}\n"  # a digit of another script before the step
             b"\r 10/9 [\r{'a': '1', 'b': '2'}\r\n")  # the line continues
-    newlines, continued, starts, steps, totals, columns = read(data, pieces, b" [")
+    newlines, continued, starts, lines, steps, totals, columns = read(data, pieces, b" [")
     assert newlines == 8 and continued == [data.rindex(b"\r 10/9")]
     assert [data[start:start + 9] for start in starts] == [b"{'a': '1." , b"{'a': '2'"]
+    assert lines == [0, data.index(b"x 3/9")]
     assert (steps, totals) == ([2, 3], [9, 9])
     assert columns[0] == [1.5, 2.0] and columns[1][1] == 1e-05 and columns[1][0] != columns[1][0]
     with pytest.raises(ValueError):

@@ -15,9 +15,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``group_lines(data, literal, tag_open, tag_close, loose_starts)`` -> ``(prefixes, lines, starts,
   loose, tagged)``: a block's lines grouped by their prefix of tags, each group's line count and
   the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
-- ``segment_records(data, pieces, close)`` -> ``(starts, steps, totals, columns)``: the records on
-  carriage-return segments made of ``pieces`` around values, each after a segment ending in a fraction
-  ``D/T`` + ``close`` (a progress bar's count).
+- ``segment_records(data, pieces, close)`` -> ``(newlines, continued, starts, lines, steps, totals,
+  columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
+  segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), and where their lines start.
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format

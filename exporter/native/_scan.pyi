@@ -5,7 +5,8 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, 
 def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
                 loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None: ...
 def segment_records(data: bytes, pieces: tuple[bytes, ...],
-                    close: bytes) -> tuple[int, list[int], list[int], list[int], list[int], list[list[float]]]: ...
+                    close: bytes) -> tuple[int, list[int], list[int], list[int], list[int], list[int],
+                                           list[list[float]]]: ...
 
 class Scanner:
     anchors: tuple[bytes, ...]

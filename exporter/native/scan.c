@@ -825,7 +825,7 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces
 }
 
 PyDoc_STRVAR(segment_records_doc,
-"segment_records(data, pieces, close) -> (newlines, continued, starts, steps, totals, columns)\n\n"
+"segment_records(data, pieces, close) -> (newlines, continued, starts, lines, steps, totals, columns)\n\n"
 "Records on carriage-return segments and the fraction before each. See exporter/native/scan.py.");
 
 static PyObject *
@@ -835,7 +835,7 @@ segment_records(PyObject *module, PyObject *args)
     PyObject *pieces_object;
     if (!PyArg_ParseTuple(args, "y*O!y*:segment_records", &data, &PyTuple_Type, &pieces_object, &close)) return NULL;
     Py_ssize_t count = PyTuple_GET_SIZE(pieces_object), ready = 0;
-    PyObject *starts = NULL, *steps = NULL, *totals = NULL, *columns = NULL, *result = NULL;
+    PyObject *starts = NULL, *lines = NULL, *steps = NULL, *totals = NULL, *columns = NULL, *result = NULL;
     Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
     double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
     if (pieces == NULL || values == NULL) {
@@ -850,10 +850,11 @@ segment_records(PyObject *module, PyObject *args)
         goto done;
     }
     starts = PyList_New(0);
+    lines = PyList_New(0);
     steps = PyList_New(0);
     totals = PyList_New(0);
     columns = PyTuple_New(count - 1);
-    if (starts == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
+    if (starts == NULL || lines == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
     for (Py_ssize_t i = 0; i < count - 1; i++) {
         PyObject *column = PyList_New(0);
         if (column == NULL) goto done;
@@ -876,7 +877,8 @@ segment_records(PyObject *module, PyObject *args)
         long long step, total;
         Py_ssize_t at = found - bytes;
         if (!record_at(bytes, size, at, pieces, count, close.buf, close.len, &step, &total, values)) continue;
-        if (append_offset(starts, at) < 0) goto done;
+        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
+        if (append_offset(starts, at) < 0 || append_offset(lines, newline == NULL ? 0 : newline + 1 - bytes) < 0) goto done;
         PyObject *number = PyLong_FromLongLong(step);
         if (number == NULL || PyList_Append(steps, number) < 0) {
             Py_XDECREF(number);
@@ -898,12 +900,13 @@ segment_records(PyObject *module, PyObject *args)
             Py_DECREF(value);
         }
     }
-    result = Py_BuildValue("(nNOOON)", newlines, continued, starts, steps, totals, PySequence_List(columns));
+    result = Py_BuildValue("(nNOOOON)", newlines, continued, starts, lines, steps, totals, PySequence_List(columns));
 done:
     for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&pieces[i]);
     PyMem_Free(pieces);
     PyMem_Free(values);
     Py_XDECREF(starts);
+    Py_XDECREF(lines);
     Py_XDECREF(steps);
     Py_XDECREF(totals);
     Py_XDECREF(columns);

@@ -112,7 +112,7 @@ MAX_FRACTION_DIGITS = 18
 _BLANK = frozenset(b" \t\x0b\x0c")  # with \r and \n, what bytes.strip() strips
 _DIGITS = frozenset(b"0123456789")
 
-Records = tuple[int, list[int], list[int], list[int], list[int], list[list[float]]]
+Records = tuple[int, list[int], list[int], list[int], list[int], list[int], list[list[float]]]
 
 
 def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Records:
@@ -124,13 +124,14 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     ``float()`` takes it. Before it, past blank segments (bytes of ``_BLANK`` only, or none), a non-blank
     segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
     after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Returns
-    ``(newlines, continued, starts, steps, totals, columns)``: the newline bytes of ``data``, where each line
-    ending in ``\\r`` starts, where each record starts, its ``D`` and ``T``, and a column of floats per
-    value, in the order of the data.
+    ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
+    line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a
+    column of floats per value, in the order of the data.
     """
     if len(pieces) < 2 or not pieces[0] or not close:
         raise ValueError("two pieces at least, the first and the close not empty")
     starts: list[int] = []
+    lines: list[int] = []
     steps: list[int] = []
     totals: list[int] = []
     columns: list[list[float]] = [[] for _ in pieces[1:]]
@@ -139,6 +140,7 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
         found = _record_at(data, at, pieces, close)
         if found is not None:
             starts.append(at)
+            lines.append(data.rfind(b"\n", 0, at) + 1)
             steps.append(found[0])
             totals.append(found[1])
             for column, value in zip(columns, found[2], strict=True):
@@ -149,7 +151,7 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
         if end > line and data[end - 1] == 0x0D:
             continued.append(line)
         line = end + 1
-    return data.count(b"\n"), continued, starts, steps, totals, columns
+    return data.count(b"\n"), continued, starts, lines, steps, totals, columns
 
 
 def _found(data: bytes, byte: int) -> list[int]:

@@ -37,22 +37,20 @@ _RANK_AFTER_RETURN = lazy(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
 
 class RecordLines(NamedTuple):
     """A block's newlines, the lines ending in ``\\r``, and its record lines: where each record starts, where
-    its line starts (None: not asked for), its step, total and values (a column per value of the shape)."""
+    its line starts, its step, total and values (a column per value of the shape)."""
 
     newlines: int
     continued: list[int]
     record_starts: list[int]
-    line_starts: list[int] | None
+    line_starts: list[int]
     steps: list[int]
     totals: list[int]
     values: list[list[float]]
 
 
-def record_lines(data: bytes, shape: SegmentShape, line_starts: bool) -> RecordLines:
+def record_lines(data: bytes, shape: SegmentShape) -> RecordLines:
     """The record lines of ``data`` (a block of whole lines) by ``shape`` (native.segment_records)."""
-    newlines, continued, starts, steps, totals, values = native.segment_records(data, shape.pieces, shape.close)
-    lines = [data.rfind(b"\n", 0, start) + 1 for start in starts] if line_starts else None
-    return RecordLines(newlines, continued, starts, lines, steps, totals, values)
+    return RecordLines(*native.segment_records(data, shape.pieces, shape.close))
 
 
 def ranks_after_returns(text: bytes) -> bool:
@@ -65,7 +63,7 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
     """True when a record line begins with a rank (a prefix, ``srun --label``'s task number): its record is that
     rank's, and the segment reader reads the block. ``continued``: the block's first line continues one (the
     segment reader reads it)."""
-    starts = found.line_starts or [data.rfind(b"\n", 0, start) + 1 for start in found.record_starts]
+    starts = found.line_starts
     if continued:
         starts = [start for start in starts if start]
     if not starts:

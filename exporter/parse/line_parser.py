@@ -324,7 +324,7 @@ class LineParser:
         prefixed = carriage.prefixed_lines(text)
         if prefixed is None or carriage.ranks_after_returns(text):
             return False
-        found = carriage.record_lines(data, shape, parsed.offsets is not None)
+        found = carriage.record_lines(data, shape)
         lines = found.newlines
         if 4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued):
             return False
@@ -390,8 +390,7 @@ class LineParser:
         limit = bisect.bisect_left(found.record_starts, stop, run.next)
         line, taken = run.next, limit - run.next
         while line < limit:
-            if starts is not None:
-                self._line_start = starts[line]
+            self._line_start = starts[line]
             if builder.goes_back(found.steps[line]):
                 self._end_batch(builder, parsed)
             at = bisect.bisect_right(run.ends, line)
