@@ -63,9 +63,10 @@ def _cuttings(name: str, data: bytes) -> list[list[bytes]]:
 
 @pytest.fixture(params=["native", "twin"])
 def segment_kernel(request, monkeypatch):
-    """The kernel and its twin must give the same records."""
+    """The kernels and their twins must give the same records."""
     if request.param == "twin":
         monkeypatch.setattr(native, "segment_records", scan_twin.segment_records)
+        monkeypatch.setattr(native, "line_prefixes", scan_twin.line_prefixes)
     elif not native.available()["scan"]:
         pytest.skip("the scan kernel is not built here")
     return request.param

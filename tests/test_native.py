@@ -14,6 +14,7 @@ import math
 import random
 import re
 import struct
+from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
 
@@ -768,6 +769,31 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
     assert columns[0] == [1.5, 2.0] and columns[1][1] == 1e-05 and columns[1][0] != columns[1][0]
     with pytest.raises(ValueError):
         read(data, (b"{",), b" [")
+
+
+def test_line_prefixes_matches_its_twin_on_fuzzed_and_real_consoles():
+    """The prefixes at the lines' starts, their order, a role's literal elsewhere (None), a rank after a return."""
+    rng = random.Random(30)
+    pieces = [b"[rank3]: ", b"[rank3]:", b"[default1]:", b"[default1]:[rank5]: ", b"[worker2]: ", b"\r", b"\r  \r",
+              b"\r[", b"\r 12: ", b"\r 1234567: ", b" 3: ", b"[rank", b"[12]: ", b"[ab]: ", b"x", b"loss 1.0",
+              b"\n", b"[rank3]x", b"\r\t\r[rank1]: ", b"\r 123456: ", b"[work"]
+    found = Counter()
+    for _ in range(5000):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) + b"\n" * (rng.random() < 0.7)
+        literals = rng.choice([PREFIX_ANCHORS, (), (b"[w",), (b"x",)])
+        compiled, twin = _scan.line_prefixes(data, literals), scan_twin.line_prefixes(data, literals)
+        assert compiled == twin and list(compiled[0] or ()) == list(twin[0] or ()), data
+        found[compiled[0] is None, compiled[1], bool(compiled[0])] += 1
+    assert len(found) == 6  # every outcome, each more than once
+    for name in ("hf_trainer_tqdm.log", "torchrun_ddp_healthy.log"):
+        data = (Path(__file__).parent / "fixtures" / "real" / name).read_bytes()
+        for cut in range(0, len(data), len(data) // 7 + 1):
+            block = data[cut:data.rfind(b"\n", 0, cut + len(data) // 7) + 1]
+            assert _scan.line_prefixes(block, PREFIX_ANCHORS) == scan_twin.line_prefixes(block, PREFIX_ANCHORS)
+    for line_prefixes in (_scan.line_prefixes, scan_twin.line_prefixes):
+        assert line_prefixes(b"[rank1]: a\n[rank1]: b\n\r 7: c\n", PREFIX_ANCHORS) == ({b"[rank1]: ": 2}, True)
+        with pytest.raises(ValueError):
+            line_prefixes(b"x", (b"a\nb",))
 
 
 def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():

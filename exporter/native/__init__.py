@@ -18,6 +18,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``segment_records(data, pieces, close)`` -> ``(newlines, continued, starts, lines, steps, totals,
   columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
   segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), and where their lines start.
+- ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
+  lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
+  a line names a rank after a carriage return (a carriage-return console's block).
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -160,6 +163,13 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
     if _scan is not None:
         return _scan.group_lines(data, literal, tag_open, tag_close, loose_starts)
     return _scan_twin.group_lines(data, literal, tag_open, tag_close, loose_starts)
+def line_prefixes(data: bytes, literals: tuple[bytes, ...]) -> tuple[dict[bytes, int] | None, bool]:
+    """The rank prefixes at the lines' starts and whether a line names a rank after a carriage return (scan.py)."""
+    if _scan is not None:
+        return _scan.line_prefixes(data, literals)
+    return _scan_twin.line_prefixes(data, literals)
+
+
 def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _scan_twin.Records:
     """Records on carriage-return segments and the fraction of the segment before each (exporter/native/scan.py)."""
     if _scan is not None:

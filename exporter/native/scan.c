@@ -915,10 +915,157 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Rank prefixes at the lines' starts: scan.py's line_prefixes defines them.                  */
+
+static int
+is_role_byte(uint8_t byte)
+{
+    return (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || byte == '_';
+}
+
+/* The length of one ``[`` role ``digits]:`` tag and one optional space at ``at`` (0: none), its role's letters
+ * in *role. */
+static Py_ssize_t
+prefix_tag_at(const uint8_t *at, const uint8_t *end, Py_ssize_t *role)
+{
+    if (at >= end || *at != '[') return 0;
+    const uint8_t *letters = at + 1, *digits = letters;
+    while (digits < end && is_role_byte(*digits)) digits++;
+    const uint8_t *close = digits;
+    while (close < end && is_digit_byte(*close)) close++;
+    if (digits == letters || close == digits || end - close < 2 || close[0] != ']' || close[1] != ':') return 0;
+    *role = digits - letters;
+    close += 2;
+    if (close < end && *close == ' ') close++;
+    return close - at;
+}
+
+/* ``\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )`` at the line start ``at``. */
+static int
+rank_after_return(const uint8_t *at, const uint8_t *end)
+{
+    if (at >= end || *at != '\r') return 0;
+    for (at++;;) {
+        const uint8_t *blank = at;
+        while (blank < end && is_blank_byte(*blank)) blank++;
+        if (blank == end || *blank != '\r') break;
+        at = blank + 1;
+    }
+    if (at < end && *at == '[') return 1;
+    while (at < end && *at == ' ') at++;
+    const uint8_t *digits = at;
+    while (at < end && is_digit_byte(*at) && at - digits <= 6) at++;
+    return at > digits && at - digits <= 6 && end - at >= 2 && at[0] == ':' && at[1] == ' ';
+}
+
+/* Non-overlapping occurrences of ``literal`` in at[0:size], as bytes.count. */
+static Py_ssize_t
+occurrences(const char *at, Py_ssize_t size, const char *literal, Py_ssize_t length)
+{
+    Py_ssize_t found = 0;
+    for (const char *match = at, *end = at + size; (match = memmem(match, (size_t)(end - match), literal, (size_t)length)) != NULL;
+         match += length)
+        found++;
+    return found;
+}
+
+/* 1 when a literal of ``checked`` (a dict used as an ordered set) occurs in ``data`` elsewhere than in the prefixes
+ * ``found`` (prefix -> lines), 0 when not, -1 on error. */
+static int
+occurs_elsewhere(const Py_buffer *data, PyObject *found, PyObject *checked)
+{
+    PyObject *literal, *value, *prefix, *lines;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(checked, &position, &literal, &value)) {
+        Py_ssize_t expected = 0, at = 0;
+        while (PyDict_Next(found, &at, &prefix, &lines)) {
+            expected += occurrences(PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix), PyBytes_AS_STRING(literal),
+                                    PyBytes_GET_SIZE(literal)) * PyLong_AsSsize_t(lines);
+        }
+        if (occurrences(data->buf, data->len, PyBytes_AS_STRING(literal), PyBytes_GET_SIZE(literal)) != expected) return 1;
+    }
+    return 0;
+}
+
+/* The roles' ``[role`` of a found prefix into ``checked``; -1 on error. */
+static int
+check_roles(PyObject *prefix, PyObject *checked)
+{
+    const uint8_t *at = (const uint8_t *)PyBytes_AS_STRING(prefix), *end = at + PyBytes_GET_SIZE(prefix);
+    Py_ssize_t tag, role;
+    for (; (tag = prefix_tag_at(at, end, &role)) > 0; at += tag) {
+        PyObject *literal = PyBytes_FromStringAndSize((const char *)at, role + 1);
+        if (literal == NULL || PyDict_SetItem(checked, literal, Py_None) < 0) {
+            Py_XDECREF(literal);
+            return -1;
+        }
+        Py_DECREF(literal);
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(line_prefixes_doc,
+"line_prefixes(data, literals) -> (prefixes | None, rank_after_return)\n\n"
+"The rank prefixes the lines of ``data`` begin with, and how many lines begin with each (None when a literal\n"
+"occurs elsewhere); whether a line names a rank after a carriage return. See exporter/native/scan.py.");
+
+static PyObject *
+line_prefixes(PyObject *module, PyObject *args)
+{
+    Py_buffer data;
+    PyObject *literals;
+    if (!PyArg_ParseTuple(args, "y*O!:line_prefixes", &data, &PyTuple_Type, &literals)) return NULL;
+    PyObject *found = PyDict_New(), *checked = PyDict_New(), *result = NULL;
+    if (found == NULL || checked == NULL) goto done;
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(literals); i++) {
+        PyObject *literal = PyTuple_GET_ITEM(literals, i);
+        if (!PyBytes_Check(literal) || PyBytes_GET_SIZE(literal) == 0
+            || memchr(PyBytes_AS_STRING(literal), '\n', (size_t)PyBytes_GET_SIZE(literal)) != NULL) {
+            PyErr_SetString(PyExc_ValueError, "the literals are bytes, not empty, without a newline");
+            goto done;
+        }
+        if (PyDict_SetItem(checked, literal, Py_None) < 0) goto done;
+    }
+    const uint8_t *bytes = data.buf, *end = bytes + data.len;
+    int after_return = 0;
+    for (const uint8_t *line = bytes;;) {
+        Py_ssize_t width = 0, tag, role;
+        while ((tag = prefix_tag_at(line + width, end, &role)) > 0) width += tag;
+        if (width) {
+            PyObject *prefix = PyBytes_FromStringAndSize((const char *)line, width);
+            PyObject *lines = prefix ? PyDict_GetItemWithError(found, prefix) : NULL;
+            PyObject *counted = prefix && !PyErr_Occurred() ? PyLong_FromSsize_t(lines ? PyLong_AsSsize_t(lines) + 1 : 1) : NULL;
+            int failed = counted == NULL || PyDict_SetItem(found, prefix, counted) < 0;
+            Py_XDECREF(prefix);
+            Py_XDECREF(counted);
+            if (failed) goto done;
+        }
+        after_return = after_return || rank_after_return(line, end);
+        const uint8_t *newline = memchr(line, '\n', (size_t)(end - line));
+        if (newline == NULL) break;
+        line = newline + 1;
+    }
+    PyObject *key, *value;
+    Py_ssize_t position = 0;
+    while (PyDict_Next(found, &position, &key, &value)) {
+        if (check_roles(key, checked) < 0) goto done;
+    }
+    int elsewhere = occurs_elsewhere(&data, found, checked);
+    if (elsewhere < 0) goto done;
+    result = Py_BuildValue("(OO)", elsewhere ? Py_None : found, after_return ? Py_True : Py_False);
+done:
+    Py_XDECREF(found);
+    Py_XDECREF(checked);
+    PyBuffer_Release(&data);
+    return result;
+}
+
 static PyMethodDef module_methods[] = {
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},
+    {"line_prefixes", line_prefixes, METH_VARARGS, line_prefixes_doc},
     {NULL},
 };
 

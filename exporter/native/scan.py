@@ -286,3 +286,31 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
             starts[group].append(body)
         line = newline + 1
     return list(groups), lines, starts, loose, tagged
+
+
+# A rank prefix at a line's start: ``[`` role letters, digits ``]:`` and one optional space, stacked
+# (torchrun's ``[default1]:[rank5]: ``).
+_LINE_PREFIXES = re.compile(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
+_PREFIX_ROLE = re.compile(rb"\[([A-Za-z_]+)\d+\]")
+# A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
+# --label``'s task number).
+_RANK_AFTER_RETURN = re.compile(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
+
+
+def line_prefixes(data: bytes, literals: tuple[bytes, ...]) -> tuple[dict[bytes, int] | None, bool]:
+    """The rank prefixes the lines of ``data`` (whole lines) begin with and how many lines begin with each, in
+    order of first appearance; None when one of ``literals`` or a found prefix's ``[role`` occurs anywhere else
+    than in those prefixes (counted as bytes.count). And whether a line's first non-blank segment comes after a
+    carriage return and begins with ``[`` or `` *\\d{1,6}: `` (a rank named there)."""
+    if any(not literal or b"\n" in literal for literal in literals):
+        raise ValueError("the literals are bytes, not empty, without a newline")
+    text = b"\n" + data
+    found: dict[bytes, int] = {}
+    for prefixes in _LINE_PREFIXES.findall(text):
+        found[prefixes] = found.get(prefixes, 0) + 1
+    checked = dict.fromkeys(literals)
+    for prefixes in found:
+        checked.update(dict.fromkeys(b"[" + role for role in _PREFIX_ROLE.findall(prefixes)))
+    elsewhere = any(text.count(literal) != sum(prefixes.count(literal) * lines for prefixes, lines in found.items())
+                    for literal in checked)
+    return None if elsewhere else found, _RANK_AFTER_RETURN.search(text) is not None

@@ -25,14 +25,10 @@ from exporter.parse.formats import SegmentShape
 from exporter.parse.patterns import lazy
 from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 
-# Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's).
-_PREFIXES = lazy(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
-_ROLE = lazy(rb"\[([A-Za-z_]+)\d+\]")
+# Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's): native.line_prefixes.
+_PREFIXES = lazy(rb"(?:\[[A-Za-z_]+\d+\]: ?)+")
 # The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
 _NO_RANK_BYTES = frozenset(b"[ 0123456789")
-# A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
-# --label``'s task number): the segment reader counts it for that rank.
-_RANK_AFTER_RETURN = lazy(rb"\n\r(?:[ \t\x0b\x0c]*\r)*(?:\[| *\d{1,6}: )")
 
 
 class RecordLines(NamedTuple):
@@ -51,12 +47,6 @@ class RecordLines(NamedTuple):
 def record_lines(data: bytes, shape: SegmentShape) -> RecordLines:
     """The record lines of ``data`` (a block of whole lines) by ``shape`` (native.segment_records)."""
     return RecordLines(*native.segment_records(data, shape.pieces, shape.close))
-
-
-def ranks_after_returns(text: bytes) -> bool:
-    """True when a line of ``text`` (a newline, then a block) may take its rank from a segment after a carriage
-    return: the segment reader reads those blocks."""
-    return _RANK_AFTER_RETURN.search(text) is not None
 
 
 def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:
@@ -82,22 +72,16 @@ def _first_segment(data: bytes, start: int) -> bytes:
     return data[start:cut if cut >= 0 else end]
 
 
-def prefixed_lines(text: bytes) -> Counter[bytes] | None:
-    """The rank prefixes the lines of ``text`` (a newline, then a block of whole lines) begin with, and how many
-    lines begin with each; None when a prefix role (``[rank``, ``[default``, a role found at a line's start)
-    occurs elsewhere too: a line glued to another rank's, a prefix after a carriage return or after a
-    bracketed PID (those blocks go line by line)."""
-    found = Counter(_PREFIXES.findall(text))
-    literals = set(PREFIX_ANCHORS)
-    for prefixes in found:
-        literals.update(b"[" + role for role in _ROLE.findall(prefixes))
-    for literal in literals:
-        if text.count(literal) != sum(prefixes.count(literal) * lines for prefixes, lines in found.items()):
-            return None
-    return found
+def prefixed_lines(data: bytes) -> tuple[Counter[bytes] | None, bool]:
+    """The rank prefixes the lines of ``data`` (a block of whole lines) begin with, and how many lines begin with
+    each; None when a prefix role (``[rank``, ``[default``, a role found at a line's start) occurs elsewhere too:
+    a line glued to another rank's, a prefix after a carriage return or after a bracketed PID. And whether a line
+    may take its rank from a segment after a carriage return. Either way the block goes segment by segment."""
+    found, after_return = native.line_prefixes(data, PREFIX_ANCHORS)
+    return (None if found is None else Counter(found)), after_return
 
 
-def prefixes_at(text: bytes, start: int) -> bytes | None:
-    """The rank prefixes the line after the newline at ``text[start]`` begins with, None without."""
-    match = _PREFIXES.match(text, start)
-    return match.group(1) if match else None
+def prefixes_at(data: bytes, start: int) -> bytes | None:
+    """The rank prefixes the line at ``data[start]`` begins with, None without."""
+    match = _PREFIXES.match(data, start)
+    return match.group() if match else None

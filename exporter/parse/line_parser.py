@@ -320,9 +320,8 @@ class LineParser:
             shape = self._segment_shape = fmt.segment_shape(segment)
             if shape is None:
                 return False
-        text = b"\n" + data
-        prefixed = carriage.prefixed_lines(text)
-        if prefixed is None or carriage.ranks_after_returns(text):
+        prefixed, after_return = carriage.prefixed_lines(data)
+        if prefixed is None or after_return:
             return False
         found = carriage.record_lines(data, shape)
         lines = found.newlines
@@ -357,7 +356,7 @@ class LineParser:
             position = special
             while True:
                 end = data.find(b"\n", position) + 1
-                prefixes = carriage.prefixes_at(text, position)
+                prefixes = carriage.prefixes_at(data, position)
                 if prefixes is not None:
                     counted[prefixes] += 1
                 self._parse_lines(data, parsed, position, end)
