@@ -256,7 +256,7 @@ class TrainingState:
                 self._allow_start_up(rank)
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, {}, old))
+                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, {}, {}, old))
             elif isinstance(record, ErrorEvent):
                 self.causes.line(key, when)
                 self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
@@ -446,7 +446,10 @@ class TrainingState:
         if found.earlier is not None:
             return dataclasses.replace(found.earlier, count=found.count, detail=detail)
         batch, before, step = applying.batch, applying.printed_before, found.step
-        context = {name: _around(applying, batch.series.get(name), step, before.get(name)) for name in CONTEXT_FIELDS}
+        context = applying.contexts.get(step)
+        if context is None:  # a loss spike and a grad norm spike at one step share it
+            context = applying.contexts[step] = {name: _around(applying, batch.series.get(name), step, before.get(name))
+                                                 for name in CONTEXT_FIELDS}
         value = found.value
         if value is None and found.subject is not None:
             value = _around(applying, batch.series.get(found.subject), step, before.get(found.subject))
@@ -653,6 +656,7 @@ class _Applying(NamedTuple):
     # A step list of the batch (by identity) -> each step's first index in it: a batch read at block speed holds
     # thousands of steps, and a detector may find something at many of them (list.index each time: quadratic).
     positions: dict[int, dict[int | None, int]]
+    contexts: dict[int | None, dict[str, tuple[float | None, float | None]]]  # a step's values around it (events)
     old: bool = False  # its file was last written long ago: read late, not a run starting now
 
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
