@@ -34,7 +34,6 @@ from watchdog.events import (
     FileSystemEventHandler,
 )
 
-from exporter.follow.appends import AppendWatcher
 from exporter.follow.discover import (
     DEFAULT_RULES,
     DirectoryRules,
@@ -50,6 +49,8 @@ from exporter.follow.tailer import ReadBatch, Tailer
 
 if TYPE_CHECKING:
     from watchdog.observers.api import BaseObserver
+
+    from exporter.follow.appends import AppendWatcher
 
 log = logging.getLogger(__name__)
 
@@ -183,7 +184,10 @@ class Follower:
 
     def start(self) -> None:
         if self._observer is not None:
-            # Growth comes from batched inotify reads instead of one watchdog event per write.
+            # Growth comes from batched inotify reads instead of one watchdog event per write. Imported here: a
+            # catch-up (run_once) reads without it, and the import (ctypes' library lookup) costs 7 ms.
+            from exporter.follow.appends import AppendWatcher
+
             self._appends = AppendWatcher.create(self._append_batch_seconds)
             if self._appends is not None:
                 for path in self._tailers:
