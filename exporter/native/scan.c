@@ -572,6 +572,17 @@ static PyTypeObject ScannerType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* Non-overlapping occurrences of ``literal`` in at[0:size], as bytes.count. */
+static Py_ssize_t
+occurrences(const char *at, Py_ssize_t size, const char *literal, Py_ssize_t length)
+{
+    Py_ssize_t found = 0;
+    for (const char *match = at, *end = at + size; (match = memmem(match, (size_t)(end - match), literal, (size_t)length)) != NULL;
+         match += length)
+        found++;
+    return found;
+}
+
 PyDoc_STRVAR(count_starts_doc,
 "count_starts(data, prefix, literal) -> (lines beginning with prefix, occurrences of literal, newlines)\n\n"
 "Non-overlapping occurrences, as bytes.count; neither may be empty.");
@@ -587,17 +598,14 @@ count_starts(PyObject *module, PyObject *args)
         goto done;
     }
     const char *at = data.buf, *end = at + data.len;
-    Py_ssize_t starting = 0, found = 0, newlines = 0;
+    Py_ssize_t starting = 0, newlines = 0;
     for (const char *line = at; line < end; newlines++) { /* counted once its newline is found */
         if (end - line >= prefix.len && memcmp(line, prefix.buf, prefix.len) == 0) starting++;
         const char *newline = memchr(line, '\n', end - line);
         if (newline == NULL) break;
         line = newline + 1;
     }
-    for (const char *match = at; (match = memmem(match, end - match, literal.buf, literal.len)) != NULL;
-         match += literal.len)
-        found++;
-    result = Py_BuildValue("nnn", starting, found, newlines);
+    result = Py_BuildValue("nnn", starting, occurrences(at, data.len, literal.buf, literal.len), newlines);
 done:
     PyBuffer_Release(&data);
     PyBuffer_Release(&prefix);
@@ -959,19 +967,8 @@ rank_after_return(const uint8_t *at, const uint8_t *end)
     return at > digits && at - digits <= 6 && end - at >= 2 && at[0] == ':' && at[1] == ' ';
 }
 
-/* Non-overlapping occurrences of ``literal`` in at[0:size], as bytes.count. */
-static Py_ssize_t
-occurrences(const char *at, Py_ssize_t size, const char *literal, Py_ssize_t length)
-{
-    Py_ssize_t found = 0;
-    for (const char *match = at, *end = at + size; (match = memmem(match, (size_t)(end - match), literal, (size_t)length)) != NULL;
-         match += length)
-        found++;
-    return found;
-}
-
 /* 1 when a literal of ``checked`` (a dict used as an ordered set) occurs in ``data`` elsewhere than in the prefixes
- * ``found`` (prefix -> lines), 0 when not, -1 on error. */
+ * ``found`` (prefix -> lines), 0 when not. */
 static int
 occurs_elsewhere(const Py_buffer *data, PyObject *found, PyObject *checked)
 {
@@ -1052,7 +1049,6 @@ line_prefixes(PyObject *module, PyObject *args)
         if (check_roles(key, checked) < 0) goto done;
     }
     int elsewhere = occurs_elsewhere(&data, found, checked);
-    if (elsewhere < 0) goto done;
     result = Py_BuildValue("(OO)", elsewhere ? Py_None : found, after_return ? Py_True : Py_False);
 done:
     Py_XDECREF(found);
