@@ -34,6 +34,9 @@ from exporter.state.snapshot import dump_state
 
 log = logging.getLogger(__name__)
 
+_Groups = dict[int | None, list[Record]]  # a piece's records by the rank they belong to
+_Exits = list[tuple[SeriesKey, Record]]  # a launcher's report of a worker's exit, on that worker's series
+
 
 @dataclass(slots=True)
 class _File:
@@ -121,7 +124,7 @@ class Pipeline:
     def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
         entry = self._files[file.path]
         parser = entry.parser
-        pieces = [parser.parse_block(piece)
+        pieces = [self._routed(entry, file, parser.parse_block(piece))
                   for piece in parser.pieces(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)]
         info_changed = self._note_format(entry)
         state = self._state
@@ -133,17 +136,17 @@ class Pipeline:
             stats.rotations_total += batch.rotated
             stats.truncations_total += batch.truncated
             stats.bytes_lost_total += batch.bytes_lost
-            for parsed in pieces:
-                self._ingest(entry, file, parsed, info_changed, batch.mtime, now)
+            for parsed, groups, exits in pieces:
+                self._ingest(entry, parsed, groups, exits, info_changed, batch.mtime, now)
             if batch.position is not None:
                 self._positions[file.path] = batch.position
             self._generation += 1
 
-    def _ingest(self, entry: _File, file: FollowedFile, parsed: ParsedBlock, info_changed: bool, mtime: float | None,
-                now: float) -> None:
-        """A parsed piece of a read into the state (its lock held): each rank's lines and records on its series."""
-        groups: dict[int | None, list[Record]] = {rank: [] for rank in parsed.lines_by_rank}
-        exits: list[tuple[SeriesKey, Record]] = []  # a launcher's report of a worker's exit, on that worker's series
+    def _routed(self, entry: _File, file: FollowedFile, parsed: ParsedBlock) -> tuple[ParsedBlock, _Groups, _Exits]:
+        """A parsed piece's records by rank, and a launcher's reports of a worker's exit by that worker's series
+        (found outside the state's lock: a pid is looked up in the worker logs)."""
+        groups: _Groups = {rank: [] for rank in parsed.lines_by_rank}
+        exits: _Exits = []
         launcher = entry.parser.format is msrun_console.FORMAT
         for record in parsed.records:
             if launcher and not msrun_console.launcher_record(record):
@@ -153,6 +156,11 @@ class Pipeline:
                 exits.append((worker, record))
             else:
                 groups.setdefault(record.rank, []).append(record)
+        return parsed, groups, exits
+
+    def _ingest(self, entry: _File, parsed: ParsedBlock, groups: _Groups, exits: _Exits, info_changed: bool,
+                mtime: float | None, now: float) -> None:
+        """A parsed piece of a read into the state (its lock held): each rank's lines and records on its series."""
         state = self._state
         stats = state.stats
         stats.lines_unparsed_total += parsed.unparsed
