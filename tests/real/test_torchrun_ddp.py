@@ -122,8 +122,12 @@ def test_one_rank_raising(tmp_path):
     assert _error_ranks(result, "traceback") - {str(CULPRIT)} <= _error_ranks(result, "collective") <= others
     crash = next(finding for finding in result.findings("traceback") if finding["rank"] == str(CULPRIT))
     assert crash["step"] == AT - 1
-    # torchrun's agent names the failed rank: its ChildFailedError summary counts there too.
-    assert _error_ranks(result, "elastic") == {str(CULPRIT)}
+    # torchrun's agent names one failed rank in its ChildFailedError summary, counted there: the culprit, or a rank
+    # that died of the broken all-reduce before the agent looked (its "first observed failure" is the earliest
+    # timestamp, and a child without an error file gets the second the agent collected it: seen in a CI run under
+    # load). The cause model names the culprit either way (below, and a copy of this run's log with rank 0 named).
+    (named,) = _error_ranks(result, "elastic")
+    assert named == str(CULPRIT) or named in _error_ranks(result, "collective"), named
     _culprit_is_the_cause(result, "traceback", AT - 1)
 
 

@@ -138,9 +138,15 @@ def main() -> int:
                         # redirected file that leaves the final frame only. The tqdm bar people set instead.
                         callbacks=[L.pytorch.callbacks.TQDMProgressBar(), Truth(args)])
     trainer.fit(Regression(args), loader)
+    # Every rank done before any leaves, as hf_trainer_train.py and mmengine_train.py do: gloo may abort a rank at
+    # exit otherwise, and torchrun reports that rank's failure (seen once in a CI run of the NaN job: an "elastic"
+    # error on rank 0 after its last step).
+    if torch.distributed.is_initialized():
+        torch.distributed.barrier()
+        torch.distributed.destroy_process_group()
     sys.stdout.flush()
     sys.stderr.flush()
-    return 0
+    os._exit(0)  # see hf_trainer_train.py: DDP's Reducer at exit can deadlock against gloo's thread
 
 
 if __name__ == "__main__":
