@@ -37,7 +37,7 @@ class StepCsv:
     def add(self, row: StepRow) -> None:
         run, node, rank, step, when, gauges, aux = row
         pending = self._pending
-        if pending is not None and pending[:4] == [run, node, rank, step] and step is not None:
+        if pending is not None and step is not None and pending[3] == step and pending[:3] == [run, node, rank]:
             # DeepSpeed prints one step over two lines: they make one row.
             for index, name in enumerate(GAUGES, 5):
                 if name in gauges:
@@ -45,7 +45,7 @@ class StepCsv:
             self._pending_aux.update(aux)
             return
         self._flush()
-        self._pending = [run, node, rank, step, when, *(gauges.get(name) for name in GAUGES)]
+        self._pending = [run, node, rank, step, when, *map(gauges.get, GAUGES)]
         self._pending_aux = dict(aux)
 
     def close(self) -> None:
@@ -88,10 +88,11 @@ class StepCsv:
         if key is None:
             key = self._keys[row[0], row[1], row[2]] = self._key_cells(row[:3])
         values = [*row[3:], *aux]
-        if all(type(value) in _NUMBERS for value in values):
+        if _NUMBERS.issuperset(map(type, values)):
             # The cells as the csv module writes them (None empty, a float as its repr: nan, inf as the log
-            # said), without its per-character look for what to quote: numbers need none.
-            self._scratch.write(f"{key},{','.join('' if value is None else repr(value) for value in values)}\r\n")
+            # said), without its per-character look for what to quote: numbers need none (and no number's repr
+            # holds the "None" that None's does).
+            self._scratch.write(f"{key},{','.join(map(repr, values)).replace('None', '')}\r\n")
         else:
             self._writer.writerow([*row, *aux])
 
@@ -103,4 +104,4 @@ class StepCsv:
         return cells
 
 
-_NUMBERS = (int, float, type(None))
+_NUMBERS = frozenset((int, float, type(None)))

@@ -31,6 +31,8 @@ class LineClock:
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
         prefix = data[start : start + PREFIX_BYTES]
+        if prefix.count(b":") < 2:  # both forms print hh:mm:ss: a line without two colons has neither (a step row)
+            return None
         match = _DATE_TIME.search(prefix)
         if match is not None:
             return self._date_time(match)

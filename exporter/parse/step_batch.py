@@ -96,7 +96,7 @@ class StepBatchBuilder:
         for line in range(index, index + count):
             reader.read(data, starts, line, 1)
             _, total, fields, named = reader.take()
-            values = {gauge: latest for gauge, (latest, *_) in zip(gauges, fields, strict=True) if latest is not None}
+            values = {gauge: field[0] for gauge, field in zip(gauges, fields, strict=True) if field[0] is not None}
             if total is not None:
                 values["total_steps"] = total
             rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
