@@ -40,8 +40,7 @@ typedef struct {
 typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
     int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
-    Text separators;  /* the pairs grammar: the bytes besides spaces that end a value */
-    uint8_t separator[256]; /* the pairs grammar: 1 for each byte of ``separators`` (one load, not a memchr a byte) */
+    uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
     Py_ssize_t step_name_count;
@@ -559,16 +558,17 @@ field_of(PyObject *object, FieldSpec *field)
 static int
 read_pairs_table(PyObject *tuple, Table *table)
 {
-    if (text_of(PyTuple_GET_ITEM(tuple, 2), &table->separators) < 0
+    Text separators;
+    if (text_of(PyTuple_GET_ITEM(tuple, 2), &separators) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0) {
         return -1;
     }
-    if (table->separators.length == 0 || memchr(table->separators.at, table->name_separator, (size_t)table->separators.length)) {
+    if (separators.length == 0 || memchr(separators.at, table->name_separator, (size_t)separators.length)) {
         PyErr_SetString(PyExc_ValueError, "the pairs grammar needs value separators other than its name separator");
         return -1;
     }
-    for (Py_ssize_t i = 0; i < table->separators.length; i++) {
-        uint8_t byte = table->separators.at[i];
+    for (Py_ssize_t i = 0; i < separators.length; i++) {
+        uint8_t byte = separators.at[i];
         if (byte >= 0x80 || is_space(byte) || is_name(byte)) {
             PyErr_SetString(PyExc_ValueError, "a field table's punctuation is one ASCII byte each, neither a space nor a name byte");
             return -1;
