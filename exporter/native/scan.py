@@ -290,7 +290,8 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
 
 # A rank prefix at a line's start: ``[`` role letters, digits ``]:`` and one optional space, stacked
 # (torchrun's ``[default1]:[rank5]: ``).
-_LINE_PREFIXES = re.compile(rb"\n((?:\[[A-Za-z_]+\d+\]: ?)+)")
+LINE_PREFIX = rb"(?:\[[A-Za-z_]+\d+\]: ?)+"
+_LINE_PREFIXES = re.compile(rb"\n(" + LINE_PREFIX + rb")")
 _PREFIX_ROLE = re.compile(rb"\[([A-Za-z_]+)\d+\]")
 # A line whose first non-blank segment comes after a carriage return and may name a rank (a prefix, ``srun
 # --label``'s task number).

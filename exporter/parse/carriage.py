@@ -21,12 +21,13 @@ from collections import Counter
 from typing import NamedTuple
 
 from exporter import native
+from exporter.native.scan import LINE_PREFIX
 from exporter.parse.formats import SegmentShape
 from exporter.parse.patterns import lazy
 from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 
 # Rank prefixes at the start of a line (torchrun's stacked ``[default1]:[rank5]: ``, any role's): native.line_prefixes.
-_PREFIXES = lazy(rb"(?:\[[A-Za-z_]+\d+\]: ?)+")
+_PREFIXES = lazy(LINE_PREFIX)
 # The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
 _NO_RANK_BYTES = frozenset(b"[ 0123456789")
 
