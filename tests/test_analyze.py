@@ -365,23 +365,33 @@ def test_a_rank_silent_inside_a_step_is_the_root_cause_not_the_tracebacks_of_tho
 
 @pytest.mark.parametrize("run", ["plain", "with, comma", 'with "quote"', "with\nnewline"])
 def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
-    # Rows are written without the csv module's per-cell work where their cells are numbers: the file is the one
-    # csv.writer writes (empty cells for None, nan and inf as printed, quoted keys, padded to every aux column).
+    # Rows are written without the csv module's per-cell work where their cells are numbers, a batch's rows as one
+    # text where no two lines make one row: the file is the one csv.writer writes (empty cells for None, nan and
+    # inf as printed, quoted keys, padded to every aux column).
     from exporter.analyze.csv_out import COLUMNS, StepCsv
+    from exporter.parse.records import StepRows
     nan, inf = float("nan"), float("inf")
-    rows = [(run, "node-1", 0, 1, 1781000440.0, {"loss": 2.5, "grad_norm": nan}, {}),
-            (run, "node-1", 0, 2, None, {"loss": inf, "throughput": 12}, {"mtp_1_loss": 0.25}),
-            (run, "", None, None, 1.5, {"learning_rate": 1e-05}, {"load_balancing_loss": -inf, "mtp_1_loss": 1.0}),
-            (run, "node-1", 3, 4, 2.0, {}, {})]
+    # (key, [(step, time, gauges, aux) of each line])
+    batches = [((run, "node-1", "0"), [(1, 1781000440.0, {"loss": 2.5, "grad_norm": nan}, {}),
+                                       (2, None, {"loss": inf, "throughput": 12.0}, {}),
+                                       (3, 1781000441.5, {"loss": 3.0}, {})]),
+               ((run, "node-1", "0"), [(4, None, {"loss": 1.0}, {"mtp_1_loss": 0.25})]),
+               ((run, "", None), [(None, 1.5, {"learning_rate": 1e-05},
+                                   {"load_balancing_loss": -inf, "mtp_1_loss": 1.0})]),
+               ((run, "node-1", "3"), [(4, 2.0, {}, {}), (5, 2.5, {}, {})])]
     path = tmp_path / "steps.csv"
     steps = StepCsv(str(path))
-    for row in rows:
-        steps.add(row)
+    for key, lines in batches:
+        rows = StepRows()
+        for _, _, gauges, aux in lines:
+            rows.add(gauges, aux)
+        steps.add(key, [line[0] for line in lines], [line[1] for line in lines], rows)
     steps.close()
     expected = io.StringIO(newline="")
     writer = csv.writer(expected)
     writer.writerow([*COLUMNS, "mtp_1_loss", "load_balancing_loss"])
-    for key0, key1, key2, step, when, gauges, aux in rows:
-        writer.writerow([key0, key1, key2, step, when, *(gauges.get(name) for name in COLUMNS[5:]),
-                         aux.get("mtp_1_loss"), aux.get("load_balancing_loss")])
+    for key, lines in batches:
+        for step, when, gauges, aux in lines:
+            writer.writerow([*key, step, when, *(gauges.get(name) for name in COLUMNS[5:]),
+                             aux.get("mtp_1_loss"), aux.get("load_balancing_loss")])
     assert path.read_bytes().decode() == expected.getvalue()

@@ -9,15 +9,18 @@ from __future__ import annotations
 
 import csv
 import io
+import operator
 import os
 import tempfile
 from typing import TextIO
 
-from exporter.analyze.engine import StepRow
+from exporter.parse.records import StepRows
+from exporter.state import SeriesKey
 
 COLUMNS = ("run", "node", "rank", "step", "time", "loss", "learning_rate", "grad_norm", "step_time_seconds",
            "throughput")
 GAUGES = COLUMNS[5:]
+ROW_END = "\r\n"  # the csv module's
 
 
 class StepCsv:
@@ -34,18 +37,44 @@ class StepCsv:
         self._keys: dict[tuple, str] = {}  # (run, node, rank) -> its cells as the csv module writes them
         self._multiline = False  # a key's cells hold a line break: the scratch file is read back as CSV
         self._widths: list[list[int]] = []  # [cells, rows] of consecutive rows: what each lacks of the header
-    def add(self, row: StepRow) -> None:
-        run, node, rank, step, when, gauges, aux = row
+
+    def add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
+        """A batch's step lines of one rank: each line's step, time and values."""
+        count = len(steps)
+        columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
         pending = self._pending
-        if pending is not None and step is not None and pending[3] == step and pending[:3] == [run, node, rank]:
+        if (count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:]))
+                or (pending is not None and pending[3] == steps[0] and tuple(pending[:3]) == key)):
+            # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
+            aux = [line_aux for _, line_aux in rows]
+            for index, step in enumerate(steps):
+                self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])
+            return
+        # The rows but the last as one text (the cells as _flush writes numbers), the last pending: the next
+        # batch's first line may complete it.
+        self._flush()
+        last = count - 1
+        cells: list[list] = [steps, times, *columns]
+        rows_cells = ROW_END.join(map(",".join, zip(*(map(repr, column[:last]) for column in cells),
+                                                    strict=True))).replace("None", "")
+        prefix = f"{self._key_cells(key)},"
+        self._scratch.write(f"{prefix}{rows_cells.replace(ROW_END, ROW_END + prefix)}{ROW_END}")
+        self._count_rows(len(COLUMNS), last)
+        self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
+        self._pending_aux = {}
+
+    def _add_row(self, key: SeriesKey, step: int | None, when: float | None, gauges: list[float | None],
+                 aux: dict[str, float]) -> None:
+        pending = self._pending
+        if pending is not None and step is not None and pending[3] == step and tuple(pending[:3]) == key:
             # DeepSpeed prints one step over two lines: they make one row.
-            for index, name in enumerate(GAUGES, 5):
-                if name in gauges:
-                    pending[index] = gauges[name]
+            for index, value in enumerate(gauges, 5):
+                if value is not None:
+                    pending[index] = value
             self._pending_aux.update(aux)
             return
         self._flush()
-        self._pending = [run, node, rank, step, when, *map(gauges.get, GAUGES)]
+        self._pending = [*key, step, when, *gauges]
         self._pending_aux = dict(aux)
 
     def close(self) -> None:
@@ -79,14 +108,8 @@ class StepCsv:
                 aux.append("")
             aux[column] = value
         self._pending = None
-        cells = len(row) + len(aux)
-        if self._widths and self._widths[-1][0] == cells:
-            self._widths[-1][1] += 1
-        else:
-            self._widths.append([cells, 1])
-        key = self._keys.get((row[0], row[1], row[2]))
-        if key is None:
-            key = self._keys[row[0], row[1], row[2]] = self._key_cells(row[:3])
+        self._count_rows(len(row) + len(aux), 1)
+        key = self._key_cells((row[0], row[1], row[2]))
         values = [*row[3:], *aux]
         if _NUMBERS.issuperset(map(type, values)):
             # The cells as the csv module writes them (None empty, a float as its repr: nan, inf as the log
@@ -96,11 +119,21 @@ class StepCsv:
         else:
             self._writer.writerow([*row, *aux])
 
-    def _key_cells(self, key: list) -> str:
-        text = io.StringIO()
-        csv.writer(text).writerow(key)
-        cells = text.getvalue()[:-2]
-        self._multiline = self._multiline or "\n" in cells or "\r" in cells
+    def _count_rows(self, cells: int, rows: int) -> None:
+        """``rows`` rows of ``cells`` cells written after the others."""
+        if self._widths and self._widths[-1][0] == cells:
+            self._widths[-1][1] += rows
+        else:
+            self._widths.append([cells, rows])
+
+    def _key_cells(self, key: tuple) -> str:
+        """(run, node, rank) as the csv module writes them."""
+        cells = self._keys.get(key)
+        if cells is None:
+            text = io.StringIO()
+            csv.writer(text).writerow(key)
+            cells = self._keys[key] = text.getvalue()[:-2]
+            self._multiline = self._multiline or "\n" in cells or "\r" in cells
         return cells
 
 

@@ -38,7 +38,7 @@ from exporter.follow.tailer import ReadBatch
 from exporter.parse import LineParser, ParsedBlock, faults
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection, msrun_console
-from exporter.parse.records import Record, StepBatch
+from exporter.parse.records import Record, StepBatch, StepRows
 from exporter.parse.signatures import worker_pid
 from exporter.state import DetectorConfig, SeriesKey, TrainingState
 from exporter.state.events import Event
@@ -50,8 +50,8 @@ NORMAL_WINDOW = 100  # finite losses per rank the normal range is taken over
 STOP_SPREAD_SECONDS = 60.0
 STOP_SPREAD_STEPS = 5
 
-StepRow = tuple[str, str, str, int | None, float | None, dict[str, float], dict[str, float]]
-RowSink = Callable[[StepRow], None]  # (run, node, rank, step, time, gauges, aux losses) per step line
+# A batch's step lines: (run, node, rank), each line's step, its time and its values.
+RowSink = Callable[[SeriesKey, list[int | None], list[float | None], StepRows], None]
 PointSink = Callable[[SeriesKey, str, list[int | None], list[float]], None]  # a gauge's values of a batch
 
 
@@ -253,8 +253,8 @@ class Analysis:
             for name, points in batch.series.items():
                 self._points(key, name, points.steps, points.values)
         if self._rows is not None and batch.rows is not None:
-            for index, (step, (values, aux)) in enumerate(zip(batch.steps, batch.rows, strict=True)):
-                self._rows((*key, step, time_of_line(index), values, aux))
+            self._rows(key, batch.steps, [clock.at(data, start) for start in starts] if starts
+                       else [None] * len(batch.steps), batch.rows)
 
     def _note_losses(self, track: _Track, batch: StepBatch) -> None:
         series = batch.series.get("loss")

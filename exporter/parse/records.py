@@ -10,6 +10,7 @@ into a StepLine, the batch builder (step_batch.py) gathers consecutive ones of a
 
 from __future__ import annotations
 
+from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -46,6 +47,54 @@ class Named(NamedTuple):
 
 
 @dataclass(slots=True)
+class StepRows:
+    """Each step line's own values as columns, one item a line (None: the line printed none): the gauges a
+    batch keeps every value of (LineParser's series fields) and the aux losses. analyze's CSV writes them."""
+
+    count: int = 0
+    gauges: dict[str, list[float | None]] = field(default_factory=dict)
+    aux: dict[str, list[float | None]] = field(default_factory=dict)
+
+    def add(self, gauges: Mapping[str, float], aux: Mapping[str, float]) -> None:
+        """One line's values."""
+        self.extend(1, {name: [value] for name, value in gauges.items()},
+                    {name: [value] for name, value in aux.items()})
+
+    def extend(self, count: int, gauges: Mapping[str, Sequence[float | None]],
+               aux: Mapping[str, Sequence[float | None]]) -> None:
+        """``count`` lines, given as columns of ``count`` items each."""
+        for columns, given in ((self.gauges, gauges), (self.aux, aux)):
+            for name, values in given.items():
+                column = columns.get(name)
+                if column is None:
+                    column = columns[name] = [None] * self.count
+                column += values
+            for column in columns.values():
+                if len(column) == self.count:  # no value of these lines
+                    column += [None] * count
+        self.count += count
+
+    def __len__(self) -> int:
+        return self.count
+
+    def __iter__(self) -> Iterator[tuple[dict[str, float], dict[str, float]]]:
+        """Line by line: (its gauges by name, its aux losses in the order the lines first printed them)."""
+        gauges, aux = sorted(self.gauges.items()), list(self.aux.items())
+        for line in range(self.count):
+            yield _present(gauges, line), _present(aux, line)
+
+
+def _present(columns: list[tuple[str, list[float | None]]], line: int) -> dict[str, float]:
+    """A line's values of ``columns`` by name, those it printed."""
+    values = {}
+    for name, column in columns:
+        value = column[line]
+        if value is not None:
+            values[name] = value
+    return values
+
+
+@dataclass(slots=True)
 class StepBatch:
     """Consecutive step lines of one rank: what the state needs of them, a column at a time.
 
@@ -67,9 +116,8 @@ class StepBatch:
     rank: int | None = None
     # Where each line starts in the block it was read from (LineParser(line_offsets=True)), else None.
     line_starts: list[int] | None = None
-    # Each line's own values, with LineParser(step_rows=True) (analyze's CSV), else None: (the gauges the line
-    # printed, its aux losses).
-    rows: list[tuple[dict[str, float], dict[str, float]]] | None = None
+    # Each line's own values, with LineParser(step_rows=True) (analyze's CSV), else None.
+    rows: StepRows | None = None
 
 
 @dataclass(slots=True)

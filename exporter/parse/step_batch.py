@@ -14,7 +14,7 @@ import math
 from exporter import native
 from exporter.native.step_fields import Run
 from exporter.parse.fields import is_aux_loss, is_rank_value
-from exporter.parse.records import Named, Series, StepBatch, StepLine
+from exporter.parse.records import Named, Series, StepBatch, StepLine, StepRows
 
 # The gauges whose every value the state's detectors and time accounting need; of the others the
 # latest is enough (and of the named values, those a rank prints for itself: fields.is_rank_value).
@@ -32,12 +32,12 @@ class StepBatchBuilder:
     _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
     _unprinted_nonfinite_losses: int
     _line_starts: list[int]
-    _rows: list[tuple[dict[str, float], dict[str, float]]]
+    _rows: StepRows
 
     def __init__(self, rank: int | None, series_fields: tuple[str, ...] = SERIES_FIELDS,
                  line_starts: bool = False, rows: bool = False) -> None:
         """``series_fields``: the gauges whose every value a batch keeps; ``line_starts``: keep where each
-        line starts; ``rows``: keep each line's own values (StepBatch.rows)."""
+        line starts; ``rows``: keep each line's own values of those gauges and its aux losses (StepBatch.rows)."""
         self.rank = rank
         self._series_fields = series_fields
         self._keep_starts = line_starts
@@ -57,8 +57,10 @@ class StepBatchBuilder:
 
     def read_by(self, reader: native.StepReader, gauges: tuple[str, ...],
                 row_reader: native.StepReader | None = None) -> None:
-        """Runs of lines will come through ``reader``, whose table's fields set ``gauges``; with ``rows``, each
-        line of a run read again alone by ``row_reader`` (a reader of the same table) for its own values."""
+        """Runs of lines will come through ``reader``, whose table's fields set ``gauges`` (and keep every value of
+        the series fields); with ``rows``, a run whose columns do not give each line's values (a line without a
+        series gauge, aux losses: the reader keeps their latest only) is read again line by line by ``row_reader``
+        (a reader of the same table)."""
         self._merge_reader()
         self._reader, self._gauges, self._row_reader = reader, gauges, row_reader
 
@@ -77,16 +79,35 @@ class StepBatchBuilder:
         after_lines_alone = bool(self._steps) and not len(reader)
         taken = reader.read(data, starts, index, limit)
         ended = None
-        if taken and after_lines_alone:
+        if taken and (after_lines_alone or self._keep_rows):
             run = reader.take()
-            if self._known_step is not None and run[0][0] < self._known_step:
+            if after_lines_alone and self._known_step is not None and run[0][0] < self._known_step:
                 ended = self.take()
+            if self._keep_rows and not self._add_run_rows(run):
+                self._read_rows(data, starts, index, taken)
             self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
-        if taken and self._keep_rows:
-            self._read_rows(data, starts, index, taken)
         return taken, ended
+
+    def _add_run_rows(self, run: Run) -> bool:
+        """The rows of a run its columns give (every line printing each series gauge, or none of them, and no aux
+        loss); False when they do not."""
+        steps, _, fields, named = run
+        count = len(steps)
+        if any(is_aux_loss(entry[0]) for entry in named):
+            return False
+        columns = {}
+        for gauge, (_, _, _, values) in zip(self._gauges, fields, strict=True):
+            if values is None or gauge not in self._series_fields:
+                continue
+            if len(values) != count:
+                if values:
+                    return False
+                continue
+            columns[gauge] = values
+        self._rows.extend(count, columns, {})
+        return True
 
     def _read_rows(self, data: bytes, starts: list[int], index: int, count: int) -> None:
         """Each of the ``count`` lines at ``starts[index]``, just read as a run, read again alone: its own values
@@ -95,11 +116,10 @@ class StepBatchBuilder:
         assert reader is not None
         for line in range(index, index + count):
             reader.read(data, starts, line, 1)
-            _, total, fields, named = reader.take()
-            values = {gauge: field[0] for gauge, field in zip(gauges, fields, strict=True) if field[0] is not None}
-            if total is not None:
-                values["total_steps"] = total
-            rows.append((values, {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])}))
+            fields, named = reader.take()[2:]
+            rows.add({gauge: field[0] for gauge, field in zip(gauges, fields, strict=True)
+                      if field[0] is not None and gauge in self._series_fields},
+                     {entry[0]: entry[1] for entry in named if is_aux_loss(entry[0])})
 
     def goes_back(self, step: int | None) -> bool:
         """True when a line at ``step`` is below the batch's latest step: a restart, which starts a new batch
@@ -115,8 +135,8 @@ class StepBatchBuilder:
         if self._keep_starts:
             self._line_starts.append(start)
         if self._keep_rows:
-            self._rows.append((dict(line.values), {name: value for name, value in line.named.items()
-                                                   if is_aux_loss(name)}))
+            self._rows.add({name: value for name, value in line.values.items() if name in self._series_fields},
+                           {name: value for name, value in line.named.items() if is_aux_loss(name)})
         if line.step is not None:
             self._known_step = line.step
         for name, value in line.values.items():
@@ -155,11 +175,8 @@ class StepBatchBuilder:
             self._line_starts += starts or [0] * count
         order = sorted(named, key=lambda name: not is_aux_loss(name))
         if self._keep_rows:
-            gauges, aux = list(values), [name for name in named if is_aux_loss(name)]
-            self._rows += [(dict(zip(gauges, line, strict=True)), dict(zip(aux, line_aux, strict=True)))
-                           for line, line_aux in zip(zip(*values.values(), strict=True),
-                                                     zip(*(named[name] for name in aux), strict=True) if aux
-                                                     else ((),) * count, strict=True)]
+            self._rows.extend(count, {name: column for name, column in values.items() if name in self._series_fields},
+                              {name: column for name, column in named.items() if is_aux_loss(name)})
         for name, column in values.items():
             self._latest[name] = column[-1]
             if name in self._series_fields:
@@ -230,6 +247,6 @@ class StepBatchBuilder:
         self._named[name] = (value, lines + (seen[1] if seen else 0))
 
     def _clear(self) -> None:
-        self._steps, self._known_step, self._line_starts, self._rows = [], None, [], []
+        self._steps, self._known_step, self._line_starts, self._rows = [], None, [], StepRows()
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0
