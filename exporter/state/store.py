@@ -6,6 +6,7 @@ one lock; writers take it once per batch of lines, not per line.
 
 from __future__ import annotations
 
+import bisect
 import dataclasses
 import math
 import operator
@@ -653,19 +654,34 @@ class _Applying(NamedTuple):
     printed_before: dict[str, float]  # the rank's printed values before the batch
     line_time: LineTime | None
     now: float
-    # A step list of the batch (by identity) -> each step's first index in it: a batch read at block speed holds
-    # thousands of steps, and a detector may find something at many of them (list.index each time: quadratic).
-    positions: dict[int, dict[int | None, int]]
+    # A step list of the batch (by identity) -> how to find a step's first index in it: a batch read at block speed
+    # holds thousands of steps, and a detector may find something at many of them (list.index each time:
+    # quadratic). Steps never go back in a batch: past the lines that printed none before the first that printed
+    # one, a step is found by bisection; a list with such lines further on, by a dict of first indexes.
+    positions: dict[int, int | dict[int | None, int]]
     contexts: dict[int | None, dict[str, tuple[float | None, float | None]]]  # a step's values around it (events)
     old: bool = False  # its file was last written long ago: read late, not a run starting now
 
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
         """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
-        positions = self.positions.get(id(steps))
-        if positions is None:  # built backwards: a step's first index is the one written last
-            backwards = range(len(steps) - 1, -1, -1)
-            positions = self.positions[id(steps)] = dict(zip(reversed(steps), backwards, strict=True))
-        return positions.get(step)
+        found = self.positions.get(id(steps))
+        if found is None:
+            found = self.positions[id(steps)] = _step_finder(steps)
+        if not isinstance(found, int):
+            return found.get(step)
+        if step is None:
+            return 0 if found else None
+        index = bisect.bisect_left(cast(Sequence[int], steps), step, found)
+        return index if index < len(steps) and steps[index] == step else None
+
+
+def _step_finder(steps: Sequence[int | None]) -> int | dict[int | None, int]:
+    """How many lines lead printing no step, when no other line printed none; else each step's first index."""
+    unprinted = next((index for index, step in enumerate(steps) if step is not None), len(steps))
+    if None not in steps[unprinted:]:
+        return unprinted
+    backwards = range(len(steps) - 1, -1, -1)  # a step's first index is the one written last
+    return dict(zip(reversed(steps), backwards, strict=True))
 
 
 def _stalls(rank: RankState) -> bool:
