@@ -486,6 +486,11 @@ def test_the_kernel_reads_every_decimal_as_float_does():
     tokens += ["9007199254740993", "9007199254740995", "9007199254740993.0", "4503599627370497.5", "1e23", "-0.0",
                "0.04950495049504951", "11.792409896850586", "1.7976931348623157e308", "2.2250738585072014e-308",
                "5e-324", "1e-27", "1e27", "9999999999999999999e-27", "1.0000000000000000000", "0.000000000000000000001"]
+    # Fractions read eight digits at a time: after zeros that are not significant, across the 19-digit limit.
+    rng = random.Random(29)
+    tokens += [f"{whole}.{'0' * zeros}{rng.randrange(10 ** digits):0{digits}d}{exponent}"
+               for whole in ("0", "7", "12345678901") for zeros in range(0, 12) for digits in range(1, 22)
+               for exponent in ("", "e-7")]
     data = b"".join(b"step=%d loss=%s\n" % (step, token.encode()) for step, token in enumerate(tokens, 1))
     starts = [0, *(index + 1 for index in range(len(data) - 1) if data[index] == 10)]
     reader = _step_fields.StepReader(KEYVALUE)

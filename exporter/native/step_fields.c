@@ -41,6 +41,7 @@ typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
     int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
+    uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
     Py_ssize_t step_name_count;
@@ -53,23 +54,31 @@ typedef struct {
 /* ------------------------------------------------------------------------------------------ */
 /* Bytes                                                                                      */
 
+/* Byte classes: str.isspace() for ASCII (what the twin's \s and str.strip() see), a name's first byte and its
+ * others, a digit. */
+enum { SPACE = 1, NAME_START = 2, NAME = 4, DIGIT = 8 };
+static const uint8_t byte_classes[256] = {
+    [' '] = SPACE, ['\t' ... '\r'] = SPACE, [0x1c ... 0x1f] = SPACE,
+    ['A' ... 'Z'] = NAME_START | NAME, ['a' ... 'z'] = NAME_START | NAME, ['_'] = NAME_START | NAME,
+    ['0' ... '9'] = NAME | DIGIT,
+};
+
 static int
 is_space(uint8_t byte)
 {
-    /* str.isspace() for ASCII: what the twin's \s and str.strip() see. */
-    return byte == ' ' || (byte >= '\t' && byte <= '\r') || (byte >= 0x1c && byte <= 0x1f);
+    return byte_classes[byte] & SPACE;
 }
 
 static int
 is_name_start(uint8_t byte)
 {
-    return (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || byte == '_';
+    return byte_classes[byte] & NAME_START;
 }
 
 static int
 is_name(uint8_t byte)
 {
-    return is_name_start(byte) || (byte >= '0' && byte <= '9');
+    return byte_classes[byte] & NAME;
 }
 
 static const uint8_t *
@@ -82,7 +91,7 @@ skip_spaces(const uint8_t *at, const uint8_t *end)
 static int
 is_digit(uint8_t byte)
 {
-    return byte >= '0' && byte <= '9';
+    return byte_classes[byte] & DIGIT;
 }
 
 /* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
@@ -168,6 +177,30 @@ read_digits(const uint8_t **at, const uint8_t *end, long long *value, int *too_l
 /* ------------------------------------------------------------------------------------------ */
 /* Numbers: native/numbers.py                                                                 */
 
+/* Eight ASCII digits in a little-endian word, and their value (fast_float's SWAR tests). */
+static int
+eight_digits(uint64_t word)
+{
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    (void)word;
+    return 0; /* the byte loop reads them */
+#endif
+    return ((word & UINT64_C(0xF0F0F0F0F0F0F0F0))
+            | (((word + UINT64_C(0x0606060606060606)) & UINT64_C(0xF0F0F0F0F0F0F0F0)) >> 4))
+           == UINT64_C(0x3333333333333333);
+}
+
+static uint64_t
+eight_digits_value(uint64_t word)
+{
+    const uint64_t mask = UINT64_C(0x000000FF000000FF);
+    const uint64_t mul1 = UINT64_C(0x000F424000000064); /* 100 + (1000000ULL << 32) */
+    const uint64_t mul2 = UINT64_C(0x0000271000000001); /* 1 + (10000ULL << 32) */
+    word -= UINT64_C(0x3030303030303030);
+    word = (word * 10) + (word >> 8); /* word = (word * 2561) >> 8 */
+    return (uint32_t)((((word & mask) * mul1) + (((word >> 16) & mask) * mul2)) >> 32);
+}
+
 /* A plain decimal ``[-+]digits[.digits][e[-+]digits]`` with at most 19 significant digits: its sign, its digits
  * as an integer and its power of ten. 0 when the token is not that. */
 static int
@@ -184,11 +217,24 @@ decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *ma
         if (significant > 19) return 0;
     }
     if (at < end && *at == '.') {
-        for (at++; at < end && *at >= '0' && *at <= '9'; at++, digits++, power--) {
+        const uint8_t *fraction = ++at;
+        if (number == 0) {
+            while (at < end && *at == '0') at++; /* no significant digit yet */
+        }
+        /* A printed float's fraction: eight digits at a time (a first one not 0 past the zeros above). */
+        uint64_t eight;
+        while (end - at >= 8 && significant <= 19 - 8 && (memcpy(&eight, at, 8), eight_digits(eight))) {
+            number = number * 100000000 + eight_digits_value(eight);
+            significant += 8;
+            at += 8;
+        }
+        for (; at < end && *at >= '0' && *at <= '9'; at++) {
             if (number || *at != '0') significant++;
             number = number * 10 + (uint64_t)(*at - '0');
             if (significant > 19) return 0;
         }
+        digits += (int)(at - fraction);
+        power -= (int)(at - fraction);
     }
     if (digits == 0) return 0;
     if (at < end && (*at == 'e' || *at == 'E')) {
@@ -575,6 +621,7 @@ read_pairs_table(PyObject *tuple, Table *table)
         }
         table->separator[byte] = 1;
     }
+    for (int byte = 0; byte < 256; byte++) table->ends[byte] = table->separator[byte] || is_space((uint8_t)byte);
     PyObject *names = tuple_of(PyTuple_GET_ITEM(tuple, 4), -1);
     if (names == NULL) return -1;
     table->step_name_count = PyTuple_GET_SIZE(names);
@@ -924,8 +971,7 @@ commit(Run *run, long long step, int has_total, long long total)
 static int
 ends_value(const Table *table, const uint8_t *at, const uint8_t *end)
 {
-    if (is_space(*at)) return 1;
-    return table->separator[*at] && !is_thousands_separator(at, end);
+    return table->ends[*at] && !is_thousands_separator(at, end); /* a comma is no space */
 }
 
 typedef struct {
@@ -969,6 +1015,11 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             continue;
         }
         const uint8_t *value = name_end + 1, *value_end = value;
+        const uint8_t *ends = table->ends;
+        while (end - value_end >= 8 && !(ends[value_end[0]] | ends[value_end[1]] | ends[value_end[2]] | ends[value_end[3]]
+                                         | ends[value_end[4]] | ends[value_end[5]] | ends[value_end[6]] | ends[value_end[7]])) {
+            value_end += 8; /* a printed float's bytes, eight at a time */
+        }
         while (value_end < end && !ends_value(table, value_end, end)) value_end++;
         if (count == MAX_PAIRS) return 0;
         Pair *pair = &pairs[count];
