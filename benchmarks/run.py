@@ -44,7 +44,7 @@ class Size:
     """How big each benchmark is."""
 
     catchup_lines: int
-    catchup_rounds: int
+    catchup_rounds: int  # each contender's best of as many interleaved runs: a shared machine's pauses hit any one
     steady_seconds: float
     steady_ranks: int
     noise_per_second: int
@@ -63,7 +63,7 @@ class Size:
     repeats: int  # copies of one step line (benchmarks/repeats.py)
 
 
-FULL = Size(catchup_lines=2_000_000, catchup_rounds=3, steady_seconds=60, steady_ranks=8, noise_per_second=100,
+FULL = Size(catchup_lines=2_000_000, catchup_rounds=5, steady_seconds=60, steady_ranks=8, noise_per_second=100,
             chatter_per_second=1000, chatter_seconds=30,
             scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200,
             hostile_seconds=20, trickling=256, flooding=32, sending=16, repeats=10_000_000)
