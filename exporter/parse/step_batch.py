@@ -212,7 +212,10 @@ class StepBatchBuilder:
 
     def _merge_run(self, run: Run) -> None:
         steps, total, fields, named = run
-        self._steps += steps
+        if self._steps:
+            self._steps += steps
+        else:  # the run's own lists (the reader keeps none): a batch of one run copies no column
+            self._steps = steps
         self._known_step = steps[-1]
         if total is not None:
             self._latest["total_steps"] = total
@@ -222,9 +225,12 @@ class StepBatchBuilder:
             if unit:
                 self._units[gauge] = unit
             if series_steps and series_values:
-                series = self._series_of(gauge)
-                series.steps.extend(series_steps)
-                series.values.extend(series_values)
+                series = self._series.get(gauge)
+                if series is None:
+                    self._series[gauge] = Series(series_steps, series_values)
+                else:
+                    series.steps.extend(series_steps)
+                    series.values.extend(series_values)
         new = []
         for name, value, lines, first, position in named:
             seen = self._named.get(name)

@@ -295,7 +295,8 @@ class TrainingState:
         if not batch.steps:
             return
         step_before = rank.step
-        rank.steps_total += _steps_counted(step_before, batch.steps)
+        consecutive = _consecutive(batch.steps)
+        rank.steps_total += _steps_counted(step_before, batch.steps, consecutive)
         rank.step = _last_known(step_before, batch.steps)  # Hugging Face Trainer prints no step
         since_last_step = None if rank.last_step_timestamp is None else now - rank.last_step_timestamp
         rank.last_step_timestamp = now
@@ -343,7 +344,8 @@ class TrainingState:
         if step_times:
             steps: Sequence[int | None] = _at_known_steps(step_times.steps, step_before)
             seconds: Sequence[float] = step_times.values
-            spans = _spans(steps, rank.timed_step)
+            # A series printed on every line of a batch whose every line printed a step has the batch's steps.
+            spans = _spans(steps, rank.timed_step, consecutive and len(steps) == len(batch.steps))
             rank.timed_step = _last_known(rank.timed_step, steps)
             printed = _covered(seconds, spans)
             replayed = _replayed(step_times.steps, replay_until, replay_before)
@@ -441,12 +443,15 @@ class TrainingState:
         return RankValue(label, _at_known_steps(series.steps, step_before), series.values, previous)
 
     def _step_event(self, applying: _Applying, found: Found) -> Event:
-        """An event of what a detector found at a step of the batch being applied, with its line's time and the
-        values around it (or as an earlier batch's event gave them)."""
+        """An event of what a detector found at a step of the batch being applied, with its line's time and, for the
+        listener, the values around it (or as an earlier batch's event gave them)."""
         detail = found.detail or {}
         if found.earlier is not None:
             return dataclasses.replace(found.earlier, count=found.count, detail=detail)
         batch, before, step = applying.batch, applying.printed_before, found.step
+        if self.listener is None:  # the values around the step are the listener's (analyze's findings) alone
+            return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
+                         detail=detail, continued=found.continued)
         context = applying.contexts.get(step)
         if context is None:  # a loss spike and a grad norm spike at one step share it
             context = applying.contexts[step] = {name: _around(applying, batch.series.get(name), step, before.get(name))
@@ -563,6 +568,8 @@ def _progress(steps: list[int | None], before: Progress) -> tuple[bool, int | No
 
 def _split_replayed(series: Series, replay_until: int | None, replay_before: int | None) -> Series:
     """A series without its replayed values."""
+    if replay_until is None and replay_before is None:
+        return series
     replayed = _replayed(series.steps, replay_until, replay_before)
     if not any(replayed):
         return series
@@ -590,14 +597,20 @@ def _picked(chosen: list[bool], *columns: Sequence) -> tuple[tuple, ...]:
     return tuple(tuple(item for item, keep in zip(column, chosen, strict=True) if keep) for column in columns)
 
 
-def _spans(steps: Sequence[int | None], previous: int | None) -> Sequence[float]:
+def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool = False) -> Sequence[float]:
     """How many steps each step time stands for: the steps since the step time before it (at ``previous``).
 
     Megatron-LM, DeepSpeed and torchtitan print a line every ``log_interval`` steps with the
     time of one (the interval's mean): that line stands for the whole interval. A step time
     on a line naming no step, the first one, or one whose step does not advance or jumps
-    back or by more than MAX_SPAN (a restart, another run) stands for itself.
+    back or by more than MAX_SPAN (a restart, another run) stands for itself. ``consecutive``: each step is one
+    after the step before it (_consecutive).
     """
+    if consecutive and steps:  # the usual case: every step time stands for one step, but maybe the first
+        spans = [1.0] * len(steps)
+        gap = cast("int", steps[0]) - previous if previous is not None else 1
+        spans[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
+        return spans
     if previous is not None and steps and None not in steps:
         known = cast("Sequence[int]", steps)
         gaps = list(map(operator.sub, known, [previous, *known[:-1]]))
@@ -614,13 +627,18 @@ def _spans(steps: Sequence[int | None], previous: int | None) -> Sequence[float]
 def _covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
     """The seconds the step times stand for, those that are times (finite, positive)."""
     if seconds and min(seconds) > 0 and sum(seconds) < math.inf:  # the usual case, at C speed (a NaN fails too)
+        if spans.count(1.0) == len(spans):
+            return math.fsum(seconds)
         return math.fsum(map(operator.mul, seconds, spans))
     return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
 
 
-def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:
+def _steps_counted(step_before: int | None, steps: list[int | None], consecutive: bool = False) -> int:
     """How many steps the lines printed: DeepSpeed prints the lr and the throughput of one step on
-    two lines, so a line for the step the rank is at completes it; a line printing none is a step."""
+    two lines, so a line for the step the rank is at completes it; a line printing none is a step.
+    ``consecutive``: each step is one after the step before it (_consecutive)."""
+    if consecutive:
+        return len(steps) - (steps[0] == step_before)
     if None not in steps:  # the usual case, at C speed: each change of step is one
         return sum(map(operator.ne, steps, [step_before, *steps[:-1]]))
     counted, known = 0, step_before
@@ -629,6 +647,14 @@ def _steps_counted(step_before: int | None, steps: list[int | None]) -> int:
         if step is not None:
             known = step
     return counted
+
+
+def _consecutive(steps: list[int | None]) -> bool:
+    """Each line one step after the line before it (every line printing a step): the usual batch."""
+    first, last = (steps[0], steps[-1]) if steps else (None, None)
+    if first is None or last is None or last - first != len(steps) - 1:
+        return False
+    return steps == list(range(first, last + 1))
 
 
 def _last_known(step_before: int | None, steps: Sequence[int | None]) -> int | None:
