@@ -10,6 +10,7 @@ value becomes an aux loss or a plain gauge (fields.is_aux_loss).
 from __future__ import annotations
 
 import math
+from typing import cast
 
 from exporter import native
 from exporter.native.step_fields import Run
@@ -215,7 +216,7 @@ class StepBatchBuilder:
         if self._steps:
             self._steps += steps
         else:  # the run's own lists (the reader keeps none): a batch of one run copies no column
-            self._steps = steps
+            self._steps = cast("list[int | None]", steps)
         self._known_step = steps[-1]
         if total is not None:
             self._latest["total_steps"] = total
@@ -227,7 +228,7 @@ class StepBatchBuilder:
             if series_steps and series_values:
                 series = self._series.get(gauge)
                 if series is None:
-                    self._series[gauge] = Series(series_steps, series_values)
+                    self._series[gauge] = Series(cast("list[int | None]", series_steps), series_values)
                 else:
                     series.steps.extend(series_steps)
                     series.values.extend(series_values)

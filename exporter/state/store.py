@@ -607,10 +607,10 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
     after the step before it (_consecutive).
     """
     if consecutive and steps:  # the usual case: every step time stands for one step, but maybe the first
-        spans = [1.0] * len(steps)
+        ones = [1.0] * len(steps)
         gap = cast("int", steps[0]) - previous if previous is not None else 1
-        spans[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
-        return spans
+        ones[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
+        return ones
     if previous is not None and steps and None not in steps:
         known = cast("Sequence[int]", steps)
         gaps = list(map(operator.sub, known, [previous, *known[:-1]]))
