@@ -696,7 +696,9 @@ group_lines(PyObject *module, PyObject *args)
                 break;
             }
         }
-        if (memmem(body, newline - body, literal.buf, literal.len) != NULL) {
+        /* A stream's step lines usually begin with the literal: one comparison before a search of the line. */
+        if ((newline - body >= literal.len && memcmp(body, literal.buf, literal.len) == 0)
+            || memmem(body, newline - body, literal.buf, literal.len) != NULL) {
             PyObject *offset = PyLong_FromSsize_t(body - at);
             int failed = offset == NULL || PyList_Append(PyList_GET_ITEM(starts, group), offset) < 0;
             Py_XDECREF(offset);
