@@ -415,6 +415,37 @@ def test_pairs_lines_read_in_runs_match_the_twin(table):
 
 
 @pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_it(table):
+    """The kernel reads a line printing the names of the line before it, one space apart, without looking its names
+    up again: each line here follows such a line and differs from it by a little (a pair more, a name longer, a space
+    more, a value missing, a separator), so a shortcut taken where the line is not of the same shape shows."""
+    step_name, separator = table[4][0], table[3]
+    names = [step_name, table[6][0][0], *(field[0] for field in table[6][1:4]), b"mtp_1_loss"]
+    rng = random.Random(7)
+    variants = [b"", b" extra" + separator + b"1", b" " + names[1] + separator + b"3", b" ", b"\t", b",", b"|x",
+                table[2][:1], table[2][:1] + b"y" + separator + b"2"]
+    lines = []
+    for step in range(1, 2500):
+        pairs = [name + separator + (b"%d" % step if name == step_name else rng.choice(TOKENS).encode())
+                 for name in names[: rng.randint(2, len(names))]]
+        lines.append(b" ".join(pairs))
+        changed = list(pairs)
+        where = rng.randrange(len(changed))
+        change = rng.randrange(5)
+        if change == 0:
+            changed[where] = changed[where].replace(separator, b"x" + separator, 1)  # a name one byte longer
+        elif change == 1:
+            changed[where] = changed[where].replace(separator, separator + b" ", 1)  # the value after a space
+        elif change == 2:
+            changed[where] = changed[where].split(separator)[0] + separator  # no value
+        elif change == 3:
+            changed[where] = b" " + changed[where]  # two spaces before a pair
+        lines.append(b" ".join(changed) + rng.choice(variants))
+    runs, rows, _ = _read_in_runs_by_both(table, lines)
+    assert runs > 100 and rows > 1000
+
+
+@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
 def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
     """A line the run reads gives the per-line reader's record (the dict reading); it declines only what that reader
     must take: not ASCII, tagged, a step beyond 18 digits, a name twice, two names of a column, two step names,

@@ -769,8 +769,19 @@ typedef struct {
     Py_ssize_t lines, first_line, position, last_line;
 } Named;
 
+#define SHAPE_BYTES 256
+
+/* The pairs grammar: the names the last line read printed, in order. A line printing the same names one space apart
+ * holds the same pairs, which then need no lookup and no check (read_pairs_line). */
+typedef struct {
+    Py_ssize_t count, step_pair; /* count 0: none yet */
+    Py_ssize_t lengths[MAX_PAIRS], fields[MAX_PAIRS];
+    uint8_t names[SHAPE_BYTES];
+} Shape;
+
 typedef struct {
     const Table *table;
+    Shape shape;
     long long *steps;
     Py_ssize_t count, capacity;
     int has_total; /* a line printed its total (the pairs grammar's may not) */
@@ -996,14 +1007,68 @@ read_step_value(const uint8_t *at, const uint8_t *end, long long *step, int *has
     return too_long ? 2 : 1;
 }
 
+/* Where the value at ``value`` ends. */
+static const uint8_t *
+value_end_of_pair(const Table *table, const uint8_t *value, const uint8_t *end)
+{
+    const uint8_t *value_end = value, *ends = table->ends;
+    while (end - value_end >= 8 && !(ends[value_end[0]] | ends[value_end[1]] | ends[value_end[2]] | ends[value_end[3]]
+                                     | ends[value_end[4]] | ends[value_end[5]] | ends[value_end[6]] | ends[value_end[7]])) {
+        value_end += 8; /* a printed float's bytes, eight at a time */
+    }
+    while (value_end < end && !ends_value(table, value_end, end)) value_end++;
+    return value_end;
+}
+
+/* The pairs of a line that prints the shape's names one space apart and nothing else (what the loop of
+ * read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is not such a line. */
+static Py_ssize_t
+shaped_pairs(const Run *run, const uint8_t *line, const uint8_t *end, Pair *pairs)
+{
+    const Table *table = run->table;
+    const Shape *shape = &run->shape;
+    const uint8_t *at = line, *name = shape->names;
+    for (Py_ssize_t i = 0; i < shape->count; i++) {
+        Py_ssize_t length = shape->lengths[i];
+        if (i > 0 && (at == end || *at++ != ' ')) return 0;
+        if (end - at < length + 2 || memcmp(at, name, (size_t)length) != 0) return 0;
+        const uint8_t *name_end = at + length;
+        if (*name_end != table->name_separator || is_name(*name_end) || ends_value(table, name_end + 1, end)) return 0;
+        const uint8_t *value_end = value_end_of_pair(table, name_end + 1, end);
+        pairs[i] = (Pair){at, name_end + 1, length, value_end - name_end - 1, shape->fields[i]};
+        at = value_end;
+        name += length;
+    }
+    return at == end ? shape->count : 0;
+}
+
+/* The line's pairs as the shape of the lines after it (none when their names do not fit). */
+static void
+keep_shape(Run *run, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
+{
+    Shape *shape = &run->shape;
+    Py_ssize_t used = 0;
+    shape->count = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (used + pairs[i].name_length > SHAPE_BYTES) return;
+        memcpy(shape->names + used, pairs[i].name, (size_t)pairs[i].name_length);
+        used += pairs[i].name_length;
+        shape->lengths[i] = pairs[i].name_length;
+        shape->fields[i] = pairs[i].field;
+    }
+    shape->step_pair = step_pair;
+    shape->count = count;
+}
+
 /* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
 static int
 read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
 {
     const Table *table = run->table;
     Pair pairs[MAX_PAIRS];
-    Py_ssize_t count = 0, step_pair = -1, required_printed = table->required < 0;
-    for (const uint8_t *at = line; at < end;) {
+    Py_ssize_t count = run->shape.count ? shaped_pairs(run, line, end, pairs) : 0, shaped = count > 0;
+    Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
+    for (const uint8_t *at = shaped ? end : line; at < end;) {
         if (!is_name_start(*at) || (at > line && (is_name(at[-1]) || at[-1] == '.'))) {
             at++;
             continue;
@@ -1014,13 +1079,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             at++;
             continue;
         }
-        const uint8_t *value = name_end + 1, *value_end = value;
-        const uint8_t *ends = table->ends;
-        while (end - value_end >= 8 && !(ends[value_end[0]] | ends[value_end[1]] | ends[value_end[2]] | ends[value_end[3]]
-                                         | ends[value_end[4]] | ends[value_end[5]] | ends[value_end[6]] | ends[value_end[7]])) {
-            value_end += 8; /* a printed float's bytes, eight at a time */
-        }
-        while (value_end < end && !ends_value(table, value_end, end)) value_end++;
+        const uint8_t *value = name_end + 1, *value_end = value_end_of_pair(table, value, end);
         if (count == MAX_PAIRS) return 0;
         Pair *pair = &pairs[count];
         *pair = (Pair){at, value, name_end - at, value_end - value, field_named(table, at, name_end - at)};
@@ -1041,6 +1100,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         count++;
         at = value_end;
     }
+    if (!shaped && step_pair >= 0 && required_printed) keep_shape(run, pairs, count, step_pair);
     long long step, total = 0;
     int has_total;
     if (step_pair < 0 || !required_printed
