@@ -42,9 +42,7 @@ class StepCsv:
         """A batch's step lines of one rank: each line's step, time and values."""
         count = len(steps)
         columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
-        pending = self._pending
-        if (count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:]))
-                or (pending is not None and pending[3] == steps[0] and tuple(pending[:3]) == key)):
+        if count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:])) or self._completes_pending(key, steps[0]):
             # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
             aux = [line_aux for _, line_aux in rows]
             for index, step in enumerate(steps):
@@ -63,10 +61,15 @@ class StepCsv:
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {}
 
+    def _completes_pending(self, key: SeriesKey, step: int | None) -> bool:
+        """True when a line of ``key`` at ``step`` belongs to the pending row (the same rank's same step)."""
+        pending = self._pending
+        return pending is not None and step is not None and pending[3] == step and tuple(pending[:3]) == key
+
     def _add_row(self, key: SeriesKey, step: int | None, when: float | None, gauges: list[float | None],
                  aux: dict[str, float]) -> None:
         pending = self._pending
-        if pending is not None and step is not None and pending[3] == step and tuple(pending[:3]) == key:
+        if pending is not None and self._completes_pending(key, step):
             # DeepSpeed prints one step over two lines: they make one row.
             for index, value in enumerate(gauges, 5):
                 if value is not None:
