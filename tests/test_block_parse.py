@@ -366,6 +366,41 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
 
 
 
+def _read_in_pieces(parser: LineParser, blocks: list[bytes]) -> tuple[list[bytes], list]:
+    """The blocks cut as the parser cuts them (LineParser.pieces), each piece parsed: the pieces, what they gave."""
+    pieces, parsed = [], []
+    for block in blocks:
+        for piece in parser.pieces(block):
+            pieces.append(piece)
+            parsed.append(parser.parse_block(piece))
+    return pieces, parsed
+
+
+def test_a_block_is_cut_around_its_few_lines_holding_another_anchor(monkeypatch):
+    # The real SIGKILL run's agent line (a failure, another anchor) amid an interleaved console's block: the pieces
+    # around it are read stream by stream, it alone line by line, and they give what every line alone gives.
+    if not native.available()["step_fields"]:
+        require_native_kernels()
+    nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
+    blocks = [nan * 20, nan * 10 + _exit_line() + nan * 10 + _exit_line() + nan * 10]
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    pieces, in_pieces = _read_in_pieces(Recording(), blocks)
+    assert len(pieces) > 5
+    first = len(nan.splitlines()) * 20
+    assert first < len(seen) < first + len(nan.splitlines()) * 5  # the second block: the exit lines and a few more
+    assert _comparable(in_pieces) == _comparable(_every_line_alone(pieces, False))
+    assert _comparable(in_pieces)[1] == _comparable(_every_line_alone(blocks, False))[1]  # the state, however cut
+    # More such lines than a block is cut around: it goes line by line whole, as before.
+    monkeypatch.setattr(line_parser, "MAX_LINES_CUT_AROUND", 1)
+    assert _read_in_pieces(LineParser(), blocks)[0][-1] is blocks[1]
+
+
 def _exit_line() -> bytes:
     """The real SIGKILL run's agent line ``failed (exitcode: -9) local_rank: 1``: a failure on a line of its own,
     without a prefix, in a block otherwise read stream by stream."""

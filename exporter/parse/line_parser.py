@@ -73,6 +73,10 @@ DISCOVERY_STEP_LINES = 1000
 # by line until a format's lines are known, and discovery, once over, leaves the rest of a large block to the block
 # path (the first 1 MiB of a real torchrun console line by line cost 0.4 s).
 DISCOVERY_PIECE_BYTES = 64 << 10
+# An interleaved console's block is cut around at most this many lines holding an anchor besides its step lines' (a
+# launcher's warning, a fault code a step number spells): they go line by line, the lines between them stream by
+# stream (LineParser.pieces). A block holding more goes line by line whole: past that, the pieces cost more.
+MAX_LINES_CUT_AROUND = 64
 
 
 @dataclass(slots=True)
@@ -118,6 +122,7 @@ class LineParser:
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
         self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        self._clear_piece: bytes | None = None  # the piece pieces() found no such line in: not scanned again
         self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
         self._forced = forced is not None
         self._rank_offset = rank_offset
@@ -169,7 +174,8 @@ class LineParser:
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """``data`` (whole lines) in the pieces parse_block is to be given, each parsed before the next is asked
         for: while formats are discovered, DISCOVERY_PIECE_BYTES of lines at a time, then the rest at once. A
-        piece is what a read of a growing file could have handed out: parsed alone, it gives the same records."""
+        piece is what a read of a growing file could have handed out: parsed alone, it gives the same records.
+        An interleaved console's rest is cut around its few lines holding another anchor (MAX_LINES_CUT_AROUND)."""
         start = 0
         while self._discovering and len(data) - start > 2 * DISCOVERY_PIECE_BYTES:
             cut = data.find(b"\n", start + DISCOVERY_PIECE_BYTES) + 1
@@ -177,7 +183,36 @@ class LineParser:
                 break
             yield data[start:cut]
             start = cut
-        yield data[start:] if start else data
+        rest = data[start:] if start else data
+        others = self._lines_besides(rest) if self._reads_streams(rest) else None
+        if others is None or len(others) > MAX_LINES_CUT_AROUND:
+            yield rest
+            return
+        position = 0
+        for line in others:
+            if line > position:
+                self._clear_piece = rest[position:line]
+                yield self._clear_piece
+            position = rest.find(b"\n", line) + 1
+            yield rest[line:position]
+        if position < len(rest):
+            self._clear_piece = rest[position:] if position else rest
+            yield self._clear_piece
+
+    def _reads_streams(self, data: bytes) -> bool:
+        """True when ``data`` may be an interleaved console's block read stream by stream (_parse_interleaved)."""
+        return (self._kernel_format is not None and not self._discovering and not self._blocks
+                and self._redrawn is None and data[-1:] == b"\n"
+                # the first or the last line carries a rank prefix: a plain log costs nothing more
+                and bool(RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data))))
+
+    def _lines_besides(self, data: bytes) -> list[int] | None:
+        """Where the lines holding an anchor besides the kernel format's literal start (None: any line may)."""
+        assert self._kernel_format is not None
+        if self._besides_scanner[0] != self._routing:
+            self._besides_scanner = (self._routing, scanner_besides(self._routing, self._kernel_format.prefilter))
+        besides = self._besides_scanner[1]
+        return None if besides is None else besides.scan(data)[1]
 
     def parse_block(self, data: bytes) -> ParsedBlock:
         """The records of a block of newline-terminated lines, looking only at the lines that matter.
@@ -478,15 +513,11 @@ class LineParser:
         phase, a banner, another format), a carriage return, two prefixes of one rank, a rank tag inside a line
         (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
         """
+        cleared, self._clear_piece = data is self._clear_piece, None  # pieces() looked for such lines already
+        if not self._reads_streams(data) or (not cleared and self._lines_besides(data) != []) or b"\r" in data:
+            return False  # carriage-return segments: a line each
         kernel_format = self._kernel_format
-        if (kernel_format is None or self._discovering or self._blocks or self._redrawn is not None
-                or data[-1:] != b"\n" or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
-            return False  # the first or the last line carries a rank prefix: a plain log costs nothing more
-        if self._besides_scanner[0] != self._routing:
-            self._besides_scanner = (self._routing, scanner_besides(self._routing, kernel_format.prefilter))
-        besides = self._besides_scanner[1]
-        if besides is None or besides.scan(data)[1] or b"\r" in data:  # carriage-return segments: a line each
-            return False
+        assert kernel_format is not None
         grouped = native.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
         if grouped is None or grouped[3] or grouped[4]:
             return False
