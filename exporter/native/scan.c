@@ -572,21 +572,27 @@ static PyTypeObject ScannerType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
+/* The first ``literal`` (not empty) in at[0:size], NULL when none: its first byte by memchr, then the rest (glibc's
+ * memmem reads a long block at a few instructions a byte, and a short one after a setup of its own). */
+static const void *
+find_literal(const void *at, Py_ssize_t size, const void *literal, Py_ssize_t length)
+{
+    const char *match = at, *end = match + size, *text = literal;
+    while (end - match >= length && (match = memchr(match, text[0], (size_t)(end - match - length + 1))) != NULL) {
+        if (memcmp(match + 1, text + 1, (size_t)length - 1) == 0) return match;
+        match++;
+    }
+    return NULL;
+}
+
 /* Non-overlapping occurrences of ``literal`` (not empty) in at[0:size], as bytes.count. */
 static Py_ssize_t
 occurrences(const char *at, Py_ssize_t size, const char *literal, Py_ssize_t length)
 {
-    /* Its first byte by memchr, then the rest: glibc's memmem reads a long block at a few instructions a byte. */
     Py_ssize_t found = 0;
-    for (const char *match = at, *end = at + size; end - match >= length
-         && (match = memchr(match, literal[0], (size_t)(end - match - length + 1))) != NULL;) {
-        if (memcmp(match + 1, literal + 1, (size_t)length - 1) == 0) {
-            found++;
-            match += length;
-        }
-        else {
-            match++;
-        }
+    for (const char *match = at, *end = at + size; (match = find_literal(match, end - match, literal, length)) != NULL;
+         match += length) {
+        found++;
     }
     return found;
 }
@@ -704,9 +710,7 @@ group_lines(PyObject *module, PyObject *args)
                 break;
             }
         }
-        /* A stream's step lines usually begin with the literal: one comparison before a search of the line. */
-        if ((newline - body >= literal.len && memcmp(body, literal.buf, literal.len) == 0)
-            || memmem(body, newline - body, literal.buf, literal.len) != NULL) {
+        if (find_literal(body, newline - body, literal.buf, literal.len) != NULL) {
             PyObject *offset = PyLong_FromSsize_t(body - at);
             int failed = offset == NULL || PyList_Append(PyList_GET_ITEM(starts, group), offset) < 0;
             Py_XDECREF(offset);
@@ -890,8 +894,8 @@ segment_records(PyObject *module, PyObject *args)
             goto done;
         }
     }
-    for (const uint8_t *found = memmem(bytes, (size_t)size, first, (size_t)pieces[0].len); found != NULL;
-         found = memmem(found + 1, (size_t)(bytes + size - found - 1), first, (size_t)pieces[0].len)) {
+    for (const uint8_t *found = find_literal(bytes, size, first, pieces[0].len); found != NULL;
+         found = find_literal(found + 1, bytes + size - found - 1, first, pieces[0].len)) {
         long long step, total;
         Py_ssize_t at = found - bytes;
         if (!record_at(bytes, size, at, pieces, count, close.buf, close.len, &step, &total, values)) continue;
