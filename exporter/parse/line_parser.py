@@ -22,6 +22,8 @@ scheduler's node table.
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections import Counter
 from collections.abc import Iterable, Iterator
 from dataclasses import dataclass, field
@@ -379,7 +381,8 @@ class LineParser:
             (values if gauge else named)[name] = column
         filtered = set(shape.filtered(values))
         ends = {line + 1 for line in filtered}
-        ends.update(line for line in range(1, len(found.steps)) if found.steps[line] < found.steps[line - 1])
+        steps = found.steps  # where a step goes back (a restart): a batch ends before it, found at C speed
+        ends.update(itertools.compress(range(1, len(steps)), map(operator.lt, steps[1:], steps)))
         run = _RecordRun(found, values, named, sorted(ends), filtered)
         recognized = alone = 0  # record lines taken here, lines read by _parse_lines
         counted: Counter[bytes] = Counter()  # lines beginning with prefixes read by _parse_lines
