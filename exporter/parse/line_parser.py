@@ -186,7 +186,9 @@ class LineParser:
             yield data[start:cut]
             start = cut
         rest = data[start:] if start else data
-        others = self._lines_besides(rest) if self._reads_streams(rest) else None
+        # One rank stream's block is read as one (_parse_one_stream), whatever it holds: no such lines looked for.
+        interleaved = self._reads_streams(rest) and self._stream_prefix(rest) is None
+        others = self._lines_besides(rest) if interleaved else None
         if others is None or len(others) > MAX_LINES_CUT_AROUND:
             yield rest
             return
@@ -454,6 +456,22 @@ class LineParser:
         self._redraw_taken = (fmt.name, record.step, rank)
         self._take(fmt, record, rank, parsed)
 
+    def _stream_prefix(self, data: bytes) -> tuple[bytes, int] | None:
+        """The rank prefix the first line begins with, and its rank, when the middle line and the last one begin
+        with it too: a block of one rank stream's lines, unless its bytes say otherwise (an interleaved console's
+        block is told so before they are counted)."""
+        if data[:1] not in _RANK_PREFIX_STARTS:
+            return None
+        first = data[:data.find(b"\n")]
+        rank, body = strip_rank_prefixes(first, self._rank_offset)
+        if rank is None:
+            return None
+        prefix = first[:len(first) - len(body)]
+        middle = data.find(b"\n", len(data) // 2) + 1
+        if not data.startswith(prefix, _last_line(data)) or middle < len(data) and not data.startswith(prefix, middle):
+            return None
+        return prefix, rank
+
     def _parse_one_stream(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of one rank stream's lines read like an unprefixed one; False (nothing done) when the block is
         none: no prefix on its first line, lines of several ranks or without one, a line glued to another rank's.
@@ -466,16 +484,10 @@ class LineParser:
         runs of step lines by the kernel into the rank's batch. A line the kernel declines is read with its
         prefix, as the line-by-line path reads it: the records are the same (tests/test_block_parse.py).
         """
-        if data[:1] not in _RANK_PREFIX_STARTS:
+        stream = self._stream_prefix(data)
+        if stream is None:
             return False
-        first = data[:data.find(b"\n")]
-        rank, body = strip_rank_prefixes(first, self._rank_offset)
-        if rank is None:
-            return False
-        prefix = first[:len(first) - len(body)]
-        middle = data.find(b"\n", len(data) // 2) + 1
-        if not data.startswith(prefix, _last_line(data)) or middle < len(data) and not data.startswith(prefix, middle):
-            return False  # an interleaved console's block, told before its bytes are counted
+        prefix, rank = stream
         role = ROLE_PREFIX.match(prefix)
         starting, tags, lines = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
         if starting != lines or (role is not None and tags != lines):
