@@ -1007,7 +1007,7 @@ read_step_value(const uint8_t *at, const uint8_t *end, long long *step, int *has
     return too_long ? 2 : 1;
 }
 
-/* Where the value at ``value`` ends. */
+/* The pairs grammar: where the value at ``value`` ends (a space, a separator but a thousands comma). */
 static const uint8_t *
 value_end_of_pair(const Table *table, const uint8_t *value, const uint8_t *end)
 {

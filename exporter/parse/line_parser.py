@@ -124,7 +124,8 @@ class LineParser:
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
         self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
-        self._clear_piece: bytes | None = None  # the piece pieces() found no such line in: not scanned again
+        # The piece pieces() last handed out after looking for such lines, and whether it holds any: not scanned again.
+        self._scanned_piece: tuple[bytes, bool] | None = None
         self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
         self._forced = forced is not None
         self._rank_offset = rank_offset
@@ -189,19 +190,25 @@ class LineParser:
         # One rank stream's block is read as one (_parse_one_stream), whatever it holds: no such lines looked for.
         interleaved = self._reads_streams(rest) and self._stream_prefix(rest) is None
         others = self._lines_besides(rest) if interleaved else None
-        if others is None or len(others) > MAX_LINES_CUT_AROUND:
+        if others is None:
             yield rest
+            return
+        if len(others) > MAX_LINES_CUT_AROUND:
+            yield self._scanned(rest, True)
             return
         position = 0
         for line in others:
             if line > position:
-                self._clear_piece = rest[position:line]
-                yield self._clear_piece
+                yield self._scanned(rest[position:line], False)
             position = rest.find(b"\n", line) + 1
-            yield rest[line:position]
+            yield self._scanned(rest[line:position], True)
         if position < len(rest):
-            self._clear_piece = rest[position:] if position else rest
-            yield self._clear_piece
+            yield self._scanned(rest[position:] if position else rest, False)
+
+    def _scanned(self, piece: bytes, holds_others: bool) -> bytes:
+        """``piece``, remembered with whether it holds a line with another anchor (_parse_interleaved)."""
+        self._scanned_piece = (piece, holds_others)
+        return piece
 
     def _reads_streams(self, data: bytes) -> bool:
         """True when ``data`` may be an interleaved console's block read stream by stream (_parse_interleaved)."""
@@ -528,9 +535,11 @@ class LineParser:
         phase, a banner, another format), a carriage return, two prefixes of one rank, a rank tag inside a line
         (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
         """
-        cleared, self._clear_piece = data is self._clear_piece, None  # pieces() looked for such lines already
-        if not self._reads_streams(data) or (not cleared and self._lines_besides(data) != []) or b"\r" in data:
-            return False  # carriage-return segments: a line each
+        scanned, self._scanned_piece = self._scanned_piece, None
+        if not self._reads_streams(data) or b"\r" in data:  # carriage-return segments: a line each
+            return False
+        if scanned[1] if scanned is not None and scanned[0] is data else self._lines_besides(data) != []:
+            return False  # pieces() looked for such lines already, or they are looked for here
         kernel_format = self._kernel_format
         assert kernel_format is not None
         grouped = native.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
