@@ -10,6 +10,7 @@ from __future__ import annotations
 import csv
 import io
 import operator
+import itertools
 import os
 import tempfile
 from typing import TextIO
@@ -49,14 +50,17 @@ class StepCsv:
                 self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])
             return
         # The rows but the last as one text (the cells as _flush writes numbers), the last pending: the next
-        # batch's first line may complete it.
+        # batch's first line may complete it. A column no line printed is empty in each row's format: only the
+        # printed cells are formatted.
         self._flush()
         last = count - 1
         cells: list[list] = [steps, times, *columns]
-        rows_cells = ROW_END.join(map(",".join, zip(*(map(repr, column[:last]) for column in cells),
-                                                    strict=True))).replace("None", "")
+        printed = [column.count(None) != count for column in cells]
+        row = ",".join(["%r" if shown else "" for shown in printed])
+        values = itertools.chain.from_iterable(zip(*(column[:last] for column, shown in zip(cells, printed) if shown)))
+        rows_cells = (f"{row}{ROW_END}" * last % tuple(values)).replace("None", "")
         prefix = f"{self._key_cells(key)},"
-        self._scratch.write(f"{prefix}{rows_cells.replace(ROW_END, ROW_END + prefix)}{ROW_END}")
+        self._scratch.write(f"{prefix}{rows_cells[:-len(ROW_END)].replace(ROW_END, ROW_END + prefix)}{ROW_END}")
         self._count_rows(len(COLUMNS), last)
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {}
@@ -95,9 +99,10 @@ class StepCsv:
                 lines = iter(self._scratch)
                 for cells, rows in self._widths:
                     padding = "," * (width - cells)
-                    for _ in range(rows):
-                        line = next(lines)
-                        out.write(f"{line[:-2]}{padding}\r\n" if padding else line)
+                    rows_lines = itertools.islice(lines, rows)
+                    if padding:
+                        rows_lines = (f"{line[:-2]}{padding}\r\n" for line in rows_lines)
+                    out.writelines(rows_lines)
         self._scratch.close()
 
     def _flush(self) -> None:

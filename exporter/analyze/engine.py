@@ -253,7 +253,7 @@ class Analysis:
             for name, points in batch.series.items():
                 self._points(key, name, points.steps, points.values)
         if self._rows is not None and batch.rows is not None:
-            self._rows(key, batch.steps, [clock.at(data, start) for start in starts] if starts
+            self._rows(key, batch.steps, clock.times(data, starts) if starts
                        else [None] * len(batch.steps), batch.rows)
 
     def _note_losses(self, track: _Track, batch: StepBatch) -> None:

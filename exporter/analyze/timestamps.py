@@ -18,6 +18,8 @@ PREFIX_BYTES = 120
 _DATE_TIME = re.compile(
     rb"(\d{4})-(\d\d)-(\d\d)[ T-](\d\d):(\d\d):(\d\d)(?:[.,](\d{1,9}))?(Z|[+-]\d\d:?\d\d)?(?![\d:])")
 _GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\b")
+# Both forms print hh:mm:ss: a line without ":dd:" has neither (a progress bar's "00:01<00:30" elapsed times).
+_CLOCK_TIME = re.compile(rb":\d\d:")
 _MAX_CACHED = 1 << 14
 
 
@@ -31,13 +33,21 @@ class LineClock:
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
         prefix = data[start : start + PREFIX_BYTES]
-        if prefix.count(b":") < 2:  # both forms print hh:mm:ss: a line without two colons has neither (a step row)
+        if prefix.count(b":") < 2 or _CLOCK_TIME.search(prefix) is None:  # the cheap test first (a step row)
             return None
         match = _DATE_TIME.search(prefix)
         if match is not None:
             return self._date_time(match)
         match = _GLOG.search(prefix)
         return self._glog(match) if match is not None else None
+
+    def times(self, data: bytes, starts: list[int]) -> list[float | None]:
+        """The timestamps of the lines starting at ``starts``: one search over all their prefixes finds that
+        none has one (step lines seldom do), else line by line."""
+        prefixes = b"\n".join([data[start : start + PREFIX_BYTES] for start in starts])
+        if _CLOCK_TIME.search(prefixes) is None:
+            return [None] * len(starts)
+        return [self.at(data, start) for start in starts]
 
     def last_in(self, data: bytes, lines: int = 64) -> float | None:
         """The timestamp of the last of the block's last ``lines`` lines that has one."""
