@@ -511,8 +511,8 @@ def _decimals(rng: random.Random, count: int) -> list[str]:
     return found
 
 
-def test_the_kernel_reads_every_decimal_as_float_does():
-    """Bit for bit: the exact paths (Clinger's, Eisel-Lemire's) and strtod's, against float() itself."""
+def _decimal_tokens() -> list[str]:
+    """_decimals and the edges of the exact paths: a float to read, each."""
     tokens = [token for token in _decimals(random.Random(8), 60_000) if token.strip("+-.")]
     tokens += ["9007199254740993", "9007199254740995", "9007199254740993.0", "4503599627370497.5", "1e23", "-0.0",
                "0.04950495049504951", "11.792409896850586", "1.7976931348623157e308", "2.2250738585072014e-308",
@@ -522,6 +522,12 @@ def test_the_kernel_reads_every_decimal_as_float_does():
     tokens += [f"{whole}.{'0' * zeros}{rng.randrange(10 ** digits):0{digits}d}{exponent}"
                for whole in ("0", "7", "12345678901") for zeros in range(0, 12) for digits in range(1, 22)
                for exponent in ("", "e-7")]
+    return tokens
+
+
+def test_the_kernel_reads_every_decimal_as_float_does():
+    """Bit for bit: the exact paths (Clinger's, Eisel-Lemire's) and strtod's, against float() itself."""
+    tokens = _decimal_tokens()
     data = b"".join(b"step=%d loss=%s\n" % (step, token.encode()) for step, token in enumerate(tokens, 1))
     starts = [0, *(index + 1 for index in range(len(data) - 1) if data[index] == 10)]
     reader = _step_fields.StepReader(KEYVALUE)
@@ -529,6 +535,15 @@ def test_the_kernel_reads_every_decimal_as_float_does():
     _, _, steps, values = reader.take()[2][0]  # the loss column: latest, unit, each value's step, the values
     assert len(steps) == len(tokens)
     assert _bits(values) == _bits([float(tokens[step - 1]) for step in steps])
+
+
+def test_segment_records_read_every_decimal_as_float_does():
+    """The records' values by the step kernel's exact paths (decimal.h), bit for bit against float()."""
+    tokens = _decimal_tokens()
+    data = b"".join(b"\r %d/9 [\r{'a': '%s'}\n" % (step, token.encode()) for step, token in enumerate(tokens, 1))
+    _, _, _, _, steps, _, (values,) = _scan.segment_records(data, (b"{'a': '", b"'}"), b" [")
+    assert steps == list(range(1, len(tokens) + 1))
+    assert _bits(values) == _bits([float(token) for token in tokens])
 
 
 @pytest.mark.parametrize("table", [

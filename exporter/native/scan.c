@@ -741,6 +741,8 @@ done:
 /* ------------------------------------------------------------------------------------------ */
 /* Records on carriage-return segments: scan.py's segment_records defines them.               */
 
+#include "decimal.h"
+
 #define MAX_VALUE_BYTES 64
 #define MAX_FRACTION_DIGITS 18
 
@@ -767,6 +769,7 @@ is_digit_byte(uint8_t byte)
 static int
 value_of(const uint8_t *at, Py_ssize_t length, double *value)
 {
+    if (simple_decimal(at, at + length, value)) return 1;
     char text[MAX_VALUE_BYTES + 1];
     memcpy(text, at, (size_t)length);
     text[length] = '\0';
@@ -795,7 +798,7 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
               long long *step, long long *total)
 {
     for (Py_ssize_t at = end - 1; at >= begin; at--) {
-        if (at + close_length <= end && memcmp(data + at, close, (size_t)close_length) == 0) {
+        if (data[at] == close[0] && at + close_length <= end && memcmp(data + at, close, (size_t)close_length) == 0) {
             Py_ssize_t digits = at;
             while (digits > begin && is_digit_byte(data[digits - 1])) digits--;
             Py_ssize_t slash = digits - 1;
