@@ -66,6 +66,13 @@ class CustomFormat(BaseModel):
         compile_pattern(value)  # raises ValueError with a message for the user
         return value
 
+    @field_validator("contains")
+    @classmethod
+    def _check_contains(cls, value: str) -> str:
+        if "\n" in value or "\r" in value:  # the scan looks for it within a line (or a progress bar's segment)
+            raise ValueError("a line holds no line break: contains must not either")
+        return value
+
 
 class LogDirectory(BaseModel):
     """A log directory and which of its files are followed (docs/configuration.md): ``--log-dir DIR``

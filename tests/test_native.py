@@ -72,7 +72,25 @@ def _scan_both(anchors, data, line_starts=PREFIX_ANCHORS):
     assert compiled == twin == bytewise, (anchors[:5], data[:200])
     # Through the door: beyond native.KERNEL_ANCHORS anchors, several kernels answering as one.
     assert native.scanner(anchors, line_starts, "native").scan(data) == twin
+    _scan_segments_both(anchors, data, line_starts)
     return compiled
+
+
+def _scan_segments_both(anchors, data, line_starts):
+    """scan_segments, native (with and without SIMD, through the door) against the twin: a carriage return ends a
+    line too; anchors or line starts holding a line break are refused by both."""
+    scanners = [_scan_kernel(anchors, line_starts), _scan_kernel(anchors, line_starts, simd=False),
+                native.scanner(anchors, line_starts, "native")]
+    twin = native.scanner(anchors, line_starts, "regex")
+    if any(b"\r" in text or b"\n" in text for text in (*anchors, *line_starts)):
+        for scanner in (*scanners, twin):
+            with pytest.raises(ValueError, match="line break"):
+                scanner.scan_segments(data)
+        return
+    expected = twin.scan_segments(data)
+    assert expected[0] == data.count(b"\n")
+    for scanner in scanners:
+        assert scanner.scan_segments(data) == expected, (anchors[:5], data[:200])
 
 
 def test_scanner_on_a_generated_worker_log_cut_anywhere():
@@ -88,7 +106,7 @@ def test_scanner_on_a_generated_worker_log_cut_anywhere():
 
 def test_scanner_on_fuzzed_blocks():
     rng = random.Random(2)
-    alphabet = b"abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789[]{}:,.'\"=\n\x00\xff\xe2\x80"
+    alphabet = b"abcdefghijklmnopqrstuvwxyz ABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789[]{}:,.'\"=\n\r\x00\xff\xe2\x80"
     for round_number in range(300):
         anchor_count = rng.choice([1, 2, 5, 8, 9, 47, 80, 150])
         anchors = sorted({bytes(rng.choice(alphabet.replace(b"\n", b"")) for _ in range(rng.randint(3, 9)))

@@ -150,6 +150,8 @@ def test_formats_from_the_environment_as_json(monkeypatch):
          "not a valid regular expression"),
         ("custom_formats: [{name: x, pattern: 'loss=(\\S+)'}]\n", "custom_formats.0.pattern", "needs a named group"),
         ("custom_formats: [{name: megatron, pattern: '(?P<loss>\\S+)'}]\n", "custom_formats", "unique"),
+        ("custom_formats: [{name: x, pattern: '(?P<loss>\\S+)', contains: \"a\\nb\"}]\n", "custom_formats.0.contains",
+         "no line break"),
         ("formats: [{path_pattern: '*.log', format: nope}]\n", "formats", "unknown format 'nope'"),
         ("formats: [{path_pattern: '*.log', fmt: megatron}]\n", "formats.0", ""),
         ("rank_offset: -1\n", "rank_offset", ""),

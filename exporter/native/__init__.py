@@ -68,6 +68,8 @@ SCANNERS = ("native", "ahocorasick", "regex")
 class Scanner(Protocol):
     def scan(self, data: bytes) -> tuple[int, list[int], list[int]]: ...
 
+    def scan_segments(self, data: bytes) -> tuple[int, list[int], list[int]]: ...
+
 
 def available() -> dict[str, bool]:
     """Which kernels run compiled here (False: their twin runs, same results, slower)."""
@@ -126,9 +128,15 @@ class _Scanners:
         self._kernels = kernels
 
     def scan(self, data: bytes) -> tuple[int, list[int], list[int]]:
-        newlines, starts, prefixed = self._kernels[0].scan(data)
-        for kernel in self._kernels[1:]:
-            _, more_starts, more_prefixed = kernel.scan(data)
+        return self._merged([kernel.scan(data) for kernel in self._kernels])
+
+    def scan_segments(self, data: bytes) -> tuple[int, list[int], list[int]]:
+        return self._merged([kernel.scan_segments(data) for kernel in self._kernels])
+
+    @staticmethod
+    def _merged(found: list[tuple[int, list[int], list[int]]]) -> tuple[int, list[int], list[int]]:
+        newlines, starts, prefixed = found[0]
+        for _, more_starts, more_prefixed in found[1:]:
             if more_starts:
                 starts = sorted({*starts, *more_starts})
                 prefixed = sorted({*prefixed, *more_prefixed})

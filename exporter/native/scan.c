@@ -51,6 +51,7 @@ typedef struct {
     PyObject *anchors;       /* tuple of bytes, kept alive: Anchor.bytes points into them */
     PyObject *line_starts;   /* tuple of bytes: reported when a line begins with one */
     int simd;                /* use the AVX2 loop where the CPU has it (tests turn it off) */
+    int breaks;              /* an anchor or line start holds \r or \n: no scan_segments */
     Anchor *table;
     Py_ssize_t count;
     Slot *slots; /* fingerprint -> anchors, a quarter full at most */
@@ -252,6 +253,14 @@ read_commonness(Commonness *commonness, PyObject *bytes)
 }
 
 static int
+holds_line_break(PyObject *bytes)
+{
+    const char *at = PyBytes_AS_STRING(bytes);
+    size_t size = (size_t)PyBytes_GET_SIZE(bytes);
+    return memchr(at, '\r', size) != NULL || memchr(at, '\n', size) != NULL;
+}
+
+static int
 Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
 {
     static char *keywords[] = {"anchors", "line_starts", "offsets", "commonness", "simd", NULL};
@@ -282,11 +291,14 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_ValueError, "anchors must not be empty");
         goto fail;
     }
+    int breaks = 0;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(starts); i++) {
-        if (!PyBytes_Check(PyTuple_GET_ITEM(starts, i))) {
+        PyObject *start = PyTuple_GET_ITEM(starts, i);
+        if (!PyBytes_Check(start)) {
             PyErr_SetString(PyExc_TypeError, "line_starts must be bytes");
             goto fail;
         }
+        breaks |= holds_line_break(start);
     }
     if (read_commonness(&commonness, commonness_bytes) < 0) goto fail;
     table = PyMem_Calloc(count, sizeof(Anchor));
@@ -303,6 +315,7 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         }
         table[i].bytes = (const uint8_t *)PyBytes_AS_STRING(item);
         table[i].length = PyBytes_GET_SIZE(item);
+        breaks |= holds_line_break(item);
     }
     if (read_offsets(table, count, offsets) < 0 || assign_buckets(table, count, &commonness, bucket_of) < 0) goto fail;
     size_t slot_mask;
@@ -332,6 +345,7 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
     self->table = table;
     self->count = count;
     self->simd = simd;
+    self->breaks = breaks;
     Py_XSETREF(self->anchors, tuple);
     Py_XSETREF(self->line_starts, starts);
     return 0;
@@ -348,6 +362,7 @@ typedef struct {
     Py_ssize_t length;
     Py_ssize_t newlines;
     Py_ssize_t line_end; /* end (after the newline) of the last line reported */
+    int segments; /* a carriage return ends a line too (scan_segments) */
     PyObject *starts;
     PyObject *prefixed;
 } ScanState;
@@ -367,10 +382,17 @@ static int
 report_line(const Scanner *self, ScanState *state, Py_ssize_t start)
 {
     const uint8_t *data = state->data;
-    const uint8_t *before = start > state->line_end
-        ? memrchr(data + state->line_end, '\n', (size_t)(start - state->line_end)) : NULL;
-    Py_ssize_t line = before ? before - data + 1 : state->line_end;
+    const uint8_t *from = data + state->line_end;
+    const uint8_t *before = start > state->line_end ? memrchr(from, '\n', (size_t)(start - state->line_end)) : NULL;
     const uint8_t *after = memchr(data + start, '\n', (size_t)(state->length - start));
+    if (state->segments) { /* the nearest carriage return between them, if one is nearer */
+        const uint8_t *segment = before ? before + 1 : from;
+        const uint8_t *carriage = data + start > segment ? memrchr(segment, '\r', (size_t)(data + start - segment)) : NULL;
+        before = carriage ? carriage : before;
+        carriage = memchr(data + start, '\r', (size_t)((after ? after : data + state->length) - (data + start)));
+        after = carriage ? carriage : after;
+    }
+    Py_ssize_t line = before ? before - data + 1 : state->line_end;
     state->line_end = after ? after - data + 1 : state->length;
     if (append_offset(state->starts, line) < 0) return -1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->line_starts); i++) {
@@ -521,11 +543,11 @@ PyDoc_STRVAR(Scanner_scan_doc,
 "(ascending, each once), and those of them that begin with one of ``line_starts``.");
 
 static PyObject *
-Scanner_scan(Scanner *self, PyObject *argument)
+scan_lines(Scanner *self, PyObject *argument, int segments)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(argument, &view, PyBUF_SIMPLE) < 0) return NULL;
-    ScanState state = {view.buf, view.len, 0, 0, PyList_New(0), PyList_New(0)};
+    ScanState state = {view.buf, view.len, 0, 0, segments, PyList_New(0), PyList_New(0)};
     PyObject *result = NULL;
     if (state.starts == NULL || state.prefixed == NULL) goto done;
     Py_ssize_t from = 0;
@@ -542,6 +564,27 @@ done:
 }
 
 static PyObject *
+Scanner_scan(Scanner *self, PyObject *argument)
+{
+    return scan_lines(self, argument, 0);
+}
+
+PyDoc_STRVAR(Scanner_scan_segments_doc,
+"scan_segments(data) -> (newlines, starts, prefixed)\n\n"
+"As scan(data.replace(b'\\r', b'\\n')) without the copy: a carriage return ends a line too (the anchors hold\n"
+"neither); newlines counts the newlines of ``data``.");
+
+static PyObject *
+Scanner_scan_segments(Scanner *self, PyObject *argument)
+{
+    if (self->breaks) {
+        PyErr_SetString(PyExc_ValueError, "scan_segments: an anchor or line start holds a line break");
+        return NULL;
+    }
+    return scan_lines(self, argument, 1);
+}
+
+static PyObject *
 Scanner_get_anchors(Scanner *self, void *closure)
 {
     return Py_NewRef(self->anchors);
@@ -549,6 +592,7 @@ Scanner_get_anchors(Scanner *self, void *closure)
 
 static PyMethodDef Scanner_methods[] = {
     {"scan", (PyCFunction)Scanner_scan, METH_O, Scanner_scan_doc},
+    {"scan_segments", (PyCFunction)Scanner_scan_segments, METH_O, Scanner_scan_segments_doc},
     {NULL},
 };
 

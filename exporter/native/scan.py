@@ -96,6 +96,13 @@ class Scanner:
         prefixed = [start for start in starts if data.startswith(self.line_starts, start)] if self.line_starts else []
         return data.count(b"\n"), starts, prefixed
 
+    def scan_segments(self, data: bytes) -> tuple[int, list[int], list[int]]:
+        """As scan, a carriage return ending a line too (a progress bar's redraws); newlines counts ``data``'s."""
+        if any(b"\r" in text or b"\n" in text for text in (*self.anchors, *self.line_starts)):
+            raise ValueError("scan_segments: an anchor or line start holds a line break")
+        _, starts, prefixed = self.scan(data.replace(b"\r", b"\n"))
+        return data.count(b"\n"), starts, prefixed
+
 
 def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, int]:
     """How many lines of ``data`` begin with ``prefix``, how many times ``literal`` occurs (as bytes.count), and how

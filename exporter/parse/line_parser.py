@@ -377,7 +377,7 @@ class LineParser:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         scanner = self._stream_scanner[1]
         assert scanner is not None
-        _, anchored, _ = scanner.scan(data.replace(b"\r", b"\n"))
+        _, anchored, _ = scanner.scan_segments(data)
         specials: list[int] = found.continued
         if len(anchored) != len(found.steps) or self._continued or self._blocks:
             # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r.
