@@ -9,11 +9,12 @@ from __future__ import annotations
 
 import csv
 import io
-import operator
 import itertools
+import operator
 import os
 import shutil
 import tempfile
+from collections.abc import Iterable
 from typing import TextIO
 
 from exporter.parse.records import StepRows
@@ -58,7 +59,8 @@ class StepCsv:
         cells: list[list] = [steps, times, *columns]
         printed = [column.count(None) != count for column in cells]
         row = ",".join(["%r" if shown else "" for shown in printed])
-        values = itertools.chain.from_iterable(zip(*(column[:last] for column, shown in zip(cells, printed) if shown)))
+        shown_cells = (column[:last] for column, shown in zip(cells, printed, strict=True) if shown)
+        values = itertools.chain.from_iterable(zip(*shown_cells, strict=True))
         rows_cells = (f"{row}{ROW_END}" * last % tuple(values)).replace("None", "")
         prefix = f"{self._key_cells(key)},"
         self._scratch.write(f"{prefix}{rows_cells[:-len(ROW_END)].replace(ROW_END, ROW_END + prefix)}{ROW_END}")
@@ -103,7 +105,7 @@ class StepCsv:
                 lines = iter(self._scratch)
                 for cells, rows in self._widths:
                     padding = "," * (width - cells)
-                    rows_lines = itertools.islice(lines, rows)
+                    rows_lines: Iterable[str] = itertools.islice(lines, rows)
                     if padding:
                         rows_lines = (f"{line[:-2]}{padding}\r\n" for line in rows_lines)
                     out.writelines(rows_lines)
