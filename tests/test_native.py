@@ -564,6 +564,55 @@ def test_segment_records_read_every_decimal_as_float_does():
     assert _bits(values) == _bits([float(token) for token in tokens])
 
 
+def _csv_cells(rng: random.Random, count: int) -> list:
+    """Cells as analyze's rows hold them: random doubles (17 digits), decimals of 1-17 digits over the exact powers
+    and beyond, short values as trainers print them, the edges of repr's notations, ints of any size, None."""
+    edges = [0.0, -0.0, 1e15, 1e16, 9e15, 1e22, 1e23, 9e21, 1e-4, 1e-5, 0.0001234, 123456789012345.0,
+             1234567890123456.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, math.inf, -math.inf,
+             math.nan, 1e30, 100.0, 0.1, 0.3, 2.5e-05, 999999999999999.9, 0.000999999999999999]
+    cells: list = []
+    for _ in range(count):
+        kind = rng.random()
+        if kind < 0.25:
+            cells.append(struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0])
+        elif kind < 0.55:
+            digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 17)))
+            cells.append(float(f"{rng.choice('-+')}{digits[0]}.{digits[1:]}e{rng.randint(-40, 40)}"))
+        elif kind < 0.8:
+            cells.append(float(f"{rng.random() * 10 ** rng.randint(-3, 4):.{rng.randint(1, 6)}g}"))
+        elif kind < 0.9:
+            cells.append(rng.choice(edges) * rng.choice((1, -1)))
+        elif kind < 0.97:
+            cells.append(rng.choice((1, -1)) * rng.getrandbits(rng.choice((3, 40, 63, 64, 100))))
+        else:
+            cells.append(None)
+    return cells
+
+
+def test_format_rows_writes_each_number_as_repr_does():
+    """The compiled rows against the twin (repr itself), character for character."""
+    rng = random.Random(41)
+    for width, rows in ((1, 200_000), (3, 20_000), (10, 2_000)):
+        columns = tuple(_csv_cells(rng, rows) for _ in range(width))
+        taken = rows - 1  # fewer than the columns hold: the last row is not written
+        compiled = _step_fields.format_rows(columns, taken)
+        assert compiled == step_fields_twin.format_rows(columns, taken) and compiled.count("\r\n") == taken
+        assert compiled.split("\r\n")[:3] == [",".join("" if cell is None else repr(cell) for cell in row)
+                                               for row in list(zip(*columns, strict=True))[:3]]
+    for format_rows in (_step_fields.format_rows, step_fields_twin.format_rows):
+        assert format_rows(([1, None], (2.5, 1e-05), range(7, 9)), 2) == "1,2.5,7\r\n,1e-05,8\r\n"
+        assert format_rows(([1.0], [-0.0]), 1) == "1.0,-0.0\r\n"
+        assert format_rows(([1], [2]), 0) == format_rows((), 5) == ""
+        with pytest.raises(TypeError, match="int, a float or None"):
+            format_rows(([1, "2"],), 2)
+        with pytest.raises(TypeError, match="int, a float or None"):
+            format_rows(([True],), 1)
+        with pytest.raises(ValueError, match="at least"):
+            format_rows(([1], [1, 2]), 2)
+        with pytest.raises(TypeError):
+            format_rows([[1]], 1)
+
+
 @pytest.mark.parametrize("table", [
     (b"", b"", b"", b"=", (b"step",), (b"[", b"]:"), ()),
     (b"", b"", b",=", b"=", (b"step",), (b"[", b"]:"), ()),

@@ -17,6 +17,7 @@ import tempfile
 from collections.abc import Iterable
 from typing import TextIO
 
+from exporter import native
 from exporter.parse.records import StepRows
 from exporter.state import SeriesKey
 
@@ -52,16 +53,10 @@ class StepCsv:
                 self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])
             return
         # The rows but the last as one text (the cells as _flush writes numbers), the last pending: the next
-        # batch's first line may complete it. A column no line printed is empty in each row's format: only the
-        # printed cells are formatted.
+        # batch's first line may complete it.
         self._flush()
         last = count - 1
-        cells: list[list] = [steps, times, *columns]
-        printed = [column.count(None) != count for column in cells]
-        row = ",".join(["%r" if shown else "" for shown in printed])
-        shown_cells = (column[:last] for column, shown in zip(cells, printed, strict=True) if shown)
-        values = itertools.chain.from_iterable(zip(*shown_cells, strict=True))
-        rows_cells = (f"{row}{ROW_END}" * last % tuple(values)).replace("None", "")
+        rows_cells = native.format_rows((steps, times, *columns), last)
         prefix = f"{self._key_cells(key)},"
         self._scratch.write(f"{prefix}{rows_cells[:-len(ROW_END)].replace(ROW_END, ROW_END + prefix)}{ROW_END}")
         self._count_rows(len(COLUMNS), last)

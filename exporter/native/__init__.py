@@ -27,6 +27,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   and the result: step_fields.py).
 - ``read_record(table, text)`` -> ``Record | None``: one line's record, from any text (the
   per-line parser's way: the compiled reader's reading of the line, the twin's of a line it declines).
+- ``format_rows(columns, rows)`` -> the first ``rows`` rows of ``columns`` (lists of ints, floats, None) as CSV
+  lines, each number as repr() writes it (analyze's ``--csv``).
 - ``check_series(config, spikes, plateau, steps, values)``
   -> ``(nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).
@@ -206,6 +208,13 @@ def _line_reader(table: tuple) -> StepReader:
     """A compiled reader kept for one line at a time (each read is taken at once: it holds nothing between calls)."""
     assert _step_fields is not None
     return _step_fields.StepReader(table)
+
+
+def format_rows(columns: tuple[Sequence, ...], rows: int) -> str:
+    """The first ``rows`` rows of ``columns`` as CSV lines, each cell repr() of its number (step_fields.py)."""
+    if _step_fields is not None:
+        return _step_fields.format_rows(columns, rows)
+    return _step_fields_twin.format_rows(columns, rows)
 
 
 def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],

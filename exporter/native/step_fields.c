@@ -13,6 +13,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
@@ -1215,11 +1216,238 @@ static PyTypeObject StepReaderType = {
     .tp_as_sequence = &StepReader_as_sequence,
 };
 
+/* ------------------------------------------------------------------------------------------ */
+/* Rows out: step_fields.py's format_rows                                                     */
+
+typedef struct {
+    char *at;
+    Py_ssize_t length, capacity;
+} Text_out;
+
+static int
+reserve(Text_out *out, Py_ssize_t more)
+{
+    if (out->length + more <= out->capacity) return 0;
+    Py_ssize_t wanted = out->capacity * 2 > out->length + more ? out->capacity * 2 : out->length + more;
+    char *grown = PyMem_Realloc(out->at, (size_t)wanted);
+    if (grown == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    out->at = grown;
+    out->capacity = wanted;
+    return 0;
+}
+
+static int
+write_text(Text_out *out, const char *text, Py_ssize_t length)
+{
+    if (reserve(out, length) < 0) return -1;
+    memcpy(out->at + out->length, text, (size_t)length);
+    out->length += length;
+    return 0;
+}
+
+/* The decimal digits of ``number`` into ``digits`` (20 bytes at least): how many. */
+static int
+digits_of(uint64_t number, char *digits)
+{
+    char reversed[20];
+    int count = 0;
+    do {
+        reversed[count++] = (char)('0' + number % 10);
+        number /= 10;
+    } while (number);
+    for (int i = 0; i < count; i++) digits[i] = reversed[count - 1 - i];
+    return count;
+}
+
+/* The shortest decimal that reads back as ``x`` (finite, > 0) when it has at most 15 significant digits: 1 with
+ * them as an integer and how many of them follow the point (negative: zeros before it). With at most 15 digits
+ * only one decimal of that length is within half an ulp of ``x``, and x * 10**j rounds to it (off by 0.17 at
+ * most): fraction digits are tried from the fewest up, each candidate checked by reading it back (one exact
+ * power and one correctly rounded operation: what float() gives). 0: repr's own algorithm must tell. */
+static int
+short_decimal(double x, uint64_t *digits, int *fraction)
+{
+    static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
+                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
+    int exponent;
+    frexp(x, &exponent);
+    /* Below the decimal exponent of x, whose first candidate is 0 or 1: ceil(-log10(x)) - 1 or less. */
+    int j = -(int)floor((exponent - 1) * 0.30102999566398120) - 2;
+    if (j < -22) return 0; /* a shorter candidate may need a power of ten beyond the exact ones */
+    for (; j <= 22; j++) {
+        double scaled = j >= 0 ? x * powers[j] : x / powers[-j];
+        if (scaled >= 1e15) return 0;
+        double candidate = nearbyint(scaled);
+        if (candidate == 0) continue;
+        if ((j >= 0 ? candidate / powers[j] : candidate * powers[-j]) == x) {
+            *digits = (uint64_t)candidate;
+            *fraction = j;
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* repr(x) of a float, as float.__repr__ writes it. */
+static int
+write_float(Text_out *out, double x)
+{
+    uint64_t number = 0;
+    int fraction = 0;
+    if (!isfinite(x) || !(x == 0 || short_decimal(fabs(x), &number, &fraction))) {
+        char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL) return -1;
+        int written = write_text(out, text, (Py_ssize_t)strlen(text));
+        PyMem_Free(text);
+        return written;
+    }
+    if (reserve(out, 32) < 0) return -1;
+    char *at = out->at + out->length, *start = at;
+    if (signbit(x)) *at++ = '-';
+    if (x == 0) {
+        memcpy(at, "0.0", 3);
+        out->length += at + 3 - start;
+        return 0;
+    }
+    char digits[20];
+    int count = digits_of(number, digits);
+    int point = count - fraction; /* digits before the point: repr's decpt */
+    if (point <= -4 || point > 16) { /* d[.ddd]e[+-]XX */
+        *at++ = digits[0];
+        if (count > 1) {
+            *at++ = '.';
+            memcpy(at, digits + 1, (size_t)count - 1);
+            at += count - 1;
+        }
+        int power = point - 1;
+        *at++ = 'e';
+        *at++ = power < 0 ? '-' : '+';
+        power = abs(power);
+        if (power < 10) *at++ = '0';
+        char exponent[20];
+        int length = digits_of((uint64_t)power, exponent);
+        memcpy(at, exponent, (size_t)length);
+        at += length;
+    }
+    else if (point <= 0) { /* 0.000ddd */
+        memcpy(at, "0.", 2);
+        at += 2;
+        memset(at, '0', (size_t)-point);
+        at += -point;
+        memcpy(at, digits, (size_t)count);
+        at += count;
+    }
+    else if (point < count) { /* dd.ddd */
+        memcpy(at, digits, (size_t)point);
+        at += point;
+        *at++ = '.';
+        memcpy(at, digits + point, (size_t)(count - point));
+        at += count - point;
+    }
+    else { /* ddd000.0 */
+        memcpy(at, digits, (size_t)count);
+        at += count;
+        memset(at, '0', (size_t)(point - count));
+        at += point - count;
+        memcpy(at, ".0", 2);
+        at += 2;
+    }
+    out->length += at - start;
+    return 0;
+}
+
+/* A cell: repr of an int or a float, nothing for None. */
+static int
+write_cell(Text_out *out, PyObject *value)
+{
+    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value));
+    if (value == Py_None) return 0;
+    if (PyLong_CheckExact(value)) {
+        int overflow;
+        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+        if (!overflow && !(number == -1 && PyErr_Occurred())) {
+            char digits[24];
+            int negative = number < 0;
+            int count = digits_of(negative ? 0 - (uint64_t)number : (uint64_t)number, digits + 1);
+            if (negative) digits[0] = '-';
+            return write_text(out, digits + !negative, count + negative);
+        }
+        PyObject *text = PyObject_Repr(value);
+        if (text == NULL) return -1;
+        Py_ssize_t length;
+        const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
+        int written = utf8 == NULL ? -1 : write_text(out, utf8, length);
+        Py_DECREF(text);
+        return written;
+    }
+    PyErr_Format(PyExc_TypeError, "format_rows: a cell is an int, a float or None, not %.100s", Py_TYPE(value)->tp_name);
+    return -1;
+}
+
+PyDoc_STRVAR(format_rows_doc,
+"format_rows(columns, rows) -> str\n\n"
+"The first ``rows`` rows of ``columns`` (lists) as CSV lines. See exporter/native/step_fields.py.");
+
+static PyObject *
+format_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyTuple_Check(args[0])) {
+        PyErr_SetString(PyExc_TypeError, "format_rows(columns: tuple, rows)");
+        return NULL;
+    }
+    Py_ssize_t rows = PyLong_AsSsize_t(args[1]), width = PyTuple_GET_SIZE(args[0]), ready = 0;
+    if (rows == -1 && PyErr_Occurred()) return NULL;
+    if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
+    PyObject *result = NULL, **columns = PyMem_Calloc((size_t)width + 1, sizeof(PyObject *));
+    Text_out out = {NULL, 0, 0};
+    if (columns == NULL) {
+        PyErr_NoMemory();
+        goto done;
+    }
+    for (; ready < width; ready++) { /* a list or a tuple as it is, another sequence as a list */
+        columns[ready] = PySequence_Fast(PyTuple_GET_ITEM(args[0], ready), "format_rows: a column is a sequence");
+        if (columns[ready] == NULL) goto done;
+        if (PySequence_Fast_GET_SIZE(columns[ready]) < rows) {
+            PyErr_SetString(PyExc_ValueError, "format_rows: each column a list of rows items at least");
+            goto done;
+        }
+    }
+    if (reserve(&out, rows * (width * 12 + 2) + 1) < 0) goto done;
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        for (Py_ssize_t i = 0; i < width; i++) {
+            /* Read again each row: the repr of a huge int runs Python code, nothing of which may shorten a list. */
+            if (row >= PySequence_Fast_GET_SIZE(columns[i])) {
+                PyErr_SetString(PyExc_ValueError, "format_rows: a column changed length");
+                goto done;
+            }
+            if ((i && write_text(&out, ",", 1) < 0) || write_cell(&out, PySequence_Fast_GET_ITEM(columns[i], row)) < 0) {
+                goto done;
+            }
+        }
+        if (write_text(&out, "\r\n", 2) < 0) goto done;
+    }
+    result = PyUnicode_DecodeASCII(out.at, out.length, NULL);
+done:
+    for (Py_ssize_t i = 0; i < ready; i++) Py_DECREF(columns[i]);
+    PyMem_Free(columns);
+    PyMem_Free(out.at);
+    return result;
+}
+
+static PyMethodDef step_fields_functions[] = {
+    {"format_rows", (PyCFunction)(void (*)(void))format_rows, METH_FASTCALL, format_rows_doc},
+    {NULL},
+};
+
 static struct PyModuleDef step_fields_module = {
     PyModuleDef_HEAD_INIT,
     .m_name = "exporter.native._step_fields",
     .m_doc = "Kernel: runs of step lines read by a field table (twin: exporter/native/step_fields.py).",
     .m_size = -1,
+    .m_methods = step_fields_functions,
 };
 
 PyMODINIT_FUNC
