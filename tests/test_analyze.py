@@ -7,6 +7,7 @@ timestamps so that each finding's step, rank and time can be checked exactly.
 from __future__ import annotations
 
 import csv
+import decimal
 import gzip
 import io
 import json
@@ -378,7 +379,10 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
                ((run, "node-1", "0"), [(4, None, {"loss": 1.0}, {"mtp_1_loss": 0.25})]),
                ((run, "", None), [(None, 1.5, {"learning_rate": 1e-05},
                                    {"load_balancing_loss": -inf, "mtp_1_loss": 1.0})]),
-               ((run, "node-1", "3"), [(4, 2.0, {}, {}), (5, 2.5, {}, {})])]
+               ((run, "node-1", "3"), [(4, 2.0, {}, {}), (5, 2.5, {}, {})]),
+               # A number of a type of its own (a parser's Decimal): written as the csv module writes it.
+               ((run, "node-1", "4"), [(6, None, {"loss": decimal.Decimal("2.50")}, {}), (7, None, {"loss": 1.5}, {}),
+                                       (8, None, {"loss": decimal.Decimal("1E-7")}, {})])]
     path = tmp_path / "steps.csv"
     steps = StepCsv(str(path))
     for key, lines in batches:

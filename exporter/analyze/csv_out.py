@@ -48,20 +48,28 @@ class StepCsv:
         columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
         if count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:])) or self._completes_pending(key, steps[0]):
             # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
-            aux = [line_aux for _, line_aux in rows]
-            for index, step in enumerate(steps):
-                self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])
+            self._add_rows(key, steps, times, columns, rows)
             return
         # The rows but the last as one text (the cells as _flush writes numbers), the last pending: the next
         # batch's first line may complete it.
         self._flush()
         last = count - 1
-        rows_cells = native.format_rows((steps, times, *columns), last)
+        try:
+            rows_cells = native.format_rows((steps, times, *columns), last)
+        except TypeError:  # a cell that is no int or float (a parser's own number type): as the csv module writes it
+            self._add_rows(key, steps, times, columns, rows)
+            return
         prefix = f"{self._key_cells(key)},"
         self._scratch.write(f"{prefix}{rows_cells[:-len(ROW_END)].replace(ROW_END, ROW_END + prefix)}{ROW_END}")
         self._count_rows(len(COLUMNS), last)
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {}
+
+    def _add_rows(self, key: SeriesKey, steps: list[int | None], times: list[float | None],
+                  columns: list[list[float | None]], rows: StepRows) -> None:
+        aux = [line_aux for _, line_aux in rows]
+        for index, step in enumerate(steps):
+            self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])
 
     def _completes_pending(self, key: SeriesKey, step: int | None) -> bool:
         """True when a line of ``key`` at ``step`` belongs to the pending row (the same rank's same step)."""
