@@ -566,7 +566,8 @@ def test_segment_records_read_every_decimal_as_float_does():
 
 def _csv_cells(rng: random.Random, count: int) -> list:
     """Cells as analyze's rows hold them: random doubles (17 digits), decimals of 1-17 digits over the exact powers
-    and beyond, short values as trainers print them, the edges of repr's notations, ints of any size, None."""
+    and beyond and their neighbours, float32 values (what torch prints), powers of two (a nearer neighbour below),
+    short values as trainers print them, the edges of repr's notations, ints of any size, None."""
     edges = [0.0, -0.0, 1e15, 1e16, 9e15, 1e22, 1e23, 9e21, 1e-4, 1e-5, 0.0001234, 123456789012345.0,
              1234567890123456.0, 5e-324, 2.2250738585072014e-308, 1.7976931348623157e308, math.inf, -math.inf,
              math.nan, 1e30, 100.0, 0.1, 0.3, 2.5e-05, 999999999999999.9, 0.000999999999999999]
@@ -575,9 +576,13 @@ def _csv_cells(rng: random.Random, count: int) -> list:
         kind = rng.random()
         if kind < 0.25:
             cells.append(struct.unpack("<d", struct.pack("<Q", rng.getrandbits(64)))[0])
-        elif kind < 0.55:
+        elif kind < 0.45:
             digits = "".join(rng.choice("0123456789") for _ in range(rng.randint(1, 17)))
-            cells.append(float(f"{rng.choice('-+')}{digits[0]}.{digits[1:]}e{rng.randint(-40, 40)}"))
+            decimal = float(f"{rng.choice('-+')}{digits[0]}.{digits[1:]}e{rng.randint(-40, 40)}")
+            cells.append(rng.choice((decimal, math.nextafter(decimal, 0), math.nextafter(decimal, math.inf))))
+        elif kind < 0.55:
+            single = struct.unpack("<f", struct.pack("<f", rng.random() * 10 ** rng.randint(-12, 12)))[0]
+            cells.append(rng.choice((single, math.ldexp(1.0, rng.randint(-60, 60)))))
         elif kind < 0.8:
             cells.append(float(f"{rng.random() * 10 ** rng.randint(-3, 4):.{rng.randint(1, 6)}g}"))
         elif kind < 0.9:

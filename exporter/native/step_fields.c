@@ -1248,47 +1248,96 @@ write_text(Text_out *out, const char *text, Py_ssize_t length)
     return 0;
 }
 
-/* The decimal digits of ``number`` into ``digits`` (20 bytes at least): how many. */
+/* The decimal digits of ``number`` into ``digits`` (20 bytes at least): how many. Two at a time from a table of
+ * the pairs, the last first: a float's 17 digits are a third of writing it. */
 static int
 digits_of(uint64_t number, char *digits)
 {
+    static const char pairs[201] =
+        "00010203040506070809101112131415161718192021222324252627282930313233343536373839"
+        "40414243444546474849505152535455565758596061626364656667686970717273747576777879"
+        "8081828384858687888990919293949596979899";
     char reversed[20];
-    int count = 0;
-    do {
-        reversed[count++] = (char)('0' + number % 10);
-        number /= 10;
-    } while (number);
-    for (int i = 0; i < count; i++) digits[i] = reversed[count - 1 - i];
-    return count;
+    int at = 20;
+    while (number >= 100) {
+        unsigned pair = (unsigned)(number % 100);
+        number /= 100;
+        at -= 2;
+        memcpy(reversed + at, pairs + 2 * pair, 2);
+    }
+    if (number >= 10) {
+        at -= 2;
+        memcpy(reversed + at, pairs + 2 * number, 2);
+    }
+    else reversed[--at] = (char)('0' + number);
+    memcpy(digits, reversed + at, (size_t)(20 - at));
+    return 20 - at;
 }
 
-/* The shortest decimal that reads back as ``x`` (finite, > 0) when it has at most 15 significant digits: 1 with
- * them as an integer and how many of them follow the point (negative: zeros before it). With at most 15 digits
- * only one decimal of that length is within half an ulp of ``x``, and x * 10**j rounds to it (off by 0.17 at
- * most): fraction digits are tried from the fewest up, each candidate checked by reading it back (one exact
- * power and one correctly rounded operation: what float() gives). 0: repr's own algorithm must tell. */
+/* The shortest decimal that reads back as ``x`` (finite, > 0), as repr writes it, when x = m * 2**e is normal,
+ * below 2**53 and at least 1e-10 (what trainers print): 1 with its digits as an integer and how many of them follow
+ * the point. With j digits after the point the candidates are the integers next to x * 10**j = m * 5**j * 2**(j + e),
+ * exact in 128 bits for j <= 27; one reads back as x when it lies within half an ulp of x: 5**j / 2 in units of
+ * 2**-(j + e), half that below a power of two, whose lower neighbour is nearer. If some candidate reads back at j,
+ * one does at every j after it (the same one with a zero more), so the fewest digits are found by bisection, and
+ * of that j's candidates repr writes the nearest. 0: repr's own algorithm must tell (x out of that range, or a
+ * candidate halfway, where its rounding rule decides). */
 static int
 short_decimal(double x, uint64_t *digits, int *fraction)
 {
-    static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
-                                     1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    int exponent;
-    frexp(x, &exponent);
-    /* Below the decimal exponent of x, whose first candidate is 0 or 1: ceil(-log10(x)) - 1 or less. */
-    int j = -(int)floor((exponent - 1) * 0.30102999566398120) - 2;
-    if (j < -22) return 0; /* a shorter candidate may need a power of ten beyond the exact ones */
-    for (; j <= 22; j++) {
-        double scaled = j >= 0 ? x * powers[j] : x / powers[-j];
-        if (scaled >= 1e15) return 0;
-        double candidate = nearbyint(scaled);
-        if (candidate == 0) continue;
-        if ((j >= 0 ? candidate / powers[j] : candidate * powers[-j]) == x) {
-            *digits = (uint64_t)candidate;
-            *fraction = j;
-            return 1;
-        }
-    }
+#ifndef __SIZEOF_INT128__
+    (void)x, (void)digits, (void)fraction;
     return 0;
+#else
+    static const uint64_t fives[28] = {
+        1ULL, 5ULL, 25ULL, 125ULL, 625ULL, 3125ULL, 15625ULL, 78125ULL, 390625ULL, 1953125ULL, 9765625ULL,
+        48828125ULL, 244140625ULL, 1220703125ULL, 6103515625ULL, 30517578125ULL, 152587890625ULL,
+        762939453125ULL, 3814697265625ULL, 19073486328125ULL, 95367431640625ULL, 476837158203125ULL,
+        2384185791015625ULL, 11920928955078125ULL, 59604644775390625ULL, 298023223876953125ULL,
+        1490116119384765625ULL, 7450580596923828125ULL};
+    uint64_t bits;
+    memcpy(&bits, &x, sizeof bits);
+    int biased = (int)(bits >> 52 & 0x7ff);
+    if (biased == 0 || x >= 9007199254740992.0 || x < 1e-10) return 0;
+    uint64_t mantissa = (bits & 0xfffffffffffffULL) | 1ULL << 52;
+    int exponent = biased - 1075, power_of_two = mantissa == 1ULL << 52;
+    /* x >= 10**decimal, so 17 digits (or 18) follow the point at j = 16 - decimal: those always read back */
+    int decimal = (int)floor((exponent + 52) * 0.30102999566398120);
+    int low = 0, high = 16 - decimal < 0 ? 0 : 16 - decimal;
+    if (high > 27) return 0;
+    uint64_t found = 0;
+    int found_at = -1;
+    while (low <= high) {
+        int j = (low + high) / 2, shift = -(j + exponent);
+        unsigned __int128 scaled = (unsigned __int128)mantissa * fives[j];
+        uint64_t candidate = 0;
+        int reads_back;
+        if (shift <= 0) { /* x * 10**j is an integer */
+            candidate = (uint64_t)(scaled << -shift);
+            reads_back = 1;
+        }
+        else {
+            unsigned __int128 unit = (unsigned __int128)1 << shift, down = scaled & (unit - 1), up = unit - down;
+            uint64_t below = (uint64_t)(scaled >> shift);
+            if (down == up) return 0;
+            int down_reads = below != 0 && (power_of_two ? 4 * down : 2 * down) < fives[j];
+            int up_reads = 2 * up < fives[j];
+            if (down_reads && (down < up || !up_reads)) candidate = below;
+            else if (up_reads) candidate = below + 1;
+            reads_back = down_reads || up_reads;
+        }
+        if (reads_back) {
+            found = candidate;
+            found_at = j;
+            high = j - 1;
+        }
+        else low = j + 1;
+    }
+    if (found_at < 0) return 0;
+    *digits = found;
+    *fraction = found_at;
+    return 1;
+#endif
 }
 
 /* repr(x) of a float, as float.__repr__ writes it. */
@@ -1347,11 +1396,9 @@ write_float(Text_out *out, double x)
         memcpy(at, digits + point, (size_t)(count - point));
         at += count - point;
     }
-    else { /* ddd000.0 */
+    else { /* ddd.0: an integer's digits are all there (no fraction digits) */
         memcpy(at, digits, (size_t)count);
         at += count;
-        memset(at, '0', (size_t)(point - count));
-        at += point - count;
         memcpy(at, ".0", 2);
         at += 2;
     }
