@@ -607,6 +607,9 @@ def test_format_rows_writes_each_number_as_repr_does():
     for format_rows in (_step_fields.format_rows, step_fields_twin.format_rows):
         assert format_rows(([1, None], (2.5, 1e-05), range(7, 9)), 2) == "1,2.5,7\r\n,1e-05,8\r\n"
         assert format_rows(([1.0], [-0.0]), 1) == "1.0,-0.0\r\n"
+        assert format_rows(([1, 2], [None, 0.5]), 2, "rün,,3,") == "rün,,3,1,\r\nrün,,3,2,0.5\r\n"
+        with pytest.raises(TypeError):
+            format_rows(([1],), 1, b"run,")
         assert format_rows(([1], [2]), 0) == format_rows((), 5) == ""
         with pytest.raises(TypeError, match="int, a float or None"):
             format_rows(([1, "2"],), 2)

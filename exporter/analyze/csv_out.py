@@ -24,7 +24,6 @@ from exporter.state import SeriesKey
 COLUMNS = ("run", "node", "rank", "step", "time", "loss", "learning_rate", "grad_norm", "step_time_seconds",
            "throughput")
 GAUGES = COLUMNS[5:]
-ROW_END = "\r\n"  # the csv module's
 
 
 class StepCsv:
@@ -55,12 +54,11 @@ class StepCsv:
         self._flush()
         last = count - 1
         try:
-            rows_cells = native.format_rows((steps, times, *columns), last)
+            rows_cells = native.format_rows((steps, times, *columns), last, f"{self._key_cells(key)},")
         except TypeError:  # a cell that is no int or float (a parser's own number type): as the csv module writes it
             self._add_rows(key, steps, times, columns, rows)
             return
-        prefix = f"{self._key_cells(key)},"
-        self._scratch.write(f"{prefix}{rows_cells[:-len(ROW_END)].replace(ROW_END, ROW_END + prefix)}{ROW_END}")
+        self._scratch.write(rows_cells)
         self._count_rows(len(COLUMNS), last)
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {}

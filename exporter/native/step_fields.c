@@ -1435,16 +1435,19 @@ write_cell(Text_out *out, PyObject *value)
 }
 
 PyDoc_STRVAR(format_rows_doc,
-"format_rows(columns, rows) -> str\n\n"
-"The first ``rows`` rows of ``columns`` (lists) as CSV lines. See exporter/native/step_fields.py.");
+"format_rows(columns, rows, lead='') -> str\n\n"
+"The first ``rows`` rows of ``columns`` (lists) as CSV lines, each after ``lead``. See exporter/native/step_fields.py.");
 
 static PyObject *
 format_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyTuple_Check(args[0])) {
-        PyErr_SetString(PyExc_TypeError, "format_rows(columns: tuple, rows)");
+    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0]) || (nargs == 3 && !PyUnicode_Check(args[2]))) {
+        PyErr_SetString(PyExc_TypeError, "format_rows(columns: tuple, rows, lead: str = '')");
         return NULL;
     }
+    Py_ssize_t lead_length = 0;
+    const char *lead = nargs == 3 ? PyUnicode_AsUTF8AndSize(args[2], &lead_length) : "";
+    if (lead == NULL) return NULL;
     Py_ssize_t rows = PyLong_AsSsize_t(args[1]), width = PyTuple_GET_SIZE(args[0]), ready = 0;
     if (rows == -1 && PyErr_Occurred()) return NULL;
     if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
@@ -1462,8 +1465,9 @@ format_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             goto done;
         }
     }
-    if (reserve(&out, rows * (width * 12 + 2) + 1) < 0) goto done;
+    if (reserve(&out, rows * (lead_length + width * 12 + 2) + 1) < 0) goto done;
     for (Py_ssize_t row = 0; row < rows; row++) {
+        if (write_text(&out, lead, lead_length) < 0) goto done;
         for (Py_ssize_t i = 0; i < width; i++) {
             /* Read again each row: the repr of a huge int runs Python code, nothing of which may shorten a list. */
             if (row >= PySequence_Fast_GET_SIZE(columns[i])) {
@@ -1476,7 +1480,7 @@ format_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         }
         if (write_text(&out, "\r\n", 2) < 0) goto done;
     }
-    result = PyUnicode_DecodeASCII(out.at, out.length, NULL);
+    result = PyUnicode_DecodeUTF8(out.at, out.length, NULL);
 done:
     for (Py_ssize_t i = 0; i < ready; i++) Py_DECREF(columns[i]);
     PyMem_Free(columns);

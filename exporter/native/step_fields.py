@@ -209,12 +209,12 @@ def read_record(table: tuple, text: str) -> Record | None:
     return None if match is None else _record(table, match)
 
 
-def format_rows(columns: tuple[Sequence, ...], rows: int) -> str:
-    """The first ``rows`` rows of ``columns`` (sequences of at least ``rows`` items) as CSV lines: a cell is repr()
-    of an int or a float, empty for None; cells joined by ``,``, each row ended by ``\r\n`` (the csv module's). No
-    columns: no rows."""
-    if not isinstance(columns, tuple):
-        raise TypeError("format_rows(columns: tuple, rows)")
+def format_rows(columns: tuple[Sequence, ...], rows: int, lead: str = "") -> str:
+    """The first ``rows`` rows of ``columns`` (sequences of at least ``rows`` items) as CSV lines: ``lead``, then
+    the cells, each repr() of an int or a float, empty for None; cells joined by ``,``, each row ended by ``\r\n``
+    (the csv module's). No columns: no rows."""
+    if not isinstance(columns, tuple) or not isinstance(lead, str):
+        raise TypeError("format_rows(columns: tuple, rows, lead: str = '')")
     columns = tuple(column if isinstance(column, (list, tuple)) else list(column) for column in columns)
     if not all(len(column) >= rows for column in columns):
         raise ValueError("format_rows: each column a list of rows items at least")
@@ -223,7 +223,7 @@ def format_rows(columns: tuple[Sequence, ...], rows: int) -> str:
         for value in row:
             if value is not None and type(value) not in (int, float):
                 raise TypeError(f"format_rows: a cell is an int, a float or None, not {type(value).__name__}")
-        cells.append(",".join("" if value is None else repr(value) for value in row) + "\r\n")
+        cells.append(lead + ",".join("" if value is None else repr(value) for value in row) + "\r\n")
     return "".join(cells)
 
 
