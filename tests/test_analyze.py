@@ -399,3 +399,31 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
             writer.writerow([*key, step, when, *(gauges.get(name) for name in COLUMNS[5:]),
                              aux.get("mtp_1_loss"), aux.get("load_balancing_loss")])
     assert path.read_bytes().decode() == expected.getvalue()
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_a_batch_of_lines_is_timed_as_each_line_alone(seed):
+    """LineClock.times searches only the lines whose prefix holds one of the block's ``:dd:`` (or each line, in a
+    block of many): what each line's own search gives, over real lines with and without times, short lines whose
+    prefix runs into the next."""
+    import random
+    import re
+
+    from exporter.analyze.timestamps import LineClock
+
+    rng = random.Random(seed)
+    real = Path(REPO, "tests/fixtures/real")
+    names = ("hf_trainer_nan.log", "msrun_nan_worker_1.log", "mindformers_legacy.log", "torchrun_ddp_healthy.log")
+    lines = [line for name in names for line in (real / name).read_bytes().splitlines()] + [b"", b"x", b"9:00:"]
+    timed = [line for line in lines if re.search(rb":\d\d:", line)]
+    untimed = [line for line in lines if line not in timed]
+    clock = LineClock(2026)
+    for _ in range(60):
+        share = rng.choice((0.0, 0.002, 0.02, 0.5))  # of the block's lines with a time: none, few, many
+        block = [rng.choice(timed if rng.random() < share else untimed) for _ in range(rng.randint(1, 600))]
+        data = b"\n".join(block) + rng.choice((b"\n", b""))
+        offsets = [0]
+        for line in block[:-1]:
+            offsets.append(offsets[-1] + len(line) + 1)
+        starts = sorted(rng.sample(offsets, rng.randint(1, len(offsets))))
+        assert clock.times(data, starts) == [LineClock(2026).at(data, start) for start in starts]

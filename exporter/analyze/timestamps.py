@@ -9,7 +9,9 @@ without a zone is local time, as the trainer's logger wrote it.
 
 from __future__ import annotations
 
+import bisect
 import calendar
+import itertools
 import re
 import time
 
@@ -21,6 +23,7 @@ _GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d
 # Both forms print hh:mm:ss: a line without ":dd:" has neither (a progress bar's "00:01<00:30" elapsed times).
 _CLOCK_TIME = re.compile(rb":\d\d:")
 _MAX_CACHED = 1 << 14
+_FEW_CLOCKS = 16  # a block's ``:dd:`` found one by one, not in one search over every line's prefix
 
 
 class LineClock:
@@ -29,6 +32,8 @@ class LineClock:
     def __init__(self, reference_year: int | None = None) -> None:
         self._year = reference_year or time.localtime().tm_year
         self._seconds: dict[bytes, float | None] = {}  # "date time" as printed -> epoch seconds
+        self._clocks_of: bytes | None = None  # the last block whose ``:dd:`` were looked for, and where they are
+        self._clocks: list[int] | None = None
 
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
@@ -42,12 +47,42 @@ class LineClock:
         return self._glog(match) if match is not None else None
 
     def times(self, data: bytes, starts: list[int]) -> list[float | None]:
-        """The timestamps of the lines starting at ``starts``: one search over all their prefixes finds that
-        none has one (step lines seldom do), else line by line."""
-        prefixes = b"\n".join([data[start : start + PREFIX_BYTES] for start in starts])
-        if _CLOCK_TIME.search(prefixes) is None:
-            return [None] * len(starts)
-        return [self.at(data, start) for start in starts]
+        """The timestamps of the lines starting at ``starts`` (ascending). In a block with few ``:dd:`` (step
+        lines seldom print a time; a launcher's lines between them may), only the lines whose prefix holds one are
+        searched; in one with many (a logger's every line), one search over all the lines' prefixes tells that
+        none has one, else each line is."""
+        clocks = self._clocks_in(data)
+        if clocks is None:
+            prefixes = b"\n".join([data[start : start + PREFIX_BYTES] for start in starts])
+            if _CLOCK_TIME.search(prefixes) is None:
+                return [None] * len(starts)
+            return [self.at(data, start) for start in starts]
+        found: list[float | None] = [None] * len(starts)
+        if not starts:
+            return found
+        searched = 0  # the lines before it have been
+        after = bisect.bisect_left(clocks, starts[0])
+        for clock in clocks[after : bisect.bisect_left(clocks, starts[-1] + PREFIX_BYTES)]:
+            # the lines whose prefix holds the whole ``:dd:``: those starting at most PREFIX_BYTES before its end
+            first = max(searched, bisect.bisect_left(starts, clock + 4 - PREFIX_BYTES))
+            searched = max(searched, bisect.bisect_right(starts, clock))
+            for index in range(first, searched):
+                found[index] = self.at(data, starts[index])
+        return found
+
+    def _clocks_in(self, data: bytes) -> list[int] | None:
+        """Where ``data`` holds ``:dd:``; None when it does so often (more than 16 times in its first 64 KiB, or
+        once in 4 KiB over all). The last block's answer is kept: each rank's batches of an interleaved block ask."""
+        if data is not self._clocks_of:
+            sample = sum(1 for _ in itertools.islice(_CLOCK_TIME.finditer(data, 0, 1 << 16), _FEW_CLOCKS + 1))
+            clocks: list[int] | None = None
+            if sample <= _FEW_CLOCKS:
+                limit = len(data) // 4096 + _FEW_CLOCKS
+                clocks = [match.start() for match in itertools.islice(_CLOCK_TIME.finditer(data), limit + 1)]
+                if len(clocks) > limit:
+                    clocks = None
+            self._clocks_of, self._clocks = data, clocks
+        return self._clocks
 
     def last_in(self, data: bytes, lines: int = 64) -> float | None:
         """The timestamp of the last of the block's last ``lines`` lines that has one."""
