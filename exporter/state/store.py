@@ -697,7 +697,7 @@ class _Applying(NamedTuple):
             return found.get(step)
         if step is None:
             return 0 if found else None
-        index = bisect.bisect_left(cast(Sequence[int], steps), step, found)
+        index = bisect.bisect_left(cast("Sequence[int]", steps), step, found)
         return index if index < len(steps) and steps[index] == step else None
 
 
