@@ -257,7 +257,7 @@ class TrainingState:
                 self._allow_start_up(rank)
         for record in records:
             if isinstance(record, StepBatch):
-                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, {}, {}, old))
+                self._apply_steps(_Applying(key, rank, record, dict(rank.printed), line_time, now, {}, {}, {}, old))
             elif isinstance(record, ErrorEvent):
                 self.causes.line(key, when)
                 self._apply(key, rank, Event(error_kind(record.kind), key, rank.step, when, detail=dict(record.detail)))
@@ -448,27 +448,29 @@ class TrainingState:
         detail = found.detail or {}
         if found.earlier is not None:
             return dataclasses.replace(found.earlier, count=found.count, detail=detail)
-        batch, before, step = applying.batch, applying.printed_before, found.step
+        step = found.step
         if self.listener is None:  # the values around the step are the listener's (analyze's findings) alone
             return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
                          detail=detail, continued=found.continued)
+        index = applying.position(applying.batch.steps, step)
         context = applying.contexts.get(step)
         if context is None:  # a loss spike and a grad norm spike at one step share it
-            context = applying.contexts[step] = {name: _around(applying, batch.series.get(name), step, before.get(name))
-                                                 for name in CONTEXT_FIELDS}
+            context = applying.contexts[step] = {name: applying.around(name, step, index) for name in CONTEXT_FIELDS}
         value = found.value
         if value is None and found.subject is not None:
-            value = _around(applying, batch.series.get(found.subject), step, before.get(found.subject))
-        return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
+            value = applying.around(found.subject, step, index)
+        return Event(found.kind, applying.key, step, self._line_time(applying, step, index), found.count,
                      value or (None, None), context, detail, found.continued)
 
     @staticmethod
-    def _line_time(applying: _Applying, step: int | None) -> float | None:
-        """The time of the batch's first line at ``step`` (its last line when no line printed it)."""
+    def _line_time(applying: _Applying, step: int | None, index: int | None = -1) -> float | None:
+        """The time of the batch's first line at ``step`` (its last line when no line printed it); ``index``: that
+        line's, when the caller found it."""
         if applying.line_time is None:
             return applying.now
         steps = applying.batch.steps
-        index = applying.position(steps, step)
+        if index == -1:
+            index = applying.position(steps, step)
         return applying.line_time(len(steps) - 1 if index is None else index)
 
     @staticmethod
@@ -686,7 +688,27 @@ class _Applying(NamedTuple):
     # one, a step is found by bisection; a list with such lines further on, by a dict of first indexes.
     positions: dict[int, int | dict[int | None, int]]
     contexts: dict[int | None, dict[str, tuple[float | None, float | None]]]  # a step's values around it (events)
+    # A series' step list (by identity) -> whether it holds the batch's steps: a step's index in the batch is its
+    # index in the series too (every line printed the field), found once for all the values around an event.
+    as_batch: dict[int, bool]
     old: bool = False  # its file was last written long ago: read late, not a run starting now
+
+    def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:
+        """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
+        series = self.batch.series.get(name)
+        previous = self.printed_before.get(name)
+        if series is None:
+            return previous, None
+        steps = series.steps
+        same = self.as_batch.get(id(steps))
+        if same is None:
+            same = self.as_batch[id(steps)] = steps == self.batch.steps
+        if not same:
+            index = self.position(steps, step)
+        if index is None:
+            return previous, None
+        values = series.values
+        return (values[index - 1] if index > 0 else previous), values[index]
 
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
         """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
@@ -714,14 +736,5 @@ def _stalls(rank: RankState) -> bool:
     """A series that can stall: a worker's. A scheduler's or a launcher's console (msrun's) prints no steps: it has
     no pace and no stall threshold."""
     return rank.info.get("role") not in ("scheduler", "launcher")
-
-
-def _around(applying: _Applying, series: Series | None, step: int | None,
-            previous: float | None) -> tuple[float | None, float | None]:
-    """A series' value before ``step`` and at it (``previous``: its value before the batch)."""
-    index = None if series is None else applying.position(series.steps, step)
-    if series is None or index is None:
-        return previous, None
-    return (series.values[index - 1] if index > 0 else previous), series.values[index]
 
 
