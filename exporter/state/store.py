@@ -459,19 +459,22 @@ class TrainingState:
         value = found.value
         if value is None and found.subject is not None:
             value = applying.around(found.subject, step, index)
-        return Event(found.kind, applying.key, step, self._line_time(applying, step, index), found.count,
+        return Event(found.kind, applying.key, step, self._time_at(applying, index), found.count,
                      value or (None, None), context, detail, found.continued)
 
     @staticmethod
-    def _line_time(applying: _Applying, step: int | None, index: int | None = -1) -> float | None:
-        """The time of the batch's first line at ``step`` (its last line when no line printed it); ``index``: that
-        line's, when the caller found it."""
+    def _line_time(applying: _Applying, step: int | None) -> float | None:
+        """The time of the batch's first line at ``step`` (its last line when no line printed it)."""
         if applying.line_time is None:
             return applying.now
-        steps = applying.batch.steps
-        if index == -1:
-            index = applying.position(steps, step)
-        return applying.line_time(len(steps) - 1 if index is None else index)
+        return TrainingState._time_at(applying, applying.position(applying.batch.steps, step))
+
+    @staticmethod
+    def _time_at(applying: _Applying, index: int | None) -> float | None:
+        """The time of the batch's line at ``index`` (its last line for None)."""
+        if applying.line_time is None:
+            return applying.now
+        return applying.line_time(len(applying.batch.steps) - 1 if index is None else index)
 
     @staticmethod
     def _set_last_error(rank: RankState, kind: str, detail: dict[str, str | int | float]) -> None:
