@@ -12,6 +12,8 @@ import gzip
 import io
 import json
 import os
+import random
+import re
 import subprocess
 from datetime import datetime, timedelta
 from pathlib import Path
@@ -20,6 +22,7 @@ from typing import Any
 import pytest
 
 from exporter.analyze.command import run_analyze
+from exporter.analyze.timestamps import LineClock
 from exporter.simulate.texts import nccl_watchdog_lines
 from tests.support.exporter_process import REPO, exporter_command, exporter_environment
 from tests.support.simulated import run_config, write_simulated
@@ -406,11 +409,6 @@ def test_a_batch_of_lines_is_timed_as_each_line_alone(seed):
     """LineClock.times searches only the lines whose prefix holds one of the block's ``:dd:`` (or each line, in a
     block of many): what each line's own search gives, over real lines with and without times, short lines whose
     prefix runs into the next."""
-    import random
-    import re
-
-    from exporter.analyze.timestamps import LineClock
-
     rng = random.Random(seed)
     real = Path(REPO, "tests/fixtures/real")
     names = ("hf_trainer_nan.log", "msrun_nan_worker_1.log", "mindformers_legacy.log", "torchrun_ddp_healthy.log")

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import bisect
 import calendar
-import itertools
 import re
 import time
 
@@ -71,17 +70,9 @@ class LineClock:
         return found
 
     def _clocks_in(self, data: bytes) -> list[int] | None:
-        """Where ``data`` holds ``:dd:``; None when it does so often (more than 16 times in its first 64 KiB, or
-        once in 4 KiB over all). The last block's answer is kept: each rank's batches of an interleaved block ask."""
+        """_clock_positions of ``data``, the last block's kept: each rank's batches of an interleaved block ask."""
         if data is not self._clocks_of:
-            sample = sum(1 for _ in itertools.islice(_CLOCK_TIME.finditer(data, 0, 1 << 16), _FEW_CLOCKS + 1))
-            clocks: list[int] | None = None
-            if sample <= _FEW_CLOCKS:
-                limit = len(data) // 4096 + _FEW_CLOCKS
-                clocks = [match.start() for match in itertools.islice(_CLOCK_TIME.finditer(data), limit + 1)]
-                if len(clocks) > limit:
-                    clocks = None
-            self._clocks_of, self._clocks = data, clocks
+            self._clocks_of, self._clocks = data, _clock_positions(data)
         return self._clocks
 
     def last_in(self, data: bytes, lines: int = 64) -> float | None:
@@ -145,3 +136,15 @@ def _epoch(year: int, month: int, day: int, hour: int, minute: int, second: int,
 
 def _fraction(digits: bytes | None) -> float:
     return int(digits) / 10 ** len(digits) if digits else 0.0
+
+
+def _clock_positions(data: bytes) -> list[int] | None:
+    """Where ``data`` holds ``:dd:``; None when it does so often (more than 16 times in its first 64 KiB, or once
+    in 4 KiB over all)."""
+    limit = len(data) // 4096 + _FEW_CLOCKS
+    clocks: list[int] = []
+    for match in _CLOCK_TIME.finditer(data):
+        if len(clocks) == limit or (len(clocks) == _FEW_CLOCKS and match.start() < 1 << 16):
+            return None
+        clocks.append(match.start())
+    return clocks
