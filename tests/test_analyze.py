@@ -425,3 +425,14 @@ def test_a_batch_of_lines_is_timed_as_each_line_alone(seed):
             offsets.append(offsets[-1] + len(line) + 1)
         starts = sorted(rng.sample(offsets, rng.randint(1, len(offsets))))
         assert clock.times(data, starts) == [LineClock(2026).at(data, start) for start in starts]
+
+
+def test_a_short_line_is_not_given_the_next_lines_time():
+    """Only a line's own prefix is searched: msrun's worker banner (42 bytes, no time) is followed by MindFormers'
+    timestamped logger line, whose time falls inside the banner's first PREFIX_BYTES of the block."""
+    data = Path(REPO, "tests/fixtures/real/msrun_nan_worker_1.log").read_bytes()
+    banner = data.index(b"rank 1 of 4: training 16 steps from step 1\n")
+    following = banner + len(b"rank 1 of 4: training 16 steps from step 1\n")
+    assert LineClock(2026).at(data, following) == datetime(2026, 12, 3, 8, 38, 37, 576000).timestamp()
+    assert LineClock(2026).at(data, banner) is None
+    assert LineClock(2026).times(data, [banner, following])[0] is None

@@ -37,6 +37,9 @@ class LineClock:
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
         prefix = data[start : start + PREFIX_BYTES]
+        end = prefix.find(b"\n")
+        if end >= 0:  # a short line: its prefix stops at its end, never the next line's time
+            prefix = prefix[:end]
         if prefix.count(b":") < 2 or _CLOCK_TIME.search(prefix) is None:  # the cheap test first (a step row)
             return None
         match = _DATE_TIME.search(prefix)
