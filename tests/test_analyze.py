@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import csv
 import decimal
+import errno
 import gzip
 import io
 import json
@@ -402,6 +403,20 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
             writer.writerow([*key, step, when, *(gauges.get(name) for name in COLUMNS[5:]),
                              aux.get("mtp_1_loss"), aux.get("load_balancing_loss")])
     assert path.read_bytes().decode() == expected.getvalue()
+
+
+def test_a_failed_write_of_the_rows_is_raised_to_the_reading_thread():
+    """The rows are written on a thread of their own: a full device's ENOSPC reaches the thread that gives them, at
+    its next batch and at close."""
+    from exporter.analyze.csv_out import _RowWriter
+    with open("/dev/full", "wb") as full:
+        writer = _RowWriter(full.fileno())
+        writer.put(((list(range(100)), [0.5] * 100), 100, "run,,0,"))
+        with pytest.raises(OSError) as failed:
+            writer.close()
+        assert failed.value.errno == errno.ENOSPC
+        with pytest.raises(OSError):
+            writer.put("one more row\r\n")
 
 
 @pytest.mark.parametrize("seed", range(6))

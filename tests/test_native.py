@@ -9,6 +9,7 @@ file against a build with AddressSanitizer and UndefinedBehaviorSanitizer.
 
 from __future__ import annotations
 
+import errno
 import gc
 import math
 import random
@@ -594,31 +595,54 @@ def _csv_cells(rng: random.Random, count: int) -> list:
     return cells
 
 
-def test_format_rows_writes_each_number_as_repr_does():
-    """The compiled rows against the twin (repr itself), character for character."""
+def _written(write_rows, path: Path, jobs: list) -> str:
+    """What ``write_rows`` writes of ``jobs`` to a fresh file."""
+    with path.open("wb") as handle:
+        write_rows(handle.fileno(), jobs)
+    return path.read_bytes().decode()
+
+
+def test_write_rows_writes_each_number_as_repr_does(tmp_path):
+    """The compiled rows against the twin (repr itself), character for character, several jobs in one call."""
     rng = random.Random(41)
     for width, rows in ((1, 200_000), (3, 20_000), (10, 2_000)):
         columns = tuple(_csv_cells(rng, rows) for _ in range(width))
         taken = rows - 1  # fewer than the columns hold: the last row is not written
-        compiled = _step_fields.format_rows(columns, taken)
-        assert compiled == step_fields_twin.format_rows(columns, taken) and compiled.count("\r\n") == taken
-        assert compiled.split("\r\n")[:3] == [",".join("" if cell is None else repr(cell) for cell in row)
-                                               for row in list(zip(*columns, strict=True))[:3]]
-    for format_rows in (_step_fields.format_rows, step_fields_twin.format_rows):
-        assert format_rows(([1, None], (2.5, 1e-05), range(7, 9)), 2) == "1,2.5,7\r\n,1e-05,8\r\n"
-        assert format_rows(([1.0], [-0.0]), 1) == "1.0,-0.0\r\n"
-        assert format_rows(([1, 2], [None, 0.5]), 2, "rün,,3,") == "rün,,3,1,\r\nrün,,3,2,0.5\r\n"
-        with pytest.raises(TypeError):
-            format_rows(([1],), 1, b"run,")
-        assert format_rows(([1], [2]), 0) == format_rows((), 5) == ""
-        with pytest.raises(TypeError, match="int, a float or None"):
-            format_rows(([1, "2"],), 2)
-        with pytest.raises(TypeError, match="int, a float or None"):
-            format_rows(([True],), 1)
-        with pytest.raises(ValueError, match="at least"):
-            format_rows(([1], [1, 2]), 2)
-        with pytest.raises(TypeError):
-            format_rows([[1]], 1)
+        jobs = ["head\r\n", (columns, taken, ""), (columns, 3, "rün,")]
+        compiled = _written(_step_fields.write_rows, tmp_path / "compiled", jobs)
+        assert compiled == _written(step_fields_twin.write_rows, tmp_path / "twin", jobs)
+        assert compiled.count("\r\n") == 1 + taken + 3
+        assert compiled.split("\r\n")[1:4] == [",".join("" if cell is None else repr(cell) for cell in row)
+                                                for row in list(zip(*columns, strict=True))[:3]]
+    for write_rows in (_step_fields.write_rows, step_fields_twin.write_rows):
+        def written(*jobs: object, write_rows=write_rows) -> str:
+            return _written(write_rows, tmp_path / "rows", list(jobs))
+        assert written((([1, None], (2.5, 1e-05), range(7, 9)), 2, "")) == "1,2.5,7\r\n,1e-05,8\r\n"
+        assert written((([1.0], [-0.0]), 1, "")) == "1.0,-0.0\r\n"
+        assert written((([1, 2], [None, 0.5]), 2, "rün,,3,"), "x") == "rün,,3,1,\r\nrün,,3,2,0.5\r\nx"
+        assert written((([1], [2]), 0, ""), ((), 5, ""), "") == ""
+        refused = [((([1],), 1, b"run,"), TypeError, "a job"),
+                   ((([1, "2"],), 2, ""), TypeError, "int, a float or None"),
+                   ((([True],), 1, ""), TypeError, "int, a float or None"),
+                   ((([1], [1, 2]), 2, ""), ValueError, "at least"), (([[1]], 1, ""), TypeError, "a job"),
+                   (b"text", TypeError, "a job")]
+        for bad, error, words in refused:
+            path = tmp_path / "refused"
+            with path.open("wb") as handle, pytest.raises(error, match=words):
+                write_rows(handle.fileno(), ["before the bad job: not written", bad])
+            assert path.read_bytes() == b""
+
+
+def test_write_rows_tells_a_failed_write(tmp_path):
+    """A full device (/dev/full) and a closed descriptor: OSError, from both."""
+    for write_rows in (_step_fields.write_rows, step_fields_twin.write_rows):
+        with open("/dev/full", "wb") as full, pytest.raises(OSError) as failed:
+            write_rows(full.fileno(), [(([1.5] * 10,), 10, "x,")])
+        assert failed.value.errno == errno.ENOSPC
+        with (tmp_path / "closed").open("wb") as handle:
+            descriptor = handle.fileno()
+        with pytest.raises(OSError):
+            write_rows(descriptor, ["x"])
 
 
 @pytest.mark.parametrize("table", [

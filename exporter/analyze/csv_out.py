@@ -2,7 +2,9 @@
 
 Aux losses get a column each, but which ones a run prints is known only at its end: rows
 go to a temporary file first, the final file is written from it with the full header.
-Both passes stream; memory holds one row.
+Both passes stream; memory holds one row, and the batches a thread of their own has yet to
+write (at most QUEUED_JOBS): native.write_rows formats and writes a batch's rows with the GIL
+released, while the next batch is read.
 """
 
 from __future__ import annotations
@@ -12,9 +14,11 @@ import io
 import itertools
 import operator
 import os
+import queue
 import shutil
 import tempfile
-from collections.abc import Iterable
+import threading
+from collections.abc import Iterable, Sequence
 from typing import TextIO
 
 from exporter import native
@@ -24,6 +28,9 @@ from exporter.state import SeriesKey
 COLUMNS = ("run", "node", "rank", "step", "time", "loss", "learning_rate", "grad_norm", "step_time_seconds",
            "throughput")
 GAUGES = COLUMNS[5:]
+QUEUED_JOBS = 64  # batches given to the writing thread and not yet written: the main thread waits beyond
+# What the writing thread writes: a text, or rows as native.write_rows takes them (columns, how many, lead).
+Job = str | tuple[tuple[Sequence, ...], int, str]
 
 
 class StepCsv:
@@ -33,7 +40,7 @@ class StepCsv:
         self._path = path
         directory = os.path.dirname(os.path.abspath(path))
         self._scratch: TextIO = tempfile.TemporaryFile("w+", newline="", dir=directory)  # noqa: SIM115
-        self._writer = csv.writer(self._scratch)
+        self._rows = _RowWriter(self._scratch.fileno())  # every write to the scratch file, in order
         self._aux: dict[str, int] = {}  # aux loss -> its column among the aux columns
         self._pending: list | None = None  # the last row, completed by a second line of the same step
         self._pending_aux: dict[str, float] = {}
@@ -49,16 +56,11 @@ class StepCsv:
             # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
             self._add_rows(key, steps, times, columns, rows)
             return
-        # The rows but the last as one text (the cells as _flush writes numbers), the last pending: the next
-        # batch's first line may complete it.
+        # The rows but the last as one job of the writing thread, the last pending: the next batch's first line may
+        # complete it.
         self._flush()
         last = count - 1
-        try:
-            rows_cells = native.format_rows((steps, times, *columns), last, f"{self._key_cells(key)},")
-        except TypeError:  # a cell that is no int or float (a parser's own number type): as the csv module writes it
-            self._add_rows(key, steps, times, columns, rows)
-            return
-        self._scratch.write(rows_cells)
+        self._rows.put(((steps, times, *columns), last, f"{self._key_cells(key)},"))
         self._count_rows(len(COLUMNS), last)
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {}
@@ -91,6 +93,7 @@ class StepCsv:
     def close(self) -> None:
         """Write the final file: the header with every aux loss, then each row padded to it."""
         self._flush()
+        self._rows.close()
         self._scratch.seek(0)
         width = len(COLUMNS) + len(self._aux)
         with open(self._path, "w", newline="") as out:
@@ -124,15 +127,7 @@ class StepCsv:
             aux[column] = value
         self._pending = None
         self._count_rows(len(row) + len(aux), 1)
-        key = self._key_cells((row[0], row[1], row[2]))
-        values = [*row[3:], *aux]
-        if _NUMBERS.issuperset(map(type, values)):
-            # The cells as the csv module writes them (None empty, a float as its repr: nan, inf as the log
-            # said), without its per-character look for what to quote: numbers need none (and no number's repr
-            # holds the "None" that None's does).
-            self._scratch.write(f"{key},{','.join(map(repr, values)).replace('None', '')}\r\n")
-        else:
-            self._writer.writerow([*row, *aux])
+        self._rows.put(f"{self._key_cells((row[0], row[1], row[2]))},{_cells([*row[3:], *aux])}")
 
     def _count_rows(self, cells: int, rows: int) -> None:
         """``rows`` rows of ``cells`` cells written after the others."""
@@ -153,3 +148,75 @@ class StepCsv:
 
 
 _NUMBERS = frozenset((int, float, type(None)))
+
+
+def _cells(values: list) -> str:
+    """A row's cells after its key, ended: as the csv module writes them (None empty, a float as its repr: nan, inf
+    as the log said), numbers without its per-character look for what to quote (they need none, and no number's
+    repr holds the "None" that None's does)."""
+    if _NUMBERS.issuperset(map(type, values)):
+        return f"{','.join(map(repr, values)).replace('None', '')}\r\n"
+    text = io.StringIO()
+    csv.writer(text).writerow(values)
+    return text.getvalue()
+
+
+def _write(fd: int, jobs: list[Job]) -> None:
+    """The jobs to ``fd``; rows holding a cell of a parser's own number type (write_rows refuses it) as the csv
+    module writes them, row by row."""
+    try:
+        native.write_rows(fd, jobs)
+    except TypeError:  # nothing was written: each job alone
+        for job in jobs:
+            try:
+                native.write_rows(fd, [job])
+            except TypeError:
+                if isinstance(job, str):
+                    raise
+                columns, rows, lead = job
+                rows_text = (lead + _cells(list(row)) for row in itertools.islice(zip(*columns, strict=False), rows))
+                native.write_rows(fd, ["".join(rows_text)])
+
+
+class _RowWriter:
+    """Writes jobs to a file descriptor on a thread of its own, in the order given: write_rows formats a batch's
+    rows and writes them with the GIL released, so they cost the reading thread little. Every job queued when the
+    thread wakes goes in one call (the GIL is taken back once for them). A failed write is raised by the next put
+    or close."""
+
+    def __init__(self, fd: int) -> None:
+        self._fd = fd
+        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=QUEUED_JOBS)
+        self._error: BaseException | None = None
+        self._thread = threading.Thread(target=self._run, name="trainlog-csv-rows", daemon=True)
+        self._thread.start()
+
+    def put(self, job: Job) -> None:
+        if self._error is not None:
+            raise self._error
+        self._jobs.put(job)
+
+    def close(self) -> None:
+        """Every job written (or the failure raised)."""
+        self._jobs.put(None)
+        self._thread.join()
+        if self._error is not None:
+            raise self._error
+
+    def _run(self) -> None:
+        done = False
+        while not done:
+            jobs: list[Job] = []
+            job = self._jobs.get()
+            while job is not None:
+                jobs.append(job)
+                try:
+                    job = self._jobs.get_nowait()
+                except queue.Empty:
+                    break
+            done = job is None
+            if self._error is None and jobs:
+                try:
+                    _write(self._fd, jobs)
+                except Exception as error:  # noqa: BLE001  the reading thread raises it
+                    self._error = error

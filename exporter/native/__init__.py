@@ -27,8 +27,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   and the result: step_fields.py).
 - ``read_record(table, text)`` -> ``Record | None``: one line's record, from any text (the
   per-line parser's way: the compiled reader's reading of the line, the twin's of a line it declines).
-- ``format_rows(columns, rows, lead)`` -> the first ``rows`` rows of ``columns`` (lists of ints, floats, None) as CSV
-  lines, each after ``lead`` and each number as repr() writes it (analyze's ``--csv``).
+- ``write_rows(fd, jobs)``: each job written to ``fd`` in order, a str or ``(columns, rows, lead)``: the first
+  ``rows`` rows of ``columns`` (lists of ints, floats, None) as CSV lines, each after ``lead`` and each number as
+  repr() writes it, formatted and written with the GIL released (analyze's ``--csv``, on a thread of its own).
 - ``check_series(config, spikes, plateau, steps, values)``
   -> ``(nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).
@@ -210,12 +211,12 @@ def _line_reader(table: tuple) -> StepReader:
     return _step_fields.StepReader(table)
 
 
-def format_rows(columns: tuple[Sequence, ...], rows: int, lead: str = "") -> str:
-    """The first ``rows`` rows of ``columns`` as CSV lines after ``lead``, each cell repr() of its number
-    (step_fields.py)."""
+def write_rows(fd: int, jobs: list) -> None:
+    """Each job to ``fd`` in order: a str, or ``(columns, rows, lead)`` as CSV lines after ``lead``, each cell repr()
+    of its number; formatted and written with the GIL released (step_fields.py)."""
     if _step_fields is not None:
-        return _step_fields.format_rows(columns, rows, lead)
-    return _step_fields_twin.format_rows(columns, rows, lead)
+        return _step_fields.write_rows(fd, jobs)
+    return _step_fields_twin.write_rows(fd, jobs)
 
 
 def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],

@@ -1,13 +1,11 @@
 # The step-field kernel (step_fields.c); its twin and definition: step_fields.py.
-from collections.abc import Sequence
-
 from exporter.native.step_fields import Run
 
 KIND_FLOAT: int
 KIND_DURATION: int
 KIND_NUMBER_WITH_UNIT: int
 
-def format_rows(columns: tuple[Sequence, ...], rows: int, lead: str = ...) -> str: ...
+def write_rows(fd: int, jobs: list) -> None: ...
 
 class StepReader:
     def __init__(self, table: tuple) -> None: ...

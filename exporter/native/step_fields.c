@@ -17,6 +17,8 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#include <errno.h>
+#include <unistd.h>
 
 /* Kinds: native/step_fields.py's Kind. */
 enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
@@ -1217,7 +1219,7 @@ static PyTypeObject StepReaderType = {
 };
 
 /* ------------------------------------------------------------------------------------------ */
-/* Rows out: step_fields.py's format_rows                                                     */
+/* Rows out: step_fields.py's write_rows                                                      */
 
 typedef struct {
     char *at;
@@ -1227,13 +1229,11 @@ typedef struct {
 static int
 reserve(Text_out *out, Py_ssize_t more)
 {
+    /* The raw allocator: write_rows grows the buffer with the GIL released; the caller tells a failure. */
     if (out->length + more <= out->capacity) return 0;
     Py_ssize_t wanted = out->capacity * 2 > out->length + more ? out->capacity * 2 : out->length + more;
-    char *grown = PyMem_Realloc(out->at, (size_t)wanted);
-    if (grown == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    char *grown = PyMem_RawRealloc(out->at, (size_t)wanted);
+    if (grown == NULL) return -1;
     out->at = grown;
     out->capacity = wanted;
     return 0;
@@ -1242,6 +1242,7 @@ reserve(Text_out *out, Py_ssize_t more)
 static int
 write_text(Text_out *out, const char *text, Py_ssize_t length)
 {
+    if (length == 0) return 0; /* an empty lead: no buffer yet, and memcpy takes none */
     if (reserve(out, length) < 0) return -1;
     memcpy(out->at + out->length, text, (size_t)length);
     out->length += length;
@@ -1280,8 +1281,8 @@ digits_of(uint64_t number, char *digits)
  * exact in 128 bits for j <= 27; one reads back as x when it lies within half an ulp of x: 5**j / 2 in units of
  * 2**-(j + e), half that below a power of two, whose lower neighbour is nearer. If some candidate reads back at j,
  * one does at every j after it (the same one with a zero more), so the fewest digits are found by bisection, and
- * of that j's candidates repr writes the nearest. 0: repr's own algorithm must tell (x out of that range, or a
- * candidate halfway, where its rounding rule decides). */
+ * of that j's candidates repr writes the nearest, of two halfway the even one (as repr's rounding does: a float32's
+ * value one digit short of its exact decimal often is). 0: x out of that range, for repr's own algorithm. */
 static int
 short_decimal(double x, uint64_t *digits, int *fraction)
 {
@@ -1319,10 +1320,10 @@ short_decimal(double x, uint64_t *digits, int *fraction)
         else {
             unsigned __int128 unit = (unsigned __int128)1 << shift, down = scaled & (unit - 1), up = unit - down;
             uint64_t below = (uint64_t)(scaled >> shift);
-            if (down == up) return 0;
             int down_reads = below != 0 && (power_of_two ? 4 * down : 2 * down) < fives[j];
             int up_reads = 2 * up < fives[j];
-            if (down_reads && (down < up || !up_reads)) candidate = below;
+            if (down == up && down_reads && up_reads) candidate = below + (below & 1); /* halfway: the even one */
+            else if (down_reads && (down < up || !up_reads)) candidate = below;
             else if (up_reads) candidate = below + 1;
             reads_back = down_reads || up_reads;
         }
@@ -1340,26 +1341,21 @@ short_decimal(double x, uint64_t *digits, int *fraction)
 #endif
 }
 
-/* repr(x) of a float, as float.__repr__ writes it. */
+/* repr(x) of a float x that is 0 or within short_decimal's range (x_in_short_range): 1, or 0 when repr's own
+ * algorithm must tell (short_decimal declining x: not expected in its range), -1 when out of memory. */
 static int
-write_float(Text_out *out, double x)
+write_short_float(Text_out *out, double x)
 {
     uint64_t number = 0;
     int fraction = 0;
-    if (!isfinite(x) || !(x == 0 || short_decimal(fabs(x), &number, &fraction))) {
-        char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-        if (text == NULL) return -1;
-        int written = write_text(out, text, (Py_ssize_t)strlen(text));
-        PyMem_Free(text);
-        return written;
-    }
+    if (!(x == 0 || short_decimal(fabs(x), &number, &fraction))) return 0;
     if (reserve(out, 32) < 0) return -1;
     char *at = out->at + out->length, *start = at;
     if (signbit(x)) *at++ = '-';
     if (x == 0) {
         memcpy(at, "0.0", 3);
         out->length += at + 3 - start;
-        return 0;
+        return 1;
     }
     char digits[20];
     int count = digits_of(number, digits);
@@ -1403,93 +1399,267 @@ write_float(Text_out *out, double x)
         at += 2;
     }
     out->length += at - start;
-    return 0;
+    return 1;
 }
 
-/* A cell: repr of an int or a float, nothing for None. */
+/* Whether write_short_float may write x: otherwise repr's own algorithm writes it (checked with the GIL held, so a
+ * column of such values never waits for it). */
 static int
-write_cell(Text_out *out, PyObject *value)
+x_in_short_range(double x)
 {
-    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value));
+    double size = fabs(x);
+    return x == 0 || (size >= 1e-10 && size < 9007199254740992.0);
+}
+
+/* A row's cell as read from its Python object, to be written without it. */
+enum { CELL_NONE, CELL_FLOAT, CELL_INT, CELL_TEXT };
+
+typedef struct {
+    int kind;
+    double value;      /* CELL_FLOAT */
+    long long number;  /* CELL_INT */
+    char *text;        /* CELL_TEXT: repr's text (PyMem_Malloc'd), for a float out of range or an int beyond 64 bits */
+    Py_ssize_t length;
+} Cell;
+
+/* One job of write_rows: a text (UTF-8 of a str the jobs' tuple holds) or rows of cells, each after a lead. */
+typedef struct {
+    const char *text, *lead;
+    Py_ssize_t length, lead_length, rows, width;
+    Cell *cells; /* rows * width, row by row */
+} Job;
+
+/* A cell of ``value``: -1 with TypeError for what is no int, float or None. */
+static int
+read_cell(PyObject *value, Cell *cell)
+{
+    cell->kind = CELL_NONE;
+    cell->text = NULL;
+    if (PyFloat_CheckExact(value)) {
+        double x = PyFloat_AS_DOUBLE(value);
+        if (x_in_short_range(x)) {
+            cell->kind = CELL_FLOAT;
+            cell->value = x;
+            return 0;
+        }
+        cell->text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (cell->text == NULL) return -1;
+        cell->kind = CELL_TEXT;
+        cell->length = (Py_ssize_t)strlen(cell->text);
+        return 0;
+    }
     if (value == Py_None) return 0;
     if (PyLong_CheckExact(value)) {
         int overflow;
         long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (!overflow && !(number == -1 && PyErr_Occurred())) {
-            char digits[24];
-            int negative = number < 0;
-            int count = digits_of(negative ? 0 - (uint64_t)number : (uint64_t)number, digits + 1);
-            if (negative) digits[0] = '-';
-            return write_text(out, digits + !negative, count + negative);
+        if (number == -1 && PyErr_Occurred()) return -1;
+        if (!overflow) {
+            cell->kind = CELL_INT;
+            cell->number = number;
+            return 0;
         }
         PyObject *text = PyObject_Repr(value);
         if (text == NULL) return -1;
         Py_ssize_t length;
         const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
-        int written = utf8 == NULL ? -1 : write_text(out, utf8, length);
+        cell->text = utf8 == NULL ? NULL : PyMem_Malloc((size_t)length + 1);
+        if (cell->text != NULL) {
+            memcpy(cell->text, utf8, (size_t)length);
+            cell->kind = CELL_TEXT;
+            cell->length = length;
+        }
+        else if (utf8 != NULL) PyErr_NoMemory();
         Py_DECREF(text);
-        return written;
+        return cell->text == NULL ? -1 : 0;
     }
-    PyErr_Format(PyExc_TypeError, "format_rows: a cell is an int, a float or None, not %.100s", Py_TYPE(value)->tp_name);
+    PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s", Py_TYPE(value)->tp_name);
     return -1;
 }
 
-PyDoc_STRVAR(format_rows_doc,
-"format_rows(columns, rows, lead='') -> str\n\n"
-"The first ``rows`` rows of ``columns`` (lists) as CSV lines, each after ``lead``. See exporter/native/step_fields.py.");
+static void
+free_cells(Cell *cells, Py_ssize_t count)
+{
+    if (cells == NULL) return;
+    for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(cells[i].text);
+    PyMem_RawFree(cells);
+}
+
+/* A job of the rows (columns, rows, lead): its cells read, -1 with an exception for bad arguments. */
+static int
+read_rows_job(PyObject *item, Job *job)
+{
+    PyObject *columns_given, *rows_given, *lead_given;
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) != 3) {
+        PyErr_SetString(PyExc_TypeError, "write_rows: a job is a str or (columns: tuple, rows, lead: str)");
+        return -1;
+    }
+    columns_given = PyTuple_GET_ITEM(item, 0);
+    rows_given = PyTuple_GET_ITEM(item, 1);
+    lead_given = PyTuple_GET_ITEM(item, 2);
+    if (!PyTuple_Check(columns_given) || !PyUnicode_Check(lead_given)) {
+        PyErr_SetString(PyExc_TypeError, "write_rows: a job is a str or (columns: tuple, rows, lead: str)");
+        return -1;
+    }
+    job->lead = PyUnicode_AsUTF8AndSize(lead_given, &job->lead_length);
+    if (job->lead == NULL) return -1;
+    Py_ssize_t rows = PyLong_AsSsize_t(rows_given), width = PyTuple_GET_SIZE(columns_given);
+    if (rows == -1 && PyErr_Occurred()) return -1;
+    if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
+    job->rows = rows;
+    job->width = width;
+    if (rows == 0) return 0;
+    job->cells = PyMem_RawCalloc((size_t)rows * (size_t)width, sizeof(Cell));
+    if (job->cells == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < width; i++) { /* a list or a tuple as it is, another sequence as a list */
+        PyObject *column = PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
+        if (column == NULL) return -1;
+        if (PySequence_Fast_GET_SIZE(column) < rows) {
+            Py_DECREF(column);
+            PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
+            return -1;
+        }
+        for (Py_ssize_t row = 0; row < rows; row++) {
+            /* read_cell runs no Python code for an int, a float or None: nothing can shorten the column */
+            if (row >= PySequence_Fast_GET_SIZE(column)
+                || read_cell(PySequence_Fast_GET_ITEM(column, row), &job->cells[row * width + i]) < 0) {
+                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "write_rows: a column changed length");
+                Py_DECREF(column);
+                return -1;
+            }
+        }
+        Py_DECREF(column);
+    }
+    return 0;
+}
+
+/* Formatting and writing without the GIL: where it stopped and why. */
+typedef struct {
+    int fd;
+    int error;            /* an errno of write(2) */
+    int no_memory;
+    PyThreadState *saved; /* the thread's state while the GIL is released */
+} Writing;
+
+static int
+write_out(Writing *writing, Text_out *out)
+{
+    const char *at = out->at;
+    Py_ssize_t left = out->length;
+    while (left > 0) {
+        ssize_t written = write(writing->fd, at, (size_t)left);
+        if (written < 0) {
+            if (errno == EINTR) continue;
+            writing->error = errno;
+            return -1;
+        }
+        at += written;
+        left -= written;
+    }
+    out->length = 0;
+    return 0;
+}
+
+/* A float write_short_float declines (not expected): repr's own algorithm, the GIL taken back. */
+static int
+write_float_by_repr(Writing *writing, Text_out *out, double x)
+{
+    PyEval_RestoreThread(writing->saved);
+    char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+    int written = text == NULL ? -1 : write_text(out, text, (Py_ssize_t)strlen(text));
+    PyMem_Free(text);
+    PyErr_Clear(); /* a failure is told as no memory, after the GIL is taken back for good */
+    writing->saved = PyEval_SaveThread();
+    if (written < 0) writing->no_memory = 1;
+    return written;
+}
+
+static int
+write_job_cells(Writing *writing, Text_out *out, const Job *job)
+{
+    for (Py_ssize_t row = 0; row < job->rows; row++) {
+        if (write_text(out, job->lead, job->lead_length) < 0) return -1;
+        for (Py_ssize_t i = 0; i < job->width; i++) {
+            const Cell *cell = &job->cells[row * job->width + i];
+            if (i && write_text(out, ",", 1) < 0) return -1;
+            if (cell->kind == CELL_FLOAT) {
+                int written = write_short_float(out, cell->value);
+                if (written < 0 || (written == 0 && write_float_by_repr(writing, out, cell->value) < 0)) return -1;
+            }
+            else if (cell->kind == CELL_INT) {
+                char digits[24];
+                int negative = cell->number < 0;
+                int count = digits_of(negative ? 0 - (uint64_t)cell->number : (uint64_t)cell->number, digits + 1);
+                if (negative) digits[0] = '-';
+                if (write_text(out, digits + !negative, count + negative) < 0) return -1;
+            }
+            else if (cell->kind == CELL_TEXT && write_text(out, cell->text, cell->length) < 0) return -1;
+        }
+        if (write_text(out, "\r\n", 2) < 0) return -1;
+        if (out->length >= (1 << 20) && write_out(writing, out) < 0) return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(write_rows_doc,
+"write_rows(fd, jobs) -> None\n\n"
+"Write each job to the file descriptor fd, in order: a str as its UTF-8, or (columns, rows, lead) as the first\n"
+"rows rows of columns (lists of ints, floats, None), each row lead and its cells joined by ',' and ended by\n"
+"'\\r\\n', a number as repr() writes it, None as nothing (the csv module's). The jobs are read first (TypeError,\n"
+"ValueError: nothing is written), then formatted and written with the GIL released; OSError when a write fails.");
 
 static PyObject *
-format_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs < 2 || nargs > 3 || !PyTuple_Check(args[0]) || (nargs == 3 && !PyUnicode_Check(args[2]))) {
-        PyErr_SetString(PyExc_TypeError, "format_rows(columns: tuple, rows, lead: str = '')");
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "write_rows(fd: int, jobs: list)");
         return NULL;
     }
-    Py_ssize_t lead_length = 0;
-    const char *lead = nargs == 3 ? PyUnicode_AsUTF8AndSize(args[2], &lead_length) : "";
-    if (lead == NULL) return NULL;
-    Py_ssize_t rows = PyLong_AsSsize_t(args[1]), width = PyTuple_GET_SIZE(args[0]), ready = 0;
-    if (rows == -1 && PyErr_Occurred()) return NULL;
-    if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
-    PyObject *result = NULL, **columns = PyMem_Calloc((size_t)width + 1, sizeof(PyObject *));
+    int fd = PyObject_AsFileDescriptor(args[0]);
+    if (fd < 0) return NULL;
+    /* A tuple of its own: the texts' UTF-8 and the leads stay alive however another thread changes the list. */
+    PyObject *items = PySequence_Tuple(args[1]);
+    if (items == NULL) return NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(items), ready = 0;
+    Job *jobs = PyMem_RawCalloc((size_t)count + 1, sizeof(Job));
     Text_out out = {NULL, 0, 0};
-    if (columns == NULL) {
-        PyErr_NoMemory();
-        goto done;
-    }
-    for (; ready < width; ready++) { /* a list or a tuple as it is, another sequence as a list */
-        columns[ready] = PySequence_Fast(PyTuple_GET_ITEM(args[0], ready), "format_rows: a column is a sequence");
-        if (columns[ready] == NULL) goto done;
-        if (PySequence_Fast_GET_SIZE(columns[ready]) < rows) {
-            PyErr_SetString(PyExc_ValueError, "format_rows: each column a list of rows items at least");
-            goto done;
+    Writing writing = {fd, 0, 0, NULL};
+    int failed = jobs == NULL;
+    if (failed) PyErr_NoMemory();
+    for (; !failed && ready < count; ready++) {
+        PyObject *item = PyTuple_GET_ITEM(items, ready);
+        if (PyUnicode_Check(item)) {
+            jobs[ready].text = PyUnicode_AsUTF8AndSize(item, &jobs[ready].length);
+            failed = jobs[ready].text == NULL;
         }
+        else failed = read_rows_job(item, &jobs[ready]) < 0; /* a failed job's cells are freed with the others */
     }
-    if (reserve(&out, rows * (lead_length + width * 12 + 2) + 1) < 0) goto done;
-    for (Py_ssize_t row = 0; row < rows; row++) {
-        if (write_text(&out, lead, lead_length) < 0) goto done;
-        for (Py_ssize_t i = 0; i < width; i++) {
-            /* Read again each row: the repr of a huge int runs Python code, nothing of which may shorten a list. */
-            if (row >= PySequence_Fast_GET_SIZE(columns[i])) {
-                PyErr_SetString(PyExc_ValueError, "format_rows: a column changed length");
-                goto done;
-            }
-            if ((i && write_text(&out, ",", 1) < 0) || write_cell(&out, PySequence_Fast_GET_ITEM(columns[i], row)) < 0) {
-                goto done;
-            }
+    if (!failed) {
+        writing.saved = PyEval_SaveThread();
+        for (Py_ssize_t i = 0; !failed && i < count; i++) {
+            if (jobs[i].text != NULL) failed = write_text(&out, jobs[i].text, jobs[i].length) < 0;
+            else failed = write_job_cells(&writing, &out, &jobs[i]) < 0;
         }
-        if (write_text(&out, "\r\n", 2) < 0) goto done;
+        if (!failed) failed = write_out(&writing, &out) < 0;
+        PyEval_RestoreThread(writing.saved);
+        if (failed && writing.error) {
+            errno = writing.error;
+            PyErr_SetFromErrno(PyExc_OSError);
+        }
+        else if (failed) PyErr_NoMemory(); /* the buffer could not grow (reserve), or repr's text */
     }
-    result = PyUnicode_DecodeUTF8(out.at, out.length, NULL);
-done:
-    for (Py_ssize_t i = 0; i < ready; i++) Py_DECREF(columns[i]);
-    PyMem_Free(columns);
-    PyMem_Free(out.at);
-    return result;
+    for (Py_ssize_t i = 0; i < ready; i++) free_cells(jobs[i].cells, jobs[i].rows * jobs[i].width);
+    PyMem_RawFree(jobs);
+    PyMem_RawFree(out.at);
+    Py_DECREF(items);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
 }
 
 static PyMethodDef step_fields_functions[] = {
-    {"format_rows", (PyCFunction)(void (*)(void))format_rows, METH_FASTCALL, format_rows_doc},
+    {"write_rows", (PyCFunction)(void (*)(void))write_rows, METH_FASTCALL, write_rows_doc},
     {NULL},
 };
 

@@ -70,6 +70,7 @@ taken as one, by ``take()``:
 from __future__ import annotations
 
 import enum
+import os
 import re
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
@@ -209,20 +210,29 @@ def read_record(table: tuple, text: str) -> Record | None:
     return None if match is None else _record(table, match)
 
 
-def format_rows(columns: tuple[Sequence, ...], rows: int, lead: str = "") -> str:
-    """The first ``rows`` rows of ``columns`` (sequences of at least ``rows`` items) as CSV lines: ``lead``, then
-    the cells, each repr() of an int or a float, empty for None; cells joined by ``,``, each row ended by ``\r\n``
-    (the csv module's). No columns: no rows."""
-    if not isinstance(columns, tuple) or not isinstance(lead, str):
-        raise TypeError("format_rows(columns: tuple, rows, lead: str = '')")
-    columns = tuple(column if isinstance(column, (list, tuple)) else list(column) for column in columns)
+def write_rows(fd: int, jobs: list) -> None:
+    """Each job written to the file descriptor ``fd``, in order: a str as its UTF-8, or ``(columns, rows, lead)`` as
+    the first ``rows`` rows of ``columns`` (sequences of at least ``rows`` items) as CSV lines: ``lead``, then the
+    cells, each repr() of an int or a float, empty for None; cells joined by ``,``, each row ended by ``\r\n`` (the
+    csv module's). No columns: no rows. Every job is read before anything is written."""
+    texts = [job if isinstance(job, str) else _rows_text(job) for job in list(jobs)]
+    data = "".join(texts).encode()
+    while data:
+        data = data[os.write(fd, data):]
+
+
+def _rows_text(job: object) -> str:
+    if not isinstance(job, tuple) or len(job) != 3 or not isinstance(job[0], tuple) or not isinstance(job[2], str):
+        raise TypeError("write_rows: a job is a str or (columns: tuple, rows, lead: str)")
+    given, rows, lead = job
+    columns = tuple(column if isinstance(column, (list, tuple)) else list(column) for column in given)
     if not all(len(column) >= rows for column in columns):
-        raise ValueError("format_rows: each column a list of rows items at least")
+        raise ValueError("write_rows: each column a list of rows items at least")
     cells = []
     for row in zip(*(column[:max(rows, 0)] for column in columns), strict=True):
         for value in row:
             if value is not None and type(value) not in (int, float):
-                raise TypeError(f"format_rows: a cell is an int, a float or None, not {type(value).__name__}")
+                raise TypeError(f"write_rows: a cell is an int, a float or None, not {type(value).__name__}")
         cells.append(lead + ",".join("" if value is None else repr(value) for value in row) + "\r\n")
     return "".join(cells)
 
