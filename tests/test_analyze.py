@@ -405,18 +405,22 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
     assert path.read_bytes().decode() == expected.getvalue()
 
 
-def test_a_failed_write_of_the_rows_is_raised_to_the_reading_thread():
-    """The rows are written on a thread of their own: a full device's ENOSPC reaches the thread that gives them, at
-    its next batch and at close."""
-    from exporter.analyze.csv_out import _RowWriter
+def test_a_failed_write_of_the_rows_is_raised():
+    """A full device's ENOSPC reaches analyze, for a batch's rows and for single rows' texts (joined, written at
+    TEXT_CHUNK characters or at the end)."""
+    from exporter.analyze.csv_out import TEXT_CHUNK, _RowWriter
     with open("/dev/full", "wb") as full:
         writer = _RowWriter(full.fileno())
-        writer.put(((list(range(100)), [0.5] * 100), 100, "run,,0,"))
         with pytest.raises(OSError) as failed:
-            writer.close()
+            writer.put(((list(range(100)), [0.5] * 100), 100, "run,,0,"))
         assert failed.value.errno == errno.ENOSPC
+        writer.put("run,,0,1,,0.5\r\n")
         with pytest.raises(OSError):
-            writer.put("one more row\r\n")
+            writer.flush()
+        for _ in range(TEXT_CHUNK // 10):  # ten characters each: not yet written
+            writer.put("run,,0,1\r\n")
+        with pytest.raises(OSError):
+            writer.put("run,,0,1\r\n")
 
 
 @pytest.mark.parametrize("seed", range(6))

@@ -2,9 +2,7 @@
 
 Aux losses get a column each, but which ones a run prints is known only at its end: rows
 go to a temporary file first, the final file is written from it with the full header.
-Both passes stream; memory holds one row, and the batches a thread of their own has yet to
-write (at most QUEUED_JOBS): native.write_rows formats and writes a batch's rows with the GIL
-released, while the next batch is read.
+Both passes stream; memory holds one row and TEXT_CHUNK characters of rows not yet written.
 """
 
 from __future__ import annotations
@@ -14,10 +12,8 @@ import io
 import itertools
 import operator
 import os
-import queue
 import shutil
 import tempfile
-import threading
 from collections.abc import Iterable, Sequence
 from typing import TextIO
 
@@ -28,8 +24,8 @@ from exporter.state import SeriesKey
 COLUMNS = ("run", "node", "rank", "step", "time", "loss", "learning_rate", "grad_norm", "step_time_seconds",
            "throughput")
 GAUGES = COLUMNS[5:]
-QUEUED_JOBS = 64  # batches given to the writing thread and not yet written: the main thread waits beyond
-# What the writing thread writes: a text, or rows as native.write_rows takes them (columns, how many, lead).
+TEXT_CHUNK = 1 << 16  # characters of single rows' texts written at once
+# What the scratch file is given: a text, or rows as native.write_rows takes them (columns, how many, lead).
 Job = str | tuple[tuple[Sequence, ...], int, str]
 
 
@@ -56,8 +52,7 @@ class StepCsv:
             # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
             self._add_rows(key, steps, times, columns, rows)
             return
-        # The rows but the last as one job of the writing thread, the last pending: the next batch's first line may
-        # complete it.
+        # The rows but the last written at once, the last pending: the next batch's first line may complete it.
         self._flush()
         last = count - 1
         self._rows.put(((steps, times, *columns), last, f"{self._key_cells(key)},"))
@@ -93,7 +88,7 @@ class StepCsv:
     def close(self) -> None:
         """Write the final file: the header with every aux loss, then each row padded to it."""
         self._flush()
-        self._rows.close()
+        self._rows.flush()
         self._scratch.seek(0)
         width = len(COLUMNS) + len(self._aux)
         with open(self._path, "w", newline="") as out:
@@ -179,44 +174,27 @@ def _write(fd: int, jobs: list[Job]) -> None:
 
 
 class _RowWriter:
-    """Writes jobs to a file descriptor on a thread of its own, in the order given: write_rows formats a batch's
-    rows and writes them with the GIL released, so they cost the reading thread little. Every job queued when the
-    thread wakes goes in one call (the GIL is taken back once for them). A failed write is raised by the next put
-    or close."""
+    """The scratch file's writes, in order: single rows' texts joined (a log of single step lines makes each row a
+    text of its own), a batch's rows formatted by write_rows, both in one call."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
-        self._jobs: queue.Queue[Job | None] = queue.Queue(maxsize=QUEUED_JOBS)
-        self._error: BaseException | None = None
-        self._thread = threading.Thread(target=self._run, name="trainlog-csv-rows", daemon=True)
-        self._thread.start()
+        self._texts: list[str] = []  # put since the last write
+        self._length = 0
 
     def put(self, job: Job) -> None:
-        if self._error is not None:
-            raise self._error
-        self._jobs.put(job)
+        if isinstance(job, str):
+            self._texts.append(job)
+            self._length += len(job)
+            if self._length >= TEXT_CHUNK:
+                self.flush()
+            return
+        _write(self._fd, [*self._taken(), job])
 
-    def close(self) -> None:
-        """Every job written (or the failure raised)."""
-        self._jobs.put(None)
-        self._thread.join()
-        if self._error is not None:
-            raise self._error
+    def flush(self) -> None:
+        if self._texts:
+            _write(self._fd, self._taken())
 
-    def _run(self) -> None:
-        done = False
-        while not done:
-            jobs: list[Job] = []
-            job = self._jobs.get()
-            while job is not None:
-                jobs.append(job)
-                try:
-                    job = self._jobs.get_nowait()
-                except queue.Empty:
-                    break
-            done = job is None
-            if self._error is None and jobs:
-                try:
-                    _write(self._fd, jobs)
-                except Exception as error:  # noqa: BLE001  the reading thread raises it
-                    self._error = error
+    def _taken(self) -> list[Job]:
+        texts, self._texts, self._length = self._texts, [], 0
+        return ["".join(texts)] if texts else []

@@ -29,7 +29,7 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   per-line parser's way: the compiled reader's reading of the line, the twin's of a line it declines).
 - ``write_rows(fd, jobs)``: each job written to ``fd`` in order, a str or ``(columns, rows, lead)``: the first
   ``rows`` rows of ``columns`` (lists of ints, floats, None) as CSV lines, each after ``lead`` and each number as
-  repr() writes it, formatted and written with the GIL released (analyze's ``--csv``, on a thread of its own).
+  repr() writes it (analyze's ``--csv``): every job read before any is written.
 - ``check_series(config, spikes, plateau, steps, values)``
   -> ``(nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).
@@ -213,7 +213,7 @@ def _line_reader(table: tuple) -> StepReader:
 
 def write_rows(fd: int, jobs: list) -> None:
     """Each job to ``fd`` in order: a str, or ``(columns, rows, lead)`` as CSV lines after ``lead``, each cell repr()
-    of its number; formatted and written with the GIL released (step_fields.py)."""
+    of its number (step_fields.py)."""
     if _step_fields is not None:
         return _step_fields.write_rows(fd, jobs)
     return _step_fields_twin.write_rows(fd, jobs)

@@ -1229,10 +1229,10 @@ typedef struct {
 static int
 reserve(Text_out *out, Py_ssize_t more)
 {
-    /* The raw allocator: write_rows grows the buffer with the GIL released; the caller tells a failure. */
+    /* The caller tells a failure (write_rows: as no memory, after any error of its own). */
     if (out->length + more <= out->capacity) return 0;
     Py_ssize_t wanted = out->capacity * 2 > out->length + more ? out->capacity * 2 : out->length + more;
-    char *grown = PyMem_RawRealloc(out->at, (size_t)wanted);
+    char *grown = PyMem_Realloc(out->at, (size_t)wanted);
     if (grown == NULL) return -1;
     out->at = grown;
     out->capacity = wanted;
@@ -1402,8 +1402,7 @@ write_short_float(Text_out *out, double x)
     return 1;
 }
 
-/* Whether write_short_float may write x: otherwise repr's own algorithm writes it (checked with the GIL held, so a
- * column of such values never waits for it). */
+/* Whether write_short_float may write x: otherwise repr's own algorithm writes it, when the cell is read. */
 static int
 x_in_short_range(double x)
 {
@@ -1422,7 +1421,7 @@ typedef struct {
     Py_ssize_t length;
 } Cell;
 
-/* One job of write_rows: a text (UTF-8 of a str the jobs' tuple holds) or rows of cells, each after a lead. */
+/* One job of write_rows: a text (UTF-8 of a str of the jobs) or rows of cells, each after a lead. */
 typedef struct {
     const char *text, *lead;
     Py_ssize_t length, lead_length, rows, width;
@@ -1481,7 +1480,7 @@ free_cells(Cell *cells, Py_ssize_t count)
 {
     if (cells == NULL) return;
     for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(cells[i].text);
-    PyMem_RawFree(cells);
+    PyMem_Free(cells);
 }
 
 /* A job of the rows (columns, rows, lead): its cells read, -1 with an exception for bad arguments. */
@@ -1508,7 +1507,7 @@ read_rows_job(PyObject *item, Job *job)
     job->rows = rows;
     job->width = width;
     if (rows == 0) return 0;
-    job->cells = PyMem_RawCalloc((size_t)rows * (size_t)width, sizeof(Cell));
+    job->cells = PyMem_Calloc((size_t)rows * (size_t)width, sizeof(Cell));
     if (job->cells == NULL) {
         PyErr_NoMemory();
         return -1;
@@ -1521,11 +1520,8 @@ read_rows_job(PyObject *item, Job *job)
             PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
             return -1;
         }
-        for (Py_ssize_t row = 0; row < rows; row++) {
-            /* read_cell runs no Python code for an int, a float or None: nothing can shorten the column */
-            if (row >= PySequence_Fast_GET_SIZE(column)
-                || read_cell(PySequence_Fast_GET_ITEM(column, row), &job->cells[row * width + i]) < 0) {
-                if (!PyErr_Occurred()) PyErr_SetString(PyExc_ValueError, "write_rows: a column changed length");
+        for (Py_ssize_t row = 0; row < rows; row++) { /* no Python code runs here: the column keeps its length */
+            if (read_cell(PySequence_Fast_GET_ITEM(column, row), &job->cells[row * width + i]) < 0) {
                 Py_DECREF(column);
                 return -1;
             }
@@ -1535,12 +1531,10 @@ read_rows_job(PyObject *item, Job *job)
     return 0;
 }
 
-/* Formatting and writing without the GIL: where it stopped and why. */
+/* Where the rows go, and why writing them stopped. */
 typedef struct {
     int fd;
-    int error;            /* an errno of write(2) */
-    int no_memory;
-    PyThreadState *saved; /* the thread's state while the GIL is released */
+    int error; /* an errno of write(2) */
 } Writing;
 
 static int
@@ -1562,17 +1556,13 @@ write_out(Writing *writing, Text_out *out)
     return 0;
 }
 
-/* A float write_short_float declines (not expected): repr's own algorithm, the GIL taken back. */
+/* A float write_short_float declines (not expected): repr's own algorithm. */
 static int
-write_float_by_repr(Writing *writing, Text_out *out, double x)
+write_float_by_repr(Text_out *out, double x)
 {
-    PyEval_RestoreThread(writing->saved);
     char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
     int written = text == NULL ? -1 : write_text(out, text, (Py_ssize_t)strlen(text));
     PyMem_Free(text);
-    PyErr_Clear(); /* a failure is told as no memory, after the GIL is taken back for good */
-    writing->saved = PyEval_SaveThread();
-    if (written < 0) writing->no_memory = 1;
     return written;
 }
 
@@ -1586,7 +1576,7 @@ write_job_cells(Writing *writing, Text_out *out, const Job *job)
             if (i && write_text(out, ",", 1) < 0) return -1;
             if (cell->kind == CELL_FLOAT) {
                 int written = write_short_float(out, cell->value);
-                if (written < 0 || (written == 0 && write_float_by_repr(writing, out, cell->value) < 0)) return -1;
+                if (written < 0 || (written == 0 && write_float_by_repr(out, cell->value) < 0)) return -1;
             }
             else if (cell->kind == CELL_INT) {
                 char digits[24];
@@ -1608,7 +1598,7 @@ PyDoc_STRVAR(write_rows_doc,
 "Write each job to the file descriptor fd, in order: a str as its UTF-8, or (columns, rows, lead) as the first\n"
 "rows rows of columns (lists of ints, floats, None), each row lead and its cells joined by ',' and ended by\n"
 "'\\r\\n', a number as repr() writes it, None as nothing (the csv module's). The jobs are read first (TypeError,\n"
-"ValueError: nothing is written), then formatted and written with the GIL released; OSError when a write fails.");
+"ValueError: nothing is written); OSError when a write fails.");
 
 static PyObject *
 write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
@@ -1619,40 +1609,35 @@ write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int fd = PyObject_AsFileDescriptor(args[0]);
     if (fd < 0) return NULL;
-    /* A tuple of its own: the texts' UTF-8 and the leads stay alive however another thread changes the list. */
-    PyObject *items = PySequence_Tuple(args[1]);
+    PyObject *items = PySequence_Fast(args[1], "write_rows: jobs is a sequence");
     if (items == NULL) return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(items), ready = 0;
-    Job *jobs = PyMem_RawCalloc((size_t)count + 1, sizeof(Job));
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(items), ready = 0;
+    Job *jobs = PyMem_Calloc((size_t)count + 1, sizeof(Job));
     Text_out out = {NULL, 0, 0};
-    Writing writing = {fd, 0, 0, NULL};
+    Writing writing = {fd, 0};
     int failed = jobs == NULL;
     if (failed) PyErr_NoMemory();
-    for (; !failed && ready < count; ready++) {
-        PyObject *item = PyTuple_GET_ITEM(items, ready);
+    for (; !failed && ready < count; ready++) { /* every job read (its cells) before any is written */
+        PyObject *item = PySequence_Fast_GET_ITEM(items, ready);
         if (PyUnicode_Check(item)) {
             jobs[ready].text = PyUnicode_AsUTF8AndSize(item, &jobs[ready].length);
             failed = jobs[ready].text == NULL;
         }
         else failed = read_rows_job(item, &jobs[ready]) < 0; /* a failed job's cells are freed with the others */
     }
-    if (!failed) {
-        writing.saved = PyEval_SaveThread();
-        for (Py_ssize_t i = 0; !failed && i < count; i++) {
-            if (jobs[i].text != NULL) failed = write_text(&out, jobs[i].text, jobs[i].length) < 0;
-            else failed = write_job_cells(&writing, &out, &jobs[i]) < 0;
-        }
-        if (!failed) failed = write_out(&writing, &out) < 0;
-        PyEval_RestoreThread(writing.saved);
-        if (failed && writing.error) {
-            errno = writing.error;
-            PyErr_SetFromErrno(PyExc_OSError);
-        }
-        else if (failed) PyErr_NoMemory(); /* the buffer could not grow (reserve), or repr's text */
+    for (Py_ssize_t i = 0; !failed && i < count; i++) {
+        if (jobs[i].text != NULL) failed = write_text(&out, jobs[i].text, jobs[i].length) < 0;
+        else failed = write_job_cells(&writing, &out, &jobs[i]) < 0;
     }
+    if (!failed) failed = write_out(&writing, &out) < 0;
+    if (failed && writing.error) {
+        errno = writing.error;
+        PyErr_SetFromErrno(PyExc_OSError);
+    }
+    else if (failed && !PyErr_Occurred()) PyErr_NoMemory(); /* the buffer could not grow (reserve) */
     for (Py_ssize_t i = 0; i < ready; i++) free_cells(jobs[i].cells, jobs[i].rows * jobs[i].width);
-    PyMem_RawFree(jobs);
-    PyMem_RawFree(out.at);
+    PyMem_Free(jobs);
+    PyMem_Free(out.at);
     Py_DECREF(items);
     if (failed) return NULL;
     Py_RETURN_NONE;
