@@ -216,7 +216,7 @@ def write_rows(fd: int, jobs: list) -> None:
     cells, each repr() of an int or a float, empty for None; cells joined by ``,``, each row ended by ``\r\n`` (the
     csv module's). No columns: no rows. Every job is read before anything is written."""
     texts = [job if isinstance(job, str) else _rows_text(job) for job in list(jobs)]
-    data = "".join(texts).encode()
+    data = memoryview("".join(texts).encode())
     while data:
         data = data[os.write(fd, data):]
 
