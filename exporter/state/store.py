@@ -739,5 +739,3 @@ def _stalls(rank: RankState) -> bool:
     """A series that can stall: a worker's. A scheduler's or a launcher's console (msrun's) prints no steps: it has
     no pace and no stall threshold."""
     return rank.info.get("role") not in ("scheduler", "launcher")
-
-
