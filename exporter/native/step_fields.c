@@ -1341,21 +1341,26 @@ short_decimal(double x, uint64_t *digits, int *fraction)
 #endif
 }
 
-/* repr(x) of a float x that is 0 or within short_decimal's range (x_in_short_range): 1, or 0 when repr's own
- * algorithm must tell (short_decimal declining x: not expected in its range), -1 when out of memory. */
+/* repr(x) of a float, as float.__repr__ writes it. */
 static int
-write_short_float(Text_out *out, double x)
+write_float(Text_out *out, double x)
 {
     uint64_t number = 0;
     int fraction = 0;
-    if (!(x == 0 || short_decimal(fabs(x), &number, &fraction))) return 0;
+    if (!isfinite(x) || !(x == 0 || short_decimal(fabs(x), &number, &fraction))) {
+        char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
+        if (text == NULL) return -1;
+        int written = write_text(out, text, (Py_ssize_t)strlen(text));
+        PyMem_Free(text);
+        return written;
+    }
     if (reserve(out, 32) < 0) return -1;
     char *at = out->at + out->length, *start = at;
     if (signbit(x)) *at++ = '-';
     if (x == 0) {
         memcpy(at, "0.0", 3);
         out->length += at + 3 - start;
-        return 1;
+        return 0;
     }
     char digits[20];
     int count = digits_of(number, digits);
@@ -1399,91 +1404,51 @@ write_short_float(Text_out *out, double x)
         at += 2;
     }
     out->length += at - start;
-    return 1;
+    return 0;
 }
 
-/* Whether write_short_float may write x: otherwise repr's own algorithm writes it, when the cell is read. */
+/* A cell: repr of an int or a float, nothing for None (its type checked when its job was read). */
 static int
-x_in_short_range(double x)
+write_cell(Text_out *out, PyObject *value)
 {
-    double size = fabs(x);
-    return x == 0 || (size >= 1e-10 && size < 9007199254740992.0);
+    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value));
+    if (value == Py_None) return 0;
+    int overflow;
+    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+    if (number == -1 && PyErr_Occurred()) return -1;
+    if (!overflow) {
+        char digits[24];
+        int negative = number < 0;
+        int count = digits_of(negative ? 0 - (uint64_t)number : (uint64_t)number, digits + 1);
+        if (negative) digits[0] = '-';
+        return write_text(out, digits + !negative, count + negative);
+    }
+    PyObject *text = PyObject_Repr(value);
+    if (text == NULL) return -1;
+    Py_ssize_t length;
+    const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
+    int written = utf8 == NULL ? -1 : write_text(out, utf8, length);
+    Py_DECREF(text);
+    return written;
 }
 
-/* A row's cell as read from its Python object, to be written without it. */
-enum { CELL_NONE, CELL_FLOAT, CELL_INT, CELL_TEXT };
-
-typedef struct {
-    int kind;
-    double value;      /* CELL_FLOAT */
-    long long number;  /* CELL_INT */
-    char *text;        /* CELL_TEXT: repr's text (PyMem_Malloc'd), for a float out of range or an int beyond 64 bits */
-    Py_ssize_t length;
-} Cell;
-
-/* One job of write_rows: a text (UTF-8 of a str of the jobs) or rows of cells, each after a lead. */
+/* One job of write_rows: a text (UTF-8 of a str of the jobs) or the rows of columns, each after a lead. */
 typedef struct {
     const char *text, *lead;
     Py_ssize_t length, lead_length, rows, width;
-    Cell *cells; /* rows * width, row by row */
+    PyObject **columns; /* width lists or tuples (new references) */
 } Job;
 
-/* A cell of ``value``: -1 with TypeError for what is no int, float or None. */
-static int
-read_cell(PyObject *value, Cell *cell)
-{
-    cell->kind = CELL_NONE;
-    cell->text = NULL;
-    if (PyFloat_CheckExact(value)) {
-        double x = PyFloat_AS_DOUBLE(value);
-        if (x_in_short_range(x)) {
-            cell->kind = CELL_FLOAT;
-            cell->value = x;
-            return 0;
-        }
-        cell->text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-        if (cell->text == NULL) return -1;
-        cell->kind = CELL_TEXT;
-        cell->length = (Py_ssize_t)strlen(cell->text);
-        return 0;
-    }
-    if (value == Py_None) return 0;
-    if (PyLong_CheckExact(value)) {
-        int overflow;
-        long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-        if (number == -1 && PyErr_Occurred()) return -1;
-        if (!overflow) {
-            cell->kind = CELL_INT;
-            cell->number = number;
-            return 0;
-        }
-        PyObject *text = PyObject_Repr(value);
-        if (text == NULL) return -1;
-        Py_ssize_t length;
-        const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
-        cell->text = utf8 == NULL ? NULL : PyMem_Malloc((size_t)length + 1);
-        if (cell->text != NULL) {
-            memcpy(cell->text, utf8, (size_t)length);
-            cell->kind = CELL_TEXT;
-            cell->length = length;
-        }
-        else if (utf8 != NULL) PyErr_NoMemory();
-        Py_DECREF(text);
-        return cell->text == NULL ? -1 : 0;
-    }
-    PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s", Py_TYPE(value)->tp_name);
-    return -1;
-}
-
 static void
-free_cells(Cell *cells, Py_ssize_t count)
+free_columns(Job *job)
 {
-    if (cells == NULL) return;
-    for (Py_ssize_t i = 0; i < count; i++) PyMem_Free(cells[i].text);
-    PyMem_Free(cells);
+    if (job->columns == NULL) return;
+    for (Py_ssize_t i = 0; i < job->width; i++) Py_XDECREF(job->columns[i]);
+    PyMem_Free(job->columns);
 }
 
-/* A job of the rows (columns, rows, lead): its cells read, -1 with an exception for bad arguments. */
+/* A job of the rows (columns, rows, lead): its columns taken and every cell's type checked, -1 with an exception
+ * for bad arguments. Writing it runs no Python code: the columns keep their lengths. */
 static int
 read_rows_job(PyObject *item, Job *job)
 {
@@ -1506,27 +1471,27 @@ read_rows_job(PyObject *item, Job *job)
     if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
     job->rows = rows;
     job->width = width;
-    if (rows == 0) return 0;
-    job->cells = PyMem_Calloc((size_t)rows * (size_t)width, sizeof(Cell));
-    if (job->cells == NULL) {
+    job->columns = PyMem_Calloc((size_t)width + 1, sizeof(PyObject *));
+    if (job->columns == NULL) {
         PyErr_NoMemory();
         return -1;
     }
     for (Py_ssize_t i = 0; i < width; i++) { /* a list or a tuple as it is, another sequence as a list */
-        PyObject *column = PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
+        PyObject *column = job->columns[i] =
+            PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
         if (column == NULL) return -1;
         if (PySequence_Fast_GET_SIZE(column) < rows) {
-            Py_DECREF(column);
             PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
             return -1;
         }
-        for (Py_ssize_t row = 0; row < rows; row++) { /* no Python code runs here: the column keeps its length */
-            if (read_cell(PySequence_Fast_GET_ITEM(column, row), &job->cells[row * width + i]) < 0) {
-                Py_DECREF(column);
+        for (Py_ssize_t row = 0; row < rows; row++) {
+            PyObject *value = PySequence_Fast_GET_ITEM(column, row);
+            if (!PyFloat_CheckExact(value) && value != Py_None && !PyLong_CheckExact(value)) {
+                PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s",
+                             Py_TYPE(value)->tp_name);
                 return -1;
             }
         }
-        Py_DECREF(column);
     }
     return 0;
 }
@@ -1556,36 +1521,14 @@ write_out(Writing *writing, Text_out *out)
     return 0;
 }
 
-/* A float write_short_float declines (not expected): repr's own algorithm. */
 static int
-write_float_by_repr(Text_out *out, double x)
-{
-    char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
-    int written = text == NULL ? -1 : write_text(out, text, (Py_ssize_t)strlen(text));
-    PyMem_Free(text);
-    return written;
-}
-
-static int
-write_job_cells(Writing *writing, Text_out *out, const Job *job)
+write_job_rows(Writing *writing, Text_out *out, const Job *job)
 {
     for (Py_ssize_t row = 0; row < job->rows; row++) {
         if (write_text(out, job->lead, job->lead_length) < 0) return -1;
         for (Py_ssize_t i = 0; i < job->width; i++) {
-            const Cell *cell = &job->cells[row * job->width + i];
-            if (i && write_text(out, ",", 1) < 0) return -1;
-            if (cell->kind == CELL_FLOAT) {
-                int written = write_short_float(out, cell->value);
-                if (written < 0 || (written == 0 && write_float_by_repr(out, cell->value) < 0)) return -1;
-            }
-            else if (cell->kind == CELL_INT) {
-                char digits[24];
-                int negative = cell->number < 0;
-                int count = digits_of(negative ? 0 - (uint64_t)cell->number : (uint64_t)cell->number, digits + 1);
-                if (negative) digits[0] = '-';
-                if (write_text(out, digits + !negative, count + negative) < 0) return -1;
-            }
-            else if (cell->kind == CELL_TEXT && write_text(out, cell->text, cell->length) < 0) return -1;
+            PyObject *value = PySequence_Fast_GET_ITEM(job->columns[i], row);
+            if ((i && write_text(out, ",", 1) < 0) || write_cell(out, value) < 0) return -1;
         }
         if (write_text(out, "\r\n", 2) < 0) return -1;
         if (out->length >= (1 << 20) && write_out(writing, out) < 0) return -1;
@@ -1617,17 +1560,17 @@ write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Writing writing = {fd, 0};
     int failed = jobs == NULL;
     if (failed) PyErr_NoMemory();
-    for (; !failed && ready < count; ready++) { /* every job read (its cells) before any is written */
+    for (; !failed && ready < count; ready++) { /* every job read (its cells' types) before any is written */
         PyObject *item = PySequence_Fast_GET_ITEM(items, ready);
         if (PyUnicode_Check(item)) {
             jobs[ready].text = PyUnicode_AsUTF8AndSize(item, &jobs[ready].length);
             failed = jobs[ready].text == NULL;
         }
-        else failed = read_rows_job(item, &jobs[ready]) < 0; /* a failed job's cells are freed with the others */
+        else failed = read_rows_job(item, &jobs[ready]) < 0; /* a failed job's columns are freed with the others */
     }
     for (Py_ssize_t i = 0; !failed && i < count; i++) {
         if (jobs[i].text != NULL) failed = write_text(&out, jobs[i].text, jobs[i].length) < 0;
-        else failed = write_job_cells(&writing, &out, &jobs[i]) < 0;
+        else failed = write_job_rows(&writing, &out, &jobs[i]) < 0;
     }
     if (!failed) failed = write_out(&writing, &out) < 0;
     if (failed && writing.error) {
@@ -1635,7 +1578,7 @@ write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetFromErrno(PyExc_OSError);
     }
     else if (failed && !PyErr_Occurred()) PyErr_NoMemory(); /* the buffer could not grow (reserve) */
-    for (Py_ssize_t i = 0; i < ready; i++) free_cells(jobs[i].cells, jobs[i].rows * jobs[i].width);
+    for (Py_ssize_t i = 0; i < ready; i++) free_columns(&jobs[i]);
     PyMem_Free(jobs);
     PyMem_Free(out.at);
     Py_DECREF(items);
