@@ -121,9 +121,11 @@ class Pipeline:
         del self._positions[path]
         self._state.series.pop(key, None)
 
-    def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None:
+    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: ReadBatch | None = None) -> None:
         entry = self._files[file.path]
         parser = entry.parser
+        if coming is not None and entry.rows is None:
+            parser.prepare(coming.data)
         pieces = [self._routed(entry, file, parser.parse_block(piece))
                   for piece in parser.pieces(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)]
         info_changed = self._note_format(entry)

@@ -45,7 +45,7 @@ from exporter.follow.discover import (
 )
 from exporter.follow.identity import FilePosition
 from exporter.follow.rotated import rotated_base
-from exporter.follow.tailer import ReadBatch, Tailer
+from exporter.follow.tailer import ReadBatch, Tailer, read_ahead
 
 if TYPE_CHECKING:
     from watchdog.observers.api import BaseObserver
@@ -81,7 +81,8 @@ class Sink(Protocol):
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
         """Where to resume reading the file (the sink keeps read positions); None: at its start."""
 
-    def lines_read(self, file: FollowedFile, batch: ReadBatch) -> None: ...
+    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: ReadBatch | None = None) -> None:
+        """``batch``'s lines; ``coming``: the batch that follows it, already read (its passes may start now)."""
 
     def file_closed(self, file: FollowedFile) -> None: ...
 
@@ -475,9 +476,9 @@ class Follower:
     def _read(self, path: str, rescan: bool = False) -> None:
         tailer = self._tailers[path]
         followed = self._files[path]
-        for batch in tailer.poll(rescan):
-            self._sink.lines_read(followed, batch)
-            del batch  # before the next read: its block's memory is then reused, not faulted in anew
+        for batch, coming in read_ahead(tailer.poll(rescan)):
+            self._sink.lines_read(followed, batch, coming)
+            del batch, coming  # before the next read: the block's memory is then reused, not faulted in anew
         if tailer.last_error != self._reported_errors.get(path):
             # Say it once per change, not on every rescan.
             if tailer.last_error is not None:

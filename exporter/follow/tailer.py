@@ -461,6 +461,21 @@ class Tailer:
         return FilePosition(opened.device, opened.inode, consumed, opened.fingerprint, self._cutter.skipping)
 
 
+def read_ahead(batches: Iterator[ReadBatch]) -> Iterator[tuple[ReadBatch, ReadBatch | None]]:
+    """Each batch with the one after it, read before it is handed out (None after the last): the parse side
+    starts its passes over the next block while it parses this one (parse/ahead.py). When the read of the
+    next one fails, the batch before it is handed out first."""
+    batch = next(batches, None)
+    while batch is not None:
+        try:
+            coming = next(batches, None)
+        except BaseException:
+            yield batch, None
+            raise
+        yield batch, coming
+        batch = coming
+
+
 def fill_chunk(buffer: bytearray, read: Callable[[memoryview, int], int | None], piece: bytearray | None) -> int:
     """How many bytes were read into ``buffer``: until it is full or the source has no more.
 

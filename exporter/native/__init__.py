@@ -21,6 +21,10 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).
+- ``ahead(data, passes)``: the passes (tuples: ``"scan"`` or ``"scan_segments"`` and a scanner, or the name of
+  ``group_lines``, ``segment_records`` or ``line_prefixes`` and what it takes after the data) started over ``data`` on
+  a thread of their own, which never takes the interpreter; ``.result(index)`` -> what that pass returns (waiting
+  for it): a catch-up's next block scanned on the second core while the one before is parsed.
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -42,7 +46,7 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 from __future__ import annotations
 
 import functools
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from typing import Any, Protocol
 
 from exporter.native import detectors as _detectors_twin
@@ -187,6 +191,40 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _sc
         return _scan.segment_records(data, pieces, close)
     return _scan_twin.segment_records(data, pieces, close)
 
+
+class Ahead(Protocol):
+    def result(self, index: int) -> Any: ...
+
+
+SCAN_PASSES = ("scan", "scan_segments")
+
+
+def ahead(data: bytes, passes: tuple[tuple, ...]) -> Ahead:
+    """The passes over ``data`` started on a thread of their own (see the module's docstring). Where the scan kernel
+    is not built, or a scanner is not one of its own, each pass runs when its result is asked for."""
+    if _scan is not None and all(call[0] not in SCAN_PASSES or isinstance(call[1], _scan.Scanner) for call in passes):
+        return _scan.Ahead(data, passes)
+    return _Later(data, passes)
+
+
+class _Later:
+    """Passes run when their results are asked for, as the functions above run them."""
+
+    def __init__(self, data: bytes, passes: tuple[tuple, ...]) -> None:
+        for call in passes:
+            if call[0] not in SCAN_PASSES and call[0] not in _PASSES:
+                raise ValueError(f"no pass {call!r}")
+        self._data, self._passes = data, passes
+
+    def result(self, index: int) -> Any:
+        name, *arguments = self._passes[index]
+        if name in SCAN_PASSES:
+            return getattr(arguments[0], name)(self._data)
+        return _PASSES[name](self._data, *arguments)
+
+
+_PASSES: dict[str, Callable[..., Any]] = {"group_lines": group_lines, "segment_records": segment_records,
+                                          "line_prefixes": line_prefixes}
 
 Kind = _step_fields_twin.Kind
 Record = _step_fields_twin.Record

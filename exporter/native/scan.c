@@ -17,6 +17,7 @@
 #define _GNU_SOURCE /* memrchr */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -26,6 +27,64 @@
 #endif
 
 #define BUCKETS 16 /* two AVX2 table sets of eight: a bucket is a bit of a byte */
+
+/* ------------------------------------------------------------------------------------------ */
+/* Growable arrays: a pass collects its findings in them without the interpreter (it may run on a
+ * thread of its own: Ahead, below), and they become Python lists only once it is done. */
+
+typedef struct {
+    int64_t *items;
+    Py_ssize_t count, capacity;
+} Offsets;
+
+typedef struct {
+    double *items;
+    Py_ssize_t count, capacity;
+} Doubles;
+
+/* 0, or -1 when memory ran out (nothing raised: the caller may not hold the GIL). */
+static int
+grow(void **items, Py_ssize_t *capacity, Py_ssize_t size)
+{
+    Py_ssize_t wanted = *capacity ? 2 * *capacity : 256;
+    void *grown = realloc(*items, (size_t)wanted * (size_t)size);
+    if (grown == NULL) return -1;
+    *items = grown;
+    *capacity = wanted;
+    return 0;
+}
+
+static inline int
+push_offset(Offsets *array, int64_t value)
+{
+    if (array->count == array->capacity && grow((void **)&array->items, &array->capacity, sizeof(int64_t)) < 0) return -1;
+    array->items[array->count++] = value;
+    return 0;
+}
+
+static inline int
+push_double(Doubles *array, double value)
+{
+    if (array->count == array->capacity && grow((void **)&array->items, &array->capacity, sizeof(double)) < 0) return -1;
+    array->items[array->count++] = value;
+    return 0;
+}
+
+static PyObject *
+offsets_list(const Offsets *array)
+{
+    PyObject *list = PyList_New(array->count);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < array->count; i++) {
+        PyObject *number = PyLong_FromLongLong(array->items[i]);
+        if (number == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, number);
+    }
+    return list;
+}
 #define FINGERPRINT 3
 
 /* ------------------------------------------------------------------------------------------ */
@@ -52,6 +111,7 @@ typedef struct {
     PyObject *line_starts;   /* tuple of bytes: reported when a line begins with one */
     int simd;                /* use the AVX2 loop where the CPU has it (tests turn it off) */
     int breaks;              /* an anchor or line start holds \r or \n: no scan_segments */
+    Py_ssize_t jobs;         /* the passes ahead (Ahead) using its tables: it is not initialised again meanwhile */
     Anchor *table;
     Py_ssize_t count;
     Slot *slots; /* fingerprint -> anchors, a quarter full at most */
@@ -274,6 +334,10 @@ Scanner_init(Scanner *self, PyObject *args, PyObject *kwargs)
         PyErr_SetString(PyExc_TypeError, "offsets and commonness are required (exporter/native/scan.py)");
         return -1;
     }
+    if (self->jobs) {
+        PyErr_SetString(PyExc_RuntimeError, "a scanner scanning ahead is not initialised again");
+        return -1;
+    }
     /* A scanner initialised again keeps its anchors, and the table pointing into them, until
      * the new ones are all read: a failure leaves it as it was. */
     PyObject *tuple = PySequence_Tuple(anchors);
@@ -363,19 +427,9 @@ typedef struct {
     Py_ssize_t newlines;
     Py_ssize_t line_end; /* end (after the newline) of the last line reported */
     int segments; /* a carriage return ends a line too (scan_segments) */
-    PyObject *starts;
-    PyObject *prefixed;
+    Offsets starts;
+    Offsets prefixed;
 } ScanState;
-
-static int
-append_offset(PyObject *list, Py_ssize_t offset)
-{
-    PyObject *number = PyLong_FromSsize_t(offset);
-    if (number == NULL) return -1;
-    int failed = PyList_Append(list, number);
-    Py_DECREF(number);
-    return failed;
-}
 
 /* Report the line holding the anchor that starts at ``start``. */
 static int
@@ -394,12 +448,12 @@ report_line(const Scanner *self, ScanState *state, Py_ssize_t start)
     }
     Py_ssize_t line = before ? before - data + 1 : state->line_end;
     state->line_end = after ? after - data + 1 : state->length;
-    if (append_offset(state->starts, line) < 0) return -1;
+    if (push_offset(&state->starts, line) < 0) return -1;
     for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(self->line_starts); i++) {
         PyObject *prefix = PyTuple_GET_ITEM(self->line_starts, i);
         Py_ssize_t size = PyBytes_GET_SIZE(prefix);
         if (size <= state->line_end - line && memcmp(data + line, PyBytes_AS_STRING(prefix), (size_t)size) == 0) {
-            return append_offset(state->prefixed, line);
+            return push_offset(&state->prefixed, line);
         }
     }
     return 0;
@@ -542,23 +596,42 @@ PyDoc_STRVAR(Scanner_scan_doc,
 "The number of newlines in ``data``, the start offsets of the lines holding an anchor\n"
 "(ascending, each once), and those of them that begin with one of ``line_starts``.");
 
+/* The scan of ``state``'s block into its arrays, without the interpreter; -1 when memory ran out. */
+static int
+scan_block(const Scanner *self, ScanState *state)
+{
+    Py_ssize_t from = 0;
+#ifdef HAVE_AVX2_SCAN
+    if (have_avx2 && self->simd && (from = scan_avx2(self, state)) < 0) return -1;
+#endif
+    return scan_bytewise(self, state, from);
+}
+
+static PyObject *
+scan_result(const ScanState *state)
+{
+    PyObject *starts = offsets_list(&state->starts), *prefixed = offsets_list(&state->prefixed), *result = NULL;
+    if (starts != NULL && prefixed != NULL) result = Py_BuildValue("nOO", state->newlines, starts, prefixed);
+    Py_XDECREF(starts);
+    Py_XDECREF(prefixed);
+    return result;
+}
+
+static void
+scan_state_free(ScanState *state)
+{
+    free(state->starts.items);
+    free(state->prefixed.items);
+}
+
 static PyObject *
 scan_lines(Scanner *self, PyObject *argument, int segments)
 {
     Py_buffer view;
     if (PyObject_GetBuffer(argument, &view, PyBUF_SIMPLE) < 0) return NULL;
-    ScanState state = {view.buf, view.len, 0, 0, segments, PyList_New(0), PyList_New(0)};
-    PyObject *result = NULL;
-    if (state.starts == NULL || state.prefixed == NULL) goto done;
-    Py_ssize_t from = 0;
-#ifdef HAVE_AVX2_SCAN
-    if (have_avx2 && self->simd && (from = scan_avx2(self, &state)) < 0) goto done;
-#endif
-    if (scan_bytewise(self, &state, from) < 0) goto done;
-    result = Py_BuildValue("nOO", state.newlines, state.starts, state.prefixed);
-done:
-    Py_XDECREF(state.starts);
-    Py_XDECREF(state.prefixed);
+    ScanState state = {view.buf, view.len, 0, 0, segments, {0}, {0}};
+    PyObject *result = scan_block(self, &state) < 0 ? PyErr_NoMemory() : scan_result(&state);
+    scan_state_free(&state);
     PyBuffer_Release(&view);
     return result;
 }
@@ -704,76 +777,113 @@ PyDoc_STRVAR(group_lines_doc,
 "prefix beginning with a byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix.\n"
 "None: more than 64 prefixes. See exporter/native/scan.py.");
 
+typedef struct {
+    Py_ssize_t groups, loose, tagged;
+    int overflow; /* more than MAX_PREFIXES prefixes */
+    const char *texts[MAX_PREFIXES];
+    Py_ssize_t lengths[MAX_PREFIXES], counts[MAX_PREFIXES];
+    Offsets starts[MAX_PREFIXES];
+} Groups;
+
+/* The lines of data[0:size] grouped into ``groups`` (see group_lines), without the interpreter; -1 when memory ran
+ * out. */
+static int
+find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_buffer *open, const Py_buffer *close,
+            const Py_buffer *loose_starts, Groups *found)
+{
+    const char *end = at + size;
+    for (const char *line = at; line < end;) {
+        const char *newline = memchr(line, '\n', end - line);
+        if (newline == NULL) break;
+        Py_ssize_t width = 0, tag;
+        while ((tag = tag_at(line + width, newline, open, close)) > 0) width += tag;
+        Py_ssize_t group = 0;
+        while (group < found->groups && !(found->lengths[group] == width && memcmp(found->texts[group], line, width) == 0)) {
+            group++;
+        }
+        if (group == found->groups) {
+            if (group == MAX_PREFIXES) {
+                found->overflow = 1;
+                return 0;
+            }
+            found->texts[group] = line;
+            found->lengths[group] = width;
+            found->groups++;
+        }
+        found->counts[group]++;
+        const char *body = line + width;
+        if (width == 0 && body < newline && memchr(loose_starts->buf, *body, loose_starts->len) != NULL) found->loose++;
+        for (const char *bracket = body; (bracket = memchr(bracket, ((const char *)open->buf)[0], newline - bracket)) != NULL;
+             bracket++) {
+            if (tag_at(bracket, newline, open, close)) {
+                found->tagged++;
+                break;
+            }
+        }
+        if (find_literal(body, newline - body, literal->buf, literal->len) != NULL
+            && push_offset(&found->starts[group], body - at) < 0) {
+            return -1;
+        }
+        line = newline + 1;
+    }
+    return 0;
+}
+
+static PyObject *
+groups_result(const Groups *found)
+{
+    if (found->overflow) return Py_NewRef(Py_None);
+    PyObject *prefixes = PyList_New(found->groups), *lines = PyList_New(found->groups);
+    PyObject *starts = PyList_New(found->groups), *result = NULL;
+    if (prefixes == NULL || lines == NULL || starts == NULL) goto done;
+    for (Py_ssize_t group = 0; group < found->groups; group++) {
+        PyObject *prefix = PyBytes_FromStringAndSize(found->texts[group], found->lengths[group]);
+        PyObject *count = PyLong_FromSsize_t(found->counts[group]);
+        PyObject *offsets = offsets_list(&found->starts[group]);
+        if (prefix) PyList_SET_ITEM(prefixes, group, prefix);
+        if (count) PyList_SET_ITEM(lines, group, count);
+        if (offsets) PyList_SET_ITEM(starts, group, offsets);
+        if (prefix == NULL || count == NULL || offsets == NULL) goto done;
+    }
+    result = Py_BuildValue("OOOnn", prefixes, lines, starts, found->loose, found->tagged);
+done:
+    Py_XDECREF(prefixes);
+    Py_XDECREF(lines);
+    Py_XDECREF(starts);
+    return result;
+}
+
+static void
+groups_free(Groups *found)
+{
+    for (Py_ssize_t group = 0; group < MAX_PREFIXES; group++) free(found->starts[group].items);
+}
+
+static int
+check_group_arguments(const Py_buffer *literal, const Py_buffer *open, const Py_buffer *close)
+{
+    if (literal->len == 0 || open->len == 0 || close->len == 0) {
+        PyErr_SetString(PyExc_ValueError, "literal and tags must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
 static PyObject *
 group_lines(PyObject *module, PyObject *args)
 {
     Py_buffer data, literal, open, close, loose_starts;
     if (!PyArg_ParseTuple(args, "y*y*y*y*y*:group_lines", &data, &literal, &open, &close, &loose_starts)) return NULL;
-    PyObject *result = NULL, *prefixes = NULL, *lines = NULL, *starts = NULL;
-    Py_ssize_t counts[MAX_PREFIXES], lengths[MAX_PREFIXES], groups = 0, loose = 0, tagged = 0;
-    const char *texts[MAX_PREFIXES];
-    if (literal.len == 0 || open.len == 0 || close.len == 0) {
-        PyErr_SetString(PyExc_ValueError, "literal and tags must not be empty");
-        goto done;
+    PyObject *result = NULL;
+    Groups *found = calloc(1, sizeof(Groups));
+    if (found == NULL) {
+        PyErr_NoMemory();
+    } else if (check_group_arguments(&literal, &open, &close) == 0) {
+        result = find_groups(data.buf, data.len, &literal, &open, &close, &loose_starts, found) < 0 ? PyErr_NoMemory()
+                                                                                                   : groups_result(found);
     }
-    prefixes = PyList_New(0);
-    starts = PyList_New(0);
-    if (prefixes == NULL || starts == NULL) goto done;
-    const char *at = data.buf, *end = at + data.len;
-    for (const char *line = at; line < end;) {
-        const char *newline = memchr(line, '\n', end - line);
-        if (newline == NULL) break;
-        Py_ssize_t width = 0, tag;
-        while ((tag = tag_at(line + width, newline, &open, &close)) > 0) width += tag;
-        Py_ssize_t group = 0;
-        while (group < groups && !(lengths[group] == width && memcmp(texts[group], line, width) == 0)) group++;
-        if (group == groups) {
-            if (groups == MAX_PREFIXES) {
-                Py_CLEAR(prefixes);
-                result = Py_NewRef(Py_None);
-                goto done;
-            }
-            PyObject *prefix = PyBytes_FromStringAndSize(line, width);
-            PyObject *list = PyList_New(0);
-            int failed = prefix == NULL || list == NULL || PyList_Append(prefixes, prefix) < 0 || PyList_Append(starts, list) < 0;
-            Py_XDECREF(prefix);
-            Py_XDECREF(list);
-            if (failed) goto done;
-            texts[group] = line;
-            lengths[group] = width;
-            counts[group] = 0;
-            groups++;
-        }
-        counts[group]++;
-        const char *body = line + width;
-        if (width == 0 && body < newline && memchr(loose_starts.buf, *body, loose_starts.len) != NULL) loose++;
-        for (const char *bracket = body; (bracket = memchr(bracket, ((const char *)open.buf)[0], newline - bracket)) != NULL;
-             bracket++) {
-            if (tag_at(bracket, newline, &open, &close)) {
-                tagged++;
-                break;
-            }
-        }
-        if (find_literal(body, newline - body, literal.buf, literal.len) != NULL) {
-            PyObject *offset = PyLong_FromSsize_t(body - at);
-            int failed = offset == NULL || PyList_Append(PyList_GET_ITEM(starts, group), offset) < 0;
-            Py_XDECREF(offset);
-            if (failed) goto done;
-        }
-        line = newline + 1;
-    }
-    lines = PyList_New(groups);
-    if (lines == NULL) goto done;
-    for (Py_ssize_t group = 0; group < groups; group++) {
-        PyObject *count = PyLong_FromSsize_t(counts[group]);
-        if (count == NULL) goto done;
-        PyList_SET_ITEM(lines, group, count);
-    }
-    result = Py_BuildValue("OOOnn", prefixes, lines, starts, loose, tagged);
-done:
-    Py_XDECREF(prefixes);
-    Py_XDECREF(lines);
-    Py_XDECREF(starts);
+    if (found != NULL) groups_free(found);
+    free(found);
     PyBuffer_Release(&data);
     PyBuffer_Release(&literal);
     PyBuffer_Release(&open);
@@ -897,88 +1007,122 @@ PyDoc_STRVAR(segment_records_doc,
 "segment_records(data, pieces, close) -> (newlines, continued, starts, lines, steps, totals, columns)\n\n"
 "Records on carriage-return segments and the fraction before each. See exporter/native/scan.py.");
 
+typedef struct {
+    Py_ssize_t newlines;
+    Offsets continued, starts, lines, steps, totals;
+    Doubles values; /* count - 1 a record */
+} Records;
+
+/* The records of data[0:size] by ``count`` pieces into ``found``, without the interpreter; -1 when memory ran out. */
+static int
+find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_t count, const uint8_t *close,
+             Py_ssize_t close_length, double *values, Records *found)
+{
+    for (const uint8_t *line = bytes, *newline; (newline = memchr(line, '\n', (size_t)(bytes + size - line))) != NULL;
+         line = newline + 1) {
+        found->newlines++;
+        if (newline > line && newline[-1] == '\r' && push_offset(&found->continued, line - bytes) < 0) return -1;
+    }
+    for (const uint8_t *match = find_literal(bytes, size, pieces[0].buf, pieces[0].len); match != NULL;
+         match = find_literal(match + 1, bytes + size - match - 1, pieces[0].buf, pieces[0].len)) {
+        long long step, total;
+        Py_ssize_t at = match - bytes;
+        if (!record_at(bytes, size, at, pieces, count, close, close_length, &step, &total, values)) continue;
+        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
+        if (push_offset(&found->starts, at) < 0 || push_offset(&found->lines, newline == NULL ? 0 : newline + 1 - bytes) < 0
+            || push_offset(&found->steps, step) < 0 || push_offset(&found->totals, total) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < count - 1; i++) {
+            if (push_double(&found->values, values[i]) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+static PyObject *
+records_result(const Records *found, Py_ssize_t count)
+{
+    PyObject *continued = offsets_list(&found->continued), *starts = offsets_list(&found->starts);
+    PyObject *lines = offsets_list(&found->lines), *steps = offsets_list(&found->steps);
+    PyObject *totals = offsets_list(&found->totals), *columns = PyList_New(count - 1), *result = NULL;
+    if (continued == NULL || starts == NULL || lines == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
+    Py_ssize_t records = found->steps.count;
+    for (Py_ssize_t i = 0; i < count - 1; i++) {
+        PyObject *column = PyList_New(records);
+        if (column == NULL) goto done;
+        PyList_SET_ITEM(columns, i, column);
+        for (Py_ssize_t record = 0; record < records; record++) {
+            PyObject *value = PyFloat_FromDouble(found->values.items[record * (count - 1) + i]);
+            if (value == NULL) goto done;
+            PyList_SET_ITEM(column, record, value);
+        }
+    }
+    result = Py_BuildValue("(nOOOOOO)", found->newlines, continued, starts, lines, steps, totals, columns);
+done:
+    Py_XDECREF(continued);
+    Py_XDECREF(starts);
+    Py_XDECREF(lines);
+    Py_XDECREF(steps);
+    Py_XDECREF(totals);
+    Py_XDECREF(columns);
+    return result;
+}
+
+static void
+records_free(Records *found)
+{
+    free(found->continued.items);
+    free(found->starts.items);
+    free(found->lines.items);
+    free(found->steps.items);
+    free(found->totals.items);
+    free(found->values.items);
+}
+
+/* The buffers of a tuple of pieces (two at least, the first and ``close`` not empty) into ``pieces`` (count + 1 of
+ * them); how many were taken, -1 with an exception set when they are not right (those taken are then released). */
+static Py_ssize_t
+take_pieces(PyObject *tuple, const Py_buffer *close, Py_buffer *pieces)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(tuple), ready = 0;
+    for (; ready < count; ready++) {
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(tuple, ready), &pieces[ready], PyBUF_SIMPLE) < 0) break;
+    }
+    if (ready == count && (count < 2 || pieces[0].len == 0 || close->len == 0)) {
+        PyErr_SetString(PyExc_ValueError, "two pieces at least, the first and the close not empty");
+    }
+    if (PyErr_Occurred()) {
+        for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&pieces[i]);
+        return -1;
+    }
+    return count;
+}
+
 static PyObject *
 segment_records(PyObject *module, PyObject *args)
 {
     Py_buffer data, close;
     PyObject *pieces_object;
     if (!PyArg_ParseTuple(args, "y*O!y*:segment_records", &data, &PyTuple_Type, &pieces_object, &close)) return NULL;
-    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object), ready = 0;
-    PyObject *starts = NULL, *lines = NULL, *steps = NULL, *totals = NULL, *columns = NULL, *result = NULL;
+    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
+    PyObject *result = NULL;
+    Records found = {0};
     Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
     double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
     if (pieces == NULL || values == NULL) {
         PyErr_NoMemory();
-        goto done;
-    }
-    for (; ready < count; ready++) {
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(pieces_object, ready), &pieces[ready], PyBUF_SIMPLE) < 0) goto done;
-    }
-    if (count < 2 || pieces[0].len == 0 || close.len == 0) {
-        PyErr_SetString(PyExc_ValueError, "two pieces at least, the first and the close not empty");
-        goto done;
-    }
-    starts = PyList_New(0);
-    lines = PyList_New(0);
-    steps = PyList_New(0);
-    totals = PyList_New(0);
-    columns = PyTuple_New(count - 1);
-    if (starts == NULL || lines == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
-    for (Py_ssize_t i = 0; i < count - 1; i++) {
-        PyObject *column = PyList_New(0);
-        if (column == NULL) goto done;
-        PyTuple_SET_ITEM(columns, i, column);
-    }
-    const uint8_t *bytes = data.buf, *first = pieces[0].buf;
-    Py_ssize_t size = data.len, newlines = 0;
-    PyObject *continued = PyList_New(0);
-    if (continued == NULL) goto done;
-    for (const uint8_t *line = bytes, *newline; (newline = memchr(line, '\n', (size_t)(bytes + size - line))) != NULL;
-         line = newline + 1) {
-        newlines++;
-        if (newline > line && newline[-1] == '\r' && append_offset(continued, line - bytes) < 0) {
-            Py_DECREF(continued);
-            goto done;
+    } else if (take_pieces(pieces_object, &close, pieces) == count) {
+        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, values, &found) < 0) {
+            PyErr_NoMemory();
+        } else {
+            result = records_result(&found, count);
         }
+        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
     }
-    for (const uint8_t *found = find_literal(bytes, size, first, pieces[0].len); found != NULL;
-         found = find_literal(found + 1, bytes + size - found - 1, first, pieces[0].len)) {
-        long long step, total;
-        Py_ssize_t at = found - bytes;
-        if (!record_at(bytes, size, at, pieces, count, close.buf, close.len, &step, &total, values)) continue;
-        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
-        if (append_offset(starts, at) < 0 || append_offset(lines, newline == NULL ? 0 : newline + 1 - bytes) < 0) goto done;
-        PyObject *number = PyLong_FromLongLong(step);
-        if (number == NULL || PyList_Append(steps, number) < 0) {
-            Py_XDECREF(number);
-            goto done;
-        }
-        Py_DECREF(number);
-        number = PyLong_FromLongLong(total);
-        if (number == NULL || PyList_Append(totals, number) < 0) {
-            Py_XDECREF(number);
-            goto done;
-        }
-        Py_DECREF(number);
-        for (Py_ssize_t i = 0; i < count - 1; i++) {
-            PyObject *value = PyFloat_FromDouble(values[i]);
-            if (value == NULL || PyList_Append(PyTuple_GET_ITEM(columns, i), value) < 0) {
-                Py_XDECREF(value);
-                goto done;
-            }
-            Py_DECREF(value);
-        }
-    }
-    result = Py_BuildValue("(nNOOOON)", newlines, continued, starts, lines, steps, totals, PySequence_List(columns));
-done:
-    for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&pieces[i]);
+    records_free(&found);
     PyMem_Free(pieces);
     PyMem_Free(values);
-    Py_XDECREF(starts);
-    Py_XDECREF(lines);
-    Py_XDECREF(steps);
-    Py_XDECREF(totals);
-    Py_XDECREF(columns);
     PyBuffer_Release(&data);
     PyBuffer_Release(&close);
     return result;
@@ -1028,39 +1172,161 @@ rank_after_return(const uint8_t *at, const uint8_t *end)
     return at > digits && at - digits <= 6 && end - at >= 2 && at[0] == ':' && at[1] == ' ';
 }
 
-/* 1 when a literal of ``checked`` (a dict used as an ordered set) occurs in ``data`` elsewhere than in the prefixes
- * ``found`` (prefix -> lines), 0 when not. */
-static int
-occurs_elsewhere(const Py_buffer *data, PyObject *found, PyObject *checked)
+/* A set of byte strings (each a span of memory held elsewhere), in the order first added, with a count each. */
+typedef struct {
+    const uint8_t *text;
+    Py_ssize_t length, count;
+} Span;
+
+typedef struct {
+    Span *items;
+    Py_ssize_t count, capacity;
+    Py_ssize_t *slots; /* open addressing, linear probing: an item's index + 1, 0 when empty; half full at most */
+    size_t mask;
+} Spans;
+
+static size_t
+span_hash(const uint8_t *text, Py_ssize_t length)
 {
-    PyObject *literal, *value, *prefix, *lines;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(checked, &position, &literal, &value)) {
-        Py_ssize_t expected = 0, at = 0;
-        while (PyDict_Next(found, &at, &prefix, &lines)) {
-            expected += occurrences(PyBytes_AS_STRING(prefix), PyBytes_GET_SIZE(prefix), PyBytes_AS_STRING(literal),
-                                    PyBytes_GET_SIZE(literal)) * PyLong_AsSsize_t(lines);
+    uint64_t hash = 1469598103934665603u; /* FNV-1a */
+    for (Py_ssize_t i = 0; i < length; i++) hash = (hash ^ text[i]) * 1099511628211u;
+    return (size_t)(hash ^ hash >> 32);
+}
+
+static int
+spans_rehash(Spans *set)
+{
+    size_t slots = set->slots ? 2 * (set->mask + 1) : 64;
+    Py_ssize_t *table = calloc(slots, sizeof(Py_ssize_t));
+    if (table == NULL) return -1;
+    for (Py_ssize_t i = 0; i < set->count; i++) {
+        size_t slot = span_hash(set->items[i].text, set->items[i].length) & (slots - 1);
+        while (table[slot]) slot = (slot + 1) & (slots - 1);
+        table[slot] = i + 1;
+    }
+    free(set->slots);
+    set->slots = table;
+    set->mask = slots - 1;
+    return 0;
+}
+
+/* The index of the span equal to text[0:length], added (count 0) when there is none; -1 when memory ran out. */
+static Py_ssize_t
+span_index(Spans *set, const uint8_t *text, Py_ssize_t length)
+{
+    if ((size_t)(2 * (set->count + 1)) > (set->slots ? set->mask + 1 : 0) && spans_rehash(set) < 0) return -1;
+    size_t slot = span_hash(text, length) & set->mask;
+    for (; set->slots[slot]; slot = (slot + 1) & set->mask) {
+        const Span *span = &set->items[set->slots[slot] - 1];
+        if (span->length == length && memcmp(span->text, text, (size_t)length) == 0) return set->slots[slot] - 1;
+    }
+    if (set->count == set->capacity && grow((void **)&set->items, &set->capacity, sizeof(Span)) < 0) return -1;
+    set->items[set->count] = (Span){text, length, 0};
+    set->slots[slot] = ++set->count;
+    return set->count - 1;
+}
+
+static void
+spans_free(Spans *set)
+{
+    free(set->items);
+    free(set->slots);
+}
+
+typedef struct {
+    Spans found;   /* prefix -> the lines beginning with it */
+    Spans checked; /* the literals that may occur only in the prefixes */
+    int elsewhere, after_return;
+} Prefixes;
+
+/* The literals (a tuple of bytes, not empty, without a newline) into ``prefixes``; -1 with an exception set. */
+static int
+take_literals(PyObject *literals, Prefixes *prefixes)
+{
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(literals); i++) {
+        PyObject *literal = PyTuple_GET_ITEM(literals, i);
+        if (!PyBytes_Check(literal) || PyBytes_GET_SIZE(literal) == 0
+            || memchr(PyBytes_AS_STRING(literal), '\n', (size_t)PyBytes_GET_SIZE(literal)) != NULL) {
+            PyErr_SetString(PyExc_ValueError, "the literals are bytes, not empty, without a newline");
+            return -1;
         }
-        if (occurrences(data->buf, data->len, PyBytes_AS_STRING(literal), PyBytes_GET_SIZE(literal)) != expected) return 1;
+        if (span_index(&prefixes->checked, (const uint8_t *)PyBytes_AS_STRING(literal), PyBytes_GET_SIZE(literal)) < 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
     }
     return 0;
 }
 
-/* The roles' ``[role`` of a found prefix into ``checked``; -1 on error. */
+/* The prefixes of data[0:size]'s lines, whether a checked literal (those taken, and every prefix's ``[role``)
+ * occurs elsewhere, and whether a line names a rank after a carriage return, without the interpreter; -1 when
+ * memory ran out. */
 static int
-check_roles(PyObject *prefix, PyObject *checked)
+find_prefixes(const uint8_t *bytes, Py_ssize_t size, Prefixes *prefixes)
 {
-    const uint8_t *at = (const uint8_t *)PyBytes_AS_STRING(prefix), *end = at + PyBytes_GET_SIZE(prefix);
-    Py_ssize_t tag, role;
-    for (; (tag = prefix_tag_at(at, end, &role)) > 0; at += tag) {
-        PyObject *literal = PyBytes_FromStringAndSize((const char *)at, role + 1);
-        if (literal == NULL || PyDict_SetItem(checked, literal, Py_None) < 0) {
-            Py_XDECREF(literal);
-            return -1;
+    const uint8_t *end = bytes + size;
+    for (const uint8_t *line = bytes;;) {
+        Py_ssize_t width = 0, tag, role;
+        while ((tag = prefix_tag_at(line + width, end, &role)) > 0) width += tag;
+        if (width) {
+            Py_ssize_t index = span_index(&prefixes->found, line, width);
+            if (index < 0) return -1;
+            prefixes->found.items[index].count++;
         }
-        Py_DECREF(literal);
+        prefixes->after_return = prefixes->after_return || rank_after_return(line, end);
+        const uint8_t *newline = memchr(line, '\n', (size_t)(end - line));
+        if (newline == NULL) break;
+        line = newline + 1;
+    }
+    for (Py_ssize_t i = 0; i < prefixes->found.count; i++) {
+        const uint8_t *at = prefixes->found.items[i].text, *stop = at + prefixes->found.items[i].length;
+        Py_ssize_t tag, role;
+        for (; (tag = prefix_tag_at(at, stop, &role)) > 0; at += tag) {
+            if (span_index(&prefixes->checked, at, role + 1) < 0) return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < prefixes->checked.count && !prefixes->elsewhere; i++) {
+        const Span *literal = &prefixes->checked.items[i];
+        Py_ssize_t expected = 0;
+        for (Py_ssize_t j = 0; j < prefixes->found.count; j++) {
+            const Span *prefix = &prefixes->found.items[j];
+            expected += occurrences((const char *)prefix->text, prefix->length, (const char *)literal->text,
+                                    literal->length) * prefix->count;
+        }
+        prefixes->elsewhere = occurrences((const char *)bytes, size, (const char *)literal->text, literal->length)
+                              != expected;
     }
     return 0;
+}
+
+static PyObject *
+prefixes_result(const Prefixes *prefixes)
+{
+    PyObject *found = NULL;
+    if (prefixes->elsewhere) {
+        found = Py_NewRef(Py_None);
+    } else if ((found = PyDict_New()) != NULL) {
+        for (Py_ssize_t i = 0; i < prefixes->found.count; i++) {
+            const Span *prefix = &prefixes->found.items[i];
+            PyObject *key = PyBytes_FromStringAndSize((const char *)prefix->text, prefix->length);
+            PyObject *lines = PyLong_FromSsize_t(prefix->count);
+            int failed = key == NULL || lines == NULL || PyDict_SetItem(found, key, lines) < 0;
+            Py_XDECREF(key);
+            Py_XDECREF(lines);
+            if (failed) {
+                Py_CLEAR(found);
+                break;
+            }
+        }
+    }
+    return found == NULL ? NULL : Py_BuildValue("(NO)", found, prefixes->after_return ? Py_True : Py_False);
+}
+
+static void
+prefixes_free(Prefixes *prefixes)
+{
+    spans_free(&prefixes->found);
+    spans_free(&prefixes->checked);
 }
 
 PyDoc_STRVAR(line_prefixes_doc,
@@ -1072,51 +1338,294 @@ static PyObject *
 line_prefixes(PyObject *module, PyObject *args)
 {
     Py_buffer data;
-    PyObject *literals;
+    PyObject *literals, *result = NULL;
     if (!PyArg_ParseTuple(args, "y*O!:line_prefixes", &data, &PyTuple_Type, &literals)) return NULL;
-    PyObject *found = PyDict_New(), *checked = PyDict_New(), *result = NULL;
-    if (found == NULL || checked == NULL) goto done;
-    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(literals); i++) {
-        PyObject *literal = PyTuple_GET_ITEM(literals, i);
-        if (!PyBytes_Check(literal) || PyBytes_GET_SIZE(literal) == 0
-            || memchr(PyBytes_AS_STRING(literal), '\n', (size_t)PyBytes_GET_SIZE(literal)) != NULL) {
-            PyErr_SetString(PyExc_ValueError, "the literals are bytes, not empty, without a newline");
-            goto done;
-        }
-        if (PyDict_SetItem(checked, literal, Py_None) < 0) goto done;
+    Prefixes prefixes = {0};
+    if (take_literals(literals, &prefixes) == 0) {
+        result = find_prefixes(data.buf, data.len, &prefixes) < 0 ? PyErr_NoMemory() : prefixes_result(&prefixes);
     }
-    const uint8_t *bytes = data.buf, *end = bytes + data.len;
-    int after_return = 0;
-    for (const uint8_t *line = bytes;;) {
-        Py_ssize_t width = 0, tag, role;
-        while ((tag = prefix_tag_at(line + width, end, &role)) > 0) width += tag;
-        if (width) {
-            PyObject *prefix = PyBytes_FromStringAndSize((const char *)line, width);
-            PyObject *lines = prefix ? PyDict_GetItemWithError(found, prefix) : NULL;
-            PyObject *counted = prefix && !PyErr_Occurred() ? PyLong_FromSsize_t(lines ? PyLong_AsSsize_t(lines) + 1 : 1) : NULL;
-            int failed = counted == NULL || PyDict_SetItem(found, prefix, counted) < 0;
-            Py_XDECREF(prefix);
-            Py_XDECREF(counted);
-            if (failed) goto done;
-        }
-        after_return = after_return || rank_after_return(line, end);
-        const uint8_t *newline = memchr(line, '\n', (size_t)(end - line));
-        if (newline == NULL) break;
-        line = newline + 1;
-    }
-    PyObject *key, *value;
-    Py_ssize_t position = 0;
-    while (PyDict_Next(found, &position, &key, &value)) {
-        if (check_roles(key, checked) < 0) goto done;
-    }
-    int elsewhere = occurs_elsewhere(&data, found, checked);
-    result = Py_BuildValue("(OO)", elsewhere ? Py_None : found, after_return ? Py_True : Py_False);
-done:
-    Py_XDECREF(found);
-    Py_XDECREF(checked);
+    prefixes_free(&prefixes);
     PyBuffer_Release(&data);
     return result;
 }
+
+
+/* ------------------------------------------------------------------------------------------ */
+/* Passes ahead: a block's passes computed on a thread of their own, which never takes the      */
+/* interpreter, while the caller goes on with the block before it (the second core of a         */
+/* catch-up); their results are built when asked for, as the functions above return them.      */
+
+typedef enum { PASS_SCAN, PASS_SCAN_SEGMENTS, PASS_GROUP_LINES, PASS_SEGMENT_RECORDS, PASS_LINE_PREFIXES } PassKind;
+
+typedef struct {
+    PassKind kind;
+    PyObject *argument; /* the scanner, the pieces or the literals (a reference) */
+    Py_buffer buffers[4]; /* the pass's bytes: group_lines' four, segment_records' close */
+    Py_ssize_t held; /* how many of buffers are held */
+    Py_buffer *pieces; /* segment_records' pieces (count of them held) and its values scratch */
+    Py_ssize_t count;
+    double *values;
+    int failed; /* memory ran out */
+    union {
+        ScanState scan;
+        Groups *groups;
+        Records records;
+        Prefixes prefixes;
+    } found;
+} Pass;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer data;
+    int has_data;
+    Pass *passes;
+    Py_ssize_t count;
+    pthread_t thread;
+    int running; /* the thread was started and not joined */
+    int computed;
+} Ahead;
+
+static void
+compute_pass(const Py_buffer *data, Pass *pass)
+{
+    switch (pass->kind) {
+    case PASS_SCAN:
+    case PASS_SCAN_SEGMENTS:
+        pass->found.scan.data = data->buf;
+        pass->found.scan.length = data->len;
+        pass->found.scan.segments = pass->kind == PASS_SCAN_SEGMENTS;
+        pass->failed = scan_block((const Scanner *)pass->argument, &pass->found.scan) < 0;
+        break;
+    case PASS_GROUP_LINES:
+        pass->failed = find_groups(data->buf, data->len, &pass->buffers[0], &pass->buffers[1], &pass->buffers[2],
+                                   &pass->buffers[3], pass->found.groups) < 0;
+        break;
+    case PASS_SEGMENT_RECORDS:
+        pass->failed = find_records(data->buf, data->len, pass->pieces, pass->count, pass->buffers[0].buf,
+                                    pass->buffers[0].len, pass->values, &pass->found.records) < 0;
+        break;
+    case PASS_LINE_PREFIXES:
+        pass->failed = find_prefixes(data->buf, data->len, &pass->found.prefixes) < 0;
+        break;
+    }
+}
+
+static void *
+compute_passes(void *argument)
+{
+    Ahead *self = argument;
+    for (Py_ssize_t i = 0; i < self->count; i++) compute_pass(&self->data, &self->passes[i]);
+    return NULL;
+}
+
+static void
+release_pass(Pass *pass)
+{
+    switch (pass->kind) {
+    case PASS_SCAN:
+    case PASS_SCAN_SEGMENTS:
+        scan_state_free(&pass->found.scan);
+        if (pass->argument) ((Scanner *)pass->argument)->jobs--;
+        break;
+    case PASS_GROUP_LINES:
+        if (pass->found.groups) groups_free(pass->found.groups);
+        free(pass->found.groups);
+        break;
+    case PASS_SEGMENT_RECORDS:
+        records_free(&pass->found.records);
+        for (Py_ssize_t i = 0; i < pass->count; i++) PyBuffer_Release(&pass->pieces[i]);
+        PyMem_Free(pass->pieces);
+        PyMem_Free(pass->values);
+        break;
+    case PASS_LINE_PREFIXES:
+        prefixes_free(&pass->found.prefixes);
+        break;
+    }
+    for (Py_ssize_t i = 0; i < pass->held; i++) PyBuffer_Release(&pass->buffers[i]);
+    Py_CLEAR(pass->argument);
+}
+
+/* One pass from its tuple, e.g. ("scan", scanner), checked as its function checks its arguments; -1 with an
+ * exception set. */
+static int
+take_pass(PyObject *item, Pass *pass)
+{
+    static const char *names[] = {"scan", "scan_segments", "group_lines", "segment_records", "line_prefixes"};
+    static const Py_ssize_t arguments[] = {1, 1, 4, 2, 1};
+    if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
+        PyErr_SetString(PyExc_TypeError, "a pass is a tuple: its function's name, then its arguments but the data");
+        return -1;
+    }
+    int kind = 0;
+    while (kind < 5 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(item, 0), names[kind]) != 0) kind++;
+    if (kind == 5 || PyTuple_GET_SIZE(item) != arguments[kind] + 1) {
+        PyErr_Format(PyExc_ValueError, "no pass %R", item);
+        return -1;
+    }
+    pass->kind = kind;
+    PyObject *first = PyTuple_GET_ITEM(item, 1);
+    switch (pass->kind) {
+    case PASS_SCAN:
+    case PASS_SCAN_SEGMENTS:
+        if (!PyObject_TypeCheck(first, &ScannerType)) {
+            PyErr_SetString(PyExc_TypeError, "a scan pass takes a Scanner");
+            return -1;
+        }
+        if (pass->kind == PASS_SCAN_SEGMENTS && ((Scanner *)first)->breaks) {
+            PyErr_SetString(PyExc_ValueError, "scan_segments: an anchor or line start holds a line break");
+            return -1;
+        }
+        pass->argument = Py_NewRef(first);
+        ((Scanner *)first)->jobs++;
+        return 0;
+    case PASS_GROUP_LINES:
+        for (; pass->held < 4; pass->held++) {
+            if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, pass->held + 1), &pass->buffers[pass->held], PyBUF_SIMPLE) < 0) {
+                return -1;
+            }
+        }
+        if (check_group_arguments(&pass->buffers[0], &pass->buffers[1], &pass->buffers[2]) < 0) return -1;
+        if ((pass->found.groups = calloc(1, sizeof(Groups))) == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        return 0;
+    case PASS_SEGMENT_RECORDS:
+        if (!PyTuple_Check(first)) {
+            PyErr_SetString(PyExc_TypeError, "segment_records' pieces are a tuple");
+            return -1;
+        }
+        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &pass->buffers[0], PyBUF_SIMPLE) < 0) return -1;
+        pass->held = 1;
+        pass->pieces = PyMem_Calloc((size_t)PyTuple_GET_SIZE(first) + 1, sizeof(Py_buffer));
+        pass->values = PyMem_Calloc((size_t)PyTuple_GET_SIZE(first) + 1, sizeof(double));
+        if (pass->pieces == NULL || pass->values == NULL) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (take_pieces(first, &pass->buffers[0], pass->pieces) < 0) return -1;
+        pass->count = PyTuple_GET_SIZE(first);
+        return 0;
+    case PASS_LINE_PREFIXES:
+        if (!PyTuple_Check(first)) {
+            PyErr_SetString(PyExc_TypeError, "line_prefixes' literals are a tuple");
+            return -1;
+        }
+        pass->argument = Py_NewRef(first); /* the checked spans point into its bytes */
+        return take_literals(first, &pass->found.prefixes);
+    }
+    return 0;
+}
+
+static void
+Ahead_join(Ahead *self)
+{
+    if (self->running) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(self->thread, NULL);
+        Py_END_ALLOW_THREADS
+        self->running = 0;
+        self->computed = 1;
+    }
+}
+
+static void
+Ahead_clear(Ahead *self)
+{
+    Ahead_join(self);
+    for (Py_ssize_t i = 0; i < self->count; i++) release_pass(&self->passes[i]);
+    PyMem_Free(self->passes);
+    self->passes = NULL;
+    self->count = 0;
+    self->computed = 0;
+    if (self->has_data) PyBuffer_Release(&self->data);
+    self->has_data = 0;
+}
+
+static int
+Ahead_init(Ahead *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"data", "passes", NULL};
+    PyObject *data, *passes;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!", keywords, &data, &PyTuple_Type, &passes)) return -1;
+    Ahead_clear(self);
+    if (PyObject_GetBuffer(data, &self->data, PyBUF_SIMPLE) < 0) return -1;
+    self->has_data = 1;
+    self->passes = PyMem_Calloc((size_t)PyTuple_GET_SIZE(passes) + 1, sizeof(Pass));
+    if (self->passes == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; self->count < PyTuple_GET_SIZE(passes); self->count++) {
+        if (take_pass(PyTuple_GET_ITEM(passes, self->count), &self->passes[self->count]) < 0) {
+            self->count++; /* released with the others */
+            Ahead_clear(self);
+            return -1;
+        }
+    }
+    /* Without a thread (none could be started), the passes are computed when their result is first asked for. */
+    self->running = pthread_create(&self->thread, NULL, compute_passes, self) == 0;
+    return 0;
+}
+
+PyDoc_STRVAR(Ahead_result_doc,
+"result(index) -> what the pass at ``index`` returns, as its function called on the data would\n\n"
+"Waits for the passes (the interpreter free meanwhile).");
+
+static PyObject *
+Ahead_result(Ahead *self, PyObject *argument)
+{
+    Py_ssize_t index = PyLong_AsSsize_t(argument);
+    if (index == -1 && PyErr_Occurred()) return NULL;
+    if (index < 0 || index >= self->count) {
+        PyErr_SetString(PyExc_IndexError, "no pass at that index");
+        return NULL;
+    }
+    Ahead_join(self);
+    if (!self->computed) {
+        compute_passes(self);
+        self->computed = 1;
+    }
+    Pass *pass = &self->passes[index];
+    if (pass->failed) return PyErr_NoMemory();
+    switch (pass->kind) {
+    case PASS_SCAN:
+    case PASS_SCAN_SEGMENTS:
+        return scan_result(&pass->found.scan);
+    case PASS_GROUP_LINES:
+        return groups_result(pass->found.groups);
+    case PASS_SEGMENT_RECORDS:
+        return records_result(&pass->found.records, pass->count);
+    case PASS_LINE_PREFIXES:
+        return prefixes_result(&pass->found.prefixes);
+    }
+    Py_RETURN_NONE;
+}
+
+static void
+Ahead_dealloc(Ahead *self)
+{
+    Ahead_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef Ahead_methods[] = {
+    {"result", (PyCFunction)Ahead_result, METH_O, Ahead_result_doc},
+    {NULL},
+};
+
+static PyTypeObject AheadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exporter.native._scan.Ahead",
+    .tp_doc = PyDoc_STR("Ahead(data, passes): the passes over ``data`` (tuples: a function's name and its arguments "
+                        "but the data) started on a thread of their own."),
+    .tp_basicsize = sizeof(Ahead),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)Ahead_init,
+    .tp_dealloc = (destructor)Ahead_dealloc,
+    .tp_methods = Ahead_methods,
+};
 
 static PyMethodDef module_methods[] = {
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
@@ -1141,10 +1650,11 @@ PyInit__scan(void)
     __builtin_cpu_init();
     have_avx2 = __builtin_cpu_supports("avx2");
 #endif
-    if (PyType_Ready(&ScannerType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&AheadType) < 0) return NULL;
     PyObject *module = PyModule_Create(&scan_module);
     if (module == NULL) return NULL;
-    if (PyModule_AddObjectRef(module, "Scanner", (PyObject *)&ScannerType) < 0) {
+    if (PyModule_AddObjectRef(module, "Scanner", (PyObject *)&ScannerType) < 0
+        || PyModule_AddObjectRef(module, "Ahead", (PyObject *)&AheadType) < 0) {
         Py_DECREF(module);
         return NULL;
     }

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import operator
 from collections import Counter
-from typing import NamedTuple
+from typing import Any, NamedTuple, Protocol
 
 from exporter import native
 from exporter.native.scan import LINE_PREFIX
@@ -30,6 +30,14 @@ from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 _PREFIXES = lazy(LINE_PREFIX)
 # The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
 _NO_RANK_BYTES = frozenset(b"[ 0123456789")
+
+
+class Kernels(Protocol):
+    """Where the block passes below run: ``native`` itself, or a parser's BlockPasses (parse/ahead.py)."""
+
+    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Any: ...
+
+    def line_prefixes(self, data: bytes, literals: tuple[bytes, ...]) -> Any: ...
 
 
 class RecordLines(NamedTuple):
@@ -45,9 +53,9 @@ class RecordLines(NamedTuple):
     values: list[list[float]]
 
 
-def record_lines(data: bytes, shape: SegmentShape) -> RecordLines:
-    """The record lines of ``data`` (a block of whole lines) by ``shape`` (native.segment_records)."""
-    return RecordLines(*native.segment_records(data, shape.pieces, shape.close))
+def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) -> RecordLines:
+    """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``)."""
+    return RecordLines(*kernels.segment_records(data, shape.pieces, shape.close))
 
 
 def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:
@@ -73,12 +81,12 @@ def _first_segment(data: bytes, start: int) -> bytes:
     return data[start:cut if cut >= 0 else end]
 
 
-def prefixed_lines(data: bytes) -> tuple[Counter[bytes] | None, bool]:
+def prefixed_lines(data: bytes, kernels: Kernels = native) -> tuple[Counter[bytes] | None, bool]:
     """The rank prefixes the lines of ``data`` (a block of whole lines) begin with, and how many lines begin with
     each; None when a prefix role (``[rank``, ``[default``, a role found at a line's start) occurs elsewhere too:
     a line glued to another rank's, a prefix after a carriage return or after a bracketed PID. And whether a line
     may take its rank from a segment after a carriage return. Either way the block goes segment by segment."""
-    found, after_return = native.line_prefixes(data, PREFIX_ANCHORS)
+    found, after_return = kernels.line_prefixes(data, PREFIX_ANCHORS)
     return (None if found is None else Counter(found)), after_return
 
 

@@ -30,6 +30,7 @@ from dataclasses import dataclass, field
 
 from exporter import native
 from exporter.parse import carriage, signatures
+from exporter.parse.ahead import BlockPasses
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format, SegmentShape
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
 from exporter.parse.numbers import MAX_INTEGER, NumberOutOfRange, check_integer
@@ -127,6 +128,7 @@ class LineParser:
         # The piece pieces() last handed out after looking for such lines, and whether it holds any: not scanned again.
         self._scanned_piece: tuple[bytes, bool] | None = None
         self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
+        self._passes = BlockPasses()  # the kernel passes over whole blocks, the next block's started ahead
         self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
@@ -174,11 +176,17 @@ class LineParser:
         """The file's format, once known."""
         return self._format or self._provisional
 
+    def prepare(self, data: bytes) -> None:
+        """``data`` is the block to come after the one about to be cut into pieces: the kernel passes the last
+        blocks took are started over it on the second core (parse/ahead.py)."""
+        self._passes.start(data)
+
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """``data`` (whole lines) in the pieces parse_block is to be given, each parsed before the next is asked
         for: while formats are discovered, DISCOVERY_PIECE_BYTES of lines at a time, then the rest at once. A
         piece is what a read of a growing file could have handed out: parsed alone, it gives the same records.
         An interleaved console's rest is cut around its few lines holding another anchor (MAX_LINES_CUT_AROUND)."""
+        self._passes.block(data)
         start = 0
         while self._discovering and len(data) - start > 2 * DISCOVERY_PIECE_BYTES:
             cut = data.find(b"\n", start + DISCOVERY_PIECE_BYTES) + 1
@@ -223,7 +231,7 @@ class LineParser:
         if self._besides_scanner[0] != self._routing:
             self._besides_scanner = (self._routing, scanner_besides(self._routing, self._kernel_format.prefilter))
         besides = self._besides_scanner[1]
-        return None if besides is None else besides.scan(data)[1]
+        return None if besides is None else self._passes.scan(besides, data)[1]
 
     def parse_block(self, data: bytes) -> ParsedBlock:
         """The records of a block of newline-terminated lines, looking only at the lines that matter.
@@ -247,7 +255,7 @@ class LineParser:
             if scanner is None or not self._parse_carriage(data, parsed):
                 self._parse_lines(data, parsed)
         elif not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed):
-            lines, starts, prefixed = scanner.scan(data)
+            lines, starts, prefixed = self._passes.scan(scanner, data)
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
             else:
@@ -366,10 +374,10 @@ class LineParser:
             shape = self._segment_shape = fmt.segment_shape(segment)
             if shape is None:
                 return False
-        prefixed, after_return = carriage.prefixed_lines(data)
+        prefixed, after_return = carriage.prefixed_lines(data, self._passes)
         if prefixed is None or after_return:
             return False
-        found = carriage.record_lines(data, shape)
+        found = carriage.record_lines(data, shape, self._passes)
         lines = found.newlines
         if 4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued):
             return False
@@ -377,7 +385,7 @@ class LineParser:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         scanner = self._stream_scanner[1]
         assert scanner is not None
-        _, anchored, _ = scanner.scan_segments(data)
+        _, anchored, _ = self._passes.scan_segments(scanner, data)
         specials: list[int] = found.continued
         if len(anchored) != len(found.steps) or self._continued or self._blocks:
             # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r.
@@ -503,7 +511,7 @@ class LineParser:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         scanner = self._stream_scanner[1]
         assert scanner is not None
-        _, starts, _ = scanner.scan(data)
+        _, starts, _ = self._passes.scan(scanner, data)
         width = len(prefix)
         first_record = len(parsed.records)
         self._stream = (prefix, rank)
@@ -542,7 +550,7 @@ class LineParser:
             return False  # pieces() looked for such lines already, or they are looked for here
         kernel_format = self._kernel_format
         assert kernel_format is not None
-        grouped = native.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        grouped = self._passes.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
         if grouped is None or grouped[3] or grouped[4]:
             return False
         prefixes, lines, starts, _, _ = grouped

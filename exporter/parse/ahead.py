@@ -1,0 +1,69 @@
+"""A file's block passes, started over the block to come while the one before is parsed.
+
+A catch-up reads a file a block at a time, and its parser spends much of each block in kernel
+passes over the whole block (the scan, the rank streams' grouping, a progress bar's records,
+the rank prefixes: native.ahead) that depend on the block's bytes and on what the file's blocks
+before told the parser (its scanners, its record shape). The reader hands the parser the next
+block before the current one (``start``): the passes the last whole block took are started over
+it on a thread of their own, the second core, and a pass asked for later with the same arguments
+on that same block takes their result. Any other call runs as it always did. Each pass's result
+is what its function returns (tests/test_native.py), so the records are the same either way.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from exporter import native
+
+# The blocks started at most: the one being parsed and the one to come.
+STARTED = 2
+
+
+class BlockPasses:
+    """The kernel passes one file's parser calls on its blocks (the names of ``native``'s functions)."""
+
+    def __init__(self) -> None:
+        self._block: bytes | None = None  # the block whose passes are being noted
+        self._taken: list[tuple] = []
+        self._template: tuple[tuple, ...] = ()  # the passes the last noted block took
+        self._started: list[tuple[bytes, tuple[tuple, ...], native.Ahead]] = []
+
+    def block(self, data: bytes) -> None:
+        """``data`` is the next whole block read: the passes taken over it are noted from now on."""
+        if self._taken:
+            self._template = tuple(dict.fromkeys(self._taken))  # each once, in order
+        done = self._block
+        self._block, self._taken = data, []
+        self._started = [started for started in self._started if started[0] is not done]
+
+    def start(self, data: bytes) -> None:
+        """``data`` is the block to come after the current one: the passes the last whole block took, started."""
+        if self._template and not any(started[0] is data for started in self._started):
+            self._started = [*self._started[1 - STARTED:], (data, self._template, native.ahead(data, self._template))]
+
+    def scan(self, scanner: native.Scanner, data: bytes) -> tuple[int, list[int], list[int]]:
+        return self._run(data, ("scan", scanner))
+
+    def scan_segments(self, scanner: native.Scanner, data: bytes) -> tuple[int, list[int], list[int]]:
+        return self._run(data, ("scan_segments", scanner))
+
+    def group_lines(self, data: bytes, *arguments: bytes) -> Any:
+        return self._run(data, ("group_lines", *arguments))
+
+    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Any:
+        return self._run(data, ("segment_records", pieces, close))
+
+    def line_prefixes(self, data: bytes, literals: tuple[bytes, ...]) -> Any:
+        return self._run(data, ("line_prefixes", literals))
+
+    def _run(self, data: bytes, call: tuple) -> Any:
+        if data is self._block:
+            self._taken.append(call)
+        for started, passes, ahead in self._started:
+            if started is data and call in passes:
+                return ahead.result(passes.index(call))
+        name, *arguments = call
+        if name in native.SCAN_PASSES:
+            return getattr(arguments[0], name)(data)
+        return getattr(native, name)(data, *arguments)
