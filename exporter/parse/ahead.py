@@ -31,11 +31,15 @@ class BlockPasses:
 
     def block(self, data: bytes) -> None:
         """``data`` is the next whole block read: the passes taken over it are noted from now on."""
+        self._block, self._taken = data, []
+
+    def done(self, data: bytes) -> None:
+        """The block ``data`` is parsed: what it took is the template of the blocks to come, and nothing of it is
+        kept (its memory is then the next read's)."""
         if self._taken:
             self._template = tuple(dict.fromkeys(self._taken))  # each once, in order
-        done = self._block
-        self._block, self._taken = data, []
-        self._started = [started for started in self._started if started[0] is not done]
+        self._block, self._taken = None, []
+        self._started = [started for started in self._started if started[0] is not data]
 
     def start(self, data: bytes) -> None:
         """``data`` is the block to come after the current one: the passes the last whole block took, started."""

@@ -187,6 +187,13 @@ class LineParser:
         piece is what a read of a growing file could have handed out: parsed alone, it gives the same records.
         An interleaved console's rest is cut around its few lines holding another anchor (MAX_LINES_CUT_AROUND)."""
         self._passes.block(data)
+        try:
+            yield from self._pieces(data)
+        finally:  # nothing of the block kept: its memory is the next read's
+            self._passes.done(data)
+            self._scanned_piece = None
+
+    def _pieces(self, data: bytes) -> Iterator[bytes]:
         start = 0
         while self._discovering and len(data) - start > 2 * DISCOVERY_PIECE_BYTES:
             cut = data.find(b"\n", start + DISCOVERY_PIECE_BYTES) + 1
@@ -324,19 +331,25 @@ class LineParser:
         stream = self._stream_rank if self._continued else None
         first = not self._continued
         recognized = False
-        for segment in _unglued(segments):
-            if not segment.strip():
-                continue
-            if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
-                self._take_redrawn(parsed)
-            if not first and stream is not None and strip_rank_prefixes(segment, 0)[0] is None:
-                # The line's rank stream, named as a global rank: the per-line path stays as it was (its cost).
-                segment = b"[rank%d]: %s" % (stream, segment)
-            rank, found = self._parse_line_isolated(segment, parsed)
-            if first:
-                stream, first = rank, False
-            recognized = recognized or found
-            self._segment_before = segment
+        scanner = self._scanner
+        for whole in segments:
+            # A segment holding no anchor gives no record and changes no state (parse/scan.py): a bar's redraw is
+            # only the context of the segment after it. The first one is read for the rank its prefix names.
+            quiet = not first and scanner is not None and not self._blocks and not scanner.scan(whole)[1]
+            for segment in (whole,) if quiet else _unglued((whole,)):
+                if not segment.strip():
+                    continue
+                if self._redrawn is not None and self._redrawn[0].prefilter not in segment:
+                    self._take_redrawn(parsed)
+                if not first and stream is not None and strip_rank_prefixes(segment, 0)[0] is None:
+                    # The line's rank stream, named as a global rank: the per-line path stays as it was (its cost).
+                    segment = b"[rank%d]: %s" % (stream, segment)
+                if not quiet:
+                    rank, found = self._parse_line_isolated(segment, parsed)
+                    if first:
+                        stream, first = rank, False
+                    recognized = recognized or found
+                self._segment_before = segment
         self._continued = not segments[-1]
         if self._continued:
             self._stream_rank = stream
@@ -935,7 +948,7 @@ class LineParser:
         self._append(record, parsed)
 
 
-def _unglued(segments: list[bytes]) -> Iterable[bytes]:
+def _unglued(segments: Iterable[bytes]) -> Iterable[bytes]:
     """Carriage-return segments, each cut where another process's prefixed line begins without a newline:
     a rank's ``[rank1]: Traceback ...`` written right after the main process's bar redraw (tqdm puts its
     ``\r`` before a redraw, none after it)."""
