@@ -440,3 +440,41 @@ def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp
     assert any(reads), "no block was read stream by stream: the comparison would prove nothing"
     monkeypatch.setattr(LineParser, "_parse_interleaved", lambda self, block, parsed: False)
     assert in_streams == analyze(tmp_path / "lines.csv")
+
+
+AHEAD_LOGS = [("generated", _logs()[0][1]), ("interleaved_failures", _interleaved_logs()[1][1]),
+              ("hf_trainer_tqdm", (REAL / "hf_trainer_tqdm.log").read_bytes() * 12),
+              ("rank_log", _prefixed(b"[rank3]: ", _logs()[0][1]))]
+
+
+@pytest.mark.parametrize(("name", "data"), AHEAD_LOGS, ids=[name for name, _ in AHEAD_LOGS])
+def test_blocks_read_with_the_next_one_started_give_what_every_line_gives(name, data, monkeypatch):
+    # A catch-up hands the parser each block's successor before it (LineParser.prepare): the passes the blocks
+    # before took are run over it on a thread of their own, and what they give is taken when the parser asks.
+    if not native.available()["scan"]:
+        require_native_kernels()
+    taken = []
+
+    class Counted:
+        def __init__(self, block: bytes, passes: tuple) -> None:
+            self._ahead = native._scan.Ahead(block, passes)
+
+        def result(self, index: int):
+            taken.append(index)
+            return self._ahead.result(index)
+
+    monkeypatch.setattr(native, "ahead", Counted)
+    blocks = _blocks(data, _line_boundaries(data, random.Random(name), 60))
+    expected = _read_in_pieces(_parser(False), blocks)
+    assert not taken and any(batch.records for batch in expected[1])
+    parser = _parser(False)
+    pieces, parsed = [], []
+    for block, coming in zip(blocks, [*blocks[1:], None], strict=True):
+        if coming is not None:
+            parser.prepare(coming)
+        for piece in parser.pieces(block):
+            pieces.append(piece)
+            parsed.append(parser.parse_block(piece))
+    assert pieces == expected[0]
+    assert _comparable(parsed) == _comparable(expected[1])
+    assert len(taken) >= 10  # blocks took their passes from ahead

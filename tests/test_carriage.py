@@ -145,3 +145,21 @@ def test_a_dict_of_another_shape_or_value_is_read_by_the_trainers_parser():
     blocks = _blocks(data, _line_boundaries(data, random.Random(3), 20))
     assert _comparable(LineParser().parse_block(block) for block in blocks) == _comparable(
         _every_line_alone(blocks, scheduler=False))
+
+
+def test_an_open_traceback_reads_the_segments_after_it_as_lines():
+    # The segments of a carriage-return line are read as lines; a segment holding no anchor is skipped (it gives no
+    # record), unless a failure block is open: then it is the traceback's, as the same text on lines of its own.
+    traceback = [b"Traceback (most recent call last):", b'  File "train.py", line 7, in <module>', b"    step()",
+                 b"KeyboardInterrupt"]  # no anchor on the exception's line: read as the open block's
+    bar = b"  3%|\xe2\x96\x8e         | 3/90 [00:01<00:30,  2.90it/s]"
+    as_segments = b"\r".join([bar, *traceback]) + b"\n"
+    as_lines = b"\n".join([bar, *traceback]) + b"\n"
+
+    def errors(data: bytes) -> list[dict]:
+        parsed = LineParser().parse_block(data)
+        return [record_as_dict(record) for record in parsed.records if not isinstance(record, StepBatch)]
+
+    expected = errors(as_lines)
+    assert any("KeyboardInterrupt" in str(record) for record in expected)
+    assert errors(as_segments) == expected

@@ -961,3 +961,100 @@ def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():
         # repr: NaN is not equal to itself.
         assert repr(_scan.segment_records(sample, shape.pieces, b" [")) == repr(
             scan_twin.segment_records(sample, shape.pieces, b" ["))
+
+
+def _pass_blocks(rng: random.Random) -> list[bytes]:
+    """Real consoles (torchrun's, a Hugging Face Trainer's, a generated MindFormers log) cut anywhere, and fuzzed."""
+    consoles = [(REPO / "tests" / "fixtures" / "real" / name).read_bytes()
+                for name in ("torchrun_ddp_healthy.log", "torchrun_ddp_raise.log", "hf_trainer_tqdm.log")]
+    consoles.append("".join(line + "\n" for line in worker_log_lines(2000, seed=29)).encode())
+    blocks = [console[start:start + rng.randrange(1, 60_000)] for console in consoles
+              for start in (rng.randrange(len(console)) for _ in range(8))]
+    pieces = [b"[default1]:", b"[rank3]: ", b"\r", b"\n", b"step=4 loss=1.5", b" 12/90 [", b"\r{'loss': '2.5'}",
+              b"Traceback", b"[rank", b"x", b"\xd9\xa3"]
+    blocks += [b"".join(rng.choice(pieces) for _ in range(rng.randrange(40))) for _ in range(60)]
+    return [b"", *blocks]
+
+
+def _passes() -> tuple[tuple, ...]:
+    shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")
+    assert shape is not None
+    scanner = _scan_kernel(tuple(ALL_ANCHORS), PREFIX_ANCHORS)
+    return (("scan", scanner), ("scan_segments", _scan_kernel((b"loss", b"Traceback", b"epoch"), ())),
+            ("group_lines", b"step=", b"[", b"]:", b"[ 0123456789"), ("segment_records", shape.pieces, b" ["),
+            ("line_prefixes", PREFIX_ANCHORS), ("scan", scanner))
+
+
+def _direct(data: bytes, call: tuple):
+    name, *arguments = call
+    if name in native.SCAN_PASSES:
+        return getattr(arguments[0], name)(data)
+    return getattr(_scan, name)(data, *arguments)
+
+
+def test_passes_ahead_give_what_their_functions_give():
+    # A catch-up's next block scanned on a thread of its own (parse/ahead.py): each result is the function's, in
+    # any order asked, twice alike; as bytes, a bytearray or a memoryview.
+    rng = random.Random(29)
+    passes = _passes()
+    for data in _pass_blocks(rng):
+        ahead = _scan.Ahead(rng.choice([bytes, bytearray, memoryview])(data), passes)
+        order = list(range(len(passes)))
+        rng.shuffle(order)
+        for index in order + order[:2]:
+            assert repr(ahead.result(index)) == repr(_direct(data, passes[index])), (data[:80], passes[index][0])
+
+
+def test_passes_ahead_without_the_kernel_run_when_asked_for():
+    # A scanner that is no kernel's (the twin's), or no kernel built: the same results, each computed when asked.
+    data = (REPO / "tests" / "fixtures" / "real" / "hf_trainer_tqdm.log").read_bytes()
+    twin = native.scanner([b"loss", b"epoch"], implementation="regex")
+    passes = (("scan_segments", twin), ("line_prefixes", PREFIX_ANCHORS))
+    later = native.ahead(data, passes)
+    assert not isinstance(later, _scan.Ahead)
+    assert later.result(0) == twin.scan_segments(data) and later.result(1) == _scan.line_prefixes(data, PREFIX_ANCHORS)
+    with pytest.raises(ValueError, match="no pass"):
+        native.ahead(data, (("scan_segments", twin), ("wc", b"x")))
+
+
+@pytest.mark.parametrize(("passes", "error"), [
+    ((("wc", b"x"),), ValueError),
+    ((("scan",),), ValueError),
+    ((("line_prefixes", (b"[rank",), b"x"),), ValueError),
+    (("scan",), TypeError),
+    (((b"scan", None),), TypeError),
+    ((("scan", "not a scanner"),), TypeError),
+    ((("group_lines", b"", b"[", b"]:", b""),), ValueError),
+    ((("group_lines", b"step=", b"[", b"]:", "text"),), TypeError),
+    ((("segment_records", (b"{",), b" ["),), ValueError),
+    ((("segment_records", [b"{", b"}"], b" ["),), TypeError),
+    ((("line_prefixes", (b"a\nb",)),), ValueError),
+])
+def test_passes_ahead_refuse_what_their_functions_refuse(passes, error):
+    with pytest.raises(error):
+        _scan.Ahead(b"[rank1]: step=1\n", passes)
+
+
+def test_a_scanner_scanning_ahead_is_not_initialised_again():
+    scanner = _scan_kernel((b"loss",), ())
+    data = b"loss 1\n" * 100_000
+    ahead = _scan.Ahead(data, (("scan", scanner), ("scan_segments", scanner)))
+    with pytest.raises(RuntimeError, match="ahead"):
+        scanner.__init__((b"grad",), (), offsets=(0,), commonness=scan_twin.COMMONNESS)
+    assert ahead.result(0)[0] == 100_000
+    with pytest.raises(IndexError):
+        ahead.result(2)
+    del ahead
+    gc.collect()
+    scanner.__init__((b"grad",), (), offsets=(0,), commonness=scan_twin.COMMONNESS)  # no longer scanning
+    assert scanner.scan(data)[1] == []
+
+
+def test_passes_ahead_hold_their_data_and_may_be_dropped_unasked():
+    data = bytearray(b"[rank1]: loss 1\n" * 200_000)
+    ahead = _scan.Ahead(data, (("line_prefixes", PREFIX_ANCHORS),))
+    with pytest.raises(BufferError):
+        data.extend(b"x")  # the thread reads it: it may not move
+    assert ahead.result(0) == ({b"[rank1]: ": 200_000}, False)
+    for _ in range(20):  # dropped while their thread runs: joined, nothing leaks (make sanitize)
+        _scan.Ahead(bytes(data), (("scan", _scan_kernel((b"loss",), ())), ("line_prefixes", PREFIX_ANCHORS)))

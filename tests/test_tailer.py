@@ -13,7 +13,7 @@ import pytest
 from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
 from exporter.follow.stream import read_log
-from exporter.follow.tailer import CHUNK_BYTES, READ_PIECE_BYTES, SETTLE_RESCANS
+from exporter.follow.tailer import CHUNK_BYTES, READ_PIECE_BYTES, SETTLE_RESCANS, read_ahead
 
 
 def read(tailer: Tailer, rescan: bool = False) -> tuple[list[bytes], list]:
@@ -467,3 +467,30 @@ def test_a_path_that_stays_missing_gives_up_after_reading_the_generations_rotate
     lines = [line for _ in range(SETTLE_RESCANS) for line in read(tailer, rescan=True)[0]]
     assert tailer.finished
     assert lines == [b"a line 2", b"b line 1"]
+
+
+def test_each_batch_comes_with_the_next_one_read(tmp_path):
+    # A catch-up reads a block ahead (its passes start while the one before is parsed): every batch, in order, each
+    # with the one after it, the last with none.
+    path = tmp_path / "worker_0.log"
+    path.write_bytes(b"".join(b"line %d %s\n" % (number, b"x" * 200) for number in range(20_000)))
+    tailer = Tailer(str(path))
+    pairs = list(read_ahead(tailer.poll()))
+    assert len(pairs) > 3
+    assert [coming for _, coming in pairs] == [batch for batch, _ in pairs[1:]] + [None]
+    assert b"".join(batch.data for batch, _ in pairs) == path.read_bytes()
+
+
+def test_a_failed_read_ahead_hands_out_the_batch_before_it(tmp_path):
+    path = tmp_path / "worker_0.log"
+    path.write_bytes(b"step 1\n" * 300_000)
+
+    def failing():
+        yield from list(Tailer(str(path)).poll())[:2]
+        raise OSError("the disk went away")
+
+    read = read_ahead(failing())
+    first, second = next(read), next(read)
+    assert first[1] is second[0] and second[1] is None  # the second batch handed out before the failed read
+    with pytest.raises(OSError, match="went away"):
+        next(read)
