@@ -34,7 +34,7 @@ from exporter.analyze.sources import Source
 from exporter.analyze.timestamps import LineClock
 from exporter.follow.discover import PidRanks, plog_pid, unnamed_pid
 from exporter.follow.stream import STDIN, SourceError, file_mtime, read_blocks, read_log
-from exporter.follow.tailer import ReadBatch
+from exporter.follow.tailer import ReadBatch, read_ahead
 from exporter.parse import LineParser, ParsedBlock, faults
 from exporter.parse.csv_rows import CsvRows, is_table
 from exporter.parse.formats import FormatSelection, msrun_console
@@ -128,9 +128,11 @@ class Analysis:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
             try:
-                for batch in self._blocks(generation, stdin):
+                for batch, coming in read_ahead(self._blocks(generation, stdin)):
                     read_any = True
                     lines = lines or bool(batch.data)
+                    if coming is not None and rows is None:
+                        parser.prepare(coming.data)
                     self._block(source, parser, keys, batch, clock, mtime, rows)
                     if progress is not None:
                         progress(source.name, self.bytes_read)
