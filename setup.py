@@ -12,6 +12,6 @@ KERNELS = ("scan", "step_fields", "detectors")
 
 setup(ext_modules=[
     Extension(f"exporter.native._{kernel}", [f"exporter/native/{kernel}.c"], optional=True,
-              depends=["exporter/native/decimal.h"], extra_compile_args=COMPILE_ARGS)
+              depends=["exporter/native/decimal.h", "exporter/native/blocks.h"], extra_compile_args=COMPILE_ARGS)
     for kernel in KERNELS
 ])

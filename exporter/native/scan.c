@@ -26,65 +26,10 @@
 #define HAVE_AVX2_SCAN 1
 #endif
 
+#include "blocks.h"
+
 #define BUCKETS 16 /* two AVX2 table sets of eight: a bucket is a bit of a byte */
 
-/* ------------------------------------------------------------------------------------------ */
-/* Growable arrays: a pass collects its findings in them without the interpreter (it may run on a
- * thread of its own: Ahead, below), and they become Python lists only once it is done. */
-
-typedef struct {
-    int64_t *items;
-    Py_ssize_t count, capacity;
-} Offsets;
-
-typedef struct {
-    double *items;
-    Py_ssize_t count, capacity;
-} Doubles;
-
-/* 0, or -1 when memory ran out (nothing raised: the caller may not hold the GIL). */
-static int
-grow(void **items, Py_ssize_t *capacity, Py_ssize_t size)
-{
-    Py_ssize_t wanted = *capacity ? 2 * *capacity : 256;
-    void *grown = realloc(*items, (size_t)wanted * (size_t)size);
-    if (grown == NULL) return -1;
-    *items = grown;
-    *capacity = wanted;
-    return 0;
-}
-
-static inline int
-push_offset(Offsets *array, int64_t value)
-{
-    if (array->count == array->capacity && grow((void **)&array->items, &array->capacity, sizeof(int64_t)) < 0) return -1;
-    array->items[array->count++] = value;
-    return 0;
-}
-
-static inline int
-push_double(Doubles *array, double value)
-{
-    if (array->count == array->capacity && grow((void **)&array->items, &array->capacity, sizeof(double)) < 0) return -1;
-    array->items[array->count++] = value;
-    return 0;
-}
-
-static PyObject *
-offsets_list(const Offsets *array)
-{
-    PyObject *list = PyList_New(array->count);
-    if (list == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < array->count; i++) {
-        PyObject *number = PyLong_FromLongLong(array->items[i]);
-        if (number == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, number);
-    }
-    return list;
-}
 #define FINGERPRINT 3
 
 /* ------------------------------------------------------------------------------------------ */
@@ -689,19 +634,6 @@ static PyTypeObject ScannerType = {
 
 /* ------------------------------------------------------------------------------------------ */
 
-/* The first ``literal`` (not empty) in at[0:size], NULL when none: its first byte by memchr, then the rest (glibc's
- * memmem reads a long block at a few instructions a byte, and a short one after a setup of its own). */
-static const void *
-find_literal(const void *at, Py_ssize_t size, const void *literal, Py_ssize_t length)
-{
-    const char *match = at, *end = match + size, *text = literal;
-    while (end - match >= length && (match = memchr(match, text[0], (size_t)(end - match - length + 1))) != NULL) {
-        if (memcmp(match + 1, text + 1, (size_t)length - 1) == 0) return match;
-        match++;
-    }
-    return NULL;
-}
-
 /* Non-overlapping occurrences of ``literal`` (not empty) in at[0:size], as bytes.count. */
 static Py_ssize_t
 occurrences(const char *at, Py_ssize_t size, const char *literal, Py_ssize_t length)
@@ -746,28 +678,6 @@ done:
 
 /* ------------------------------------------------------------------------------------------ */
 /* Lines grouped by their prefix (an interleaved console's streams)                           */
-
-#define MAX_PREFIXES 64
-
-static int
-is_tag_name(uint8_t byte)
-{
-    return (byte >= 'A' && byte <= 'Z') || (byte >= 'a' && byte <= 'z') || (byte >= '0' && byte <= '9') || byte == '_';
-}
-
-/* The length of the tag ``open name close`` (and one space after it) at ``at``; 0 when none is there. */
-static Py_ssize_t
-tag_at(const char *at, const char *end, const Py_buffer *open, const Py_buffer *close)
-{
-    const char *name = at + open->len;
-    if (end - at < open->len || memcmp(at, open->buf, open->len) != 0) return 0;
-    const char *after = name;
-    while (after < end && is_tag_name((uint8_t)*after)) after++;
-    if (after == name || end - after < close->len || memcmp(after, close->buf, close->len) != 0) return 0;
-    after += close->len;
-    if (after < end && *after == ' ') after++;
-    return after - at;
-}
 
 PyDoc_STRVAR(group_lines_doc,
 "group_lines(data, literal, tag_open, tag_close, loose_starts) -> (prefixes, lines, starts, loose, tagged) | None\n\n"
@@ -1220,7 +1130,7 @@ span_index(Spans *set, const uint8_t *text, Py_ssize_t length)
         const Span *span = &set->items[set->slots[slot] - 1];
         if (span->length == length && memcmp(span->text, text, (size_t)length) == 0) return set->slots[slot] - 1;
     }
-    if (set->count == set->capacity && grow((void **)&set->items, &set->capacity, sizeof(Span)) < 0) return -1;
+    if (set->count == set->capacity && grow_items((void **)&set->items, &set->capacity, sizeof(Span)) < 0) return -1;
     set->items[set->count] = (Span){text, length, 0};
     set->slots[slot] = ++set->count;
     return set->count - 1;

@@ -202,9 +202,13 @@ plain_decimal(const uint8_t *at, const uint8_t *end)
     return at == end;
 }
 
-/* float(token): 1 and *value, 0 (not a number), -1 (error). */
+/* A line read without the interpreter (StepsAhead's thread) holds a number only float()'s own function reads. */
+#define NEEDS_INTERPRETER (-2)
+
+/* float(token): 1 and *value, 0 (not a number), -1 (error, raised), NEEDS_INTERPRETER (without ``interpreter``: a
+ * token neither the exact reader nor strtod reads whole). */
 static int
-parse_number(const uint8_t *token, Py_ssize_t length, double *value)
+parse_number(const uint8_t *token, Py_ssize_t length, double *value, int interpreter)
 {
     if (length == 0) return 0;
     if (simple_decimal(token, token + length, value)) return 1;
@@ -223,6 +227,7 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value)
                 return 1;
             }
         }
+        if (!interpreter) return NEEDS_INTERPRETER;
         double number = PyOS_string_to_double(text, &end, NULL);
         if (end == text + length && !(number == -1.0 && PyErr_Occurred())) {
             *value = number;
@@ -230,6 +235,7 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value)
         }
         PyErr_Clear();
     }
+    if (!interpreter) return NEEDS_INTERPRETER;
     PyObject *string = PyUnicode_DecodeASCII((const char *)token, length, NULL);
     if (string == NULL) return -1;
     PyObject *number = PyFloat_FromString(string); /* underscores, and whatever else float() takes */
@@ -244,22 +250,19 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value)
     return 1;
 }
 
-/* parse_float: float() of the token without its thousands separators. */
+/* parse_float: float() of the token without its thousands separators; -1 without an exception: memory ran out. */
 static int
-parse_float(const uint8_t *token, Py_ssize_t length, double *value)
+parse_float(const uint8_t *token, Py_ssize_t length, double *value, int interpreter)
 {
-    if (length == 0 || memchr(token, ',', (size_t)length) == NULL) return parse_number(token, length, value);
-    uint8_t *text = PyMem_Malloc((size_t)length);
-    if (text == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    if (length == 0 || memchr(token, ',', (size_t)length) == NULL) return parse_number(token, length, value, interpreter);
+    uint8_t *text = PyMem_RawMalloc((size_t)length);
+    if (text == NULL) return -1;
     Py_ssize_t kept = 0;
     for (Py_ssize_t i = 0; i < length; i++) {
         if (token[i] != ',') text[kept++] = token[i];
     }
-    int parsed = parse_number(text, kept, value);
-    PyMem_Free(text);
+    int parsed = parse_number(text, kept, value, interpreter);
+    PyMem_RawFree(text);
     return parsed;
 }
 
@@ -327,7 +330,7 @@ duration_unit(const uint8_t *unit, Py_ssize_t length)
 
 /* parse_duration_seconds(token, default_unit): as parse_number. */
 static int
-parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, double *seconds)
+parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, double *seconds, int interpreter)
 {
     Py_ssize_t number = number_part(token, length, NUMBER_BYTE);
     if (number == 0) return 0;
@@ -335,14 +338,14 @@ parse_duration(const uint8_t *token, Py_ssize_t length, double bare_per_second, 
     Py_ssize_t unit_length = token + length - unit;
     double per_second = unit_length ? duration_unit(unit, unit_length) : bare_per_second;
     if (per_second == 0) return 0;
-    int parsed = parse_float(token, number, seconds);
+    int parsed = parse_float(token, number, seconds, interpreter);
     if (parsed == 1) *seconds /= per_second;
     return parsed;
 }
 
 /* parse_number_with_unit(token): 1 with *value and *unit (length 0: none), 0 (None), -1 (error). */
 static int
-parse_with_unit(const uint8_t *token, Py_ssize_t length, double *value, Text *unit)
+parse_with_unit(const uint8_t *token, Py_ssize_t length, double *value, Text *unit, int interpreter)
 {
     Py_ssize_t number = number_part(token, length, SEPARATED_NUMBER_BYTE);
     const uint8_t *rest = skip_spaces(token + number, token + length);
@@ -351,7 +354,7 @@ parse_with_unit(const uint8_t *token, Py_ssize_t length, double *value, Text *un
         return 0;
     }
     *unit = (Text){rest, rest_length};
-    return parse_float(token, number, value);
+    return parse_float(token, number, value, interpreter);
 }
 
 /* ------------------------------------------------------------------------------------------ */
@@ -617,6 +620,7 @@ typedef struct {
 
 typedef struct {
     const Table *table;
+    int interpreter; /* its numbers may be read by float()'s own function (not on StepsAhead's thread) */
     Shape shape;
     long long *steps;
     Py_ssize_t count, capacity;
@@ -629,15 +633,14 @@ typedef struct {
     Py_ssize_t line_named; /* distinct named values of the line being read */
 } Run;
 
+/* A run's memory is the raw allocator's and a failure raises nothing: a run may be read on a thread that does not
+ * hold the interpreter (StepsAhead); StepReader.read raises MemoryError. */
 static int
 own_text(OwnedText *owned, Text text)
 {
     if (text.length > owned->capacity) {
-        uint8_t *grown = PyMem_Realloc(owned->at, (size_t)text.length);
-        if (grown == NULL) {
-            PyErr_NoMemory();
-            return -1;
-        }
+        uint8_t *grown = PyMem_RawRealloc(owned->at, (size_t)text.length);
+        if (grown == NULL) return -1;
         owned->at = grown;
         owned->capacity = text.length;
     }
@@ -652,17 +655,14 @@ text_of_owned(const OwnedText *owned)
     return (Text){owned->at, owned->length};
 }
 
-/* Room for one more item in an array of ``size``-byte items; -1 (MemoryError) when none. */
+/* Room for one more item in an array of ``size``-byte items; -1 when none (nothing raised: own_text). */
 static int
 grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
 {
     if (count < *capacity) return 0;
     Py_ssize_t wanted = *capacity ? 2 * *capacity : 16;
-    void *grown = PyMem_Realloc(*array, (size_t)wanted * size);
-    if (grown == NULL) {
-        PyErr_NoMemory();
-        return -1;
-    }
+    void *grown = PyMem_RawRealloc(*array, (size_t)wanted * size);
+    if (grown == NULL) return -1;
     *array = grown;
     *capacity = wanted;
     return 0;
@@ -700,7 +700,7 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
     double value = 0;
     int parsed;
     if (index < 0) {
-        parsed = parse_float(raw, raw_length, &value);
+        parsed = parse_float(raw, raw_length, &value, run->interpreter);
         return parsed <= 0 ? parsed : note_named(run, name, name_length, value);
     }
     const FieldSpec *field = &run->table->fields[index];
@@ -708,13 +708,13 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
     if (field->absent.length && same_text(raw, raw_length, field->absent)) return 0; /* not obtained */
     if (field->kind == KIND_NUMBER_WITH_UNIT) {
         Text unit;
-        parsed = parse_with_unit(raw, raw_length, &value, &unit);
+        parsed = parse_with_unit(raw, raw_length, &value, &unit, run->interpreter);
         if (parsed == 1) *slot = (Slot){1, value, unit};
-        return parsed < 0 ? -1 : 0;
+        return parsed < 0 ? parsed : 0;
     }
-    parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, field->bare_per_second, &value)
-                                          : parse_float(raw, raw_length, &value);
-    if (parsed < 0) return -1;
+    parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, field->bare_per_second, &value, run->interpreter)
+                                          : parse_float(raw, raw_length, &value, run->interpreter);
+    if (parsed < 0) return parsed;
     *slot = (Slot){parsed, value, {NULL, 0}};
     return 0;
 }
@@ -750,7 +750,8 @@ read_pairs(Run *run, const uint8_t *at, const uint8_t *end)
         const uint8_t *stripped = value_end;
         while (stripped > value && is_space(stripped[-1])) stripped--;
         Py_ssize_t index = field_named(table, at, name_end - at);
-        if (apply_pair(run, index, at, name_end - at, value, stripped - value) < 0) return -1;
+        int applied = apply_pair(run, index, at, name_end - at, value, stripped - value);
+        if (applied < 0) return applied;
         at = value_end;
     }
     return 0;
@@ -949,15 +950,15 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (i != step_pair
-            && apply_pair(run, pairs[i].field, pairs[i].name, pairs[i].name_length, pairs[i].value, pairs[i].value_length) < 0) {
-            return -1;
-        }
+        int applied = i == step_pair ? 0 : apply_pair(run, pairs[i].field, pairs[i].name, pairs[i].name_length,
+                                                      pairs[i].value, pairs[i].value_length);
+        if (applied < 0) return applied;
     }
     return commit(run, step, has_total, total) < 0 ? -1 : 1;
 }
 
-/* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error. */
+/* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran
+ * out); NEEDS_INTERPRETER: a number of it is float()'s to read (the run holds the line's named values in part). */
 static int
 read_line(Run *run, const uint8_t *line, const uint8_t *end)
 {
@@ -978,8 +979,9 @@ read_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
         memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
         run->line_named = 0;
-        if (read_pairs(run, body, body_end) < 0 || commit(run, step, 1, total) < 0) return -1;
-        return 1;
+        int applied = read_pairs(run, body, body_end);
+        if (applied < 0) return applied;
+        return commit(run, step, 1, total) < 0 ? -1 : 1;
     }
     return 0;
 }
@@ -1073,7 +1075,7 @@ clear_run(Run *run)
         column->unit.length = 0;
         column->count = 0;
     }
-    for (Py_ssize_t i = 0; i < run->named_count; i++) PyMem_Free(run->named[i].name.at);
+    for (Py_ssize_t i = 0; i < run->named_count; i++) PyMem_RawFree(run->named[i].name.at);
     run->named_count = 0;
 }
 
@@ -1082,15 +1084,27 @@ free_run(Run *run)
 {
     clear_run(run);
     for (Py_ssize_t i = 0; run->columns && i < run->table->columns; i++) {
-        PyMem_Free(run->columns[i].unit.at);
-        PyMem_Free(run->columns[i].rows);
-        PyMem_Free(run->columns[i].values);
+        PyMem_RawFree(run->columns[i].unit.at);
+        PyMem_RawFree(run->columns[i].rows);
+        PyMem_RawFree(run->columns[i].values);
     }
-    PyMem_Free(run->columns);
-    PyMem_Free(run->slots);
-    PyMem_Free(run->steps);
-    PyMem_Free(run->named);
+    PyMem_RawFree(run->columns);
+    PyMem_RawFree(run->slots);
+    PyMem_RawFree(run->steps);
+    PyMem_RawFree(run->named);
     *run = (Run){0};
+}
+
+/* An empty run of ``table``; -1 when memory ran out (nothing raised). */
+static int
+new_run(Run *run, const Table *table, int interpreter)
+{
+    *run = (Run){.table = table, .interpreter = interpreter};
+    run->columns = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Column));
+    run->slots = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Slot));
+    if (run->columns == NULL || run->slots == NULL) return -1;
+    for (Py_ssize_t i = 0; i < table->columns; i++) run->columns[i].series = table->fields[first_of_column(table, i)].series;
+    return 0;
 }
 
 static int
@@ -1104,15 +1118,9 @@ StepReader_init(StepReader *self, PyObject *args, PyObject *kwargs)
     self->table = (Table){0};
     Py_XSETREF(self->table_object, Py_NewRef(table));
     if (read_table(table, &self->table) < 0) return -1;
-    self->run.table = &self->table;
-    self->run.columns = PyMem_Calloc((size_t)self->table.columns + 1, sizeof(Column));
-    self->run.slots = PyMem_Calloc((size_t)self->table.columns + 1, sizeof(Slot));
-    if (self->run.columns == NULL || self->run.slots == NULL) {
+    if (new_run(&self->run, &self->table, 1) < 0) {
         PyErr_NoMemory();
         return -1;
-    }
-    for (Py_ssize_t i = 0; i < self->table.columns; i++) {
-        self->run.columns[i].series = self->table.fields[first_of_column(&self->table, i)].series;
     }
     return 0;
 }
@@ -1166,7 +1174,10 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
         if (start < 0 || start > view.len) break;
         const uint8_t *end = memchr(data + start, '\n', (size_t)(view.len - start));
         int read = read_line(&self->run, data + start, end ? end : data_end);
-        if (read < 0) goto error;
+        if (read < 0) {
+            if (!PyErr_Occurred()) PyErr_NoMemory();
+            goto error;
+        }
         if (read == 0) break;
     }
     PyBuffer_Release(&view);
