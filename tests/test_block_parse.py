@@ -464,6 +464,16 @@ def test_blocks_read_with_the_next_one_started_give_what_every_line_gives(name, 
             return self._ahead.result(index)
 
     monkeypatch.setattr(native, "ahead", Counted)
+    streams = []  # each StepsAhead started, and how many of its streams' runs were read
+    steps_ahead = native.steps_ahead
+
+    def counted_steps(*arguments):
+        steps = steps_ahead(*arguments)
+        if steps is not None:
+            streams.append((steps, steps.pending))
+        return steps
+
+    monkeypatch.setattr(native, "steps_ahead", counted_steps)
     blocks = _blocks(data, _line_boundaries(data, random.Random(name), 60))
     expected = _read_in_pieces(_parser(False), blocks)
     assert not taken and any(batch.records for batch in expected[1])
@@ -478,3 +488,5 @@ def test_blocks_read_with_the_next_one_started_give_what_every_line_gives(name, 
     assert pieces == expected[0]
     assert _comparable(parsed) == _comparable(expected[1])
     assert len(taken) >= 10  # blocks took their passes from ahead
+    if name == "interleaved_failures":  # and the rank streams their runs of step lines
+        assert sum(read - steps.pending for steps, read in streams) >= 10

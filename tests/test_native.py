@@ -1058,3 +1058,85 @@ def test_passes_ahead_hold_their_data_and_may_be_dropped_unasked():
     assert ahead.result(0) == ({b"[rank1]: ": 200_000}, False)
     for _ in range(20):  # dropped while their thread runs: joined, nothing leaks (make sanitize)
         _scan.Ahead(bytes(data), (("scan", _scan_kernel((b"loss",), ())), ("line_prefixes", PREFIX_ANCHORS)))
+
+
+def _interleaved_blocks(rng: random.Random) -> list[bytes]:
+    """torchrun ``--tee`` consoles: real ones cut anywhere, and fuzzed ranks' pairs lines interleaved (steps going
+    up, back now and then, a number only float() reads, a line of another shape)."""
+    real = [(REPO / "tests" / "fixtures" / "real" / f"torchrun_ddp_{name}.log").read_bytes()
+            for name in ("healthy", "nan", "raise", "kill")]
+    blocks = [console[start:console.find(b"\n", start + rng.randrange(1, 20_000)) + 1] for console in real
+              for start in (0, *(console.find(b"\n", rng.randrange(len(console))) + 1 for _ in range(5)))]
+    for _ in range(40):
+        steps = dict.fromkeys(range(rng.randrange(1, 6)), 0)
+        lines = []
+        for _ in range(rng.randrange(1, 400)):
+            rank = rng.choice(list(steps))
+            steps[rank] += 1 if rng.random() > 0.01 else -5
+            loss = f"{rng.random():.17g}" if rng.random() > 0.05 else rng.choice(["2.5", "nan", "1_000.5", "7"])
+            line = f"step={steps[rank]} loss={loss} lr=0.01 grad_norm={rng.random()} step_time={rng.random()}"
+            lines.append(f"[default{rank}]:" + (line if rng.random() > 0.01 else _fuzzed_pairs_line(rng, KEYVALUE)))
+        blocks.append(("\n".join(lines) + "\n").encode())
+    return blocks
+
+
+def test_steps_ahead_are_the_runs_the_reader_reads():
+    # An interleaved console's next block: its rank streams grouped and each stream's run of step lines read on a
+    # thread of its own (LineParser.prepare); the reader takes a stream's run whole, and it is what it reads itself.
+    rng = random.Random(29)
+    grouping = (b"step=", b"[", b"]:", b"[ 0123456789")
+    taken = declined = 0
+    for block in _interleaved_blocks(rng):
+        ahead = _step_fields.StepsAhead(block, _step_fields.StepReader(KEYVALUE), *grouping)
+        grouped = ahead.groups()
+        assert grouped == _scan.group_lines(block, *grouping)
+        pending = ahead.pending
+        for starts in grouped[2] if grouped else ():
+            limit = len(starts) if rng.random() < 0.9 else rng.randrange(len(starts) + 1)
+            alone, given = _step_fields.StepReader(KEYVALUE), _step_fields.StepReader(KEYVALUE)
+            assert given.read(block, starts, 0, limit, ahead) == alone.read(block, starts, 0, limit)
+            assert repr(given.take()) == repr(alone.take())
+            taken += pending - ahead.pending
+            declined += pending == ahead.pending and bool(starts)
+            pending = ahead.pending
+    # Most streams' runs taken; not those read with too small a limit, or holding a number float() reads.
+    assert taken > 60 and declined > 5, (taken, declined)
+
+
+def test_steps_ahead_are_taken_only_by_an_empty_reader_of_their_table_for_their_block():
+    block = (REPO / "tests" / "fixtures" / "real" / "torchrun_ddp_healthy.log").read_bytes()
+    ahead = _step_fields.StepsAhead(block, _step_fields.StepReader(KEYVALUE), b"step=", b"[", b"]:", b"")
+    starts = ahead.groups()[2][1]
+    pending = ahead.pending
+    other = _step_fields.StepReader(OTHER_PAIRS)
+    other.read(block, starts, 0, len(starts), ahead)
+    used = _step_fields.StepReader(KEYVALUE)
+    used.read(block, starts, 0, 1)
+    used.read(block, starts, 1, len(starts), ahead)  # not from the stream's first line
+    copy = _step_fields.StepReader(KEYVALUE)
+    copy.read(bytes(bytearray(block)), starts, 0, len(starts), ahead)  # another block of the same bytes
+    busy, alone = _step_fields.StepReader(KEYVALUE), _step_fields.StepReader(KEYVALUE)
+    for reader, given in ((busy, ahead), (alone, None)):  # a reader holding lines of its own: they stay
+        reader.read(block, ahead.groups()[2][2], 0, 3)
+        reader.read(block, starts, 0, len(starts), given)
+    assert repr(busy.take()) == repr(alone.take())
+    other_lines = [*starts[:-1], starts[-2]]  # as many lines from the same first one, not the stream's
+    for reader, given in ((busy, ahead), (alone, None)):
+        reader.read(block, other_lines, 0, len(other_lines), given)
+    assert repr(busy.take()) == repr(alone.take())
+    assert ahead.pending == pending
+    reader = _step_fields.StepReader(KEYVALUE)
+    assert reader.read(block, starts, 0, len(starts), ahead) == len(starts) and ahead.pending == pending - 1
+    with pytest.raises(TypeError):
+        reader.read(block, starts, 0, 1, "ahead")
+    ahead_reader = _step_fields.StepReader(KEYVALUE)
+    held = _step_fields.StepsAhead(block, ahead_reader, b"step=", b"[", b"]:", b"")
+    with pytest.raises(RuntimeError, match="ahead"):
+        ahead_reader.__init__(OTHER_PAIRS)
+    del held
+    gc.collect()
+    ahead_reader.__init__(OTHER_PAIRS)  # no longer read by
+    for _ in range(10):  # dropped while their thread runs: joined, nothing leaks (make sanitize)
+        _step_fields.StepsAhead(block * 20, ahead_reader, b"step=", b"[", b"]:", b"")
+    with pytest.raises(ValueError):
+        _step_fields.StepsAhead(block, ahead_reader, b"", b"[", b"]:", b"")

@@ -25,6 +25,10 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   ``group_lines``, ``segment_records`` or ``line_prefixes`` and what it takes after the data) started over ``data`` on
   a thread of their own, which never takes the interpreter; ``.result(index)`` -> what that pass returns (waiting
   for it): a catch-up's next block scanned on the second core while the one before is parsed.
+- ``steps_ahead(data, reader, literal, tag_open, tag_close, loose_starts)`` -> a StepsAhead or None: ``data``'s
+  lines grouped as ``group_lines`` groups them (``.groups()``) and each group's run of step lines read by the
+  reader's table from its first line, on a thread of their own; ``reader.read(data, starts, 0, limit, ahead)``
+  then takes the run of the group whose lines are ``starts`` whole. None where the kernel is not built.
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
@@ -151,11 +155,20 @@ class _Scanners:
 
 
 class StepReader(Protocol):
-    def read(self, data: bytes, starts: list[int], index: int, limit: int) -> int: ...
+    def read(self, data: bytes, starts: list[int], index: int, limit: int, ahead: Any = None) -> int: ...
 
     def take(self) -> _step_fields_twin.Run: ...
 
     def __len__(self) -> int: ...
+
+
+def steps_ahead(data: bytes, reader: StepReader, literal: bytes, tag_open: bytes, tag_close: bytes,
+                loose_starts: bytes) -> Any:
+    """The rank streams of ``data`` grouped, and their runs of step lines read, on a thread of their own (see the
+    module's docstring); None where the kernel is not built or ``reader`` is not one of its own."""
+    if _step_fields is None or not isinstance(reader, _step_fields.StepReader):
+        return None
+    return _step_fields.StepsAhead(data, reader, literal, tag_open, tag_close, loose_starts)
 
 
 def step_reader(table: tuple) -> StepReader:

@@ -101,4 +101,96 @@ tag_at(const char *at, const char *end, const Py_buffer *open, const Py_buffer *
     return after - at;
 }
 
+typedef struct {
+    Py_ssize_t groups, loose, tagged;
+    int overflow; /* more than MAX_PREFIXES prefixes */
+    const char *texts[MAX_PREFIXES];
+    Py_ssize_t lengths[MAX_PREFIXES], counts[MAX_PREFIXES];
+    Offsets starts[MAX_PREFIXES];
+} Groups;
+
+/* The lines of data[0:size] grouped into ``groups`` (see group_lines), without the interpreter; -1 when memory ran
+ * out. */
+static int
+find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_buffer *open, const Py_buffer *close,
+            const Py_buffer *loose_starts, Groups *found)
+{
+    const char *end = at + size;
+    for (const char *line = at; line < end;) {
+        const char *newline = memchr(line, '\n', end - line);
+        if (newline == NULL) break;
+        Py_ssize_t width = 0, tag;
+        while ((tag = tag_at(line + width, newline, open, close)) > 0) width += tag;
+        Py_ssize_t group = 0;
+        while (group < found->groups && !(found->lengths[group] == width && memcmp(found->texts[group], line, width) == 0)) {
+            group++;
+        }
+        if (group == found->groups) {
+            if (group == MAX_PREFIXES) {
+                found->overflow = 1;
+                return 0;
+            }
+            found->texts[group] = line;
+            found->lengths[group] = width;
+            found->groups++;
+        }
+        found->counts[group]++;
+        const char *body = line + width;
+        if (width == 0 && body < newline && memchr(loose_starts->buf, *body, loose_starts->len) != NULL) found->loose++;
+        for (const char *bracket = body; (bracket = memchr(bracket, ((const char *)open->buf)[0], newline - bracket)) != NULL;
+             bracket++) {
+            if (tag_at(bracket, newline, open, close)) {
+                found->tagged++;
+                break;
+            }
+        }
+        if (find_literal(body, newline - body, literal->buf, literal->len) != NULL
+            && push_offset(&found->starts[group], body - at) < 0) {
+            return -1;
+        }
+        line = newline + 1;
+    }
+    return 0;
+}
+
+static PyObject *
+groups_result(const Groups *found)
+{
+    if (found->overflow) return Py_NewRef(Py_None);
+    PyObject *prefixes = PyList_New(found->groups), *lines = PyList_New(found->groups);
+    PyObject *starts = PyList_New(found->groups), *result = NULL;
+    if (prefixes == NULL || lines == NULL || starts == NULL) goto done;
+    for (Py_ssize_t group = 0; group < found->groups; group++) {
+        PyObject *prefix = PyBytes_FromStringAndSize(found->texts[group], found->lengths[group]);
+        PyObject *count = PyLong_FromSsize_t(found->counts[group]);
+        PyObject *offsets = offsets_list(&found->starts[group]);
+        if (prefix) PyList_SET_ITEM(prefixes, group, prefix);
+        if (count) PyList_SET_ITEM(lines, group, count);
+        if (offsets) PyList_SET_ITEM(starts, group, offsets);
+        if (prefix == NULL || count == NULL || offsets == NULL) goto done;
+    }
+    result = Py_BuildValue("OOOnn", prefixes, lines, starts, found->loose, found->tagged);
+done:
+    Py_XDECREF(prefixes);
+    Py_XDECREF(lines);
+    Py_XDECREF(starts);
+    return result;
+}
+
+static void
+groups_free(Groups *found)
+{
+    for (Py_ssize_t group = 0; group < MAX_PREFIXES; group++) free(found->starts[group].items);
+}
+
+static int
+check_group_arguments(const Py_buffer *literal, const Py_buffer *open, const Py_buffer *close)
+{
+    if (literal->len == 0 || open->len == 0 || close->len == 0) {
+        PyErr_SetString(PyExc_ValueError, "literal and tags must not be empty");
+        return -1;
+    }
+    return 0;
+}
+
 #endif

@@ -18,7 +18,10 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
+#include <pthread.h>
 #include <unistd.h>
+
+#include "blocks.h"
 
 /* Kinds: native/step_fields.py's Kind. */
 enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
@@ -994,7 +997,10 @@ typedef struct {
     PyObject *table_object; /* the table tuple: its bytes back the texts of ``table`` */
     Table table;
     Run run;
+    Py_ssize_t jobs; /* StepsAhead reading by its table: it is not initialised again meanwhile */
 } StepReader;
+
+
 
 static PyObject *
 text_or_none(Text text)
@@ -1113,6 +1119,10 @@ StepReader_init(StepReader *self, PyObject *args, PyObject *kwargs)
     static char *keywords[] = {"table", NULL};
     PyObject *table;
     if (!PyArg_ParseTupleAndKeywords(args, kwargs, "O", keywords, &table)) return -1;
+    if (self->jobs) {
+        PyErr_SetString(PyExc_RuntimeError, "a reader whose table steps ahead are read by is not initialised again");
+        return -1;
+    }
     free_run(&self->run);
     PyMem_Free(self->table.fields);
     self->table = (Table){0};
@@ -1142,17 +1152,252 @@ ready(StepReader *self)
     return -1;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* Steps ahead: an interleaved console's next block grouped into its rank streams (blocks.h) and each stream's      */
+/* run of step lines read from its first, on a thread of its own that never takes the interpreter, while the        */
+/* block before is parsed; StepReader.read takes such a run whole for the stream it is asked to read.               */
+
+typedef struct {
+    Run run;
+    Py_ssize_t taken; /* the lines read into the run from the stream's first on; 0: nothing to take */
+} Stream;
+
+typedef struct {
+    PyObject_HEAD
+    Py_buffer data;
+    int has_data;
+    PyObject *reader; /* the StepReader whose table the streams are read by (a reference) */
+    Py_buffer arguments[4]; /* group_lines' literal, tag_open, tag_close, loose_starts */
+    Py_ssize_t held;
+    Groups *groups;
+    Stream *streams; /* one a group */
+    int failed; /* memory ran out: no group, no stream */
+    pthread_t thread;
+    int running, computed;
+} StepsAhead;
+
+static PyTypeObject StepsAheadType;
+static PyTypeObject StepReaderType;
+
+static void
+read_streams(StepsAhead *self)
+{
+    const Table *table = &((StepReader *)self->reader)->table;
+    Groups *groups = self->groups;
+    const uint8_t *data = self->data.buf, *data_end = data + self->data.len;
+    if (find_groups(self->data.buf, self->data.len, &self->arguments[0], &self->arguments[1], &self->arguments[2],
+                    &self->arguments[3], groups) < 0) {
+        self->failed = 1;
+        return;
+    }
+    if (groups->overflow) return;
+    self->streams = PyMem_RawCalloc((size_t)groups->groups + 1, sizeof(Stream));
+    if (self->streams == NULL) {
+        self->failed = 1;
+        return;
+    }
+    for (Py_ssize_t group = 0; group < groups->groups; group++) {
+        Stream *stream = &self->streams[group];
+        if (new_run(&stream->run, table, 0) < 0) continue;
+        const Offsets *starts = &groups->starts[group];
+        Py_ssize_t taken = 0;
+        for (; taken < starts->count; taken++) {
+            const uint8_t *line = data + starts->items[taken];
+            const uint8_t *end = memchr(line, '\n', (size_t)(data_end - line));
+            int read = read_line(&stream->run, line, end ? end : data_end);
+            if (read == 1) continue;
+            if (read != 0) taken = 0; /* memory, or a line float() reads whose named values are in part in the run */
+            break;
+        }
+        stream->taken = taken;
+    }
+}
+
+static void *
+StepsAhead_thread(void *argument)
+{
+    read_streams(argument);
+    return NULL;
+}
+
+static void
+StepsAhead_join(StepsAhead *self)
+{
+    if (self->running) {
+        Py_BEGIN_ALLOW_THREADS
+        pthread_join(self->thread, NULL);
+        Py_END_ALLOW_THREADS
+        self->running = 0;
+        self->computed = 1;
+    }
+    if (!self->computed && self->groups != NULL) { /* no thread could be started */
+        read_streams(self);
+        self->computed = 1;
+    }
+}
+
+static void
+StepsAhead_clear(StepsAhead *self)
+{
+    StepsAhead_join(self);
+    for (Py_ssize_t group = 0; self->streams && group < self->groups->groups; group++) {
+        free_run(&self->streams[group].run);
+    }
+    PyMem_RawFree(self->streams);
+    self->streams = NULL;
+    if (self->groups) groups_free(self->groups);
+    PyMem_RawFree(self->groups);
+    self->groups = NULL;
+    for (Py_ssize_t i = 0; i < self->held; i++) PyBuffer_Release(&self->arguments[i]);
+    self->held = 0;
+    if (self->has_data) PyBuffer_Release(&self->data);
+    self->has_data = self->failed = self->computed = 0;
+    if (self->reader) ((StepReader *)self->reader)->jobs--;
+    Py_CLEAR(self->reader);
+}
+
+static int
+StepsAhead_init(StepsAhead *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"data", "reader", "literal", "tag_open", "tag_close", "loose_starts", NULL};
+    PyObject *data, *reader, *arguments[4];
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO!OOOO", keywords, &data, &StepReaderType, &reader, &arguments[0],
+                                     &arguments[1], &arguments[2], &arguments[3])) {
+        return -1;
+    }
+    StepsAhead_clear(self);
+    if (((StepReader *)reader)->run.columns == NULL) {
+        PyErr_SetString(PyExc_ValueError, "StepReader was not given a table");
+        return -1;
+    }
+    self->reader = Py_NewRef(reader);
+    ((StepReader *)reader)->jobs++;
+    if (PyObject_GetBuffer(data, &self->data, PyBUF_SIMPLE) < 0) return -1;
+    self->has_data = 1;
+    for (; self->held < 4; self->held++) {
+        if (PyObject_GetBuffer(arguments[self->held], &self->arguments[self->held], PyBUF_SIMPLE) < 0) return -1;
+    }
+    if (check_group_arguments(&self->arguments[0], &self->arguments[1], &self->arguments[2]) < 0) return -1;
+    self->groups = PyMem_RawCalloc(1, sizeof(Groups));
+    if (self->groups == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    self->running = pthread_create(&self->thread, NULL, StepsAhead_thread, self) == 0;
+    return 0;
+}
+
+PyDoc_STRVAR(StepsAhead_groups_doc,
+"groups() -> what group_lines(data, literal, tag_open, tag_close, loose_starts) returns\n\n"
+"Waits for the thread (the interpreter free meanwhile).");
+
+static PyObject *
+StepsAhead_groups(StepsAhead *self, PyObject *unused)
+{
+    if (self->groups == NULL) {
+        PyErr_SetString(PyExc_ValueError, "StepsAhead was not given a block");
+        return NULL;
+    }
+    StepsAhead_join(self);
+    if (self->failed) return PyErr_NoMemory();
+    return groups_result(self->groups);
+}
+
+static void
+StepsAhead_dealloc(StepsAhead *self)
+{
+    StepsAhead_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyObject *
+StepsAhead_get_pending(StepsAhead *self, void *closure)
+{
+    StepsAhead_join(self);
+    Py_ssize_t pending = 0;
+    for (Py_ssize_t group = 0; self->streams && group < self->groups->groups; group++) {
+        pending += self->streams[group].taken > 0;
+    }
+    return PyLong_FromSsize_t(pending);
+}
+
+static PyMethodDef StepsAhead_methods[] = {
+    {"groups", (PyCFunction)StepsAhead_groups, METH_NOARGS, StepsAhead_groups_doc},
+    {NULL},
+};
+
+static PyGetSetDef StepsAhead_getset[] = {
+    {"pending", (getter)StepsAhead_get_pending, NULL, "How many streams' runs were read and are not taken yet (waits).",
+     NULL},
+    {NULL},
+};
+
+static PyTypeObject StepsAheadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exporter.native._step_fields.StepsAhead",
+    .tp_doc = PyDoc_STR("StepsAhead(data, reader, literal, tag_open, tag_close, loose_starts): a block's lines grouped "
+                        "by prefix and each group's run of step lines read by the reader's table, on a thread of its "
+                        "own; StepReader.read(..., ahead) takes a group's run."),
+    .tp_basicsize = sizeof(StepsAhead),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)StepsAhead_init,
+    .tp_dealloc = (destructor)StepsAhead_dealloc,
+    .tp_methods = StepsAhead_methods,
+    .tp_getset = StepsAhead_getset,
+};
+
+/* The run ``ahead`` read for the stream whose lines start at ``starts`` (all of them, from ``data``'s buffer), into
+ * ``self``'s empty run: how many lines it holds (0: none to take, at most ``limit``), -1 with an exception. */
+static Py_ssize_t
+take_stream(StepReader *self, StepsAhead *ahead, const Py_buffer *data, PyObject *starts, Py_ssize_t limit)
+{
+    Py_ssize_t count = PyList_GET_SIZE(starts);
+    if (ahead->groups == NULL || self->run.count || self->run.named_count || count == 0
+        || ((StepReader *)ahead->reader)->table_object != self->table_object || ahead->data.buf != data->buf
+        || ahead->data.len != data->len) {
+        return 0;
+    }
+    StepsAhead_join(ahead);
+    if (ahead->failed || ahead->streams == NULL) return 0;
+    Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(starts, 0));
+    if (first == -1 && PyErr_Occurred()) return -1;
+    for (Py_ssize_t group = 0; group < ahead->groups->groups; group++) {
+        const Offsets *offsets = &ahead->groups->starts[group];
+        Stream *stream = &ahead->streams[group];
+        if (offsets->count != count || offsets->items[0] != first || stream->taken == 0 || stream->taken > limit) continue;
+        for (Py_ssize_t i = 1; i < count; i++) {
+            Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+            if (start == -1 && PyErr_Occurred()) return -1;
+            if (start != offsets->items[i]) return 0;
+        }
+        Run empty = self->run;
+        self->run = stream->run;
+        stream->run = empty;
+        self->run.table = &self->table;
+        self->run.interpreter = 1;
+        stream->run.table = &((StepReader *)ahead->reader)->table;
+        stream->run.interpreter = 0;
+        Py_ssize_t taken = stream->taken;
+        stream->taken = 0;
+        return taken;
+    }
+    return 0;
+}
+
 PyDoc_STRVAR(StepReader_read_doc,
-"read(data, starts, index, limit) -> int\n\n"
+"read(data, starts, index, limit, ahead=None) -> int\n\n"
 "Read the run of step lines of ``data`` starting at ``starts[index]``, ``starts[index + 1]``, ...\n"
-"(at most ``limit``); how many lines were read. See exporter/native/step_fields.py.");
+"(at most ``limit``); how many lines were read. See exporter/native/step_fields.py. ``ahead``: a StepsAhead\n"
+"over ``data`` whose run of a group holding just these starts is taken whole (an empty run, index 0).");
 
 static PyObject *
 StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (ready(self) < 0) return NULL;
-    if (nargs != 4 || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "read(data, starts: list, index, limit)");
+    if (nargs < 4 || nargs > 5 || !PyList_Check(args[1])
+        || (nargs == 5 && args[4] != Py_None && !PyObject_TypeCheck(args[4], &StepsAheadType))) {
+        PyErr_SetString(PyExc_TypeError, "read(data, starts: list, index, limit, ahead: StepsAhead | None = None)");
         return NULL;
     }
     Py_ssize_t index = PyLong_AsSsize_t(args[2]);
@@ -1168,7 +1413,11 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
     const uint8_t *data = view.buf, *data_end = data + view.len;
     PyObject *starts = args[1];
     Py_ssize_t taken = 0;
-    for (Py_ssize_t i = index; i < PyList_GET_SIZE(starts) && taken < limit; i++, taken++) {
+    if (nargs == 5 && args[4] != Py_None && index == 0) { /* the stream's run read ahead, taken whole */
+        taken = take_stream(self, (StepsAhead *)args[4], &view, starts, limit);
+        if (taken < 0) goto error;
+    }
+    for (Py_ssize_t i = index + taken; i < PyList_GET_SIZE(starts) && taken < limit; i++, taken++) {
         Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
         if (start == -1 && PyErr_Occurred()) goto error;
         if (start < 0 || start > view.len) break;
@@ -1613,10 +1862,11 @@ static struct PyModuleDef step_fields_module = {
 PyMODINIT_FUNC
 PyInit__step_fields(void)
 {
-    if (PyType_Ready(&StepReaderType) < 0) return NULL;
+    if (PyType_Ready(&StepReaderType) < 0 || PyType_Ready(&StepsAheadType) < 0) return NULL;
     PyObject *module = PyModule_Create(&step_fields_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "StepReader", (PyObject *)&StepReaderType) < 0
+        || PyModule_AddObjectRef(module, "StepsAhead", (PyObject *)&StepsAheadType) < 0
         || PyModule_AddIntConstant(module, "KIND_FLOAT", KIND_FLOAT) < 0
         || PyModule_AddIntConstant(module, "KIND_DURATION", KIND_DURATION) < 0
         || PyModule_AddIntConstant(module, "KIND_NUMBER_WITH_UNIT", KIND_NUMBER_WITH_UNIT) < 0) {

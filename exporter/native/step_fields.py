@@ -125,8 +125,9 @@ class StepReader:
     def __len__(self) -> int:
         return len(self._steps)
 
-    def read(self, data: bytes, starts: Sequence[int], index: int, limit: int) -> int:
-        """Read the run of step lines at ``starts[index:]`` (at most ``limit``); how many lines were read."""
+    def read(self, data: bytes, starts: Sequence[int], index: int, limit: int, ahead: object = None) -> int:
+        """Read the run of step lines at ``starts[index:]`` (at most ``limit``); how many lines were read.
+        ``ahead`` (the kernel's StepsAhead: runs read on a thread of their own) is the kernel's: the twin reads."""
         if index < 0 or limit < 0:
             raise ValueError("index and limit must not be negative")
         grammar = self._grammar

@@ -27,7 +27,9 @@ class BlockPasses:
         self._block: bytes | None = None  # the block whose passes are being noted
         self._taken: list[tuple] = []
         self._template: tuple[tuple, ...] = ()  # the passes the last noted block took
-        self._started: list[tuple[bytes, tuple[tuple, ...], native.Ahead]] = []
+        # Each block started: its data, the passes native.ahead runs, their Ahead, its StepsAhead and the grouping
+        # that gives.
+        self._started: list[tuple[bytes, tuple[tuple, ...], native.Ahead | None, Any, tuple | None]] = []
 
     def block(self, data: bytes) -> None:
         """``data`` is the next whole block read: the passes taken over it are noted from now on."""
@@ -41,10 +43,24 @@ class BlockPasses:
         self._block, self._taken = None, []
         self._started = [started for started in self._started if started[0] is not data]
 
-    def start(self, data: bytes) -> None:
-        """``data`` is the block to come after the current one: the passes the last whole block took, started."""
-        if self._template and not any(started[0] is data for started in self._started):
-            self._started = [*self._started[1 - STARTED:], (data, self._template, native.ahead(data, self._template))]
+    def start(self, data: bytes, reader: native.StepReader | None = None) -> None:
+        """``data`` is the block to come after the current one: the passes the last whole block took, started. With
+        ``reader`` (of the file's step table), a grouping of rank streams is done by native.steps_ahead, which
+        also reads each stream's run of step lines by the reader's table (``steps``)."""
+        if not self._template or any(started[0] is data for started in self._started):
+            return
+        passes, steps = self._template, None
+        grouping = next((call for call in passes if call[0] == "group_lines"), None)
+        if grouping is not None and reader is not None:
+            steps = native.steps_ahead(data, reader, *grouping[1:])
+            if steps is not None:
+                passes = tuple(call for call in passes if call is not grouping)
+        self._started = [*self._started[1 - STARTED:],
+                         (data, passes, native.ahead(data, passes) if passes else None, steps, grouping)]
+
+    def steps(self, data: bytes) -> Any:
+        """The StepsAhead started over ``data`` (StepReader.read takes its streams' runs), None without."""
+        return next((started[3] for started in self._started if started[0] is data), None)
 
     def scan(self, scanner: native.Scanner, data: bytes) -> tuple[int, list[int], list[int]]:
         return self._run(data, ("scan", scanner))
@@ -64,8 +80,12 @@ class BlockPasses:
     def _run(self, data: bytes, call: tuple) -> Any:
         if data is self._block:
             self._taken.append(call)
-        for started, passes, ahead in self._started:
-            if started is data and call in passes:
+        for started, passes, ahead, steps, grouping in self._started:
+            if started is not data:
+                continue
+            if steps is not None and call == grouping:
+                return steps.groups()
+            if ahead is not None and call in passes:
                 return ahead.result(passes.index(call))
         name, *arguments = call
         if name in native.SCAN_PASSES:

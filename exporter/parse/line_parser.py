@@ -178,8 +178,9 @@ class LineParser:
 
     def prepare(self, data: bytes) -> None:
         """``data`` is the block to come after the one about to be cut into pieces: the kernel passes the last
-        blocks took are started over it on the second core (parse/ahead.py)."""
-        self._passes.start(data)
+        blocks took are started over it on the second core, an interleaved console's rank streams read there by
+        the step kernel too (parse/ahead.py)."""
+        self._passes.start(data, self._probe_reader() if self._kernel_table is not None else None)
 
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """``data`` (whole lines) in the pieces parse_block is to be given, each parsed before the next is asked
@@ -624,15 +625,21 @@ class LineParser:
 
     def _reads_alone(self, data: bytes, starts: list[int], index: int) -> bool:
         """True when the kernel reads the line at ``starts[index]`` into an empty run."""
+        probe = self._probe_reader()
+        taken = probe.read(data, starts, index, 1)
+        if taken:
+            probe.take()
+        return bool(taken)
+
+    def _probe_reader(self) -> native.StepReader:
+        """A reader of the kernel format's table that no batch reads by (a line probed alone, the table the rank
+        streams of the block to come are read by)."""
         if self._probe[0] is not self._kernel_table:
             assert self._kernel_table is not None
             self._probe = (self._kernel_table, native.step_reader(self._kernel_table))
         probe = self._probe[1]
         assert probe is not None
-        taken = probe.read(data, starts, index, 1)
-        if taken:
-            probe.take()
-        return bool(taken)
+        return probe
 
     def _parse_anchored(self, data: bytes, starts: list[int], parsed: ParsedBlock) -> int:
         """The lines at ``starts`` (the other lines give nothing), every line inside an open failure block.
@@ -695,7 +702,7 @@ class LineParser:
         if builder is None:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
-        taken, ended = builder.read_run(data, starts, index, limit)
+        taken, ended = builder.read_run(data, starts, index, limit, self._passes.steps(data) if index == 0 else None)
         if ended is not None:  # the run's first step went back below a line read one by one: a restart
             self._append(ended, parsed)
         if taken:

@@ -65,10 +65,11 @@ class StepBatchBuilder:
         self._merge_reader()
         self._reader, self._gauges, self._row_reader = reader, gauges, row_reader
 
-    def read_run(self, data: bytes, starts: list[int], index: int, limit: int) -> tuple[int, StepBatch | None]:
+    def read_run(self, data: bytes, starts: list[int], index: int, limit: int,
+                 ahead: object = None) -> tuple[int, StepBatch | None]:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``): how many lines it took, and the
         batch of the lines before it when its first step goes back below theirs (a restart: the run starts
-        a new batch).
+        a new batch). ``ahead``: native.steps_ahead over ``data``, whose run of these lines the reader takes.
 
         The reader sees the steps of its own lines only: after lines added one by one (another
         format's, in a file that mixes them; a line the reader declined), the run is taken at
@@ -78,7 +79,8 @@ class StepBatchBuilder:
         if reader is None:
             return 0, None
         after_lines_alone = bool(self._steps) and not len(reader)
-        taken = reader.read(data, starts, index, limit)
+        taken = reader.read(data, starts, index, limit) if ahead is None else reader.read(data, starts, index, limit,
+                                                                                          ahead)
         ended = None
         if taken and (after_lines_alone or self._keep_rows):
             run = reader.take()
