@@ -230,10 +230,15 @@ class _Later:
         self._data, self._passes = data, passes
 
     def result(self, index: int) -> Any:
-        name, *arguments = self._passes[index]
-        if name in SCAN_PASSES:
-            return getattr(arguments[0], name)(self._data)
-        return _PASSES[name](self._data, *arguments)
+        return run_pass(self._data, self._passes[index])
+
+
+def run_pass(data: bytes, call: tuple) -> Any:
+    """One pass (a tuple, as ``ahead`` takes them) over ``data``, run here."""
+    name, *arguments = call
+    if name in SCAN_PASSES:
+        return getattr(arguments[0], name)(data)
+    return _PASSES[name](data, *arguments)
 
 
 _PASSES: dict[str, Callable[..., Any]] = {"group_lines": group_lines, "segment_records": segment_records,

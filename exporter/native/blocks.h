@@ -5,9 +5,50 @@
 #ifndef TRAINLOG_BLOCKS_H
 #define TRAINLOG_BLOCKS_H
 
+#include <pthread.h>
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+
+/* Work on a thread of its own that never takes the interpreter (scan.c's Ahead, step_fields.c's StepsAhead). */
+typedef struct {
+    void *(*work)(void *);
+    void *argument;
+    pthread_t thread;
+    int running; /* started and not joined */
+    int done;
+} Worker;
+
+/* ``work(argument)`` started; without a thread (none could be started) it runs when first waited for. */
+static void
+worker_start(Worker *worker, void *(*work)(void *), void *argument)
+{
+    *worker = (Worker){work, argument};
+    worker->running = pthread_create(&worker->thread, NULL, work, argument) == 0;
+}
+
+/* The worker's thread joined, the interpreter free meanwhile; nothing is run here. */
+static void
+worker_join(Worker *worker)
+{
+    if (!worker->running) return;
+    Py_BEGIN_ALLOW_THREADS
+    pthread_join(worker->thread, NULL);
+    Py_END_ALLOW_THREADS
+    worker->running = 0;
+    worker->done = 1;
+}
+
+/* Until the work is done: its thread joined, or the work run here. */
+static void
+worker_wait(Worker *worker)
+{
+    worker_join(worker);
+    if (!worker->done && worker->work != NULL) {
+        worker->work(worker->argument);
+        worker->done = 1;
+    }
+}
 
 /* ------------------------------------------------------------------------------------------ */
 /* Growable arrays: a pass collects its findings in them without the interpreter (it may run on a

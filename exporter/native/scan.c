@@ -17,7 +17,6 @@
 #define _GNU_SOURCE /* memrchr */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
-#include <pthread.h>
 #include <stdint.h>
 #include <string.h>
 
@@ -1198,9 +1197,7 @@ typedef struct {
     int has_data;
     Pass *passes;
     Py_ssize_t count;
-    pthread_t thread;
-    int running; /* the thread was started and not joined */
-    int computed;
+    Worker worker; /* the passes, computed one after the other */
 } Ahead;
 
 static void
@@ -1336,26 +1333,14 @@ take_pass(PyObject *item, Pass *pass)
 }
 
 static void
-Ahead_join(Ahead *self)
-{
-    if (self->running) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_join(self->thread, NULL);
-        Py_END_ALLOW_THREADS
-        self->running = 0;
-        self->computed = 1;
-    }
-}
-
-static void
 Ahead_clear(Ahead *self)
 {
-    Ahead_join(self);
+    worker_join(&self->worker);
+    self->worker = (Worker){0};
     for (Py_ssize_t i = 0; i < self->count; i++) release_pass(&self->passes[i]);
     PyMem_Free(self->passes);
     self->passes = NULL;
     self->count = 0;
-    self->computed = 0;
     if (self->has_data) PyBuffer_Release(&self->data);
     self->has_data = 0;
 }
@@ -1381,8 +1366,7 @@ Ahead_init(Ahead *self, PyObject *args, PyObject *kwargs)
             return -1;
         }
     }
-    /* Without a thread (none could be started), the passes are computed when their result is first asked for. */
-    self->running = pthread_create(&self->thread, NULL, compute_passes, self) == 0;
+    worker_start(&self->worker, compute_passes, self);
     return 0;
 }
 
@@ -1399,11 +1383,7 @@ Ahead_result(Ahead *self, PyObject *argument)
         PyErr_SetString(PyExc_IndexError, "no pass at that index");
         return NULL;
     }
-    Ahead_join(self);
-    if (!self->computed) {
-        compute_passes(self);
-        self->computed = 1;
-    }
+    worker_wait(&self->worker);
     Pass *pass = &self->passes[index];
     if (pass->failed) return PyErr_NoMemory();
     switch (pass->kind) {

@@ -18,7 +18,6 @@
 #include <stdlib.h>
 #include <string.h>
 #include <errno.h>
-#include <pthread.h>
 #include <unistd.h>
 
 #include "blocks.h"
@@ -1172,8 +1171,7 @@ typedef struct {
     Groups *groups;
     Stream *streams; /* one a group */
     int failed; /* memory ran out: no group, no stream */
-    pthread_t thread;
-    int running, computed;
+    Worker worker; /* the grouping and the streams' runs */
 } StepsAhead;
 
 static PyTypeObject StepsAheadType;
@@ -1221,25 +1219,10 @@ StepsAhead_thread(void *argument)
 }
 
 static void
-StepsAhead_join(StepsAhead *self)
-{
-    if (self->running) {
-        Py_BEGIN_ALLOW_THREADS
-        pthread_join(self->thread, NULL);
-        Py_END_ALLOW_THREADS
-        self->running = 0;
-        self->computed = 1;
-    }
-    if (!self->computed && self->groups != NULL) { /* no thread could be started */
-        read_streams(self);
-        self->computed = 1;
-    }
-}
-
-static void
 StepsAhead_clear(StepsAhead *self)
 {
-    StepsAhead_join(self);
+    worker_join(&self->worker);
+    self->worker = (Worker){0};
     for (Py_ssize_t group = 0; self->streams && group < self->groups->groups; group++) {
         free_run(&self->streams[group].run);
     }
@@ -1251,7 +1234,7 @@ StepsAhead_clear(StepsAhead *self)
     for (Py_ssize_t i = 0; i < self->held; i++) PyBuffer_Release(&self->arguments[i]);
     self->held = 0;
     if (self->has_data) PyBuffer_Release(&self->data);
-    self->has_data = self->failed = self->computed = 0;
+    self->has_data = self->failed = 0;
     if (self->reader) ((StepReader *)self->reader)->jobs--;
     Py_CLEAR(self->reader);
 }
@@ -1283,7 +1266,7 @@ StepsAhead_init(StepsAhead *self, PyObject *args, PyObject *kwargs)
         PyErr_NoMemory();
         return -1;
     }
-    self->running = pthread_create(&self->thread, NULL, StepsAhead_thread, self) == 0;
+    worker_start(&self->worker, StepsAhead_thread, self);
     return 0;
 }
 
@@ -1298,7 +1281,7 @@ StepsAhead_groups(StepsAhead *self, PyObject *unused)
         PyErr_SetString(PyExc_ValueError, "StepsAhead was not given a block");
         return NULL;
     }
-    StepsAhead_join(self);
+    worker_wait(&self->worker);
     if (self->failed) return PyErr_NoMemory();
     return groups_result(self->groups);
 }
@@ -1313,7 +1296,7 @@ StepsAhead_dealloc(StepsAhead *self)
 static PyObject *
 StepsAhead_get_pending(StepsAhead *self, void *closure)
 {
-    StepsAhead_join(self);
+    worker_wait(&self->worker);
     Py_ssize_t pending = 0;
     for (Py_ssize_t group = 0; self->streams && group < self->groups->groups; group++) {
         pending += self->streams[group].taken > 0;
@@ -1358,7 +1341,7 @@ take_stream(StepReader *self, StepsAhead *ahead, const Py_buffer *data, PyObject
         || ahead->data.len != data->len) {
         return 0;
     }
-    StepsAhead_join(ahead);
+    worker_wait(&ahead->worker);
     if (ahead->failed || ahead->streams == NULL) return 0;
     Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(starts, 0));
     if (first == -1 && PyErr_Occurred()) return -1;

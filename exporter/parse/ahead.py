@@ -87,7 +87,4 @@ class BlockPasses:
                 return steps.groups()
             if ahead is not None and call in passes:
                 return ahead.result(passes.index(call))
-        name, *arguments = call
-        if name in native.SCAN_PASSES:
-            return getattr(arguments[0], name)(data)
-        return getattr(native, name)(data, *arguments)
+        return native.run_pass(data, call)
