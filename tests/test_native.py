@@ -772,6 +772,32 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     assert result[:4] == (1, huge + 2, 1, [huge + 1])
 
 
+@pytest.mark.parametrize("seed", range(6))
+def test_consecutive_native_matches_the_twin(seed):
+    rng = random.Random(seed)
+    for _ in range(300):
+        first = rng.choice([0, 1, -5, 2**40, 2**62])
+        steps: list[int | None] = list(range(first, first + rng.choice([0, 1, 2, 50])))
+        if steps and rng.random() < 0.6:  # a line printing no step, a step repeated, skipped or going back
+            at = rng.randrange(len(steps))
+            steps[at] = rng.choice([None, steps[at] + 1, steps[at] - 1, steps[at] + 2])
+        expected = detectors_twin.consecutive(steps)
+        assert _detectors.consecutive(steps) is expected, steps
+        assert native.consecutive(steps) is expected
+
+
+def test_consecutive_runs_the_twin_for_steps_beyond_64_bits():
+    steps = [2**63 - 1, 2**63, 2**63 + 1]
+    with pytest.raises(OverflowError):
+        _detectors.consecutive(steps)
+    assert native.consecutive(steps) is True
+    assert native.consecutive([2**64, 2**64 + 2]) is False
+    with pytest.raises(TypeError):
+        _detectors.consecutive([1, 2.0])
+    with pytest.raises(TypeError):
+        _detectors.consecutive((1, 2))
+
+
 @pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
 def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     # 1e308 held for 10 steps becomes the baseline; -1e308 then overflows it and the noise level

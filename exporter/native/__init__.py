@@ -295,3 +295,13 @@ def check_step_times(config: tuple, slowdown: Any, steps: Sequence[int | None], 
         except OverflowError:  # a number beyond the C kernel's 64 bits: the twin's integers are unbounded
             pass
     return _detectors_twin.check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)
+
+
+def consecutive(steps: list[int | None]) -> bool:
+    """Each step one after the step before it, every one printed (exporter/native/detectors.py)."""
+    if _detectors is not None:
+        try:
+            return _detectors.consecutive(steps)
+        except OverflowError:  # a step beyond the C kernel's 64 bits: the twin's integers are unbounded
+            pass
+    return _detectors_twin.consecutive(steps)

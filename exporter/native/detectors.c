@@ -9,6 +9,7 @@
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
+#include <limits.h>
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
@@ -479,9 +480,44 @@ done:
     return result;
 }
 
+PyDoc_STRVAR(consecutive_doc,
+"consecutive(steps: list) -> bool\n\n"
+"True when every item is an int, each one more than the one before it (an empty list: False; a None: False).\n"
+"OverflowError for a step beyond 64 bits (the twin's integers are unbounded).");
+
+static PyObject *
+consecutive(PyObject *module, PyObject *steps)
+{
+    if (!PyList_Check(steps)) {
+        PyErr_SetString(PyExc_TypeError, "consecutive: steps is a list");
+        return NULL;
+    }
+    Py_ssize_t count = PyList_GET_SIZE(steps);
+    long long previous = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *item = PyList_GET_ITEM(steps, i);
+        if (item == Py_None) Py_RETURN_FALSE;
+        if (!PyLong_Check(item)) {
+            PyErr_Format(PyExc_TypeError, "consecutive: a step is an int or None, not %.100s", Py_TYPE(item)->tp_name);
+            return NULL;
+        }
+        int overflow;
+        long long step = PyLong_AsLongLongAndOverflow(item, &overflow);
+        if (overflow || step == LLONG_MIN || step == LLONG_MAX) {
+            PyErr_SetString(PyExc_OverflowError, "beyond the native detectors' range");
+            return NULL;
+        }
+        if (step == -1 && PyErr_Occurred()) return NULL;
+        if (i && step != previous + 1) Py_RETURN_FALSE;
+        previous = step;
+    }
+    return PyBool_FromLong(count > 0);
+}
+
 static PyMethodDef methods[] = {
     {"check_series", (PyCFunction)(void (*)(void))check_series, METH_FASTCALL, check_series_doc},
     {"check_step_times", (PyCFunction)(void (*)(void))check_step_times, METH_FASTCALL, check_step_times_doc},
+    {"consecutive", consecutive, METH_O, consecutive_doc},
     {NULL},
 };
 

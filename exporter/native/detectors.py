@@ -37,6 +37,11 @@ was given).
 A step time that is not a time (not finite, not positive) is skipped. The detector itself
 sees each step time once, whatever its span. Returned: the slowdowns begun, the step of
 the last, the seconds with these steps added, the new state.
+
+    consecutive(steps) -> bool
+
+Whether each step of a batch is one after the step before it (every line printed one): the
+state's usual batch, whose step times each stand for one step.
 """
 
 from __future__ import annotations
@@ -249,6 +254,14 @@ def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int
         seen += 1
     return (slowdowns, last_slowdown, productive, checkpoint,
             (baseline, seen, slow_run, held, in_slowdown, warmup, held_span))
+
+
+def consecutive(steps: list[int | None]) -> bool:
+    """Each step one after the step before it, every one printed (an empty list: False)."""
+    first, last = (steps[0], steps[-1]) if steps else (None, None)
+    if first is None or last is None or last - first != len(steps) - 1:
+        return False
+    return steps == list(range(first, last + 1))
 
 
 def _median(values: list[float]) -> float:

@@ -15,6 +15,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
+from exporter import native
 from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse import faults
 from exporter.parse.fields import is_rank_value, label_value, window_of
@@ -295,7 +296,7 @@ class TrainingState:
         if not batch.steps:
             return
         step_before = rank.step
-        consecutive = _consecutive(batch.steps)
+        consecutive = native.consecutive(batch.steps)
         rank.steps_total += _steps_counted(step_before, batch.steps, consecutive)
         rank.step = _last_known(step_before, batch.steps)  # Hugging Face Trainer prints no step
         since_last_step = None if rank.last_step_timestamp is None else now - rank.last_step_timestamp
@@ -609,7 +610,7 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
     time of one (the interval's mean): that line stands for the whole interval. A step time
     on a line naming no step, the first one, or one whose step does not advance or jumps
     back or by more than MAX_SPAN (a restart, another run) stands for itself. ``consecutive``: each step is one
-    after the step before it (_consecutive).
+    after the step before it (native.consecutive).
     """
     if consecutive and steps:  # the usual case: every step time stands for one step, but maybe the first
         ones = [1.0] * len(steps)
@@ -641,7 +642,7 @@ def _covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
 def _steps_counted(step_before: int | None, steps: list[int | None], consecutive: bool = False) -> int:
     """How many steps the lines printed: DeepSpeed prints the lr and the throughput of one step on
     two lines, so a line for the step the rank is at completes it; a line printing none is a step.
-    ``consecutive``: each step is one after the step before it (_consecutive)."""
+    ``consecutive``: each step is one after the step before it (native.consecutive)."""
     if consecutive:
         return len(steps) - (steps[0] == step_before)
     if None not in steps:  # the usual case, at C speed: each change of step is one
@@ -652,14 +653,6 @@ def _steps_counted(step_before: int | None, steps: list[int | None], consecutive
         if step is not None:
             known = step
     return counted
-
-
-def _consecutive(steps: list[int | None]) -> bool:
-    """Each line one step after the line before it (every line printing a step): the usual batch."""
-    first, last = (steps[0], steps[-1]) if steps else (None, None)
-    if first is None or last is None or last - first != len(steps) - 1:
-        return False
-    return steps == list(range(first, last + 1))
 
 
 def _last_known(step_before: int | None, steps: Sequence[int | None]) -> int | None:
