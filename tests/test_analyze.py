@@ -406,21 +406,29 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
 
 
 def test_a_failed_write_of_the_rows_is_raised():
-    """A full device's ENOSPC reaches analyze, for a batch's rows and for single rows' texts (joined, written at
-    TEXT_CHUNK characters or at the end)."""
+    """A full device's ENOSPC reaches analyze, for a batch's rows (written on the kernel's thread: told by the next
+    write or the flush, which wait for it) and for single rows' texts (joined, written at TEXT_CHUNK characters or at
+    the end)."""
     from exporter.analyze.csv_out import TEXT_CHUNK, _RowWriter
+    batch = ((list(range(100)), [0.5] * 100), 100, "run,,0,")
     with open("/dev/full", "wb") as full:
         writer = _RowWriter(full.fileno())
+        writer.put(batch)
         with pytest.raises(OSError) as failed:
-            writer.put(((list(range(100)), [0.5] * 100), 100, "run,,0,"))
+            writer.flush()
         assert failed.value.errno == errno.ENOSPC
+        writer.put(batch)
+        with pytest.raises(OSError):
+            writer.put(batch)
+        writer.flush()  # the batch the failed put did not start was not taken: nothing is pending
         writer.put("run,,0,1,,0.5\r\n")
         with pytest.raises(OSError):
             writer.flush()
         for _ in range(TEXT_CHUNK // 10):  # ten characters each: not yet written
             writer.put("run,,0,1\r\n")
+        writer.put("run,,0,1\r\n")  # past TEXT_CHUNK: the texts' write begins
         with pytest.raises(OSError):
-            writer.put("run,,0,1\r\n")
+            writer.flush()
 
 
 @pytest.mark.parametrize("seed", range(6))
@@ -455,3 +463,30 @@ def test_a_short_line_is_not_given_the_next_lines_time():
     assert LineClock(2026).at(data, following) == datetime(2026, 12, 3, 8, 38, 37, 576000).timestamp()
     assert LineClock(2026).at(data, banner) is None
     assert LineClock(2026).times(data, [banner, following])[0] is None
+
+
+def test_a_closed_analysis_is_freed_without_the_collector():
+    """The state holds the analysis's listener: once closed, the analysis and all it read are freed as their last
+    reference goes (a large analysis's objects left to the collector cost a pass over the whole heap at exit)."""
+    import gc
+    import weakref
+
+    from exporter.analyze.engine import Analysis
+    from exporter.analyze.sources import resolve
+
+    def analysed(close: bool) -> weakref.ref:
+        analysis = Analysis()
+        for source in resolve([str(REPO / "tests/fixtures/real/torchrun_ddp_healthy.log")], "job").sources:
+            analysis.add(source)
+        assert analysis.report().runs
+        if close:
+            analysis.close()
+        return weakref.ref(analysis)
+
+    gc.disable()
+    try:
+        assert analysed(close=True)() is None
+        assert analysed(close=False)() is not None  # the cycle the close breaks
+    finally:
+        gc.enable()
+        gc.collect()

@@ -602,8 +602,18 @@ def _written(write_rows, path: Path, jobs: list) -> str:
     return path.read_bytes().decode()
 
 
+def _write_ahead(fd: int, jobs: list) -> None:
+    """write_rows by the kernel's own thread (RowsAhead), waited for."""
+    _step_fields.RowsAhead(fd, jobs).wait()
+
+
+WRITERS = (_step_fields.write_rows, _write_ahead, step_fields_twin.write_rows)
+
+
 def test_write_rows_writes_each_number_as_repr_does(tmp_path):
-    """The compiled rows against the twin (repr itself), character for character, several jobs in one call."""
+    """The compiled rows, at once and on their own thread (which hands back to wait() each cell only repr writes:
+    beyond 2**53, below 1e-10, ints beyond 64 bits), against the twin (repr itself), character for character,
+    several jobs in one call."""
     rng = random.Random(41)
     for width, rows in ((1, 200_000), (3, 20_000), (10, 2_000)):
         columns = tuple(_csv_cells(rng, rows) for _ in range(width))
@@ -611,10 +621,11 @@ def test_write_rows_writes_each_number_as_repr_does(tmp_path):
         jobs = ["head\r\n", (columns, taken, ""), (columns, 3, "rün,")]
         compiled = _written(_step_fields.write_rows, tmp_path / "compiled", jobs)
         assert compiled == _written(step_fields_twin.write_rows, tmp_path / "twin", jobs)
+        assert _written(_write_ahead, tmp_path / "ahead", jobs) == compiled
         assert compiled.count("\r\n") == 1 + taken + 3
         assert compiled.split("\r\n")[1:4] == [",".join("" if cell is None else repr(cell) for cell in row)
                                                 for row in list(zip(*columns, strict=True))[:3]]
-    for write_rows in (_step_fields.write_rows, step_fields_twin.write_rows):
+    for write_rows in WRITERS:
         def written(*jobs: object, write_rows=write_rows) -> str:
             return _written(write_rows, tmp_path / "rows", list(jobs))
         assert written((([1, None], (2.5, 1e-05), range(7, 9)), 2, "")) == "1,2.5,7\r\n,1e-05,8\r\n"
@@ -634,8 +645,8 @@ def test_write_rows_writes_each_number_as_repr_does(tmp_path):
 
 
 def test_write_rows_tells_a_failed_write(tmp_path):
-    """A full device (/dev/full) and a closed descriptor: OSError, from both."""
-    for write_rows in (_step_fields.write_rows, step_fields_twin.write_rows):
+    """A full device (/dev/full) and a closed descriptor: OSError, from each."""
+    for write_rows in WRITERS:
         with open("/dev/full", "wb") as full, pytest.raises(OSError) as failed:
             write_rows(full.fileno(), [(([1.5] * 10,), 10, "x,")])
         assert failed.value.errno == errno.ENOSPC
@@ -643,6 +654,29 @@ def test_write_rows_tells_a_failed_write(tmp_path):
             descriptor = handle.fileno()
         with pytest.raises(OSError):
             write_rows(descriptor, ["x"])
+
+
+def test_rows_ahead_writes_what_the_jobs_held_when_given(tmp_path):
+    """The thread writes the cells the columns held when the writing began (a list may change afterwards), the rows
+    after one only repr writes (1e-300, 2**70) included, once; a second wait returns at once, and one dropped
+    unwaited leaves nothing running."""
+    steps, losses = list(range(1, 1001)), [0.5] * 1000
+    losses[10], steps[500] = 1e-300, 2**70
+    path = tmp_path / "rows"
+    with path.open("wb") as handle:
+        writing = _step_fields.RowsAhead(handle.fileno(), [((steps, losses), 1000, "r,")])
+        losses[20] = 7.0
+        steps.clear()
+        writing.wait()
+        writing.wait()
+    rows = path.read_bytes().decode().split("\r\n")
+    assert len(rows) == 1001 and rows[-1] == ""
+    assert rows[10] == "r,11,1e-300" and rows[20] == "r,21,0.5" and rows[500] == f"r,{2**70},0.5"
+    assert rows[999] == "r,1000,0.5"
+    with (tmp_path / "dropped").open("wb") as handle:
+        _step_fields.RowsAhead(handle.fileno(), [((list(range(100_000)),), 100_000, "")])
+    gc.collect()
+    assert (tmp_path / "dropped").read_bytes().count(b"\n") == 100_000
 
 
 @pytest.mark.parametrize("table", [

@@ -91,6 +91,7 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
     for warning in analysis.warnings:
         print(f"{PROGRAM}: warning: {warning}", file=err)
     report = analysis.report()
+    analysis.close()
     try:
         out.write(RENDERERS[format](report))
         out.flush()

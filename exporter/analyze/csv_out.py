@@ -2,7 +2,8 @@
 
 Aux losses get a column each, but which ones a run prints is known only at its end: rows
 go to a temporary file first, the final file is written from it with the full header.
-Both passes stream; memory holds one row and TEXT_CHUNK characters of rows not yet written.
+Both passes stream; memory holds one row, TEXT_CHUNK characters of rows not yet written and the batch the
+kernel's thread is writing (native.rows_ahead) while the next is read.
 """
 
 from __future__ import annotations
@@ -175,25 +176,43 @@ def _write(fd: int, jobs: list[Job]) -> None:
 
 class _RowWriter:
     """The scratch file's writes, in order: single rows' texts joined (a log of single step lines makes each row a
-    text of its own), a batch's rows formatted by write_rows, both in one call."""
+    text of its own), a batch's rows formatted and written with them by the kernel on a thread of its own
+    (native.rows_ahead) while the next batch is read; one write at a time."""
 
     def __init__(self, fd: int) -> None:
         self._fd = fd
         self._texts: list[str] = []  # put since the last write
         self._length = 0
+        self._writing: native.RowsWriting | None = None
 
     def put(self, job: Job) -> None:
         if isinstance(job, str):
             self._texts.append(job)
             self._length += len(job)
             if self._length >= TEXT_CHUNK:
-                self.flush()
+                self._start(self._taken())
             return
-        _write(self._fd, [*self._taken(), job])
+        self._start([*self._taken(), job])
 
     def flush(self) -> None:
+        """Every job put written."""
         if self._texts:
-            _write(self._fd, self._taken())
+            self._start(self._taken())
+        self._wait()
+
+    def _start(self, jobs: list[Job]) -> None:
+        self._wait()
+        try:
+            self._writing = native.rows_ahead(self._fd, jobs)
+        except TypeError:  # a cell of a parser's own number type: nothing was started
+            self._writing = None
+        if self._writing is None:
+            _write(self._fd, jobs)
+
+    def _wait(self) -> None:
+        writing, self._writing = self._writing, None
+        if writing is not None:
+            writing.wait()
 
     def _taken(self) -> list[Job]:
         texts, self._texts, self._length = self._texts, [], 0

@@ -361,6 +361,11 @@ class Analysis:
         at_step = f" after step {step}" if step is not None else " before the first step"
         return f"{kinds.words(event.kind)}{f' ({said})' if said else ''}{at_step}"
 
+    def close(self) -> None:
+        """Let go of the state: it holds this analysis's listener, a cycle that only the collector frees, by going
+        over the whole heap (0.3 s at the exit of a 2,000,000-line analysis; freed here, 0.07 s)."""
+        self._state.listener = None
+
     # ----- the report
 
     def report(self) -> Report:

@@ -275,6 +275,18 @@ def write_rows(fd: int, jobs: list) -> None:
     return _step_fields_twin.write_rows(fd, jobs)
 
 
+class RowsWriting(Protocol):
+    def wait(self) -> None: ...
+
+
+def rows_ahead(fd: int, jobs: list) -> RowsWriting | None:
+    """write_rows(fd, jobs) on a thread of its own, its ``wait()`` ending it (the jobs read, and refused, here); None
+    where the kernel is not built."""
+    if _step_fields is None:
+        return None
+    return _step_fields.RowsAhead(fd, jobs)
+
+
 def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],
                  values: Sequence[float]) -> _detectors_twin.SeriesCheck:
     """The detectors over one series (exporter/native/detectors.py)."""

@@ -1475,7 +1475,7 @@ reserve(Text_out *out, Py_ssize_t more)
     /* The caller tells a failure (write_rows: as no memory, after any error of its own). */
     if (out->length + more <= out->capacity) return 0;
     Py_ssize_t wanted = out->capacity * 2 > out->length + more ? out->capacity * 2 : out->length + more;
-    char *grown = PyMem_Realloc(out->at, (size_t)wanted);
+    char *grown = PyMem_RawRealloc(out->at, (size_t)wanted); /* the writer's thread holds no interpreter */
     if (grown == NULL) return -1;
     out->at = grown;
     out->capacity = wanted;
@@ -1584,13 +1584,17 @@ short_decimal(double x, uint64_t *digits, int *fraction)
 #endif
 }
 
-/* repr(x) of a float, as float.__repr__ writes it. */
+/* repr(x) of a float, as float.__repr__ writes it; NEEDS_INTERPRETER without ``interpreter`` where that takes
+ * Python's own algorithm (x beyond short_decimal's range). */
 static int
-write_float(Text_out *out, double x)
+write_float(Text_out *out, double x, int interpreter)
 {
     uint64_t number = 0;
     int fraction = 0;
-    if (!isfinite(x) || !(x == 0 || short_decimal(fabs(x), &number, &fraction))) {
+    if (isnan(x)) return write_text(out, "nan", 3);
+    if (isinf(x)) return x > 0 ? write_text(out, "inf", 3) : write_text(out, "-inf", 4);
+    if (!(x == 0 || short_decimal(fabs(x), &number, &fraction))) {
+        if (!interpreter) return NEEDS_INTERPRETER;
         char *text = PyOS_double_to_string(x, 'r', 0, Py_DTSF_ADD_DOT_0, NULL);
         if (text == NULL) return -1;
         int written = write_text(out, text, (Py_ssize_t)strlen(text));
@@ -1650,15 +1654,15 @@ write_float(Text_out *out, double x)
     return 0;
 }
 
-/* A cell: repr of an int or a float, nothing for None (its type checked when its job was read). */
+/* A cell: repr of an int or a float, nothing for None (its type checked when its job was read). Without
+ * ``interpreter`` (the writer's own thread) only reads: NEEDS_INTERPRETER where repr() has to be called. */
 static int
-write_cell(Text_out *out, PyObject *value)
+write_cell(Text_out *out, PyObject *value, int interpreter)
 {
-    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value));
+    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value), interpreter);
     if (value == Py_None) return 0;
-    int overflow;
+    int overflow; /* an exact int (read_rows_job): no __index__ is called, no exception is set */
     long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (number == -1 && PyErr_Occurred()) return -1;
     if (!overflow) {
         char digits[24];
         int negative = number < 0;
@@ -1666,6 +1670,7 @@ write_cell(Text_out *out, PyObject *value)
         if (negative) digits[0] = '-';
         return write_text(out, digits + !negative, count + negative);
     }
+    if (!interpreter) return NEEDS_INTERPRETER;
     PyObject *text = PyObject_Repr(value);
     if (text == NULL) return -1;
     Py_ssize_t length;
@@ -1679,7 +1684,7 @@ write_cell(Text_out *out, PyObject *value)
 typedef struct {
     const char *text, *lead;
     Py_ssize_t length, lead_length, rows, width;
-    PyObject **columns; /* width lists or tuples (new references) */
+    PyObject **columns; /* width tuples (new references): what the lists held when the job was read */
 } Job;
 
 static void
@@ -1688,6 +1693,7 @@ free_columns(Job *job)
     if (job->columns == NULL) return;
     for (Py_ssize_t i = 0; i < job->width; i++) Py_XDECREF(job->columns[i]);
     PyMem_Free(job->columns);
+    job->columns = NULL;
 }
 
 /* A job of the rows (columns, rows, lead): its columns taken and every cell's type checked, -1 with an exception
@@ -1719,16 +1725,15 @@ read_rows_job(PyObject *item, Job *job)
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < width; i++) { /* a list or a tuple as it is, another sequence as a list */
-        PyObject *column = job->columns[i] =
-            PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
+    for (Py_ssize_t i = 0; i < width; i++) { /* a tuple of each: a list may change once the call returns */
+        PyObject *column = job->columns[i] = PySequence_Tuple(PyTuple_GET_ITEM(columns_given, i));
         if (column == NULL) return -1;
-        if (PySequence_Fast_GET_SIZE(column) < rows) {
+        if (PyTuple_GET_SIZE(column) < rows) {
             PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
             return -1;
         }
         for (Py_ssize_t row = 0; row < rows; row++) {
-            PyObject *value = PySequence_Fast_GET_ITEM(column, row);
+            PyObject *value = PyTuple_GET_ITEM(column, row);
             if (!PyFloat_CheckExact(value) && value != Py_None && !PyLong_CheckExact(value)) {
                 PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s",
                              Py_TYPE(value)->tp_name);
@@ -1739,15 +1744,23 @@ read_rows_job(PyObject *item, Job *job)
     return 0;
 }
 
-/* Where the rows go, and why writing them stopped. */
+/* A call's jobs and how far writing them got: write_rows writes them at once; RowsAhead on a thread of its own,
+ * which hands what only the interpreter writes (repr's own cases) back to wait(). */
 typedef struct {
+    PyObject *items; /* a tuple of the jobs as given: their texts are theirs */
+    Job *jobs;
+    Py_ssize_t count, job, row; /* jobs[job]'s rows from ``row`` are yet to be written */
+    Text_out out;
     int fd;
-    int error; /* an errno of write(2) */
+    int error;       /* an errno of write(2) */
+    int no_memory;   /* the buffer could not grow */
+    int interpreter; /* stopped where a cell needs it (NEEDS_INTERPRETER) */
 } Writing;
 
 static int
-write_out(Writing *writing, Text_out *out)
+write_out(Writing *writing)
 {
+    Text_out *out = &writing->out;
     const char *at = out->at;
     Py_ssize_t left = out->length;
     while (left > 0) {
@@ -1764,25 +1777,102 @@ write_out(Writing *writing, Text_out *out)
     return 0;
 }
 
+/* The jobs from where writing got to: 0 when all are written, -1 when it failed (error or no_memory, or an
+ * exception with ``interpreter``), NEEDS_INTERPRETER without it at a cell that needs it (the row is taken back,
+ * to be written whole by a call with the interpreter). */
 static int
-write_job_rows(Writing *writing, Text_out *out, const Job *job)
+write_jobs(Writing *writing, int interpreter)
 {
-    for (Py_ssize_t row = 0; row < job->rows; row++) {
-        if (write_text(out, job->lead, job->lead_length) < 0) return -1;
-        for (Py_ssize_t i = 0; i < job->width; i++) {
-            PyObject *value = PySequence_Fast_GET_ITEM(job->columns[i], row);
-            if ((i && write_text(out, ",", 1) < 0) || write_cell(out, value) < 0) return -1;
+    Text_out *out = &writing->out;
+    for (; writing->job < writing->count; writing->job++, writing->row = 0) {
+        const Job *job = &writing->jobs[writing->job];
+        if (job->text != NULL) {
+            if (write_text(out, job->text, job->length) < 0) goto no_memory;
+            continue;
         }
-        if (write_text(out, "\r\n", 2) < 0) return -1;
-        if (out->length >= (1 << 20) && write_out(writing, out) < 0) return -1;
+        for (; writing->row < job->rows; writing->row++) {
+            Py_ssize_t row = writing->row, row_start = out->length;
+            if (write_text(out, job->lead, job->lead_length) < 0) goto no_memory;
+            for (Py_ssize_t i = 0; i < job->width; i++) {
+                if (i && write_text(out, ",", 1) < 0) goto no_memory;
+                int written = write_cell(out, PyTuple_GET_ITEM(job->columns[i], row), interpreter);
+                if (written == NEEDS_INTERPRETER) {
+                    out->length = row_start;
+                    writing->interpreter = 1;
+                    return NEEDS_INTERPRETER;
+                }
+                if (written < 0) {
+                    if (interpreter && PyErr_Occurred()) return -1;
+                    goto no_memory;
+                }
+            }
+            if (write_text(out, "\r\n", 2) < 0) goto no_memory;
+            if (out->length >= (1 << 20) && write_out(writing) < 0) return -1;
+        }
+    }
+    writing->interpreter = 0;
+    return write_out(writing);
+no_memory:
+    writing->no_memory = 1;
+    return -1;
+}
+
+/* The jobs of ``given`` read (their cells' types checked) into ``writing``: -1 with an exception when one is bad. */
+static int
+read_jobs(Writing *writing, PyObject *fd, PyObject *given)
+{
+    *writing = (Writing){0};
+    writing->fd = PyObject_AsFileDescriptor(fd);
+    if (writing->fd < 0) return -1;
+    writing->items = PySequence_Tuple(given);
+    if (writing->items == NULL) return -1;
+    Py_ssize_t count = PyTuple_GET_SIZE(writing->items);
+    writing->jobs = PyMem_Calloc((size_t)count + 1, sizeof(Job));
+    if (writing->jobs == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (; writing->count < count; writing->count++) { /* a failed job's columns are freed with the others */
+        PyObject *item = PyTuple_GET_ITEM(writing->items, writing->count);
+        Job *job = &writing->jobs[writing->count];
+        if (PyUnicode_Check(item)) {
+            job->text = PyUnicode_AsUTF8AndSize(item, &job->length);
+            if (job->text == NULL) return -1;
+        }
+        else if (read_rows_job(item, job) < 0) {
+            writing->count++;
+            return -1;
+        }
     }
     return 0;
+}
+
+/* What stopped writing as an exception (none set yet); -1 when there is one, else 0. */
+static int
+writing_failed(Writing *writing)
+{
+    if (writing->error) {
+        errno = writing->error;
+        PyErr_SetFromErrno(PyExc_OSError);
+    }
+    else if (writing->no_memory) PyErr_NoMemory();
+    return PyErr_Occurred() ? -1 : 0;
+}
+
+static void
+writing_free(Writing *writing)
+{
+    for (Py_ssize_t i = 0; writing->jobs != NULL && i < writing->count; i++) free_columns(&writing->jobs[i]);
+    PyMem_Free(writing->jobs);
+    PyMem_RawFree(writing->out.at);
+    Py_CLEAR(writing->items);
+    *writing = (Writing){0};
 }
 
 PyDoc_STRVAR(write_rows_doc,
 "write_rows(fd, jobs) -> None\n\n"
 "Write each job to the file descriptor fd, in order: a str as its UTF-8, or (columns, rows, lead) as the first\n"
-"rows rows of columns (lists of ints, floats, None), each row lead and its cells joined by ',' and ended by\n"
+"rows rows of columns (sequences of ints, floats, None), each row lead and its cells joined by ',' and ended by\n"
 "'\\r\\n', a number as repr() writes it, None as nothing (the csv module's). The jobs are read first (TypeError,\n"
 "ValueError: nothing is written); OSError when a write fails.");
 
@@ -1793,41 +1883,97 @@ write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "write_rows(fd: int, jobs: list)");
         return NULL;
     }
-    int fd = PyObject_AsFileDescriptor(args[0]);
-    if (fd < 0) return NULL;
-    PyObject *items = PySequence_Fast(args[1], "write_rows: jobs is a sequence");
-    if (items == NULL) return NULL;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(items), ready = 0;
-    Job *jobs = PyMem_Calloc((size_t)count + 1, sizeof(Job));
-    Text_out out = {NULL, 0, 0};
-    Writing writing = {fd, 0};
-    int failed = jobs == NULL;
-    if (failed) PyErr_NoMemory();
-    for (; !failed && ready < count; ready++) { /* every job read (its cells' types) before any is written */
-        PyObject *item = PySequence_Fast_GET_ITEM(items, ready);
-        if (PyUnicode_Check(item)) {
-            jobs[ready].text = PyUnicode_AsUTF8AndSize(item, &jobs[ready].length);
-            failed = jobs[ready].text == NULL;
-        }
-        else failed = read_rows_job(item, &jobs[ready]) < 0; /* a failed job's columns are freed with the others */
-    }
-    for (Py_ssize_t i = 0; !failed && i < count; i++) {
-        if (jobs[i].text != NULL) failed = write_text(&out, jobs[i].text, jobs[i].length) < 0;
-        else failed = write_job_rows(&writing, &out, &jobs[i]) < 0;
-    }
-    if (!failed) failed = write_out(&writing, &out) < 0;
-    if (failed && writing.error) {
-        errno = writing.error;
-        PyErr_SetFromErrno(PyExc_OSError);
-    }
-    else if (failed && !PyErr_Occurred()) PyErr_NoMemory(); /* the buffer could not grow (reserve) */
-    for (Py_ssize_t i = 0; i < ready; i++) free_columns(&jobs[i]);
-    PyMem_Free(jobs);
-    PyMem_Free(out.at);
-    Py_DECREF(items);
+    Writing writing;
+    int failed = read_jobs(&writing, args[0], args[1]) < 0 || write_jobs(&writing, 1) < 0;
+    if (failed) writing_failed(&writing);
+    writing_free(&writing);
     if (failed) return NULL;
     Py_RETURN_NONE;
 }
+
+/* write_rows on a thread of its own. */
+typedef struct {
+    PyObject_HEAD
+    Writing writing;
+    Worker worker;
+    int started;
+} RowsAhead;
+
+static void *
+RowsAhead_thread(void *argument)
+{
+    write_jobs(&((RowsAhead *)argument)->writing, 0);
+    return NULL;
+}
+
+static void
+RowsAhead_clear(RowsAhead *self)
+{
+    worker_join(&self->worker);
+    self->worker = (Worker){0};
+    writing_free(&self->writing);
+    self->started = 0;
+}
+
+static int
+RowsAhead_init(RowsAhead *self, PyObject *args, PyObject *kwargs)
+{
+    static char *keywords[] = {"fd", "jobs", NULL};
+    PyObject *fd, *jobs;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", keywords, &fd, &jobs)) return -1;
+    RowsAhead_clear(self);
+    if (read_jobs(&self->writing, fd, jobs) < 0) {
+        writing_free(&self->writing);
+        return -1;
+    }
+    self->started = 1;
+    worker_start(&self->worker, RowsAhead_thread, self);
+    return 0;
+}
+
+PyDoc_STRVAR(RowsAhead_wait_doc,
+"wait() -> None\n\n"
+"Until every job is written (the interpreter free meanwhile; a cell only repr() writes, and the rest after it,\n"
+"written here); OSError when a write failed. A second wait returns at once.");
+
+static PyObject *
+RowsAhead_wait(RowsAhead *self, PyObject *unused)
+{
+    if (!self->started) Py_RETURN_NONE;
+    worker_wait(&self->worker);
+    Writing *writing = &self->writing;
+    int failed = 0;
+    while (!failed && writing->interpreter) failed = write_jobs(writing, 1) < 0;
+    failed = writing_failed(writing) < 0 || failed;
+    RowsAhead_clear(self);
+    if (failed) return NULL;
+    Py_RETURN_NONE;
+}
+
+static void
+RowsAhead_dealloc(RowsAhead *self)
+{
+    RowsAhead_clear(self);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+static PyMethodDef RowsAhead_methods[] = {
+    {"wait", (PyCFunction)RowsAhead_wait, METH_NOARGS, RowsAhead_wait_doc},
+    {NULL},
+};
+
+static PyTypeObject RowsAheadType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "exporter.native._step_fields.RowsAhead",
+    .tp_doc = PyDoc_STR("RowsAhead(fd, jobs): write_rows(fd, jobs) on a thread of its own that never takes the "
+                        "interpreter; the jobs are read (and refused) here, wait() ends the writing."),
+    .tp_basicsize = sizeof(RowsAhead),
+    .tp_flags = Py_TPFLAGS_DEFAULT,
+    .tp_new = PyType_GenericNew,
+    .tp_init = (initproc)RowsAhead_init,
+    .tp_dealloc = (destructor)RowsAhead_dealloc,
+    .tp_methods = RowsAhead_methods,
+};
 
 static PyMethodDef step_fields_functions[] = {
     {"write_rows", (PyCFunction)(void (*)(void))write_rows, METH_FASTCALL, write_rows_doc},
@@ -1845,11 +1991,14 @@ static struct PyModuleDef step_fields_module = {
 PyMODINIT_FUNC
 PyInit__step_fields(void)
 {
-    if (PyType_Ready(&StepReaderType) < 0 || PyType_Ready(&StepsAheadType) < 0) return NULL;
+    if (PyType_Ready(&StepReaderType) < 0 || PyType_Ready(&StepsAheadType) < 0 || PyType_Ready(&RowsAheadType) < 0) {
+        return NULL;
+    }
     PyObject *module = PyModule_Create(&step_fields_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "StepReader", (PyObject *)&StepReaderType) < 0
         || PyModule_AddObjectRef(module, "StepsAhead", (PyObject *)&StepsAheadType) < 0
+        || PyModule_AddObjectRef(module, "RowsAhead", (PyObject *)&RowsAheadType) < 0
         || PyModule_AddIntConstant(module, "KIND_FLOAT", KIND_FLOAT) < 0
         || PyModule_AddIntConstant(module, "KIND_DURATION", KIND_DURATION) < 0
         || PyModule_AddIntConstant(module, "KIND_NUMBER_WITH_UNIT", KIND_NUMBER_WITH_UNIT) < 0) {
