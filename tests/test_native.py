@@ -806,6 +806,22 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     assert result[:4] == (1, huge + 2, 1, [huge + 1])
 
 
+def test_first_bytes_native_matches_the_twin():
+    rng = random.Random(5)
+    for _ in range(200):
+        data = bytes(rng.choice(b"[ 0123456789\r\n{abc\xff") for _ in range(rng.randint(1, 300)))
+        offsets = sorted(rng.sample(range(len(data)), rng.randint(0, min(40, len(data)))))
+        expected = scan_twin.first_bytes(data, offsets)
+        assert expected == bytes(sorted(set(data[at] for at in offsets)))
+        assert _scan.first_bytes(data, offsets) == expected == native.first_bytes(data, offsets)
+    for first_bytes in (_scan.first_bytes, scan_twin.first_bytes):
+        with pytest.raises(IndexError):
+            first_bytes(b"abc", [0, 3])
+        with pytest.raises(IndexError):
+            first_bytes(b"abc", [-1])
+        assert first_bytes(b"", []) == b""
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_consecutive_native_matches_the_twin(seed):
     rng = random.Random(seed)

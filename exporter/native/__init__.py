@@ -178,6 +178,13 @@ def step_reader(table: tuple) -> StepReader:
     return _step_fields_twin.StepReader(table)
 
 
+def first_bytes(data: bytes, offsets: list[int]) -> bytes:
+    """The distinct bytes of ``data`` at ``offsets`` (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.first_bytes(data, offsets)
+    return _scan_twin.first_bytes(data, offsets)
+
+
 def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, int]:
     """How many lines of ``data`` begin with ``prefix``, and how many times ``literal`` occurs (as bytes.count)."""
     if _scan is not None:

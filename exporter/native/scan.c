@@ -1425,7 +1425,41 @@ static PyTypeObject AheadType = {
     .tp_methods = Ahead_methods,
 };
 
+PyDoc_STRVAR(first_bytes_doc,
+"first_bytes(data, offsets) -> bytes\n\n"
+"The distinct bytes of data at the offsets (a list of ints), in ascending order; IndexError for an offset\n"
+"outside data.");
+
+static PyObject *
+first_bytes(PyObject *module, PyObject *args)
+{
+    Py_buffer data;
+    PyObject *offsets;
+    if (!PyArg_ParseTuple(args, "y*O!:first_bytes", &data, &PyList_Type, &offsets)) return NULL;
+    const uint8_t *bytes = data.buf;
+    char seen[256] = {0};
+    int failed = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(offsets) && !failed; i++) {
+        Py_ssize_t at = PyLong_AsSsize_t(PyList_GET_ITEM(offsets, i));
+        if (at == -1 && PyErr_Occurred()) failed = 1;
+        else if (at < 0 || at >= data.len) {
+            PyErr_SetString(PyExc_IndexError, "first_bytes: an offset outside data");
+            failed = 1;
+        }
+        else seen[bytes[at]] = 1;
+    }
+    PyBuffer_Release(&data);
+    if (failed) return NULL;
+    char found[256];
+    Py_ssize_t count = 0;
+    for (int byte = 0; byte < 256; byte++) {
+        if (seen[byte]) found[count++] = (char)byte;
+    }
+    return PyBytes_FromStringAndSize(found, count);
+}
+
 static PyMethodDef module_methods[] = {
+    {"first_bytes", first_bytes, METH_VARARGS, first_bytes_doc},
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},

@@ -112,6 +112,13 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, 
     return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal), data.count(b"\n")
 
 
+def first_bytes(data: bytes, offsets: list[int]) -> bytes:
+    """The distinct bytes of ``data`` at ``offsets``, in ascending order (IndexError for one outside ``data``)."""
+    if any(not 0 <= at < len(data) for at in offsets):
+        raise IndexError("first_bytes: an offset outside data")
+    return bytes(sorted({data[at] for at in offsets}))
+
+
 # A value of a segment record: a run of these bytes, one to MAX_VALUE_BYTES long, read by float().
 VALUE_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz.+-")
 MAX_VALUE_BYTES = 64

@@ -16,7 +16,7 @@ records, line counts, state and offsets are the same (tests/test_carriage.py).
 
 from __future__ import annotations
 
-import operator
+import bisect
 from collections import Counter
 from typing import Any, NamedTuple, Protocol
 
@@ -63,12 +63,9 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
     rank's, and the segment reader reads the block. ``continued``: the block's first line continues one (the
     segment reader reads it)."""
     starts = found.line_starts
-    if continued:
-        starts = [start for start in starts if start]
-    if not starts:
-        return False
-    first = operator.itemgetter(*starts)(data)
-    if _NO_RANK_BYTES.isdisjoint(first if isinstance(first, tuple) else (first,)):
+    if continued:  # ascending: the first line's records lead
+        starts = starts[bisect.bisect_right(starts, 0):]
+    if not starts or _NO_RANK_BYTES.isdisjoint(native.first_bytes(data, starts)):
         return False
     return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None
                for start in starts if data[start] in _NO_RANK_BYTES)
