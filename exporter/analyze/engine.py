@@ -305,8 +305,7 @@ class Analysis:
         if event.kind == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
             rank = str(event.detail.get("node_rank", ""))
         finding = Finding(event.kind, event.step, rank, event.node, event.time, self._message(event, track),
-                          context={name: list(event.context.get(name, (None, None))) for name in CONTEXT_FIELDS}
-                          if kind.family == kinds.ANOMALY else {},
+                          context=_context(event) if kind.family == kinds.ANOMALY else {},
                           count=event.count, last_step=_last_step(event),
                           fault=_fault(event.detail) if kind.family == kinds.ERROR else None)
         if event.kind.endswith("_nonfinite"):
@@ -460,6 +459,18 @@ class Analysis:
 def _at(when: float | None) -> Callable[[int], float | None]:
     """The line time of a record's one line."""
     return lambda _line: when
+
+
+def _context(event: Event) -> dict[str, tuple[float | None, float | None]]:
+    """The values around an anomaly's step, for each of CONTEXT_FIELDS (the state's own dict where it has them all:
+    the anomalies of one step share it, and nothing changes it)."""
+    context = event.context
+    if context.keys() == _CONTEXT_KEYS:
+        return context
+    return {name: context.get(name, (None, None)) for name in CONTEXT_FIELDS}
+
+
+_CONTEXT_KEYS = frozenset(CONTEXT_FIELDS)
 
 
 def _last_step(event: Event) -> int | None:

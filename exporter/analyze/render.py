@@ -103,7 +103,7 @@ def _changes_answer(run: RunReport) -> list[str]:
                                      if finding.context), {})
     if context:
         changes = [f"{_CONTEXT_NAMES[name]} {_number(pair[0])} -> {_number(pair[1])}"
-                   for name, pair in context.items() if name in CONTEXT_FIELDS and pair != [None, None]]
+                   for name, pair in context.items() if name in CONTEXT_FIELDS and pair != (None, None)]
         if changes:
             lines.append("From the step before to the step of the anomaly: " + ", ".join(changes) + ".")
     errors = [finding for finding in run.findings if finding.kind in FAILURE_KINDS]

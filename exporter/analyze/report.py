@@ -25,8 +25,8 @@ class Finding:
     time: float | None
     message: str
     root_cause: bool = False
-    # For each of CONTEXT_FIELDS: [value before the finding's step, value at it] (None: not printed).
-    context: dict[str, list[float | None]] = field(default_factory=dict)
+    # For each of CONTEXT_FIELDS: (value before the finding's step, value at it) (None: not printed).
+    context: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
     count: int = 1  # occurrences merged into this finding (consecutive non-finite steps, repeated errors)
     last_step: int | None = None  # the last step of those occurrences
     # A root cause's followers: the findings it accounts for (collective timeouts after an OOM, ...).
