@@ -806,6 +806,23 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     assert result[:4] == (1, huge + 2, 1, [huge + 1])
 
 
+def test_find_shape_native_matches_the_twin_and_the_regex():
+    rng = random.Random(9)
+    clock = re.compile(rb":\d\d:")
+    for _ in range(300):
+        data = bytes(rng.choice(b"::0123456789a \n") for _ in range(rng.randint(0, 200)))
+        limit = rng.choice([0, 1, 3, 1000])
+        expected = [match.start() for match in clock.finditer(data)][:limit]
+        assert scan_twin.find_shape(data, b":##:", limit) == expected
+        assert _scan.find_shape(data, b":##:", limit) == expected == native.find_shape(data, b":##:", limit)
+    assert _scan.find_shape(b"x:12:34:56:", b":##:", 10) == [1, 7]  # without overlaps, as finditer
+    assert _scan.find_shape(b"a.b#c", b".b#", 5) == []  # a '#' after the first byte is a digit, not itself
+    for find_shape in (_scan.find_shape, scan_twin.find_shape):
+        for bad in (b"", b"#1"):
+            with pytest.raises(ValueError):
+                find_shape(b"123", bad, 5)
+
+
 def test_first_bytes_native_matches_the_twin():
     rng = random.Random(5)
     for _ in range(200):

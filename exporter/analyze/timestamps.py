@@ -14,6 +14,8 @@ import calendar
 import re
 import time
 
+from exporter import native
+
 # Only this many bytes of a line are searched: the timestamp is in its prefix.
 PREFIX_BYTES = 120
 _DATE_TIME = re.compile(
@@ -21,6 +23,7 @@ _DATE_TIME = re.compile(
 _GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\b")
 # Both forms print hh:mm:ss: a line without ":dd:" has neither (a progress bar's "00:01<00:30" elapsed times).
 _CLOCK_TIME = re.compile(rb":\d\d:")
+_CLOCK_SHAPE = b":##:"  # _CLOCK_TIME for native.find_shape
 _MAX_CACHED = 1 << 14
 _FEW_CLOCKS = 16  # a block's ``:dd:`` found one by one, not in one search over every line's prefix
 
@@ -145,9 +148,7 @@ def _clock_positions(data: bytes) -> list[int] | None:
     """Where ``data`` holds ``:dd:``; None when it does so often (more than 16 times in its first 64 KiB, or once
     in 4 KiB over all)."""
     limit = len(data) // 4096 + _FEW_CLOCKS
-    clocks: list[int] = []
-    for match in _CLOCK_TIME.finditer(data):
-        if len(clocks) == limit or (len(clocks) == _FEW_CLOCKS and match.start() < 1 << 16):
-            return None
-        clocks.append(match.start())
+    clocks = native.find_shape(data, _CLOCK_SHAPE, limit + 1)
+    if len(clocks) > limit or (len(clocks) > _FEW_CLOCKS and clocks[_FEW_CLOCKS] < 1 << 16):
+        return None
     return clocks

@@ -178,6 +178,13 @@ def step_reader(table: tuple) -> StepReader:
     return _step_fields_twin.StepReader(table)
 
 
+def find_shape(data: bytes, shape: bytes, limit: int) -> list[int]:
+    """Where ``data`` holds ``shape``, a ``#`` of it any digit, at most ``limit`` (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.find_shape(data, shape, limit)
+    return _scan_twin.find_shape(data, shape, limit)
+
+
 def first_bytes(data: bytes, offsets: list[int]) -> bytes:
     """The distinct bytes of ``data`` at ``offsets`` (exporter/native/scan.py)."""
     if _scan is not None:

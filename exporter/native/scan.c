@@ -1425,6 +1425,50 @@ static PyTypeObject AheadType = {
     .tp_methods = Ahead_methods,
 };
 
+PyDoc_STRVAR(find_shape_doc,
+"find_shape(data, shape, limit) -> list[int]\n\n"
+"Where data holds shape, searched left to right without overlaps, a '#' of shape matching any ASCII digit, at\n"
+"most limit of them. The first byte of shape is no '#'.");
+
+static PyObject *
+find_shape(PyObject *module, PyObject *args)
+{
+    Py_buffer data, shape;
+    Py_ssize_t limit;
+    if (!PyArg_ParseTuple(args, "y*y*n:find_shape", &data, &shape, &limit)) return NULL;
+    PyObject *result = NULL;
+    const uint8_t *pattern = shape.buf, *start = data.buf, *at = start, *end = start + data.len;
+    Offsets found = {0};
+    int failed = 0;
+    if (shape.len == 0 || pattern[0] == '#') {
+        PyErr_SetString(PyExc_ValueError, "find_shape: the shape begins with a byte that is no '#'");
+        goto done;
+    }
+    while (found.count < limit && end - at >= shape.len) {
+        const uint8_t *first = memchr(at, pattern[0], (size_t)(end - at - shape.len + 1));
+        if (first == NULL) break;
+        Py_ssize_t i = 1;
+        for (; i < shape.len; i++) {
+            if (pattern[i] == '#' ? !is_digit_byte(first[i]) : first[i] != pattern[i]) break;
+        }
+        if (i < shape.len) {
+            at = first + 1;
+            continue;
+        }
+        if (push_offset(&found, first - start) < 0) {
+            failed = 1;
+            break;
+        }
+        at = first + shape.len;
+    }
+    result = failed ? PyErr_NoMemory() : offsets_list(&found);
+done:
+    free(found.items);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&shape);
+    return result;
+}
+
 PyDoc_STRVAR(first_bytes_doc,
 "first_bytes(data, offsets) -> bytes\n\n"
 "The distinct bytes of data at the offsets (a list of ints), in ascending order; IndexError for an offset\n"
@@ -1460,6 +1504,7 @@ first_bytes(PyObject *module, PyObject *args)
 
 static PyMethodDef module_methods[] = {
     {"first_bytes", first_bytes, METH_VARARGS, first_bytes_doc},
+    {"find_shape", find_shape, METH_VARARGS, find_shape_doc},
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},

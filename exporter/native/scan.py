@@ -14,6 +14,7 @@ and how common each byte is in log text, is decided here (``fingerprint_offset``
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Callable
 
@@ -110,6 +111,15 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, 
     if not prefix or not literal:
         raise ValueError("prefix and literal must not be empty")
     return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal), data.count(b"\n")
+
+
+def find_shape(data: bytes, shape: bytes, limit: int) -> list[int]:
+    """Where ``data`` holds ``shape``, left to right without overlaps, a ``#`` of it matching any ASCII digit; at
+    most ``limit`` of them. The first byte of ``shape`` is no ``#``."""
+    if not shape or shape[0] == ord("#"):
+        raise ValueError("find_shape: the shape begins with a byte that is no '#'")
+    pattern = re.compile(b"".join(b"[0-9]" if byte == ord("#") else re.escape(bytes((byte,))) for byte in shape))
+    return [match.start() for match in itertools.islice(pattern.finditer(data), max(limit, 0))]
 
 
 def first_bytes(data: bytes, offsets: list[int]) -> bytes:
