@@ -133,6 +133,24 @@ def test_blocks_give_the_offsets_and_rows_every_segment_gives(name, block_path_r
     assert sum(block_path_runs) >= 5
 
 
+def test_the_block_path_reads_while_formats_are_discovered(block_path_runs):
+    # The real console's DDP warnings say "iteration" (Megatron-LM's byte test, a format routed before the
+    # Trainer's) on lines of their own: while every format is still looked for, a block after the Trainer's first
+    # record goes the block path all the same, those lines read one by one. On a record line (a bar's description)
+    # the word sends its block to the segment reader. Either way: what every segment gives.
+    marked = HEALTHY.replace(b"\r  2%|", b"\riteration  2%|", 1)
+    assert marked != HEALTHY
+    for data in (HEALTHY * 40, HEALTHY * 20 + marked + HEALTHY * 19):
+        blocks = _blocks(data, _line_boundaries(data, random.Random(7), 60))
+        parser = LineParser()
+        block_path_runs.clear()
+        parsed = [parser.parse_block(block) for block in blocks]
+        assert parser._discovering, "past the discovery of formats: the test would prove little"
+        assert sum(b"iteration" in block for block in blocks) > len(blocks) // 2
+        assert sum(block_path_runs) > len(blocks) // 2  # 16 of 61 blocks when the word anywhere sent a block away
+        assert _comparable(parsed) == _comparable(_every_line_alone(blocks, scheduler=False))
+
+
 def test_a_dict_of_another_shape_or_value_is_read_by_the_trainers_parser():
     # A value the kernel does not read as a number, a dict of other keys: their lines go segment by segment.
     shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")

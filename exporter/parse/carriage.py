@@ -71,6 +71,20 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
                for start in starts if data[start] in _NO_RANK_BYTES)
 
 
+def on_record_line(data: bytes, found: RecordLines, literals: list[bytes]) -> bool:
+    """True when one of ``literals`` occurs on a record line."""
+    if not literals:
+        return False
+    lines = set(found.line_starts)
+    for literal in literals:
+        at = data.find(literal)
+        while at >= 0:
+            if data.rfind(b"\n", 0, at) + 1 in lines:
+                return True
+            at = data.find(literal, at + 1)
+    return False
+
+
 def _first_segment(data: bytes, start: int) -> bytes:
     """The line at ``start`` up to its first carriage return."""
     end = data.find(b"\n", start)

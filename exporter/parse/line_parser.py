@@ -363,8 +363,8 @@ class LineParser:
     def _parse_carriage(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of carriage-return segments read a block at a time (parse/carriage.py); False (nothing done)
         when the file has no format whose records sit on segments, or the block holds what only the
-        segment-by-segment reader reads right: another format's byte test, a rank prefix off a line's start,
-        a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``.
+        segment-by-segment reader reads right: another format's byte test on a record line, a rank prefix off a
+        line's start, a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``.
 
         The record lines (a bar, then a record of the shape the file prints, no other segment holding an
         anchor) go to the file's batch as columns; a line beginning with rank prefixes and holding no other
@@ -376,7 +376,10 @@ class LineParser:
         if fmt is None or self._redrawn is not None or any(other.redraws and other.name in self._found
                                                            for other in self._routing):
             return False
-        if any(other.prefilter in data for other in self._routing[:self._routing.index(fmt)]) or has_srun_label(data):
+        # Another format's lines are read by the segment reader (the lines holding its anchors, below), but not on a
+        # record line: the format routed before this one would read such a line first.
+        earlier = [other.prefilter for other in self._routing[:self._routing.index(fmt)] if other.prefilter in data]
+        if has_srun_label(data):
             return False
         first = data.find(fmt.prefilter)
         if first < 0:
@@ -393,7 +396,8 @@ class LineParser:
             return False
         found = carriage.record_lines(data, shape, self._passes)
         lines = found.newlines
-        if 4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued):
+        if (4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued)
+                or carriage.on_record_line(data, found, earlier)):
             return False
         if self._stream_scanner[0] != self._routing:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
