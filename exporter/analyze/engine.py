@@ -263,7 +263,8 @@ class Analysis:
         if not series or not series.values:
             return
         values = series.values
-        finite = list(filter(math.isfinite, values))
+        # Every value finite (the usual batch) when their sum is, told at C speed; a sum overflowing costs the filter.
+        finite = values if math.isfinite(sum(values)) else list(filter(math.isfinite, values))
         track.last_loss = values[-1]
         if finite:
             track.first_loss = finite[0] if track.first_loss is None else track.first_loss
@@ -271,9 +272,11 @@ class Analysis:
             track.loss_max = max(track.loss_max, max(finite))
         if not track.losses_frozen:
             anomaly = track.first_anomaly_step
-            before = values if anomaly is None else [value for step, value in zip(series.steps, values, strict=True)
-                                                     if step is None or step < anomaly]
-            track.losses.extend(filter(math.isfinite, before))
+            if anomaly is None:
+                track.losses.extend(finite)
+            else:
+                track.losses.extend(value for step, value in zip(series.steps, values, strict=True)
+                                    if (step is None or step < anomaly) and math.isfinite(value))
             track.losses_frozen = anomaly is not None
 
     # ----- events to findings
