@@ -226,6 +226,7 @@ def test_csv_has_a_column_per_aux_loss(tmp_path):
     assert (rows[0]["load_balancing_loss"], rows[2]["load_balancing_loss"], rows[2]["mtp_1_loss"]) == ("", "0.01",
                                                                                                        "2.6")
     assert (rows[2]["step_time_seconds"], rows[2]["throughput"]) == ("0.85", "12.3")
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["r", "steps.csv"]  # the scratch file removed
 
 
 def test_standard_input_with_rank_prefixes(tmp_path):
@@ -490,3 +491,34 @@ def test_a_closed_analysis_is_freed_without_the_collector():
     finally:
         gc.enable()
         gc.collect()
+
+
+def test_the_finished_csv_is_its_scratch_file_renamed(tmp_path, monkeypatch):
+    """Without aux losses the scratch file (its header first) becomes the CSV by a rename: nothing is left beside it,
+    its mode is a new file's, an existing file is replaced; a link is written through (it stays a link); an analysis
+    that raises leaves no scratch file."""
+    from exporter.analyze.engine import Analysis
+    log = write(tmp_path / "r" / "logs" / "worker_0.log", keyvalue_lines(0, range(1, 101), START))
+    out = tmp_path / "out"
+    out.mkdir()
+    fresh, existing, target, link = out / "fresh.csv", out / "existing.csv", out / "target.csv", out / "link.csv"
+    existing.write_text("old\n")
+    target.write_text("old\n")
+    link.symlink_to(target.name)
+    for path in (fresh, existing, link):
+        assert run_analyze([str(log)], "json", csv=str(path), stdout=io.StringIO()) == 0
+    umask = os.umask(0)
+    os.umask(umask)
+    assert sorted(path.name for path in out.iterdir()) == ["existing.csv", "fresh.csv", "link.csv", "target.csv"]
+    assert (fresh.stat().st_mode & 0o777) == 0o666 & ~umask
+    assert link.is_symlink() and fresh.read_bytes() == existing.read_bytes() == target.read_bytes()
+    rows = list(csv.DictReader(fresh.open()))
+    assert [int(row["step"]) for row in rows] == list(range(1, 101))
+
+    def failing(self, *args, **kwargs):
+        raise RuntimeError("the analysis broke")
+
+    monkeypatch.setattr(Analysis, "add", failing)
+    with pytest.raises(RuntimeError):
+        run_analyze([str(log)], "json", csv=str(out / "broken.csv"), stdout=io.StringIO())
+    assert sorted(path.name for path in out.iterdir()) == ["existing.csv", "fresh.csv", "link.csv", "target.csv"]

@@ -829,7 +829,7 @@ def test_first_bytes_native_matches_the_twin():
         data = bytes(rng.choice(b"[ 0123456789\r\n{abc\xff") for _ in range(rng.randint(1, 300)))
         offsets = sorted(rng.sample(range(len(data)), rng.randint(0, min(40, len(data)))))
         expected = scan_twin.first_bytes(data, offsets)
-        assert expected == bytes(sorted(set(data[at] for at in offsets)))
+        assert expected == bytes(sorted({data[at] for at in offsets}))
         assert _scan.first_bytes(data, offsets) == expected == native.first_bytes(data, offsets)
     for first_bytes in (_scan.first_bytes, scan_twin.first_bytes):
         with pytest.raises(IndexError):

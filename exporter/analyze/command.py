@@ -13,7 +13,7 @@ from exporter.analyze import plot
 from exporter.analyze.csv_out import StepCsv
 from exporter.analyze.engine import Analysis
 from exporter.analyze.render import RENDERERS
-from exporter.analyze.sources import resolve, within_series_cap
+from exporter.analyze.sources import Resolved, resolve, within_series_cap
 from exporter.follow.stream import STDIN, SourceError, standard_input
 from exporter.state import Limits
 
@@ -68,6 +68,16 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
             print(f"{PROGRAM}: {problem}", file=err)
         return 2
     rows = StepCsv(csv) if csv else None
+    try:
+        return _analyze(resolved, rows, format, plot_file, stdin, out, err)
+    finally:
+        if rows is not None:
+            rows.discard()  # the scratch file of an analysis that did not finish
+
+
+def _analyze(resolved: Resolved, rows: StepCsv | None, format: str, plot_file: str | None, stdin: TextIO | None,
+             out: TextIO, err: TextIO) -> int:
+    """The analysis of the sources: its report to ``out``, its rows to ``rows``."""
     points = plot.PlotData() if plot_file else None
     analysis = Analysis(rows=rows.add if rows else None, points=points.add if points else None)
     analysis.warnings += resolved.problems

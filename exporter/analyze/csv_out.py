@@ -1,19 +1,24 @@
 """``--csv FILE``: a row per (run, node, rank, step), written as the lines are read.
 
 Aux losses get a column each, but which ones a run prints is known only at its end: rows
-go to a temporary file first, the final file is written from it with the full header.
+go to a temporary file first, after the header of the plain columns. When no row has an aux
+loss the temporary file is the CSV, renamed to its path (a path that is no regular file,
+a device or a link, gets a copy); else the final file is written from it with the full header.
 Both passes stream; memory holds one row, TEXT_CHUNK characters of rows not yet written and the batch the
 kernel's thread is writing (native.rows_ahead) while the next is read.
 """
 
 from __future__ import annotations
 
+import contextlib
 import csv
 import io
 import itertools
 import operator
 import os
+import secrets
 import shutil
+import stat
 import tempfile
 from collections.abc import Iterable, Sequence
 from typing import TextIO
@@ -36,7 +41,15 @@ class StepCsv:
     def __init__(self, path: str) -> None:
         self._path = path
         directory = os.path.dirname(os.path.abspath(path))
-        self._scratch: TextIO = tempfile.TemporaryFile("w+", newline="", dir=directory)  # noqa: SIM115
+        # The scratch file, named when it may become the CSV: its header first, the rows after it.
+        self._scratch_path: str | None = None
+        if _replaceable(path):
+            self._scratch_path, self._scratch = _named_scratch(directory, os.path.basename(path))
+            csv.writer(self._scratch).writerow(COLUMNS)
+            self._scratch.flush()
+        else:
+            self._scratch = tempfile.TemporaryFile("w+", newline="", dir=directory)  # noqa: SIM115
+        self._rows_start = self._scratch.tell()
         self._rows = _RowWriter(self._scratch.fileno())  # every write to the scratch file, in order
         self._aux: dict[str, int] = {}  # aux loss -> its column among the aux columns
         self._pending: list | None = None  # the last row, completed by a second line of the same step
@@ -90,8 +103,14 @@ class StepCsv:
         """Write the final file: the header with every aux loss, then each row padded to it."""
         self._flush()
         self._rows.flush()
-        self._scratch.seek(0)
         width = len(COLUMNS) + len(self._aux)
+        if (self._scratch_path is not None and not self._aux and not self._multiline
+                and all(cells == width for cells, _ in self._widths)):  # the scratch file is the CSV
+            self._scratch.close()
+            os.replace(self._scratch_path, self._path)
+            self._scratch_path = None
+            return
+        self._scratch.seek(self._rows_start)
         with open(self._path, "w", newline="") as out:
             writer = csv.writer(out)
             writer.writerow([*COLUMNS, *self._aux])
@@ -109,7 +128,15 @@ class StepCsv:
                     if padding:
                         rows_lines = (f"{line[:-2]}{padding}\r\n" for line in rows_lines)
                     out.writelines(rows_lines)
+        self.discard()
+
+    def discard(self) -> None:
+        """The scratch file closed and removed (the CSV, if written, stays)."""
         self._scratch.close()
+        if self._scratch_path is not None:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._scratch_path)
+            self._scratch_path = None
 
     def _flush(self) -> None:
         row = self._pending
@@ -141,6 +168,26 @@ class StepCsv:
             cells = self._keys[key] = text.getvalue()[:-2]
             self._multiline = self._multiline or "\n" in cells or "\r" in cells
         return cells
+
+
+def _replaceable(path: str) -> bool:
+    """True when the finished CSV may be renamed to ``path``: nothing is there, or a regular file (not a link, a
+    device, a pipe: those are written to)."""
+    try:
+        return stat.S_ISREG(os.lstat(path).st_mode)
+    except FileNotFoundError:
+        return True
+
+
+def _named_scratch(directory: str, name: str) -> tuple[str, TextIO]:
+    """A new file beside the CSV, hidden, with the mode a new CSV gets (the umask's)."""
+    while True:
+        path = os.path.join(directory, f".{name}.{secrets.token_hex(6)}.tmp")
+        try:
+            fd = os.open(path, os.O_RDWR | os.O_CREAT | os.O_EXCL | os.O_CLOEXEC, 0o666)
+        except FileExistsError:
+            continue
+        return path, open(fd, "w+", newline="")  # noqa: SIM115
 
 
 _NUMBERS = frozenset((int, float, type(None)))
