@@ -522,3 +522,23 @@ def test_the_finished_csv_is_its_scratch_file_renamed(tmp_path, monkeypatch):
     with pytest.raises(RuntimeError):
         run_analyze([str(log)], "json", csv=str(out / "broken.csv"), stdout=io.StringIO())
     assert sorted(path.name for path in out.iterdir()) == ["existing.csv", "fresh.csv", "link.csv", "target.csv"]
+
+
+def test_a_discarded_csv_waits_for_the_rows_being_written(tmp_path):
+    """An analysis that raises discards its CSV while the kernel's thread may still write a batch to the scratch
+    file: the write ends first, so the thread never writes to a descriptor closed and given to another file."""
+    import time
+
+    from exporter.analyze.csv_out import StepCsv
+    from exporter.parse.records import StepRows
+    count = 300_000
+    rows = StepRows()
+    rows.extend(count, {"loss": [0.5] * count}, {})
+    steps = StepCsv(str(tmp_path / "steps.csv"))
+    steps.add(("run", "", "0"), list(range(count)), [None] * count, rows)  # the rows but the last, on the thread
+    steps.discard()
+    with (tmp_path / "next.log").open("wb") as opened_next:  # likely given the descriptor the scratch file had
+        time.sleep(0.3)
+        assert opened_next.tell() == 0
+    assert (tmp_path / "next.log").read_bytes() == b""
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["next.log"]

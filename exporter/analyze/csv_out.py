@@ -132,6 +132,7 @@ class StepCsv:
 
     def discard(self) -> None:
         """The scratch file closed and removed (the CSV, if written, stays)."""
+        self._rows.stop()
         self._scratch.close()
         if self._scratch_path is not None:
             with contextlib.suppress(FileNotFoundError):
@@ -246,6 +247,11 @@ class _RowWriter:
         if self._texts:
             self._start(self._taken())
         self._wait()
+
+    def stop(self) -> None:
+        """The write under way waited for, whatever became of it: its file may be closed."""
+        with contextlib.suppress(OSError):
+            self._wait()
 
     def _start(self, jobs: list[Job]) -> None:
         self._wait()
