@@ -2,8 +2,8 @@
 
 Aux losses get a column each, but which ones a run prints is known only at its end: rows
 go to a temporary file first, after the header of the plain columns. When no row has an aux
-loss the temporary file is the CSV, renamed to its path (a path that is no regular file,
-a device or a link, gets a copy); else the final file is written from it with the full header.
+loss the temporary file is the CSV, renamed to its path (replacing a file there; a link, a
+device or a pipe is written to instead); else the final file is written from it with the full header.
 Both passes stream; memory holds one row, TEXT_CHUNK characters of rows not yet written and the batch the
 kernel's thread is writing (native.rows_ahead) while the next is read.
 """
