@@ -542,3 +542,14 @@ def test_a_discarded_csv_waits_for_the_rows_being_written(tmp_path):
         assert opened_next.tell() == 0
     assert (tmp_path / "next.log").read_bytes() == b""
     assert sorted(path.name for path in tmp_path.iterdir()) == ["next.log"]
+
+
+def test_a_csv_that_cannot_be_written_is_told(tmp_path):
+    """No such directory, a full disk: one line on stderr naming the file and why, exit code 2, nothing left."""
+    log = write(tmp_path / "r" / "logs" / "worker_0.log", keyvalue_lines(0, range(1, 101), START))
+    for path, why in ((tmp_path / "missing" / "steps.csv", "No such file or directory"),
+                      (Path("/dev/full"), "No space left on device")):
+        err = io.StringIO()
+        assert run_analyze([str(log)], "json", csv=str(path), stdout=io.StringIO(), stderr=err) == 2
+        assert err.getvalue() == f"trainlog-exporter: analyze: cannot write the CSV {path}: {why}\n"
+    assert sorted(path.name for path in tmp_path.iterdir()) == ["r"]

@@ -10,7 +10,7 @@ import time
 from typing import TextIO
 
 from exporter.analyze import plot
-from exporter.analyze.csv_out import StepCsv
+from exporter.analyze.csv_out import CsvError, StepCsv
 from exporter.analyze.engine import Analysis
 from exporter.analyze.render import RENDERERS
 from exporter.analyze.sources import Resolved, resolve, within_series_cap
@@ -67,12 +67,16 @@ def run_analyze(paths: list[str], format: str = "text", csv: str | None = None, 
         for problem in resolved.problems:
             print(f"{PROGRAM}: {problem}", file=err)
         return 2
-    rows = StepCsv(csv) if csv else None
     try:
-        return _analyze(resolved, rows, format, plot_file, stdin, out, err)
-    finally:
-        if rows is not None:
-            rows.discard()  # the scratch file of an analysis that did not finish
+        rows = StepCsv(csv) if csv else None
+        try:
+            return _analyze(resolved, rows, format, plot_file, stdin, out, err)
+        finally:
+            if rows is not None:
+                rows.discard()  # the scratch file of an analysis that did not finish
+    except CsvError as error:
+        print(f"{PROGRAM}: {error}", file=err)
+        return 2
 
 
 def _analyze(resolved: Resolved, rows: StepCsv | None, format: str, plot_file: str | None, stdin: TextIO | None,

@@ -35,20 +35,27 @@ TEXT_CHUNK = 1 << 16  # characters of single rows' texts written at once
 Job = str | tuple[tuple[Sequence, ...], int, str]
 
 
+class CsvError(Exception):
+    """The CSV cannot be written (no such directory, a full disk): the message names the file and why."""
+
+
 class StepCsv:
-    """Collects step rows (``add``) into ``path`` (``close``)."""
+    """Collects step rows (``add``) into ``path`` (``close``); CsvError when the file cannot be written."""
 
     def __init__(self, path: str) -> None:
         self._path = path
         directory = os.path.dirname(os.path.abspath(path))
         # The scratch file, named when it may become the CSV: its header first, the rows after it.
         self._scratch_path: str | None = None
-        if _replaceable(path):
-            self._scratch_path, self._scratch = _named_scratch(directory, os.path.basename(path))
-            csv.writer(self._scratch).writerow(COLUMNS)
-            self._scratch.flush()
-        else:
-            self._scratch = tempfile.TemporaryFile("w+", newline="", dir=directory)  # noqa: SIM115
+        try:
+            if _replaceable(path):
+                self._scratch_path, self._scratch = _named_scratch(directory, os.path.basename(path))
+                csv.writer(self._scratch).writerow(COLUMNS)
+                self._scratch.flush()
+            else:  # written to at the end: the scratch file may be anywhere
+                self._scratch = tempfile.TemporaryFile("w+", newline="")  # noqa: SIM115
+        except OSError as error:
+            raise self._error(error) from error
         self._rows_start = self._scratch.tell()
         self._rows = _RowWriter(self._scratch.fileno())  # every write to the scratch file, in order
         self._aux: dict[str, int] = {}  # aux loss -> its column among the aux columns
@@ -60,6 +67,22 @@ class StepCsv:
 
     def add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
         """A batch's step lines of one rank: each line's step, time and values."""
+        try:
+            self._add(key, steps, times, rows)
+        except OSError as error:
+            raise self._error(error) from error
+
+    def close(self) -> None:
+        """Write the final file: the header with every aux loss, then each row padded to it."""
+        try:
+            self._close()
+        except OSError as error:
+            raise self._error(error) from error
+
+    def _error(self, error: OSError) -> CsvError:
+        return CsvError(f"cannot write the CSV {self._path}: {error.strerror or error}")
+
+    def _add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
         count = len(steps)
         columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
         if count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:])) or self._completes_pending(key, steps[0]):
@@ -99,8 +122,7 @@ class StepCsv:
         self._pending = [*key, step, when, *gauges]
         self._pending_aux = dict(aux)
 
-    def close(self) -> None:
-        """Write the final file: the header with every aux loss, then each row padded to it."""
+    def _close(self) -> None:
         self._flush()
         self._rows.flush()
         width = len(COLUMNS) + len(self._aux)
