@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 from typing import BinaryIO
 
 from exporter import kinds
+from exporter.analyze import wording
 from exporter.analyze.report import (
     CONTEXT_FIELDS,
     Finding,
@@ -232,8 +233,12 @@ class Analysis:
 
     def _steps(self, key: SeriesKey, track: _Track, batch: StepBatch, data: bytes, clock: LineClock) -> None:
         starts = batch.line_starts or []
+        # Every line's time when the rows want them (one search of the block), else a line's when an event asks.
+        times = clock.times(data, starts) if starts and self._rows is not None and batch.rows is not None else None
 
         def time_of_line(index: int) -> float | None:
+            if times is not None:
+                return times[index]
             return clock.at(data, starts[index]) if starts else None
 
         last_time = time_of_line(len(batch.steps) - 1)
@@ -255,8 +260,7 @@ class Analysis:
             for name, points in batch.series.items():
                 self._points(key, name, points.steps, points.values)
         if self._rows is not None and batch.rows is not None:
-            self._rows(key, batch.steps, clock.times(data, starts) if starts
-                       else [None] * len(batch.steps), batch.rows)
+            self._rows(key, batch.steps, times if times is not None else [None] * len(batch.steps), batch.rows)
 
     def _note_losses(self, track: _Track, batch: StepBatch) -> None:
         series = batch.series.get("loss")
@@ -307,61 +311,27 @@ class Analysis:
         rank = event.rank
         if event.kind == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
             rank = str(event.detail.get("node_rank", ""))
-        finding = Finding(event.kind, event.step, rank, event.node, event.time, self._message(event, track),
+        finding = Finding(event.kind, event.step, rank, event.node, event.time, self._said(event, track),
                           context=_context(event) if kind.family == kinds.ANOMALY else {},
                           count=event.count, last_step=_last_step(event),
-                          fault=_fault(event.detail) if kind.family == kinds.ERROR else None)
+                          fault=_fault(event.detail) if kind.family == kinds.ERROR else None, value=event.value,
+                          detail=event.detail)
         if event.kind.endswith("_nonfinite"):
             track.open_nonfinite[event.kind] = finding
         elif kind.family == kinds.ERROR:
             track.errors[event.kind] = finding
         self._findings.setdefault(event.run, []).append(finding)
-        self._finding_of[id(event)] = (event, finding)
+        if event.kind in kinds.INCIDENT_KINDS:  # the cause model holds it: its finding is looked up by it
+            self._finding_of[id(event)] = (event, finding)
 
     @staticmethod
-    def _message(event: Event, track: _Track) -> str:
-        before, at = event.value
-        step, detail, who = event.step, event.detail, f"rank {event.rank or '?'}"
-        if event.kind.endswith("_nonfinite"):
-            gauge = event.kind.removesuffix("_nonfinite")
-            if at is None:  # Megatron-LM's "number of nan iterations": counted, the loss not printed
-                return f"{gauge} was not finite at step {step} (the line counts it, without a value)"
-            return f"{gauge} became {at} at step {step}"
-        if event.kind.endswith("_spike"):
-            gauge = event.kind.removesuffix("_spike")
-            was = f"from {before:.4g} " if before is not None else ""
-            return f"{gauge} jumped {was}to {at:.4g} at step {step}" if at is not None else f"{gauge} spiked"
-        if event.kind == "rank_divergence":
-            was = f" from {before:.4g}" if before is not None else ""
-            now = f" to {at:.4g}" if at is not None else ""
-            return f"{detail.get('name', 'a value')} of {who} departed from its own level{was}{now} at step {step}"
-        if event.kind == "slowdown":
-            baseline = detail.get("baseline")
-            usual = (f", {at / baseline:.1f}x the rank's usual {baseline:.3g} s"
-                     if isinstance(baseline, float) and baseline > 0 and at is not None else "")
-            slow = f"{at:.3g} s" if at is not None else "slow"
-            return f"step time {slow} from step {step} on{usual}, for {detail.get('steps')} steps or more"
-        if event.kind == "restart":
-            after = detail.get("after_step")
-            if step is None:
-                return f"{who} started again after step {after}"
-            again = int(after) - step + 1 if isinstance(after, int) and step <= after else 0
-            gap = (event.time - track.last_step_time
-                   if event.time is not None and track.last_step_time is not None else None)
-            return (f"{who} started over: step {step} after step {after}"
-                    f"{f' ({again} steps done again)' if again else ''}"
-                    f"{f', {_duration(gap)} without a step' if gap is not None else ''}")
-        if event.kind == "hang":
-            return (f"{who} went silent inside step {(step or 0) + 1} (its last step line: {step}) and printed no "
-                    f"error: {detail.get('evidence', 'silent')}")
-        if event.kind == "node_timeout":
-            node = detail.get("node_id")
-            named = detail.get("node_rank", node)
-            return (f"the scheduler timed out node {node} (rank {named}): it stopped answering without a word in "
-                    "its own log")
-        said = ", ".join(str(value) for name, value in detail.items() if name in ("exception", "code"))
-        at_step = f" after step {step}" if step is not None else " before the first step"
-        return f"{kinds.words(event.kind)}{f' ({said})' if said else ''}{at_step}"
+    def _said(event: Event, track: _Track) -> str | None:
+        """A finding's message where the event's words are not all of it (a restart's time without a step, which
+        the rank's track knows now); None: worded when read."""
+        if event.kind != "restart" or event.step is None or event.time is None or track.last_step_time is None:
+            return None
+        return (f"{wording.describe(event.kind, event.step, event.rank, event.value, event.detail)}, "
+                f"{_duration(event.time - track.last_step_time)} without a step")
 
     def close(self) -> None:
         """Let go of the state: it holds this analysis's listener, a cycle that only the collector frees, by going

@@ -9,6 +9,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
+from exporter.analyze import wording
 from exporter.state.events import CONTEXT_FIELDS
 
 __all__ = ["CONTEXT_FIELDS", "Finding", "LossSummary", "RankReport", "Report", "RunReport", "finding_order"]
@@ -23,7 +24,7 @@ class Finding:
     rank: str
     node: str
     time: float | None
-    message: str
+    said: str | None  # its message in full; None: worded from its kind, value and detail when read (``message``)
     root_cause: bool = False
     # For each of CONTEXT_FIELDS: (value before the finding's step, value at it) (None: not printed).
     context: dict[str, tuple[float | None, float | None]] = field(default_factory=dict)
@@ -33,6 +34,16 @@ class Finding:
     explains: list[Finding] = field(default_factory=list)
     # An error's fault as the fault knowledge names it (parse/faults/): None for findings that are no error.
     fault: dict[str, str] | None = None  # code, component, advice ("" where none applies)
+    # The event's value before and at the step (an anomaly's) and what it said of itself (exception, code, ...):
+    # the words of the message.
+    value: tuple[float | None, float | None] = (None, None)
+    detail: dict[str, str | int | float] = field(default_factory=dict)
+
+    @property
+    def message(self) -> str:
+        """One sentence: what happened, where (worded when read: most of 60,000 spikes are never shown)."""
+        return self.said if self.said is not None else wording.describe(self.kind, self.step, self.rank, self.value,
+                                                                         self.detail)
 
     def to_json(self) -> dict[str, object]:
         found: dict[str, object] = {"kind": self.kind, "step": self.step, "rank": self.rank, "node": self.node,

@@ -446,7 +446,7 @@ class TrainingState:
     def _step_event(self, applying: _Applying, found: Found) -> Event:
         """An event of what a detector found at a step of the batch being applied, with its line's time and, for the
         listener, the values around it (or as an earlier batch's event gave them)."""
-        detail = found.detail or {}
+        detail = found.detail
         if found.earlier is not None:
             return dataclasses.replace(found.earlier, count=found.count, detail=detail)
         step = found.step
@@ -684,26 +684,27 @@ class _Applying(NamedTuple):
     # one, a step is found by bisection; a list with such lines further on, by a dict of first indexes.
     positions: dict[int, int | dict[int | None, int]]
     contexts: dict[int | None, dict[str, tuple[float | None, float | None]]]  # a step's values around it (events)
-    # A series' step list (by identity) -> whether it holds the batch's steps: a step's index in the batch is its
-    # index in the series too (every line printed the field), found once for all the values around an event.
-    as_batch: dict[int, bool]
+    # A field's name -> its values in the batch, its steps unless they are the batch's (every line printed the field:
+    # a step's index in the batch is its index in the series too) and its value before the batch; found once for
+    # all the values around the batch's events.
+    sources: dict[str, tuple[list[float] | None, list[int | None] | None, float | None]]
     old: bool = False  # its file was last written long ago: read late, not a run starting now
 
     def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:
         """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
-        series = self.batch.series.get(name)
-        previous = self.printed_before.get(name)
-        if series is None:
+        source = self.sources.get(name)
+        if source is None:
+            series = self.batch.series.get(name)
+            own_steps = None if series is None or series.steps == self.batch.steps else series.steps
+            source = self.sources[name] = (None if series is None else series.values, own_steps,
+                                           self.printed_before.get(name))
+        values, steps, previous = source
+        if values is None:
             return previous, None
-        steps = series.steps
-        same = self.as_batch.get(id(steps))
-        if same is None:
-            same = self.as_batch[id(steps)] = steps == self.batch.steps
-        if not same:
+        if steps is not None:
             index = self.position(steps, step)
         if index is None:
             return previous, None
-        values = series.values
         return (values[index - 1] if index > 0 else previous), values[index]
 
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
