@@ -493,6 +493,45 @@ def test_a_closed_analysis_is_freed_without_the_collector():
         gc.collect()
 
 
+def test_with_the_collector_off_the_cycles_are_collected_by_the_bytes_read(monkeypatch):
+    """analyze_main turns the cyclic collector off (each collection traverses the findings again) and on again after;
+    meanwhile a cycle left by the analysis is freed once CYCLES_COLLECTED_EVERY bytes were read since the last
+    collection, not before."""
+    import gc
+    import weakref
+
+    from exporter.analyze import command
+
+    class Cycle:
+        pass
+
+    def garbage_cycle() -> weakref.ref:
+        cycle = Cycle()
+        cycle.itself = cycle  # type: ignore[attr-defined]
+        return weakref.ref(cycle)
+
+    every = command.CYCLES_COLLECTED_EVERY
+    gc.disable()
+    try:
+        reading = command._Reading(None)
+        cycle = garbage_cycle()
+        reading.block_read("a.log", every - 1)
+        assert cycle() is not None
+        reading.block_read("b.log", every)
+        assert cycle() is None
+        cycle = garbage_cycle()
+        reading.block_read("b.log", 2 * every - 1)  # counted from the last collection
+        assert cycle() is not None
+        reading.block_read("b.log", 2 * every)
+        assert cycle() is None
+    finally:
+        gc.enable()
+    enabled = []
+    monkeypatch.setattr(command, "run_analyze", lambda *arguments: enabled.append(gc.isenabled()) or 0)
+    assert command.analyze_main([str(REPO / "tests/fixtures/real/torchrun_ddp_healthy.log")]) == 0
+    assert enabled == [False] and gc.isenabled()
+
+
 def test_the_finished_csv_is_its_scratch_file_renamed(tmp_path, monkeypatch):
     """Without aux losses the scratch file (its header first) becomes the CSV by a rename: nothing is left beside it,
     its mode is a new file's, an existing file is replaced; a link is written through (it stays a link); an analysis

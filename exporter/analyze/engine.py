@@ -106,7 +106,8 @@ class Analysis:
     def add(self, source: Source, stdin: BinaryIO | None = None,
             progress: Callable[[str, int], None] | None = None) -> bool:
         """Read one source to its end (``stdin``: the stream of the source ``-``); False when it failed before
-        a line could be read (a warning says why). ``progress`` hears of every block: (source, bytes so far)."""
+        a line could be read (a warning says why). ``progress`` hears of every block: (source, the bytes this
+        analysis read so far)."""
         # Each line's own values when the CSV wants them (a row per step line).
         # The file's formats as serve chooses them: scheduler.log is read as msrun's scheduler log, by its role.
         parser = LineParser(self._formats.candidates(), forced=self._formats.forced(source.name, source.role.role),

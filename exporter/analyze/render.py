@@ -10,7 +10,7 @@ from __future__ import annotations
 import json
 import math
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 
 from exporter.analyze.report import CONTEXT_FIELDS, Finding, RankReport, Report, RunReport
 from exporter.kinds import FAILURE_KINDS
@@ -126,7 +126,7 @@ def _changes_answer(run: RunReport) -> list[str]:
     return lines
 
 
-def _followers(followers: list[Finding]) -> str:
+def _followers(followers: Sequence[Finding]) -> str:
     """"nccl_timeout on ranks 0, 1, 3": each kind (with its fault code) and the ranks (and their nodes) it follows
     on."""
     ranks: dict[str, list[str]] = {}

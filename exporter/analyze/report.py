@@ -7,6 +7,7 @@ The JSON keys are a contract (DESIGN 3.6): ``runs[].steps``, ``loss``, ``ranks``
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 from exporter.analyze import wording
@@ -31,7 +32,7 @@ class Finding:
     count: int = 1  # occurrences merged into this finding (consecutive non-finite steps, repeated errors)
     last_step: int | None = None  # the last step of those occurrences
     # A root cause's followers: the findings it accounts for (collective timeouts after an OOM, ...).
-    explains: list[Finding] = field(default_factory=list)
+    explains: Sequence[Finding] = ()
     # An error's fault as the fault knowledge names it (parse/faults/): None for findings that are no error.
     fault: dict[str, str] | None = None  # code, component, advice ("" where none applies)
     # The event's value before and at the step (an anomaly's) and what it said of itself (exception, code, ...):
