@@ -65,14 +65,15 @@ class LineClock:
         found: list[float | None] = [None] * len(starts)
         if not starts:
             return found
-        searched = 0  # the lines before it have been
+        count = len(starts)
+        index = 0  # the lines before it have been searched
         after = bisect.bisect_left(clocks, starts[0])
         for clock in clocks[after : bisect.bisect_left(clocks, starts[-1] + PREFIX_BYTES)]:
             # the lines whose prefix holds the whole ``:dd:``: those starting at most PREFIX_BYTES before its end
-            first = max(searched, bisect.bisect_left(starts, clock + 4 - PREFIX_BYTES))
-            searched = max(searched, bisect.bisect_right(starts, clock))
-            for index in range(first, searched):
+            index = bisect.bisect_left(starts, clock + 4 - PREFIX_BYTES, index)
+            while index < count and starts[index] <= clock:
                 found[index] = self.at(data, starts[index])
+                index += 1
         return found
 
     def _clocks_in(self, data: bytes) -> list[int] | None:
