@@ -15,6 +15,7 @@ import math
 import random
 import re
 import struct
+import sys
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -677,6 +678,20 @@ def test_rows_ahead_writes_what_the_jobs_held_when_given(tmp_path):
         _step_fields.RowsAhead(handle.fileno(), [((list(range(100_000)),), 100_000, "")])
     gc.collect()
     assert (tmp_path / "dropped").read_bytes().count(b"\n") == 100_000
+
+
+def test_rows_ahead_holds_no_number_of_the_columns(tmp_path):
+    """The job's numbers are read when it is given: a float of a column is freed with its list while the thread
+    writes (its last reference), not after the writing; only an int beyond 64 bits, which repr writes, is held."""
+    loss, big = float("2.5000001"), 2**70 + 1
+    losses, steps = [loss] * 3, [1, big, 3]
+    held = sys.getrefcount(loss), sys.getrefcount(big)
+    with (tmp_path / "rows").open("wb") as handle:
+        writing = _step_fields.RowsAhead(handle.fileno(), [((steps, losses), 3, "r,")])
+        assert (sys.getrefcount(loss), sys.getrefcount(big)) == (held[0], held[1] + 1)
+        writing.wait()
+    assert (sys.getrefcount(loss), sys.getrefcount(big)) == held
+    assert (tmp_path / "rows").read_bytes().decode() == f"r,1,2.5000001\r\nr,{big},2.5000001\r\nr,3,2.5000001\r\n"
 
 
 @pytest.mark.parametrize("table", [

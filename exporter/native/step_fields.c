@@ -1654,16 +1654,27 @@ write_float(Text_out *out, double x, int interpreter)
     return 0;
 }
 
-/* A cell: repr of an int or a float, nothing for None (its type checked when its job was read). Without
- * ``interpreter`` (the writer's own thread) only reads: NEEDS_INTERPRETER where repr() has to be called. */
+/* A cell as its job read it from its column: a float's value, an int's within 64 bits, None, or an int beyond them
+ * (a reference held: only its repr() writes it). */
+enum { CELL_NONE, CELL_REAL, CELL_WHOLE, CELL_OBJECT };
+typedef struct {
+    union {
+        double real;
+        long long whole;
+        PyObject *object;
+    } value;
+    int kind;
+} Cell;
+
+/* A cell: repr of an int or a float, nothing for None. Without ``interpreter`` (the writer's own thread):
+ * NEEDS_INTERPRETER where repr() has to be called. */
 static int
-write_cell(Text_out *out, PyObject *value, int interpreter)
+write_cell(Text_out *out, const Cell *cell, int interpreter)
 {
-    if (PyFloat_CheckExact(value)) return write_float(out, PyFloat_AS_DOUBLE(value), interpreter);
-    if (value == Py_None) return 0;
-    int overflow; /* an exact int (read_rows_job): no __index__ is called, no exception is set */
-    long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
-    if (!overflow) {
+    if (cell->kind == CELL_REAL) return write_float(out, cell->value.real, interpreter);
+    if (cell->kind == CELL_NONE) return 0;
+    if (cell->kind == CELL_WHOLE) {
+        long long number = cell->value.whole;
         char digits[24];
         int negative = number < 0;
         int count = digits_of(negative ? 0 - (uint64_t)number : (uint64_t)number, digits + 1);
@@ -1671,7 +1682,7 @@ write_cell(Text_out *out, PyObject *value, int interpreter)
         return write_text(out, digits + !negative, count + negative);
     }
     if (!interpreter) return NEEDS_INTERPRETER;
-    PyObject *text = PyObject_Repr(value);
+    PyObject *text = PyObject_Repr(cell->value.object);
     if (text == NULL) return -1;
     Py_ssize_t length;
     const char *utf8 = PyUnicode_AsUTF8AndSize(text, &length);
@@ -1684,20 +1695,60 @@ write_cell(Text_out *out, PyObject *value, int interpreter)
 typedef struct {
     const char *text, *lead;
     Py_ssize_t length, lead_length, rows, width;
-    PyObject **columns; /* width tuples (new references): what the lists held when the job was read */
+    /* The columns' cells as the job was read, column after column (rows each): no Python object is read after,
+     * and the columns' numbers are freed with their lists, not by the writing. */
+    Cell *cells;
+    Py_ssize_t objects; /* cells of CELL_OBJECT (a reference each) */
 } Job;
 
 static void
-free_columns(Job *job)
+free_cells(Job *job)
 {
-    if (job->columns == NULL) return;
-    for (Py_ssize_t i = 0; i < job->width; i++) Py_XDECREF(job->columns[i]);
-    PyMem_Free(job->columns);
-    job->columns = NULL;
+    if (job->cells == NULL) return;
+    for (Py_ssize_t i = 0; job->objects && i < job->rows * job->width; i++) {
+        if (job->cells[i].kind == CELL_OBJECT) Py_DECREF(job->cells[i].value.object);
+    }
+    PyMem_Free(job->cells);
+    job->cells = NULL;
+    job->objects = 0;
 }
 
-/* A job of the rows (columns, rows, lead): its columns taken and every cell's type checked, -1 with an exception
- * for bad arguments. Writing it runs no Python code: the columns keep their lengths. */
+/* A column's first ``rows`` items into ``cells``: -1 with an exception when one is no int, float or None. */
+static int
+read_cells(Job *job, PyObject *const *items, Py_ssize_t rows, Cell *cells)
+{
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        PyObject *value = items[row];
+        Cell *cell = &cells[row];
+        if (PyFloat_CheckExact(value)) {
+            cell->kind = CELL_REAL;
+            cell->value.real = PyFloat_AS_DOUBLE(value);
+        }
+        else if (value == Py_None) cell->kind = CELL_NONE;
+        else if (PyLong_CheckExact(value)) {
+            int overflow; /* an exact int: no __index__ is called, no exception is set */
+            long long number = PyLong_AsLongLongAndOverflow(value, &overflow);
+            if (overflow) {
+                cell->kind = CELL_OBJECT;
+                cell->value.object = Py_NewRef(value);
+                job->objects++;
+            }
+            else {
+                cell->kind = CELL_WHOLE;
+                cell->value.whole = number;
+            }
+        }
+        else {
+            PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s",
+                         Py_TYPE(value)->tp_name);
+            return -1;
+        }
+    }
+    return 0;
+}
+
+/* A job of the rows (columns, rows, lead): its cells read and every cell's type checked, -1 with an exception for
+ * bad arguments. Writing it runs no Python code and reads no Python object but its lead. */
 static int
 read_rows_job(PyObject *item, Job *job)
 {
@@ -1718,28 +1769,27 @@ read_rows_job(PyObject *item, Job *job)
     Py_ssize_t rows = PyLong_AsSsize_t(rows_given), width = PyTuple_GET_SIZE(columns_given);
     if (rows == -1 && PyErr_Occurred()) return -1;
     if (rows < 0 || width == 0) rows = 0; /* no columns: no rows (as zip gives none) */
-    job->rows = rows;
-    job->width = width;
-    job->columns = PyMem_Calloc((size_t)width + 1, sizeof(PyObject *));
-    if (job->columns == NULL) {
+    if (rows > PY_SSIZE_T_MAX / (Py_ssize_t)sizeof(Cell) / (width ? width : 1)) {
         PyErr_NoMemory();
         return -1;
     }
-    for (Py_ssize_t i = 0; i < width; i++) { /* a tuple of each: a list may change once the call returns */
-        PyObject *column = job->columns[i] = PySequence_Tuple(PyTuple_GET_ITEM(columns_given, i));
+    job->cells = PyMem_Calloc((size_t)(rows * width) + 1, sizeof(Cell));
+    if (job->cells == NULL) {
+        PyErr_NoMemory();
+        return -1;
+    }
+    job->rows = rows;
+    job->width = width;
+    for (Py_ssize_t i = 0; i < width; i++) { /* a list as it is now: it may change once the call returns */
+        PyObject *column = PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
         if (column == NULL) return -1;
-        if (PyTuple_GET_SIZE(column) < rows) {
+        int read = -1;
+        if (PySequence_Fast_GET_SIZE(column) < rows) {
             PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
-            return -1;
         }
-        for (Py_ssize_t row = 0; row < rows; row++) {
-            PyObject *value = PyTuple_GET_ITEM(column, row);
-            if (!PyFloat_CheckExact(value) && value != Py_None && !PyLong_CheckExact(value)) {
-                PyErr_Format(PyExc_TypeError, "write_rows: a cell is an int, a float or None, not %.100s",
-                             Py_TYPE(value)->tp_name);
-                return -1;
-            }
-        }
+        else read = read_cells(job, PySequence_Fast_ITEMS(column), rows, job->cells + i * rows);
+        Py_DECREF(column);
+        if (read < 0) return -1;
     }
     return 0;
 }
@@ -1795,7 +1845,7 @@ write_jobs(Writing *writing, int interpreter)
             if (write_text(out, job->lead, job->lead_length) < 0) goto no_memory;
             for (Py_ssize_t i = 0; i < job->width; i++) {
                 if (i && write_text(out, ",", 1) < 0) goto no_memory;
-                int written = write_cell(out, PyTuple_GET_ITEM(job->columns[i], row), interpreter);
+                int written = write_cell(out, &job->cells[i * job->rows + row], interpreter);
                 if (written == NEEDS_INTERPRETER) {
                     out->length = row_start;
                     writing->interpreter = 1;
@@ -1862,7 +1912,7 @@ writing_failed(Writing *writing)
 static void
 writing_free(Writing *writing)
 {
-    for (Py_ssize_t i = 0; writing->jobs != NULL && i < writing->count; i++) free_columns(&writing->jobs[i]);
+    for (Py_ssize_t i = 0; writing->jobs != NULL && i < writing->count; i++) free_cells(&writing->jobs[i]);
     PyMem_Free(writing->jobs);
     PyMem_RawFree(writing->out.at);
     Py_CLEAR(writing->items);
