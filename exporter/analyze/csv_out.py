@@ -85,7 +85,7 @@ class StepCsv:
     def _add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
         count = len(steps)
         columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
-        if count < 2 or rows.aux or any(map(operator.eq, steps, steps[1:])) or self._completes_pending(key, steps[0]):
+        if count < 2 or rows.aux or _repeats_a_step(steps) or self._completes_pending(key, steps[0]):
             # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
             self._add_rows(key, steps, times, columns, rows)
             return
@@ -225,6 +225,11 @@ def _cells(values: list) -> str:
     text = io.StringIO()
     csv.writer(text).writerow(values)
     return text.getvalue()
+
+
+def _repeats_a_step(steps: list[int | None]) -> bool:
+    """A line at the step of the line before it (consecutive steps, the usual batch, told at C speed)."""
+    return not native.consecutive(steps) and any(map(operator.eq, steps, steps[1:]))
 
 
 def _write(fd: int, jobs: list[Job]) -> None:
