@@ -16,7 +16,7 @@ import functools
 import logging
 import os
 import time
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 from exporter.checkpoint import Checkpoint
@@ -121,11 +121,12 @@ class Pipeline:
         del self._positions[path]
         self._state.series.pop(key, None)
 
-    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: ReadBatch | None = None) -> None:
+    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: Sequence[ReadBatch] = ()) -> None:
         entry = self._files[file.path]
         parser = entry.parser
-        if coming is not None and entry.rows is None:
-            parser.prepare(coming.data)
+        if entry.rows is None:
+            for later in coming:
+                parser.prepare(later.data)
         pieces = [self._routed(entry, file, parser.parse_block(piece))
                   for piece in parser.pieces(entry.rows.lines(batch.data) if entry.rows is not None else batch.data)]
         info_changed = self._note_format(entry)

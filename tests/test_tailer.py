@@ -13,7 +13,7 @@ import pytest
 from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
 from exporter.follow.stream import read_log
-from exporter.follow.tailer import CHUNK_BYTES, READ_PIECE_BYTES, SETTLE_RESCANS, read_ahead
+from exporter.follow.tailer import CHUNK_BYTES, READ_AHEAD, READ_PIECE_BYTES, SETTLE_RESCANS, read_ahead
 
 
 def read(tailer: Tailer, rescan: bool = False) -> tuple[list[bytes], list]:
@@ -469,16 +469,20 @@ def test_a_path_that_stays_missing_gives_up_after_reading_the_generations_rotate
     assert lines == [b"a line 2", b"b line 1"]
 
 
-def test_each_batch_comes_with_the_next_one_read(tmp_path):
-    # A catch-up reads a block ahead (its passes start while the one before is parsed): every batch, in order, each
-    # with the one after it, the last with none.
+def test_each_batch_comes_with_the_ones_read_since_the_batch_before(tmp_path):
+    # A catch-up reads READ_AHEAD blocks ahead (their passes start while the ones before are parsed): every batch, in
+    # order, each announced once as coming before it is handed out, READ_AHEAD batches before it while there are.
     path = tmp_path / "worker_0.log"
-    path.write_bytes(b"".join(b"line %d %s\n" % (number, b"x" * 200) for number in range(20_000)))
+    path.write_bytes(b"".join(b"line %d %s\n" % (number, b"x" * 200) for number in range(40_000)))
     tailer = Tailer(str(path))
     pairs = list(read_ahead(tailer.poll()))
-    assert len(pairs) > 3
-    assert [coming for _, coming in pairs] == [batch for batch, _ in pairs[1:]] + [None]
-    assert b"".join(batch.data for batch, _ in pairs) == path.read_bytes()
+    batches = [batch for batch, _ in pairs]
+    assert len(pairs) > READ_AHEAD + 3
+    assert [later for _, coming in pairs for later in coming] == batches[1:]
+    assert pairs[0][1] == tuple(batches[1 : 1 + READ_AHEAD])
+    assert all(coming == (batches[index + READ_AHEAD],) for index, (_, coming) in enumerate(pairs[1:-READ_AHEAD], 1))
+    assert all(coming == () for _, coming in pairs[-READ_AHEAD:])
+    assert b"".join(batch.data for batch in batches) == path.read_bytes()
 
 
 def test_a_failed_read_ahead_hands_out_the_batch_before_it(tmp_path):
@@ -491,6 +495,6 @@ def test_a_failed_read_ahead_hands_out_the_batch_before_it(tmp_path):
 
     read = read_ahead(failing())
     first, second = next(read), next(read)
-    assert first[1] is second[0] and second[1] is None  # the second batch handed out before the failed read
+    assert first[1] == (second[0],) and second[1] == ()  # the second batch handed out before the failed read
     with pytest.raises(OSError, match="went away"):
         next(read)

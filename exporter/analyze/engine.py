@@ -133,8 +133,9 @@ class Analysis:
                 for batch, coming in read_ahead(self._blocks(generation, stdin)):
                     read_any = True
                     lines = lines or bool(batch.data)
-                    if coming is not None and rows is None:
-                        parser.prepare(coming.data)
+                    if rows is None:
+                        for later in coming:
+                            parser.prepare(later.data)
                     self._block(source, parser, keys, batch, clock, mtime, rows)
                     if progress is not None:
                         progress(source.name, self.bytes_read)

@@ -81,8 +81,9 @@ class Sink(Protocol):
     def file_discovered(self, file: FollowedFile, mtime: float | None) -> FilePosition | None:
         """Where to resume reading the file (the sink keeps read positions); None: at its start."""
 
-    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: ReadBatch | None = None) -> None:
-        """``batch``'s lines; ``coming``: the batch that follows it, already read (its passes may start now)."""
+    def lines_read(self, file: FollowedFile, batch: ReadBatch, coming: Sequence[ReadBatch] = ()) -> None:
+        """``batch``'s lines; ``coming``: batches that follow it, read since the batch before it (their passes may
+        start now)."""
 
     def file_closed(self, file: FollowedFile) -> None: ...
 

@@ -24,6 +24,7 @@ import errno
 import logging
 import os
 import time
+from collections import deque
 from collections.abc import Callable, Generator, Iterator
 from dataclasses import dataclass, field
 from stat import S_ISREG
@@ -38,6 +39,9 @@ CHUNK_BYTES = 1 << 20
 # into one that stays there (docs/benchmarks.md): a chunk is read in pieces this large
 # through one small buffer, each copied on into the chunk by the C library.
 READ_PIECE_BYTES = 1 << 17
+# Batches read before one is handed out: each block's passes start two blocks' parsing before they are asked for,
+# so that passes that take about as long as the parsing (a progress-bar console's) keep ahead of it.
+READ_AHEAD = 2
 READ_SLACK = 4096  # room in a read buffer for what is appended after the size was looked up
 # The last bytes read, kept to tell a file written again from its start (_was_rewritten): a
 # timestamp's worth of a line, at least, whatever the lines before it.
@@ -461,19 +465,35 @@ class Tailer:
         return FilePosition(opened.device, opened.inode, consumed, opened.fingerprint, self._cutter.skipping)
 
 
-def read_ahead(batches: Iterator[ReadBatch]) -> Iterator[tuple[ReadBatch, ReadBatch | None]]:
-    """Each batch with the one after it, read before it is handed out (None after the last): the parse side
-    starts its passes over the next block while it parses this one (parse/ahead.py). When the read of the
-    next one fails, the batch before it is handed out first."""
-    batch = next(batches, None)
-    while batch is not None:
-        try:
-            coming = next(batches, None)
-        except BaseException:
-            yield batch, None
-            raise
+def read_ahead(batches: Iterator[ReadBatch], ahead: int = READ_AHEAD) -> Iterator[tuple[ReadBatch,
+                                                                                   tuple[ReadBatch, ...]]]:
+    """Each batch, handed out once ``ahead`` more are read (fewer at the end), with the batches read since the one
+    before it (the parse side starts their passes while it parses this one: parse/ahead.py). When a read fails,
+    the batches read before it are handed out first, then it is raised."""
+    waiting: deque[ReadBatch] = deque()
+    fresh: list[ReadBatch] = []  # read since the last batch was handed out
+    failed: BaseException | None = None
+    ended = False
+    while True:
+        while not ended and len(waiting) <= ahead:
+            try:
+                batch = next(batches, None)
+            except BaseException as error:  # raised once the batches read before it are handed out
+                failed, ended = error, True
+                break
+            if batch is None:
+                ended = True
+            else:
+                waiting.append(batch)
+                fresh.append(batch)
+        if not waiting:
+            if failed is not None:
+                raise failed
+            return
+        batch = waiting.popleft()
+        coming = tuple(later for later in fresh if later is not batch)
+        fresh = []
         yield batch, coming
-        batch = coming
 
 
 def fill_chunk(buffer: bytearray, read: Callable[[memoryview, int], int | None], piece: bytearray | None) -> int:

@@ -16,8 +16,8 @@ from typing import Any
 
 from exporter import native
 
-# The blocks started at most: the one being parsed and the one to come.
-STARTED = 2
+# The blocks started at most: the one being parsed and the ones read ahead of it (tailer.READ_AHEAD).
+STARTED = 3
 
 
 class BlockPasses:

@@ -177,7 +177,7 @@ class LineParser:
         return self._format or self._provisional
 
     def prepare(self, data: bytes) -> None:
-        """``data`` is the block to come after the one about to be cut into pieces: the kernel passes the last
+        """``data`` is a block to come after the one about to be cut into pieces: the kernel passes the last
         blocks took are started over it on the second core, an interleaved console's rank streams read there by
         the step kernel too (parse/ahead.py)."""
         self._passes.start(data, self._probe_reader() if self._kernel_table is not None else None)
