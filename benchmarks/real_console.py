@@ -92,19 +92,11 @@ def _continued(found: re.Match[bytes], offset: int, total: int) -> bytes:
     return b"%s%d/%d%s" % (found.group(1), int(found.group(2)) + offset, total, found.group(4))
 
 
-def _lines_read_right(lines: int, log: ConsoleLog) -> bool:
-    """The file's lines; with carriage returns, up to one more a read: a bar's line the tailer hands out at its
-    last ``\r`` when a read ends inside it counts again with its rest (a known miscount, reported)."""
-    if b"\r" not in (FIXTURES / log.fixture).read_bytes():
-        return lines == log.lines
-    return log.lines <= lines <= log.lines + log.path.stat().st_size // (128 << 10) + 1
-
-
 def _check_catchup(output: str, log: ConsoleLog) -> None:
     ranks = json.loads(output)["ranks"]
     lines = sum(rank["lines"] for rank in ranks.values())
     steps = sum(rank["steps"] for rank in ranks.values())
-    if not _lines_read_right(lines, log) or steps != log.step_lines:
+    if lines != log.lines or steps != log.step_lines:
         raise AssertionError(f"catch-up of {log.path}: {lines} lines, {steps} steps; expected {log.lines} and "
                              f"{log.step_lines}")
 
@@ -112,7 +104,7 @@ def _check_catchup(output: str, log: ConsoleLog) -> None:
 def _check_analyze(output: str, log: ConsoleLog) -> None:
     report = json.loads(output)
     lines = sum(rank["lines"] for run in report["runs"] for rank in run["ranks"])
-    if not _lines_read_right(lines, log):
+    if lines != log.lines:
         raise AssertionError(f"analyze of {log.path}: {lines} lines, expected {log.lines}")
 
 

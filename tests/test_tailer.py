@@ -13,7 +13,14 @@ import pytest
 from exporter.follow import Tailer, rotated
 from exporter.follow.rotated import rotated_base, rotated_siblings
 from exporter.follow.stream import read_log
-from exporter.follow.tailer import CHUNK_BYTES, READ_AHEAD, READ_PIECE_BYTES, SETTLE_RESCANS, read_ahead
+from exporter.follow.tailer import (
+    CHUNK_BYTES,
+    READ_AHEAD,
+    READ_PIECE_BYTES,
+    REDRAWS_HELD_BYTES,
+    SETTLE_RESCANS,
+    read_ahead,
+)
 
 
 def read(tailer: Tailer, rescan: bool = False) -> tuple[list[bytes], list]:
@@ -498,3 +505,35 @@ def test_a_failed_read_ahead_hands_out_the_batch_before_it(tmp_path):
     assert first[1] == (second[0],) and second[1] == ()  # the second batch handed out before the failed read
     with pytest.raises(OSError, match="went away"):
         next(read)
+
+
+def _bar_lines(count: int) -> bytes:
+    """A Hugging Face console's lines: a tqdm bar redrawn after carriage returns, then a record, then a newline."""
+    return b"".join(b"\r %d%%|#| %d/9 [00:00<00:01,  4.00it/s]\r {'loss': '%d.5'}\n" % (step % 100, step, step)
+                    for step in range(count))
+
+
+@pytest.mark.parametrize("reader", ["tailer", "read_log"])
+def test_a_catch_up_hands_out_a_bar_line_whole_when_its_rest_is_read_next(tmp_path, reader):
+    """Where a full read ends inside a progress bar's line and the file holds its rest, the line waits for it: the
+    blocks are the file's bytes (each line once; handed out in two, a line was counted twice)."""
+    path = tmp_path / "train.log"
+    path.write_bytes(_bar_lines(60_000))
+    assert path.stat().st_size > 3 * CHUNK_BYTES
+    blocks = [batch.data for batch in (Tailer(str(path)).poll() if reader == "tailer" else read_log(str(path)))]
+    assert len(blocks) > 3
+    assert b"".join(blocks) == path.read_bytes()
+
+
+def test_a_bar_that_ends_no_line_for_long_is_handed_out_as_it_grows(tmp_path):
+    """A bar redrawn for more than REDRAWS_HELD_BYTES without a newline is handed out as it grows, read or not to
+    the end: nothing of it is cut off as an over-long line, and each of its segments is read once."""
+    path = tmp_path / "train.log"
+    redraws = b"".join(b"\r %d%%|#| %d/99999 [00:00<00:01,  4.00it/s]" % (step % 100, step) for step in range(80_000))
+    path.write_bytes(b"start\n" + redraws + b"\r {'loss': '1.5'}\n")
+    assert len(redraws) > 3 * CHUNK_BYTES > REDRAWS_HELD_BYTES
+    # Over the cap if held whole; a read's redraws (a chunk's) are under it.
+    batches = list(Tailer(str(path), max_line_bytes=2 * CHUNK_BYTES).poll())
+    assert sum(batch.lines_truncated for batch in batches) == 0
+    data = b"".join(batch.data for batch in batches)
+    assert data.replace(b"\r\n", b"\r") == path.read_bytes()

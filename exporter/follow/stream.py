@@ -44,7 +44,7 @@ def read_blocks(stream: BinaryIO, max_line_bytes: int = 1 << 20, *, partial_read
     """
     cutter = _LineCutter(max_line_bytes)
     for chunk in _partial_reads(stream, chunk_bytes) if partial_reads else _full_reads(stream, chunk_bytes):
-        batch = cutter.cut(chunk)
+        batch = cutter.cut(chunk, more=not partial_reads and len(chunk) == chunk_bytes)
         if batch.data:
             yield batch
     rest = cutter.take_partial()

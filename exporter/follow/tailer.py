@@ -42,6 +42,9 @@ READ_PIECE_BYTES = 1 << 17
 # Batches read before one is handed out: each block's passes start two blocks' parsing before they are asked for,
 # so that passes that take about as long as the parsing (a progress-bar console's) keep ahead of it.
 READ_AHEAD = 2
+# A partial line's progress-bar redraws held while the rest of the file is read next, up to this many bytes (a
+# bar that has not ended its line for longer is handed out as it grows, as at the file's end).
+REDRAWS_HELD_BYTES = 1 << 16
 READ_SLACK = 4096  # room in a read buffer for what is appended after the size was looked up
 # The last bytes read, kept to tell a file written again from its start (_was_rewritten): a
 # timestamp's worth of a line, at least, whatever the lines before it.
@@ -124,8 +127,9 @@ class _LineCutter:
     partial: bytearray = field(default_factory=bytearray)
     skipping: bool = False  # dropping the rest of an over-long line whose head was handed out
 
-    def cut(self, chunk: bytes | bytearray) -> ReadBatch:
-        """The complete lines of ``chunk`` (which may be reused once this returns) after the pending ones."""
+    def cut(self, chunk: bytes | bytearray, more: bool = False) -> ReadBatch:
+        """The complete lines of ``chunk`` (which may be reused once this returns) after the pending ones. ``more``:
+        the source holds more right now, read next (a catch-up's full read)."""
         batch = ReadBatch(bytes_read=len(chunk))
         if self.skipping:
             newline = chunk.find(b"\n")
@@ -142,11 +146,12 @@ class _LineCutter:
             self.partial += chunk
         # Not a ``\r`` that ends the buffer: it may be a CRLF line's, its ``\n`` still to come.
         redrawn = self.partial.rfind(b"\r", 0, len(self.partial) - 1) + 1
-        if redrawn:
+        if redrawn and not (more and len(self.partial) < REDRAWS_HELD_BYTES):
             # A progress bar redraws itself after carriage returns and ends its line only when it closes
             # (tqdm: at the end of an epoch or of the run): its redraws so far are lines now, handed out
             # ending in ``\r\n`` (the parser reads each carriage-return segment as a line, and a line
-            # ending in ``\r`` as one the next continues).
+            # ending in ``\r`` as one the next continues). Not while the rest of a short line is read next:
+            # a line handed out in two is counted twice, and each half is read alone.
             parts += (self.partial[:redrawn], b"\n")
             del self.partial[:redrawn]
         # One copy of the megabyte, not two: every fresh allocation is pages faulted in.
@@ -328,10 +333,10 @@ class Tailer:
             if opened.fingerprint is None or opened.fingerprint.length < min(opened.offset, FINGERPRINT_BYTES):
                 opened.fingerprint = fingerprint_of(opened.fd, min(opened.offset, FINGERPRINT_BYTES))
             self._last_growth = self._clock()
-            yield self._cut(buffer if count == len(buffer) else buffer[:count], opened, mtime)
+            yield self._cut(buffer if count == len(buffer) else buffer[:count], opened, mtime, opened.offset < size)
 
-    def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None) -> ReadBatch:
-        batch = self._cutter.cut(chunk)
+    def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None, more: bool = False) -> ReadBatch:
+        batch = self._cutter.cut(chunk, more)
         batch.position, batch.mtime = self._position_in(opened), mtime
         return batch
 
