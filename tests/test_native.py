@@ -1038,7 +1038,7 @@ def test_line_prefixes_matches_its_twin_on_fuzzed_and_real_consoles():
     found = Counter()
     for _ in range(5000):
         data = b"".join(rng.choice(pieces) for _ in range(rng.randint(0, 12))) + b"\n" * (rng.random() < 0.7)
-        literals = rng.choice([PREFIX_ANCHORS, (), (b"[w",), (b"x",)])
+        literals = rng.choice([PREFIX_ANCHORS, (), (b"[w",), (b"x",), (b"[[", b"["), (b"[rank", b"x")])
         compiled, twin = _scan.line_prefixes(data, literals), scan_twin.line_prefixes(data, literals)
         assert compiled == twin and list(compiled[0] or ()) == list(twin[0] or ()), data
         found[compiled[0] is None, compiled[1], bool(compiled[0])] += 1
