@@ -335,7 +335,7 @@ class Tailer:
             self._last_growth = self._clock()
             yield self._cut(buffer if count == len(buffer) else buffer[:count], opened, mtime, opened.offset < size)
 
-    def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None, more: bool = False) -> ReadBatch:
+    def _cut(self, chunk: bytes | bytearray, opened: _OpenFile, mtime: float | None, more: bool) -> ReadBatch:
         batch = self._cutter.cut(chunk, more)
         batch.position, batch.mtime = self._position_in(opened), mtime
         return batch
