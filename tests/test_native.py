@@ -1043,6 +1043,11 @@ def test_line_prefixes_matches_its_twin_on_fuzzed_and_real_consoles():
         assert compiled == twin and list(compiled[0] or ()) == list(twin[0] or ()), data
         found[compiled[0] is None, compiled[1], bool(compiled[0])] += 1
     assert len(found) == 6  # every outcome, each more than once
+    # Blocks long enough for the 32-byte search of literals sharing a first byte (one literal of one byte: none).
+    for _ in range(1500):
+        data = b"".join(rng.choice(pieces) for _ in range(rng.randint(20, 200)))
+        literals = rng.choice([PREFIX_ANCHORS, (b"[rank", b"[r", b"[d"), (b"[[", b"["), (b"[w", b"[1", b"[a", b"[x")])
+        assert _scan.line_prefixes(data, literals) == scan_twin.line_prefixes(data, literals), (data, literals)
     for name in ("hf_trainer_tqdm.log", "torchrun_ddp_healthy.log"):
         data = (Path(__file__).parent / "fixtures" / "real" / name).read_bytes()
         for cut in range(0, len(data), len(data) // 7 + 1):
@@ -1104,8 +1109,8 @@ def test_passes_ahead_give_what_their_functions_give():
     # A catch-up's next block scanned on a thread of its own (parse/ahead.py): each result is the function's, in
     # any order asked, twice alike; as bytes, a bytearray or a memoryview.
     rng = random.Random(29)
-    passes = _passes()
     for data in _pass_blocks(rng):
+        passes = tuple(rng.sample(_passes(), len(_passes())))  # line prefixes before or after segment records
         ahead = _scan.Ahead(rng.choice([bytes, bytearray, memoryview])(data), passes)
         order = list(range(len(passes)))
         rng.shuffle(order)

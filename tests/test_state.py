@@ -166,3 +166,23 @@ def test_a_batch_of_lines_does_what_a_batch_per_line_does(seed):
     assert dumps[0] == dumps[1]
     assert [list(state.series[KEY].extra) for state in states] == [list(states[1].series[KEY].extra)] * 2
 
+
+
+def test_steps_counted_in_order_is_each_change_of_step():
+    # Steps in order are counted by their distinct values: the same as one count a change of step, line by line.
+    from exporter.state.store import _steps_counted
+
+    def changes(step_before, steps):
+        counted, known = 0, step_before
+        for step in steps:
+            counted += step != known
+            known = step
+        return counted
+
+    rng = random.Random(4)
+    for _ in range(3000):
+        steps = [rng.randrange(6) for _ in range(rng.randrange(8))]
+        if rng.random() < 0.6:
+            steps.sort()
+        step_before = rng.choice([None, 0, 2, 5])
+        assert _steps_counted(step_before, steps) == changes(step_before, steps), (step_before, steps)

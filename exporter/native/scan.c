@@ -788,12 +788,12 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
     return 0;
 }
 
-/* The record at ``at``: 1 with its fraction and values, 0 when there is none. */
+/* The record at ``at`` (after a carriage return), on the line starting at ``line``: 1 with its fraction and values,
+ * 0 when there is none. */
 static int
-record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
+record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
           const uint8_t *close, Py_ssize_t close_length, long long *step, long long *total, double *values)
 {
-    if (at == 0 || data[at - 1] != '\r') return 0;
     Py_ssize_t position = at + pieces[0].len;
     for (Py_ssize_t piece = 1; piece < count; piece++) {
         Py_ssize_t end = position;
@@ -808,13 +808,13 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces
     }
     if (position >= size || data[position] != '\n') return 0;
     Py_ssize_t cut = at - 1, begin;
-    for (;;) {
-        begin = cut;
-        while (begin > 0 && data[begin - 1] != '\r' && data[begin - 1] != '\n') begin--;
+    for (;;) { /* the segments before, back to the first not blank (memrchr: a bar's segment is long) */
+        const uint8_t *carriage = memrchr(data + line, '\r', (size_t)(cut - line));
+        begin = carriage == NULL ? line : carriage + 1 - data;
         Py_ssize_t byte = begin;
         while (byte < cut && is_blank_byte(data[byte])) byte++;
         if (byte < cut) break;
-        if (begin == 0 || data[begin - 1] == '\n') return 0;
+        if (begin == line) return 0;
         cut = begin - 1;
     }
     return last_fraction(data, begin, cut, close, close_length, step, total);
@@ -830,23 +830,34 @@ typedef struct {
     Doubles values; /* count - 1 a record */
 } Records;
 
-/* The records of data[0:size] by ``count`` pieces into ``found``, without the interpreter; -1 when memory ran out. */
+typedef struct Prefixes Prefixes;
+static int prefixed_line(const uint8_t *line, const uint8_t *end, Prefixes *prefixes);
+
+/* The records of data[0:size] by ``count`` pieces into ``found``, without the interpreter; -1 when memory ran out.
+ * With ``prefixes``, the walk over the lines notes their prefixes too (find_prefixes' first part: one walk where the
+ * passes of a block take both). */
 static int
 find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_t count, const uint8_t *close,
-             Py_ssize_t close_length, double *values, Records *found)
+             Py_ssize_t close_length, double *values, Records *found, Prefixes *prefixes)
 {
-    for (const uint8_t *line = bytes, *newline; (newline = memchr(line, '\n', (size_t)(bytes + size - line))) != NULL;
-         line = newline + 1) {
+    const uint8_t *end = bytes + size;
+    for (const uint8_t *line = bytes;;) {
+        if (prefixes != NULL && prefixed_line(line, end, prefixes) < 0) return -1;
+        const uint8_t *newline = memchr(line, '\n', (size_t)(end - line));
+        if (newline == NULL) break;
         found->newlines++;
         if (newline > line && newline[-1] == '\r' && push_offset(&found->continued, line - bytes) < 0) return -1;
+        line = newline + 1;
     }
     for (const uint8_t *match = find_literal(bytes, size, pieces[0].buf, pieces[0].len); match != NULL;
          match = find_literal(match + 1, bytes + size - match - 1, pieces[0].buf, pieces[0].len)) {
         long long step, total;
         Py_ssize_t at = match - bytes;
-        if (!record_at(bytes, size, at, pieces, count, close, close_length, &step, &total, values)) continue;
+        if (at == 0 || bytes[at - 1] != '\r') continue;
         const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
-        if (push_offset(&found->starts, at) < 0 || push_offset(&found->lines, newline == NULL ? 0 : newline + 1 - bytes) < 0
+        Py_ssize_t line = newline == NULL ? 0 : newline + 1 - bytes;
+        if (!record_at(bytes, size, line, at, pieces, count, close, close_length, &step, &total, values)) continue;
+        if (push_offset(&found->starts, at) < 0 || push_offset(&found->lines, line) < 0
             || push_offset(&found->steps, step) < 0 || push_offset(&found->totals, total) < 0) {
             return -1;
         }
@@ -930,7 +941,7 @@ segment_records(PyObject *module, PyObject *args)
     if (pieces == NULL || values == NULL) {
         PyErr_NoMemory();
     } else if (take_pieces(pieces_object, &close, pieces) == count) {
-        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, values, &found) < 0) {
+        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, values, &found, NULL) < 0) {
             PyErr_NoMemory();
         } else {
             result = records_result(&found, count);
@@ -1050,11 +1061,11 @@ spans_free(Spans *set)
     free(set->slots);
 }
 
-typedef struct {
+struct Prefixes {
     Spans found;   /* prefix -> the lines beginning with it */
     Spans checked; /* the literals that may occur only in the prefixes */
     int elsewhere, after_return;
-} Prefixes;
+};
 
 /* The literals (a tuple of bytes, not empty, without a newline) into ``prefixes``; -1 with an exception set. */
 static int
@@ -1075,15 +1086,80 @@ take_literals(PyObject *literals, Prefixes *prefixes)
     return 0;
 }
 
+#define MAX_SECOND_BYTES 8
+
+/* Where literals sharing their first byte may start: that byte, followed by one of ``count`` second bytes (0: by
+ * any byte, or none). */
+typedef struct {
+    uint8_t first, seconds[MAX_SECOND_BYTES];
+    int count;
+} LiteralStarts;
+
+static const uint8_t *
+next_start_bytewise(const LiteralStarts *starts, const uint8_t *at, const uint8_t *end)
+{
+    for (; at < end && (at = memchr(at, starts->first, (size_t)(end - at))) != NULL; at++) {
+        if (starts->count == 0) return at;
+        for (int i = 0; at + 1 < end && i < starts->count; i++) {
+            if (at[1] == starts->seconds[i]) return at;
+        }
+    }
+    return NULL;
+}
+
+#ifdef HAVE_AVX2_SCAN
+/* 32 positions at a time, both bytes compared: a progress bar's ``[00:01<00:14, ...]`` on every segment stops a
+ * search for the first byte alone every few dozen bytes. */
+__attribute__((target("avx2"))) static const uint8_t *
+next_start_avx2(const LiteralStarts *starts, const uint8_t *at, const uint8_t *end)
+{
+    const __m256i first = _mm256_set1_epi8((char)starts->first);
+    for (; end - at > 32; at += 32) {
+        unsigned found = (unsigned)_mm256_movemask_epi8(_mm256_cmpeq_epi8(_mm256_loadu_si256((const __m256i *)at), first));
+        if (found == 0) continue;
+        const __m256i next = _mm256_loadu_si256((const __m256i *)(at + 1));
+        __m256i seconds = _mm256_setzero_si256();
+        for (int i = 0; i < starts->count; i++) {
+            seconds = _mm256_or_si256(seconds, _mm256_cmpeq_epi8(next, _mm256_set1_epi8((char)starts->seconds[i])));
+        }
+        found &= (unsigned)_mm256_movemask_epi8(seconds);
+        if (found) return at + __builtin_ctz(found);
+    }
+    return next_start_bytewise(starts, at, end);
+}
+#endif
+
+/* The first place at or after ``at`` where one of the literals may start. */
+static const uint8_t *
+next_start(const LiteralStarts *starts, const uint8_t *at, const uint8_t *end)
+{
+#ifdef HAVE_AVX2_SCAN
+    if (have_avx2 && starts->count > 0) return next_start_avx2(starts, at, end);
+#endif
+    return next_start_bytewise(starts, at, end);
+}
+
 /* Each literal's non-overlapping occurrences in bytes[0:size] (as bytes.count) into its span's count. Where all
- * begin with one byte (the rank prefixes' ``[``), one pass stops at each of that byte for all of them: a
- * progress bar's ``[00:01<00:14, ...]`` on every segment made a pass a literal cost twice. -1 when memory ran out. */
+ * begin with one byte (the rank prefixes' ``[``), one pass stops where that byte and one of their second bytes
+ * are, for all of them. -1 when memory ran out. */
 static int
 count_literals(const uint8_t *bytes, Py_ssize_t size, Spans *literals)
 {
     Py_ssize_t count = literals->count;
-    int shared = 1;
-    for (Py_ssize_t i = 1; i < count; i++) shared = shared && literals->items[i].text[0] == literals->items[0].text[0];
+    LiteralStarts starts = {.first = count ? literals->items[0].text[0] : 0};
+    int shared = 1, seconds = 1;
+    for (Py_ssize_t i = 0; i < count && shared; i++) {
+        const Span *literal = &literals->items[i];
+        shared = literal->text[0] == starts.first;
+        seconds = seconds && literal->length > 1;
+        if (!seconds || memchr(starts.seconds, literal->text[1], (size_t)starts.count) != NULL) continue;
+        if (starts.count == MAX_SECOND_BYTES) {
+            seconds = 0;
+        } else {
+            starts.seconds[starts.count++] = literal->text[1];
+        }
+    }
+    if (!seconds) starts.count = 0;
     if (!shared || count < 2) {
         for (Py_ssize_t i = 0; i < count; i++) {
             Span *literal = &literals->items[i];
@@ -1097,9 +1173,8 @@ count_literals(const uint8_t *bytes, Py_ssize_t size, Spans *literals)
         literals->items[i].count = 0;
         free_from[i] = bytes;
     }
-    const uint8_t first = literals->items[0].text[0], *end = bytes + size;
-    for (const uint8_t *match = bytes; match < end && (match = memchr(match, first, (size_t)(end - match))) != NULL;
-         match++) {
+    const uint8_t *end = bytes + size;
+    for (const uint8_t *match = next_start(&starts, bytes, end); match != NULL; match = next_start(&starts, match + 1, end)) {
         for (Py_ssize_t i = 0; i < count; i++) {
             Span *literal = &literals->items[i];
             if (match >= free_from[i] && end - match >= literal->length
@@ -1113,22 +1188,31 @@ count_literals(const uint8_t *bytes, Py_ssize_t size, Spans *literals)
     return 0;
 }
 
-/* The prefixes of data[0:size]'s lines, whether a checked literal (those taken, and every prefix's ``[role``)
- * occurs elsewhere, and whether a line names a rank after a carriage return, without the interpreter; -1 when
- * memory ran out. */
+/* The prefixes the line at ``line`` begins with counted, and whether it names a rank after a carriage return; -1
+ * when memory ran out. */
 static int
-find_prefixes(const uint8_t *bytes, Py_ssize_t size, Prefixes *prefixes)
+prefixed_line(const uint8_t *line, const uint8_t *end, Prefixes *prefixes)
+{
+    Py_ssize_t width = 0, tag, role;
+    while ((tag = prefix_tag_at(line + width, end, &role)) > 0) width += tag;
+    if (width) {
+        Py_ssize_t index = span_index(&prefixes->found, line, width);
+        if (index < 0) return -1;
+        prefixes->found.items[index].count++;
+    }
+    prefixes->after_return = prefixes->after_return || rank_after_return(line, end);
+    return 0;
+}
+
+/* The prefixes of data[0:size]'s lines (``walked``: prefixed_line has seen each line), whether a checked literal
+ * (those taken, and every prefix's ``[role``) occurs elsewhere, and whether a line names a rank after a carriage
+ * return, without the interpreter; -1 when memory ran out. */
+static int
+find_prefixes(const uint8_t *bytes, Py_ssize_t size, Prefixes *prefixes, int walked)
 {
     const uint8_t *end = bytes + size;
-    for (const uint8_t *line = bytes;;) {
-        Py_ssize_t width = 0, tag, role;
-        while ((tag = prefix_tag_at(line + width, end, &role)) > 0) width += tag;
-        if (width) {
-            Py_ssize_t index = span_index(&prefixes->found, line, width);
-            if (index < 0) return -1;
-            prefixes->found.items[index].count++;
-        }
-        prefixes->after_return = prefixes->after_return || rank_after_return(line, end);
+    for (const uint8_t *line = bytes; !walked;) {
+        if (prefixed_line(line, end, prefixes) < 0) return -1;
         const uint8_t *newline = memchr(line, '\n', (size_t)(end - line));
         if (newline == NULL) break;
         line = newline + 1;
@@ -1197,7 +1281,7 @@ line_prefixes(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*O!:line_prefixes", &data, &PyTuple_Type, &literals)) return NULL;
     Prefixes prefixes = {0};
     if (take_literals(literals, &prefixes) == 0) {
-        result = find_prefixes(data.buf, data.len, &prefixes) < 0 ? PyErr_NoMemory() : prefixes_result(&prefixes);
+        result = find_prefixes(data.buf, data.len, &prefixes, 0) < 0 ? PyErr_NoMemory() : prefixes_result(&prefixes);
     }
     prefixes_free(&prefixes);
     PyBuffer_Release(&data);
@@ -1221,6 +1305,7 @@ typedef struct {
     Py_ssize_t count;
     double *values;
     int failed; /* memory ran out */
+    int walked; /* line prefixes: their lines walked by a segment records' pass */
     union {
         ScanState scan;
         Groups *groups;
@@ -1238,8 +1323,9 @@ typedef struct {
     Worker worker; /* the passes, computed one after the other */
 } Ahead;
 
+/* ``walking``: the line prefixes a segment records' pass notes on its walk over the lines (NULL: none). */
 static void
-compute_pass(const Py_buffer *data, Pass *pass)
+compute_pass(const Py_buffer *data, Pass *pass, Prefixes *walking)
 {
     switch (pass->kind) {
     case PASS_SCAN:
@@ -1255,10 +1341,10 @@ compute_pass(const Py_buffer *data, Pass *pass)
         break;
     case PASS_SEGMENT_RECORDS:
         pass->failed = find_records(data->buf, data->len, pass->pieces, pass->count, pass->buffers[0].buf,
-                                    pass->buffers[0].len, pass->values, &pass->found.records) < 0;
+                                    pass->buffers[0].len, pass->values, &pass->found.records, walking) < 0;
         break;
     case PASS_LINE_PREFIXES:
-        pass->failed = find_prefixes(data->buf, data->len, &pass->found.prefixes) < 0;
+        pass->failed = find_prefixes(data->buf, data->len, &pass->found.prefixes, pass->walked) < 0;
         break;
     }
 }
@@ -1267,7 +1353,24 @@ static void *
 compute_passes(void *argument)
 {
     Ahead *self = argument;
-    for (Py_ssize_t i = 0; i < self->count; i++) compute_pass(&self->data, &self->passes[i]);
+    /* A carriage-return console's block takes both: one walk over its lines for the two. */
+    Pass *records = NULL, *prefixes = NULL;
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Pass *pass = &self->passes[i];
+        if (pass->kind == PASS_SEGMENT_RECORDS && records == NULL) records = pass;
+        if (pass->kind == PASS_LINE_PREFIXES && prefixes == NULL) prefixes = pass;
+    }
+    if (records != NULL && prefixes != NULL) {
+        compute_pass(&self->data, records, &prefixes->found.prefixes);
+        prefixes->walked = 1;
+        prefixes->failed = records->failed;
+    } else {
+        records = NULL;
+    }
+    for (Py_ssize_t i = 0; i < self->count; i++) {
+        Pass *pass = &self->passes[i];
+        if (pass != records && !pass->failed) compute_pass(&self->data, pass, NULL);
+    }
     return NULL;
 }
 

@@ -417,7 +417,8 @@ class LineParser:
         filtered = set(shape.filtered(values))
         ends = {line + 1 for line in filtered}
         steps = found.steps  # where a step goes back (a restart): a batch ends before it, found at C speed
-        ends.update(itertools.compress(range(1, len(steps)), map(operator.lt, steps[1:], steps)))
+        if steps != sorted(steps):  # sorted() of steps in order is one walk, no pair made
+            ends.update(itertools.compress(range(1, len(steps)), map(operator.lt, steps[1:], steps)))
         run = _RecordRun(found, values, named, sorted(ends), filtered)
         recognized = alone = 0  # record lines taken here, lines read by _parse_lines
         counted: Counter[bytes] = Counter()  # lines beginning with prefixes read by _parse_lines

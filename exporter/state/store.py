@@ -646,6 +646,8 @@ def _steps_counted(step_before: int | None, steps: list[int | None], consecutive
     if consecutive:
         return len(steps) - (steps[0] == step_before)
     if None not in steps:  # the usual case, at C speed: each change of step is one
+        if steps and steps == sorted(cast("list[int]", steps)):  # in order: each step's lines side by side
+            return len(set(steps)) - (steps[0] == step_before)
         return sum(map(operator.ne, steps, [step_before, *steps[:-1]]))
     counted, known = 0, step_before
     for step in steps:
