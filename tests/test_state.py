@@ -186,3 +186,23 @@ def test_steps_counted_in_order_is_each_change_of_step():
             steps.sort()
         step_before = rng.choice([None, 0, 2, 5])
         assert _steps_counted(step_before, steps) == changes(step_before, steps), (step_before, steps)
+
+
+def test_anomalies_counted_alike_with_a_listener_and_without():
+    # Without a listener, a spike is counted and no event made of it: the counts and last steps are the listener's.
+    rng = random.Random(7)
+    heard: list = []
+    quiet, listened = TrainingState(), TrainingState(listener=heard.append)
+    for batch in range(40):
+        lines = []
+        for number in range(batch * 25, batch * 25 + 25):
+            loss = rng.choice([2.3, 2.31, 2.29, 40.0, math.nan]) if rng.random() < 0.2 else 2.3 + rng.random() / 50
+            lines.append(step(number, loss=loss, grad_norm=rng.choice([1.0, 1.01, 30.0, math.inf])))
+        for state in (quiet, listened):
+            ingest(state, *lines)
+    spikes = [event for event in heard if event.kind.endswith("_spike")]
+    assert spikes and any(event.kind.endswith("_nonfinite") for event in heard)
+    quiet_rank, listened_rank = quiet.series[KEY], listened.series[KEY]
+    assert quiet_rank.anomalies == listened_rank.anomalies
+    assert quiet_rank.last_anomaly_step == listened_rank.last_anomaly_step
+    assert quiet_rank.anomalies["loss_spike"] + quiet_rank.anomalies["grad_norm_spike"] == len(spikes)

@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
 
 from exporter import native
-from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, SCHEDULER_KINDS, error_kind
+from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, INCIDENT_KINDS, SCHEDULER_KINDS, error_kind
 from exporter.parse import faults
 from exporter.parse.fields import is_rank_value, label_value, window_of
 from exporter.parse.line_parser import REJECTED_REASONS
@@ -365,7 +365,7 @@ class TrainingState:
             if state is None:
                 state = rank.detectors[detector.name] = detector.new_state()
             for found in detector.apply(self._detectors, state, view):
-                self._apply(key, rank, self._step_event(applying, found))
+                self._apply_found(applying, rank, found)
         rank.productive_seconds_total, rank.lost_seconds_total["checkpoint"] = view.time_split
         starting = rank.starting_since is not None or restarted or rank.phase is not None
         if rank.phase is not None and rank.phase_since is not None:  # the phase is over: how long it took
@@ -443,6 +443,15 @@ class TrainingState:
             return RankValue(label, [rank.step], [latest], previous)
         return RankValue(label, _at_known_steps(series.steps, step_before), series.values, previous)
 
+    def _apply_found(self, applying: _Applying, rank: RankState, found: Found) -> None:
+        """What a detector found, applied. An anomaly that breaks no run (a spike), with no listener, is only counted:
+        no event is made of it, as the cause model ignores it (a repeated console's spikes by the ten thousand)."""
+        kind = found.kind
+        if self.listener is None and kind not in INCIDENT_KINDS and kind in rank.anomalies and found.earlier is None:
+            self._count_anomaly(rank, kind, found.count, found.detail.get("last_step", found.step))
+        else:
+            self._apply(applying.key, rank, self._step_event(applying, found))
+
     def _step_event(self, applying: _Applying, found: Found) -> Event:
         """An event of what a detector found at a step of the batch being applied, with its line's time and, for the
         listener, the values around it (or as an earlier batch's event gave them)."""
@@ -491,10 +500,7 @@ class TrainingState:
         """Count an event into the rank's state, then tell the listener."""
         kind = event.kind
         if kind in rank.anomalies:
-            rank.anomalies[kind] += event.count
-            last = event.detail.get("last_step", event.step)
-            if last is not None:
-                rank.last_anomaly_step[kind] = int(last)
+            self._count_anomaly(rank, kind, event.count, event.detail.get("last_step", event.step))
         elif kind in rank.errors:
             rank.errors[kind] += 1
             rank.last_error_timestamp[kind] = event.time if event.time is not None else 0.0
@@ -514,6 +520,12 @@ class TrainingState:
         self.causes.heard(event)
         if self.listener is not None:
             self.listener(event)
+
+    @staticmethod
+    def _count_anomaly(rank: RankState, kind: str, count: int, last: str | int | float | None) -> None:
+        rank.anomalies[kind] += count
+        if last is not None:
+            rank.last_anomaly_step[kind] = int(last)
 
     def _count(self, key: SeriesKey, rank: RankState, counters: dict[str, int], kind: str) -> None:
         if kind in counters or self._has_room(rank):
