@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from benchmarks.generate import LogShape
-from benchmarks.measure import Measured, run_measured
+from benchmarks.measure import Measured, run_measured, warm
 
 BENCHMARKS = Path(__file__).resolve().parent
 PACKAGE = BENCHMARKS.parent / "exporter"
@@ -65,7 +65,6 @@ def compile_bytecode() -> None:
 
 def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, object]]:
     """Best of ``rounds`` interleaved runs per contender (mtail: one run, it takes long)."""
-    run_measured(["cat", str(log)])  # warm the page cache: every contender reads from memory
     compile_bytecode()
     best: dict[str, Measured] = {}
     what: dict[str, str] = {}
@@ -73,6 +72,7 @@ def measure(log: Path, shape: LogShape, rounds: int) -> dict[str, dict[str, obje
         for contender in contenders(log):
             if contender.name == "mtail" and round_number > 0:
                 continue
+            warm(log)  # every contender reads from memory
             result = run_measured(contender.command)
             contender.check(result.stdout, shape)
             what[contender.name] = contender.what
@@ -103,9 +103,9 @@ PREFIX = f"[rank{PREFIX_RANK}]: "
 
 def measure_prefixed(log: Path, shape: LogShape, rounds: int) -> dict[str, object]:
     """The exporter's best of ``rounds`` on a log whose every line has torchrun's rank prefix."""
-    run_measured(["cat", str(log)])
     best: Measured | None = None
     for _ in range(rounds):
+        warm(log)
         result = run_measured([sys.executable, "-m", "benchmarks.catchup_exporter", str(log.parent)])
         _check_exporter(result.stdout, shape, str(PREFIX_RANK))
         if best is None or result.wall_seconds < best.wall_seconds:

@@ -52,6 +52,16 @@ def run_measured(command: list[str], timeout: float = 900.0) -> Measured:
     return Measured(wall, usage.ru_utime + usage.ru_stime, max_rss_kb, output)
 
 
+def warm(path: Path) -> None:
+    """Read ``path`` into the page cache right before a contender reads it. A machine that pages out what was not
+    read for a minute (DAMON's proactive reclaim: seen on these machines) would otherwise give the later rounds,
+    after the slow contenders, a cold file and the first a warm one."""
+    buffer = bytearray(1 << 20)
+    with open(path, "rb", buffering=0) as file:
+        while file.readinto(buffer):
+            pass
+
+
 def following(log_dir: Path) -> ExporterProcess:
     """The exporter following ``log_dir``, quiet (warnings only); ``with`` starts it and waits until it is ready."""
     # Its checkpoint beside the logs, not in the user's state home: every run would leave one there.

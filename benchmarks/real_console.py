@@ -29,7 +29,7 @@ from functools import partial
 from pathlib import Path
 
 from benchmarks.catchup import compile_bytecode
-from benchmarks.measure import Measured, run_measured
+from benchmarks.measure import Measured, run_measured, warm
 from tests.support.exporter_process import exporter_command
 
 # A contender whose run took longer than this is not run again (a per-line path: minutes a round).
@@ -124,7 +124,6 @@ def _check_grep_awk(output: str, log: ConsoleLog) -> None:
 def measure_console(directory: Path, console: Console, lines: int, rounds: int) -> dict[str, object]:
     """Best of ``rounds`` interleaved runs of each contender on the console repeated to ``lines`` lines."""
     log = write_console(directory, console, lines)
-    run_measured(["cat", str(log.path)])  # the page cache warm for all
     compile_bytecode()
     csv_path = directory.parent / f"{console.name}.csv"
     contenders = {
@@ -143,6 +142,7 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int) 
         for name, (command, check) in contenders.items():
             if name in best and best[name].wall_seconds > SLOW_SECONDS:
                 continue  # one run tells a contender this slow: its best of three would change no verdict
+            warm(log.path)  # every contender reads from memory
             result = run_measured(command)
             check(result)
             if name not in best or result.wall_seconds < best[name].wall_seconds:

@@ -32,7 +32,7 @@ from typing import Any
 
 from benchmarks import catchup, fleet, hostile, real_console, repeats, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
-from benchmarks.measure import run_measured
+from benchmarks.measure import run_measured, warm
 from tests.support.exporter_process import exporter_command
 
 RESULTS = Path(__file__).resolve().parent / "results"
@@ -154,6 +154,7 @@ def measure_analyze(log: Path, shape: LogShape, rounds: int, csv: Path | None = 
     against what the generator wrote (and the CSV's rows: one per step line)."""
     best = None
     for _ in range(rounds):
+        warm(log)
         result = run_measured(exporter_command("analyze", str(log), "--format", "json",
                                                *(("--csv", str(csv)) if csv else ())))
         if csv is not None and (rows := csv.read_text().count("\n") - 1) != shape.steps:
