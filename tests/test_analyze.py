@@ -23,7 +23,7 @@ from typing import Any
 import pytest
 
 from exporter.analyze.command import run_analyze
-from exporter.analyze.timestamps import LineClock
+from exporter.analyze.timestamps import PREFIX_BYTES, LineClock
 from exporter.simulate.texts import nccl_watchdog_lines
 from tests.support.exporter_process import REPO, exporter_command, exporter_environment
 from tests.support.simulated import run_config, write_simulated
@@ -385,6 +385,10 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
                ((run, "", None), [(None, 1.5, {"learning_rate": 1e-05},
                                    {"load_balancing_loss": -inf, "mtp_1_loss": 1.0})]),
                ((run, "node-1", "3"), [(4, 2.0, {}, {}), (5, 2.5, {}, {})]),
+               # A batch's rows with aux losses, one first printed in it, one in its last (pending) row.
+               ((run, "node-1", "5"), [(9, 3.0, {"loss": 1.0}, {"mtp_1_loss": 0.5}),
+                                       (10, None, {"loss": 0.9}, {"z_loss": 2.0, "load_balancing_loss": 0.1}),
+                                       (11, 3.5, {}, {}), (12, 4.0, {"loss": 0.8}, {"router_loss": nan})]),
                # A number of a type of its own (a parser's Decimal): written as the csv module writes it.
                ((run, "node-1", "4"), [(6, None, {"loss": decimal.Decimal("2.50")}, {}), (7, None, {"loss": 1.5}, {}),
                                        (8, None, {"loss": decimal.Decimal("1E-7")}, {})])]
@@ -398,11 +402,13 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
     steps.close()
     expected = io.StringIO(newline="")
     writer = csv.writer(expected)
-    writer.writerow([*COLUMNS, "mtp_1_loss", "load_balancing_loss"])
+    aux_names = list(dict.fromkeys(name for _, lines in batches for *_, aux in lines for name in aux))
+    assert aux_names == ["mtp_1_loss", "load_balancing_loss", "z_loss", "router_loss"]
+    writer.writerow([*COLUMNS, *aux_names])
     for key, lines in batches:
         for step, when, gauges, aux in lines:
             writer.writerow([*key, step, when, *(gauges.get(name) for name in COLUMNS[5:]),
-                             aux.get("mtp_1_loss"), aux.get("load_balancing_loss")])
+                             *(aux.get(name) for name in aux_names)])
     assert path.read_bytes().decode() == expected.getvalue()
 
 
@@ -436,11 +442,18 @@ def test_a_failed_write_of_the_rows_is_raised():
 def test_a_batch_of_lines_is_timed_as_each_line_alone(seed):
     """LineClock.times searches only the lines whose prefix holds one of the block's ``:dd:`` (or each line, in a
     block of many): what each line's own search gives, over real lines with and without times, short lines whose
-    prefix runs into the next."""
+    prefix runs into the next, and lines beginning as the line before them but cut or changed after that (a lead
+    alike, its date-time looked for right after it: no other time may come of that)."""
     rng = random.Random(seed)
     real = Path(REPO, "tests/fixtures/real")
     names = ("hf_trainer_nan.log", "msrun_nan_worker_1.log", "mindformers_legacy.log", "torchrun_ddp_healthy.log")
     lines = [line for name in names for line in (real / name).read_bytes().splitlines()] + [b"", b"x", b"9:00:"]
+    for line in [line for line in lines if re.search(rb"\d{4}-\d\d-\d\d", line)][:200]:
+        at = re.search(rb"\d{4}-\d\d-\d\d", line).start()
+        cut = rng.randint(at, min(len(line), at + 32))
+        changed = rng.randint(at, min(len(line), at + 30) - 1)
+        lines += [line[:cut], line[:changed] + rng.choice((b"x", b":", b"9", b" ")) + line[changed + 1:],
+                  line[:at] + b"E1129 10:42:07.271503 " + line[at:], line[:at] + b" " * 120 + line[at:]]
     timed = [line for line in lines if re.search(rb":\d\d:", line)]
     untimed = [line for line in lines if line not in timed]
     clock = LineClock(2026)
@@ -453,6 +466,21 @@ def test_a_batch_of_lines_is_timed_as_each_line_alone(seed):
             offsets.append(offsets[-1] + len(line) + 1)
         starts = sorted(rng.sample(offsets, rng.randint(1, len(offsets))))
         assert clock.times(data, starts) == [LineClock(2026).at(data, start) for start in starts]
+
+
+def test_a_time_cut_by_the_prefix_is_cut_in_every_line_alike():
+    """Lines alike up to their date-time (the lead looked past): the time's fraction beyond PREFIX_BYTES is left out
+    of each, as at() leaves it out of one."""
+    real = [line for line in Path(REPO, "tests/fixtures/real/msrun_nan_worker_1.log").read_bytes().splitlines()
+            if re.match(rb"2026-12-03 08:38:\d\d,\d\d\d ", line)] * 10  # a block of many times: each line read
+    lead = b" " * (PREFIX_BYTES - len(b"2026-12-03 08:38:23,8"))  # the prefix ends after the fraction's first digit
+    data = b"".join(lead + line + b"\n" for line in real)
+    starts = [0]
+    for line in real[:-1]:
+        starts.append(starts[-1] + len(lead) + len(line) + 1)
+    each = [LineClock(2026).at(data, start) for start in starts]
+    assert [round(when % 1, 3) for when in each] == [int(line[20:21]) / 10 for line in real]
+    assert LineClock(2026).times(data, starts) == each
 
 
 def test_a_short_line_is_not_given_the_next_lines_time():

@@ -16,6 +16,7 @@ from exporter.native import step_fields as step_fields_twin
 from exporter.parse import BUILTIN_FORMATS, LineParser, StepBatch, line_parser, scan
 from exporter.parse.formats import FormatSelection, custom_format
 from exporter.parse.scan import anchors_for
+from exporter.parse.step_batch import StepBatchBuilder
 from exporter.state import TrainingState
 from tests.support.records import record_as_dict
 from tests.support.state_dump import batching_free_dump
@@ -311,24 +312,57 @@ def test_step_rows_are_each_lines_own_values(name):
     # (the kernel's runs), as a batch per line gives them.
     data = {log_name: log for log_name, log, _ in _logs()}[name]
     blocks = _blocks(data, _line_boundaries(data, random.Random(name), 30))
-
-    def rows(parsed: list) -> list:
-        # Each block's rows rank by rank: how the ranks' batches interleave is no contract (offsets, above); values
-        # by their repr (nan is no nan).
-        found = [(number, -1 if record.rank is None else record.rank, step, repr(sorted(values.items())), aux)
-                 for number, block in enumerate(parsed) for record in block.records if isinstance(record, StepBatch)
-                 for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
-        return sorted(found, key=lambda row: row[:2])
-
-    with pytest.MonkeyPatch.context() as patch:
-        patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
-        expected = rows([LineParser(rows_per_batch=1, step_rows=True).parse_block(block) for block in blocks])
+    expected = _rows(_each_line_a_batch(blocks))
     assert len(expected) >= 3
     in_blocks = [LineParser(step_rows=True).parse_block(block) for block in blocks]
-    assert rows(in_blocks) == expected
+    assert _rows(in_blocks) == expected
     # The long logs' rows come from batches of many lines.
     assert len(expected) < 100 or any(len(record.steps) > 1 for block in in_blocks for record in block.records
                                       if isinstance(record, StepBatch))
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_aux_losses_some_lines_lack_are_each_lines_own(seed, monkeypatch):
+    """The kernel's runs give each line's aux losses as columns (read again with them as fields): lines lacking one,
+    printing one twice (the second unreadable: the line's first is its value), a step printed twice (no step names a
+    line), as a batch per line gives them. A run of lines printing them all is not read line by line."""
+    rng = random.Random(seed)
+    lines = []
+    for line in worker_log_lines(3_000, seed=seed):
+        change = rng.random()
+        if "{ step:" in line and change < 0.1:
+            line = line.replace(", load_balancing_loss:", ", lost:")
+        elif "{ step:" in line and change < 0.12:
+            line = line.replace(" }", ", mtp_1_loss: abc }")
+        if "{ step:" in line and change > 0.99:  # the step again, without an aux loss
+            lines += [line.replace(", load_balancing_loss:", ", lost:"), line]
+        else:
+            lines.append(line)
+    data = "\n".join(lines).encode() + b"\n"
+    blocks = _blocks(data, _line_boundaries(data, rng, 10))
+    expected = _rows(_each_line_a_batch(blocks))
+    assert _rows([LineParser(step_rows=True).parse_block(block) for block in blocks]) == expected
+    lacking = [("load_balancing_loss" in aux) for *_, aux in expected]
+    assert any(lacking) and not all(lacking)
+    clean = "\n".join(worker_log_lines(3_000, seed=seed)).encode() + b"\n"
+    monkeypatch.setattr(StepBatchBuilder, "_read_rows", None)  # a line read alone would raise
+    assert _rows([LineParser(step_rows=True).parse_block(clean)]) == _rows(_each_line_a_batch([clean]))
+
+
+def _each_line_a_batch(blocks: list[bytes]) -> list:
+    """What a batch per step line, no scan, gives of the blocks (with its rows)."""
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
+        return [LineParser(rows_per_batch=1, step_rows=True).parse_block(block) for block in blocks]
+
+
+def _rows(parsed: list) -> list:
+    """Each block's rows rank by rank: how the ranks' batches interleave is no contract (offsets, above); values by
+    their repr (nan is no nan)."""
+    found = [(number, -1 if record.rank is None else record.rank, step, repr(sorted(values.items())), aux)
+             for number, block in enumerate(parsed) for record in block.records if isinstance(record, StepBatch)
+             for step, (values, aux) in zip(record.steps, record.rows or [], strict=True)]
+    return sorted(found, key=lambda row: row[:2])
 
 
 @pytest.mark.parametrize("step_kernel", ["native", "twin"])

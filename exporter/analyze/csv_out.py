@@ -84,18 +84,24 @@ class StepCsv:
 
     def _add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
         count = len(steps)
-        columns: list[list[float | None]] = [rows.gauges.get(name) or [None] * count for name in GAUGES]
-        if count < 2 or rows.aux or _repeats_a_step(steps) or self._completes_pending(key, steps[0]):
-            # Lines that may make one row (DeepSpeed prints a step over two), or aux losses: row by row.
+        absent: list[float | None] = [None] * count
+        columns: list[list[float | None]] = [rows.gauges.get(name) or absent for name in GAUGES]
+        if count < 2 or _repeats_a_step(steps) or self._completes_pending(key, steps[0]):
+            # Lines that may make one row (DeepSpeed prints a step over two): row by row.
             self._add_rows(key, steps, times, columns, rows)
             return
         # The rows but the last written at once, the last pending: the next batch's first line may complete it.
         self._flush()
+        for name in rows.aux:  # in the order the lines first print them, as row by row
+            self._aux.setdefault(name, len(self._aux))
+        aux = [absent] * len(self._aux)
+        for name, column in rows.aux.items():
+            aux[self._aux[name]] = column
         last = count - 1
-        self._rows.put(((steps, times, *columns), last, f"{self._key_cells(key)},"))
-        self._count_rows(len(COLUMNS), last)
+        self._rows.put(((steps, times, *columns, *aux), last, f"{self._key_cells(key)},"))
+        self._count_rows(len(COLUMNS) + len(aux), last)
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
-        self._pending_aux = {}
+        self._pending_aux = {name: value for name, column in rows.aux.items() if (value := column[last]) is not None}
 
     def _add_rows(self, key: SeriesKey, steps: list[int | None], times: list[float | None],
                   columns: list[list[float | None]], rows: StepRows) -> None:

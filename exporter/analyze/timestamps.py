@@ -23,6 +23,7 @@ _DATE_TIME = re.compile(
 _GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d{6})\b")
 # Both forms print hh:mm:ss: a line without ":dd:" has neither (a progress bar's "00:01<00:30" elapsed times).
 _CLOCK_TIME = re.compile(rb":\d\d:")
+_DIGIT = re.compile(rb"\d")
 _CLOCK_SHAPE = b":##:"  # _CLOCK_TIME for native.find_shape
 _MAX_CACHED = 1 << 14
 _FEW_CLOCKS = 16  # a block's ``:dd:`` found one by one, not in one search over every line's prefix
@@ -61,7 +62,7 @@ class LineClock:
             prefixes = b"\n".join([data[start : start + PREFIX_BYTES] for start in starts])
             if _CLOCK_TIME.search(prefixes) is None:
                 return [None] * len(starts)
-            return [self.at(data, start) for start in starts]
+            return self._each_line_at(data, starts)
         found: list[float | None] = [None] * len(starts)
         if not starts:
             return found
@@ -74,6 +75,24 @@ class LineClock:
             while index < count and starts[index] <= clock:
                 found[index] = self.at(data, starts[index])
                 index += 1
+        return found
+
+    def _each_line_at(self, data: bytes, starts: list[int]) -> list[float | None]:
+        """at() of each line. A logger begins its lines alike: where the bytes before a line's date-time (no digit
+        among them: no date-time can start in them) begin the next line too, its date-time is looked for right after
+        them first."""
+        found: list[float | None] = []
+        lead: bytes | None = None
+        for start in starts:
+            if lead is not None and data.startswith(lead, start):
+                # No part of a date-time is a line break: unlike at(), no need to stop at the line's end.
+                match = _DATE_TIME.match(data, start + len(lead), start + PREFIX_BYTES)
+                if match is not None:
+                    found.append(self._date_time(match))
+                    continue
+            when = self.at(data, start)
+            found.append(when)
+            lead = _lead(data, start) if when is not None else None
         return found
 
     def _clocks_in(self, data: bytes) -> list[int] | None:
@@ -126,6 +145,16 @@ class LineClock:
         month, day, hour, minute, second = (int(part) for part in match.groups()[:5])
         seconds = _epoch(self._year, month, day, hour, minute, second, None)
         return None if seconds is None else seconds + _fraction(match.group(6))
+
+
+def _lead(data: bytes, start: int) -> bytes | None:
+    """The bytes of the line at ``start`` before its date-time, when they hold no digit."""
+    prefix = data[start : start + PREFIX_BYTES]
+    end = prefix.find(b"\n")
+    match = _DATE_TIME.search(prefix, 0, end if end >= 0 else len(prefix))
+    if match is None or _DIGIT.search(prefix, 0, match.start()):
+        return None
+    return prefix[: match.start()]
 
 
 def _epoch(year: int, month: int, day: int, hour: int, minute: int, second: int, zone: bytes | None) -> float | None:

@@ -874,7 +874,7 @@ class LineParser:
         assert self._kernel_format.step_table is not None
         table = self._kernel_table
         builder.read_by(native.step_reader(table), self._kernel_format.step_table.gauges,
-                        native.step_reader(table) if self._step_rows else None)
+                        table if self._step_rows else None)
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:
         """Failure signatures and the start of multi-line failures; True when the line was one."""

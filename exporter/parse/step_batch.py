@@ -44,7 +44,8 @@ class StepBatchBuilder:
         self._keep_starts = line_starts
         self._keep_rows = rows
         self._reader: native.StepReader | None = None
-        self._row_reader: native.StepReader | None = None
+        self._rows_table: tuple | None = None
+        self._row_readers: dict[tuple[str, ...], native.StepReader] = {}  # aux losses -> a reader keeping them all
         self._gauges: tuple[str, ...] = ()
         self._clear()
 
@@ -56,14 +57,14 @@ class StepBatchBuilder:
         """True once runs of lines come through a reader (``read_by``)."""
         return self._reader is not None
 
-    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...],
-                row_reader: native.StepReader | None = None) -> None:
+    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...], table: tuple | None = None) -> None:
         """Runs of lines will come through ``reader``, whose table's fields set ``gauges`` (and keep every value of
-        the series fields); with ``rows``, a run whose columns do not give each line's values (a line without a
-        series gauge, aux losses: the reader keeps their latest only) is read again line by line by ``row_reader``
-        (a reader of the same table)."""
+        the series fields); with ``rows``, ``table`` is that table: a run's aux losses (the reader keeps their latest
+        only) are read again by it with each aux loss a series field of its own, and a run whose columns still do
+        not give each line's values (a line without a series gauge or an aux loss the others print) line by line."""
         self._merge_reader()
-        self._reader, self._gauges, self._row_reader = reader, gauges, row_reader
+        self._reader, self._gauges = reader, gauges
+        self._rows_table, self._row_readers = table, {}
 
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int,
                  ahead: object = None) -> tuple[int, StepBatch | None]:
@@ -86,37 +87,53 @@ class StepBatchBuilder:
             run = reader.take()
             if after_lines_alone and self._known_step is not None and run[0][0] < self._known_step:
                 ended = self.take()
-            if self._keep_rows and not self._add_run_rows(run):
+            if self._keep_rows and not self._add_run_rows(run, data, starts, index):
                 self._read_rows(data, starts, index, taken)
             self._merge_run(run)
         if taken and self._keep_starts:
             self._line_starts += starts[index : index + taken]
         return taken, ended
 
-    def _add_run_rows(self, run: Run) -> bool:
-        """The rows of a run its columns give (every line printing each series gauge, or none of them, and no aux
-        loss); False when they do not."""
+    def _add_run_rows(self, run: Run, data: bytes, starts: list[int], index: int) -> bool:
+        """The rows of a run its columns give; False when they do not (a series gauge or an aux loss that some
+        lines lack, in a run printing a step twice)."""
         steps, _, fields, named = run
-        count = len(steps)
-        if any(is_aux_loss(entry[0]) for entry in named):
-            return False
+        aligned = _Aligner(steps)
         columns = {}
-        for gauge, (_, _, _, values) in zip(self._gauges, fields, strict=True):
-            if values is None or gauge not in self._series_fields:
-                continue
-            if len(values) != count:
-                if values:
+        for gauge, (_, _, series_steps, values) in zip(self._gauges, fields, strict=True):
+            if values and gauge in self._series_fields:
+                column = aligned(series_steps, values)
+                if column is None:
                     return False
-                continue
-            columns[gauge] = values
-        self._rows.extend(count, columns, {})
+                columns[gauge] = column
+        aux_lines = {entry[0]: entry[2] for entry in named if is_aux_loss(entry[0])}
+        aux_names = tuple(aux_lines)
+        aux = {}
+        if aux_names:
+            reader = self._row_readers.get(aux_names)
+            if reader is None:
+                reader = self._row_readers[aux_names] = native.step_reader(_keeping_aux(self._rows_table, aux_names))
+            taken = reader.read(data, starts, index, len(steps))
+            aux_fields = reader.take()[2][len(self._gauges):]
+            if taken != len(steps):
+                return False
+            for name, (_, _, series_steps, values) in zip(aux_names, aux_fields, strict=True):
+                # A field unset by a later unreadable value of its name: the named value kept the line's first.
+                column = aligned(series_steps, values) if len(values or ()) == aux_lines[name] else None
+                if column is None:
+                    return False
+                aux[name] = column
+        self._rows.extend(len(steps), columns, aux)
         return True
 
     def _read_rows(self, data: bytes, starts: list[int], index: int, count: int) -> None:
         """Each of the ``count`` lines at ``starts[index]``, just read as a run, read again alone: its own values
         and aux losses, its row."""
-        reader, gauges, rows = self._row_reader, self._gauges, self._rows
-        assert reader is not None
+        table, gauges, rows = self._rows_table, self._gauges, self._rows
+        assert table is not None
+        reader = self._row_readers.get(())
+        if reader is None:
+            reader = self._row_readers[()] = native.step_reader(table)
         for line in range(index, index + count):
             reader.read(data, starts, line, 1)
             fields, named = reader.take()[2:]
@@ -259,3 +276,36 @@ class StepBatchBuilder:
         self._steps, self._known_step, self._line_starts, self._rows = [], None, [], StepRows()
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0
+
+
+class _Aligner:
+    """A series field's values as a column of a run's lines: the field's steps name its lines when no two lines
+    print one step."""
+
+    def __init__(self, steps: list[int]) -> None:
+        self._steps = steps
+        self._unique: bool | None = None
+
+    def __call__(self, series_steps: list[int] | None, values: list[float] | None) -> list | None:
+        steps = self._steps
+        if values is None or series_steps is None:
+            return None
+        if len(values) == len(steps):
+            return values
+        if self._unique is None:
+            self._unique = len(set(steps)) == len(steps)
+        if not self._unique:
+            return None
+        by_step = dict(zip(series_steps, values, strict=True))
+        return [by_step.get(step) for step in steps]
+
+
+def _keeping_aux(table: tuple | None, names: tuple[str, ...]) -> tuple:
+    """The kernel's field table with each of ``names`` a float series field of a column of its own, after the
+    table's columns."""
+    assert table is not None
+    fields = table[6]
+    columns = 1 + max((entry[5] if len(entry) == 6 else number for number, entry in enumerate(fields)), default=-1)
+    added = tuple((name.encode(), int(native.Kind.FLOAT), 1, b"", b"", columns + number)
+                  for number, name in enumerate(names))
+    return (*table[:6], fields + added, *table[7:])
