@@ -620,3 +620,38 @@ def test_a_csv_that_cannot_be_written_is_told(tmp_path):
         assert run_analyze([str(log)], "json", csv=str(path), stdout=io.StringIO(), stderr=err) == 2
         assert err.getvalue() == f"trainlog-exporter: analyze: cannot write the CSV {path}: {why}\n"
     assert sorted(path.name for path in tmp_path.iterdir()) == ["r"]
+
+
+@pytest.mark.parametrize("seed", range(3))
+def test_the_json_is_the_standard_librarys_but_for_how_a_float_is_written(seed):
+    """--format json is written by orjson: json.dumps(indent=2)'s text for strings (escaped to ASCII as json escapes
+    them: control characters, DEL, beyond the BMP), keys of any type, integers of any size, nesting; a float may be
+    written otherwise but reads back the same."""
+    from exporter.analyze.render import json_text
+    rng = random.Random(seed)
+    characters = [chr(code) for code in range(0x80)] + ["é", "\x80", "中", "\u2028", "\uffff", "😀", "\U0010ffff"]
+    rare = ["\udc80", 2**64 + 1]  # a lone surrogate (a file name's undecodable byte), an integer orjson refuses
+
+    def text() -> str:
+        return "".join(rng.choice(characters) for _ in range(rng.randint(0, 8)))
+
+    def value(depth: int, floats: bool) -> object:
+        kind = rng.random()
+        if depth > 3 or kind < 0.5:
+            leaves: list[object] = [None, True, False, rng.randint(-2**63, 2**63 - 1), text()]
+            if rng.random() < 0.01:
+                leaves.append(rng.choice(rare))
+            if floats:
+                leaves.append(rng.choice((rng.random(), 10 ** rng.randint(-12, 20) * rng.random(), -0.0, 1e-05)))
+            return rng.choice(leaves)
+        if kind < 0.75:
+            return [value(depth + 1, floats) for _ in range(rng.randint(0, 4))]
+        return {rng.choice((text(), rng.randint(-9, 9), None, True)): value(depth + 1, floats)
+                for _ in range(rng.randint(0, 4))}
+
+    for _ in range(300):
+        document = value(0, floats=False)
+        assert json_text(document) == json.dumps(document, indent=2)
+        document = value(0, floats=True)
+        written = json_text(document)
+        assert written.isascii() and json.loads(written) == json.loads(json.dumps(document))
