@@ -3,6 +3,7 @@ in batches: it must give exactly what parsing every line alone, a batch per step
 
 from __future__ import annotations
 
+import functools
 import io
 import json
 import random
@@ -42,15 +43,16 @@ Traceback (most recent call last):
 """
 
 
-def _logs() -> list[tuple[str, bytes, bool]]:
-    """(name, content, is a scheduler log)."""
+@functools.cache
+def _logs() -> tuple[tuple[str, bytes, bool], ...]:
+    """(name, content, is a scheduler log); made once (the generated log's 60,000 lines take seconds)."""
     generated = "\n".join(worker_log_lines(60_000, seed=5)).encode() + b"\n"
     fixtures = [(path.stem, path.read_bytes(), path.stem == "msrun_scheduler")
                 for path in sorted((FIXTURES / "formats").glob("*.log"))]
     examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
                 for name in ("worker_0.log", "scheduler.log")]
-    return [("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
-            *_interleaved_logs()]
+    return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
+            *_interleaved_logs())
 
 
 def _prefixed(prefix: bytes, data: bytes) -> bytes:

@@ -222,8 +222,10 @@ def test_unit_tests_catch_mutation(name: str, tmp_path: Path):
 
     check = _run("check", "rules", str(rules_copy / rules.name))
     assert check.returncode == 0, f"mutant is not valid PromQL: {check.stdout}{check.stderr}"
-    proc = _run("test", "rules", *sorted(str(p) for p in tests_copy.glob("*.yml")), cwd=tmp_path)
-    assert proc.returncode != 0, f"unit tests did not notice mutation {name!r}"
+    # A test file at a time, up to the first that fails: what one run of them all tells, in a fraction of its time.
+    noticed = next((path.name for path in sorted(tests_copy.glob("*.yml"))
+                    if _run("test", "rules", str(path), cwd=tmp_path).returncode != 0), None)
+    assert noticed is not None, f"unit tests did not notice mutation {name!r}"
 
 
 # --------------------------------------------------------------------------
