@@ -61,11 +61,11 @@ lint: setup
 # The real runs (tests/real/, marker `real`) are part of it: the PyTorch runs (each job under nice -n 19).
 # Two at a time where nothing is shared: the two venvs (.venv with its real trainers, .venv-ms), then lint and the
 # sanitized kernels (each reads .venv, writes its own); the tests on every core (pytest-xdist), a test file's tests
-# in one worker (their module fixtures made once).
+# in one worker (their module fixtures made once), the longest files first (tests/conftest.py).
 test: system-deps
 	$(MAKE) -j2 -O setup setup-real
 	$(MAKE) -j2 -O lint sanitize
-	$(BIN)/python -m pytest -q -n auto --dist loadfile
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The whole real matrix: every run of tests/real/, the long ones too (TRAINLOG_REAL_MATRIX=1).
 test-real: setup setup-real
