@@ -20,6 +20,7 @@ from exporter.parse.records import Named, Series, StepBatch, StepLine, StepRows
 # The gauges whose every value the state's detectors and time accounting need; of the others the
 # latest is enough (and of the named values, those a rank prints for itself: fields.is_rank_value).
 SERIES_FIELDS = ("loss", "grad_norm", "step_time_seconds")
+MAX_ROW_READERS = 64  # a rank's readers kept for the sets of aux losses its runs print
 
 
 class StepBatchBuilder:
@@ -112,6 +113,8 @@ class StepBatchBuilder:
         if aux_names:
             reader = self._row_readers.get(aux_names)
             if reader is None:
+                if len(self._row_readers) >= MAX_ROW_READERS:  # a log whose runs print ever other aux losses
+                    self._row_readers.clear()
                 reader = self._row_readers[aux_names] = native.step_reader(_keeping_aux(self._rows_table, aux_names))
             taken = reader.read(data, starts, index, len(steps))
             aux_fields = reader.take()[2][len(self._gauges):]
