@@ -88,10 +88,12 @@ REAL = FIXTURES / "real"
 def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
     """torchrun ``--tee`` consoles: four ranks' ``key=value`` step lines interleaved (real runs, SOURCES.md), the NaN
     run again and again (a restart at each copy), and between its copies the real runs that raise (a traceback on
-    ``[default1]:[rank1]: ``), that glue one rank's line to another's, that are killed and that run out of memory."""
+    ``[default1]:[rank1]: ``), that glue one rank's line to another's, that are killed and that run out of memory, and
+    a console whose tail threads cut two lines (torchrun_tee_cut_lines.log)."""
     nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
     failures = [(REAL / f"torchrun_ddp_{name}.log").read_bytes() for name in ("raise", "raise_glued", "kill", "oom")]
-    mixed = b"".join(nan * 8 + failure for failure in failures) + nan * 8
+    cut = (REAL / "torchrun_tee_cut_lines.log").read_bytes()
+    mixed = b"".join(nan * 8 + failure for failure in failures) + nan * 8 + cut
     # A rank's line with a carriage return in it (a bar's redraw written after it): segments, each a line.
     redrawn = nan.replace(b"loss=6.175309658050537", b"loss=6.175309658050537\rstep=4/30 loss=1.0", 1)
     return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False),

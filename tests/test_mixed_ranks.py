@@ -2,12 +2,18 @@
 
 from __future__ import annotations
 
+import csv
+import io
 from pathlib import Path
 
+import pytest
+
+from exporter.analyze.command import run_analyze
 from exporter.export.status_page import error_summary
+from exporter.parse import ranks
 from exporter.parse.formats import selection
 from exporter.parse.ranks import split_glued
-from tests.support.records import fixture_lines
+from tests.support.records import fixture_lines, fixture_parser, parse_fixture, parse_lines, record_as_dict
 from tests.support.runs import exposition, read_once
 
 FIXTURES = Path(__file__).parent / "fixtures" / "formats"
@@ -114,3 +120,96 @@ def test_a_line_glued_to_another_ranks_by_torchruns_tee_is_two_lines():
     assert split_glued(b"[default1]:[rank1]: Traceback (most recent call last):") == [
         b"[default1]:[rank1]: Traceback (most recent call last):"]  # torch's own prefix is no second line
     assert split_glued(b"[default1]:a [defaultx]:b [worker2]:c") == [b"[default1]:a [defaultx]:b [worker2]:c"]
+
+
+REAL = FIXTURES.parent / "real"
+# tee_printer.py under torchrun 2.13.0 --tee (SOURCES.md, torchrun_tee_cut_lines.log): rank 0's step 250522 line
+# ended without its newline before rank 3's line (the newline came 598 lines later, behind ``[default0]:`` alone),
+# and its step 250727 line was cut in mid-value: ``step_time=0.22038583320210[default0]:867``.
+CUT_LINES = REAL / "torchrun_tee_cut_lines.log"
+# The same program's console of another run: rank 0's line cut in mid-value before rank 1's, its rest 16,319 lines
+# later (here with one of the lines between).
+CUT_BEFORE_ANOTHER = [
+    b"[default0]:step=725936/100000 loss=0.34033635119784034 lr=0.04861947874254862 grad_norm=1.0210090"
+    b"[default1]:step=740496/100000 loss=0.15324120412892306 lr=0.02189160058984615 grad_norm=0.4597236123867692 "
+    b"step_time=0.013931018557174824",
+    b"[default1]:step=740497/100000 loss=0.8842997827179229 lr=0.1263285403882747 grad_norm=2.6528993481537686 "
+    b"step_time=0.08039088933799299",
+    b"[default0]:53593521 step_time=0.03093966829071276",
+]
+
+
+def _printed(rank: int, step: int) -> dict[str, float]:
+    """What tee_printer.py printed for a rank's step: its values, recomputed."""
+    value = (step * 0.7310585786300049 + rank) % 3.1
+    return {"loss": value, "lr": value / 7, "grad_norm": value * 3, "step_time_seconds": value / 11}
+
+
+def _read(records: list[dict]) -> dict[int, dict[int, dict[str, float]]]:
+    """Each rank's steps read, each step's values (every step read once)."""
+    read: dict[int, dict[int, dict[str, float]]] = {}
+    for record in records:
+        assert record["type"] == "step", record
+        steps = read.setdefault(record["rank"], {})
+        assert record["step"] not in steps, f"rank {record['rank']} step {record['step']} read twice"
+        steps[record["step"]] = {name: record[name] for name in ("loss", "lr", "grad_norm", "step_time_seconds")}
+    return read
+
+
+def test_a_line_torchruns_tee_cut_is_read_whole_when_its_rest_comes():
+    read = _read(parse_fixture(CUT_LINES))
+    assert sorted(read) == [0, 1, 2, 3]
+    for rank, steps in read.items():
+        assert sorted(steps) == list(range(min(steps), max(steps) + 1)), f"rank {rank}: a step missing"
+        for step, values in steps.items():
+            assert values == _printed(rank, step), f"rank {rank} step {step}"
+    assert 250522 in read[0] and 250727 in read[0]  # the two cut lines, their values above
+    other = parse_lines(fixture_parser(CUT_LINES), CUT_BEFORE_ANOTHER).records
+    assert _read([record_as_dict(record) for record in other]) == {
+        0: {725936: _printed(0, 725936)}, 1: {740496: _printed(1, 740496), 740497: _printed(1, 740497)}}
+
+
+def test_a_cut_line_is_whole_wherever_the_blocks_end():
+    # Three copies: the formats are known by the third (DISCOVERY_STEP_LINES), whose blocks the fast paths read.
+    copy = CUT_LINES.read_bytes()
+    data = copy * 3
+    whole = [record_as_dict(record) for record in parse_lines(fixture_parser(CUT_LINES), data.splitlines()).records]
+    ends = [index + 1 for index, byte in enumerate(data) if byte == ord("\n")][:-1]
+    rest = data.index(b"\n[default0]:\n", 2 * len(copy)) + len(b"\n[default0]:\n")  # the end of rank 0's rest
+    for cut in [end for end in ends if end > 2 * len(copy)][::25]:
+        parser = fixture_parser(CUT_LINES)
+        blocks = [data[:cut], data[cut:rest], data[rest:]] if cut < rest else [data[:cut], data[cut:]]
+        records = [record for block in blocks for record in parser.parse_block(block).records]
+        assert parser.finish() is None
+        assert [record_as_dict(record) for record in records] == whole, f"blocks cut at byte {cut}"
+
+
+def test_a_cut_line_whose_rest_never_comes_is_read_as_it_is(tmp_path, monkeypatch):
+    # The console up to just before rank 0's newline came: its step 250522 line waits for it, then is read as it is,
+    # after MAX_LINES_CUT_WAITS lines (serve), or at the file's end (analyze).
+    lines = fixture_lines(CUT_LINES)
+    cut = next(index for index, line in enumerate(lines) if line.startswith(b"[default0]:step=250522/"))
+    rest = lines.index(b"[default0]:")
+    assert rest - cut > 150
+    monkeypatch.setattr(ranks, "MAX_LINES_CUT_WAITS", 100)
+    parser = fixture_parser(CUT_LINES)
+    for begin, read in ((cut - 5, False), (cut + 45, True), (cut + 95, False)):  # held 50 lines, then 50 more
+        block = b"".join(line + b"\n" for line in lines[begin:begin + 50])
+        rows = map(record_as_dict, parser.parse_block(block).records)
+        assert ((0, 250522) in [(row["rank"], row["step"]) for row in rows]) is read, f"lines {begin} to {begin + 50}"
+    monkeypatch.undo()
+    log = tmp_path / "job" / "train.log"
+    log.parent.mkdir()
+    log.write_bytes(b"".join(line + b"\n" for line in lines[:rest]))
+    steps_csv = tmp_path / "steps.csv"
+    assert run_analyze([str(log)], "json", csv=str(steps_csv), stdout=io.StringIO()) == 0
+    steps = {int(row["step"]): row for row in csv.DictReader(steps_csv.open()) if row["rank"] == "0"}
+    assert float(steps[250522]["loss"]) == _printed(0, 250522)["loss"]
+    assert sorted(steps) == list(range(min(steps), max(steps) + 1))
+
+
+def test_torchs_own_rank_prefix_cuts_a_line_without_holding_it():
+    parsed = parse_lines(fixture_parser(CUT_LINES), [b"[rank0]: step=3 loss=1.5[rank1]: step=3 loss=2.5"])
+    assert sorted((row["rank"], row["step"]) for row in map(record_as_dict, parsed.records)) == [(0, 3), (1, 3)]
+    with pytest.raises(AssertionError, match="role prefixes"):
+        ranks.CutLines().hold(b"no prefix")

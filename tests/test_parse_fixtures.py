@@ -75,6 +75,7 @@ DETECTED_FORMAT = {
     "real/torchrun_ddp_oom": "keyvalue",
     "real/torchrun_ddp_raise": "keyvalue",
     "real/torchrun_ddp_raise_glued": "keyvalue",
+    "real/torchrun_tee_cut_lines": "keyvalue",
     "real/torchtitan_tflops": "torchtitan",
 }
 

@@ -126,6 +126,7 @@ class Analysis:
         track = self._tracks[key]
         lines = False
         rows = CsvRows() if is_table(source.name) else None  # read whole, from its header: no rewrite seen here
+        mtime, clock = None, LineClock(None)
         for generation in source.generations:
             mtime = None if generation == STDIN else file_mtime(generation)
             clock = LineClock(_year_of(mtime))
@@ -142,14 +143,17 @@ class Analysis:
             except SourceError as error:
                 self.warnings.append(str(error))
                 broken = True
-            if mtime is not None and generation == source.generations[-1]:
-                rank = self._state.series.get(key)  # none when the series limit kept the rank out
-                # The file's last line has no timestamp (a traceback on stderr, a launcher's words): the file's
-                # own time is its time (DESIGN 3.6), unless the rank's lines elsewhere (torchrun's stdout.log beside
-                # its stderr.log) ended later.
-                if lines and not track.last_line_timed and rank is not None and rank.lines_total:
-                    latest = track.last_line_time
-                    track.last_line_time = mtime if latest is None else max(mtime, latest)
+        ended = parser.finish()
+        if ended is not None:
+            self._piece(source, parser, keys, *ended, clock, mtime)
+        if mtime is not None:  # the last generation's
+            rank = self._state.series.get(key)  # none when the series limit kept the rank out
+            # The file's last line has no timestamp (a traceback on stderr, a launcher's words): the file's
+            # own time is its time (DESIGN 3.6), unless the rank's lines elsewhere (torchrun's stdout.log beside
+            # its stderr.log) ended later.
+            if lines and not track.last_line_timed and rank is not None and rank.lines_total:
+                latest = track.last_line_time
+                track.last_line_time = mtime if latest is None else max(mtime, latest)
         return read_any or not broken
 
     def _blocks(self, generation: str, stdin: BinaryIO | None) -> Iterator[ReadBatch]:

@@ -25,7 +25,7 @@ import bisect
 import itertools
 import operator
 from collections import Counter
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 
 from exporter import native
@@ -41,6 +41,7 @@ from exporter.parse.ranks import (
     PREFIX_ANCHORS,
     RANK_PREFIX,
     ROLE_PREFIX,
+    CutLines,
     global_rank,
     has_srun_label,
     split_glued,
@@ -150,6 +151,7 @@ class LineParser:
         # Carriage-return segments (_parse_segments): a line the tailer handed out at its last ``\r`` is
         # continued by the next one, in the same rank stream, after the same last segment.
         self._continued = False
+        self._cut = CutLines()  # torchrun --tee's lines cut by another rank's, until their rest comes
         # A carriage return was seen in the file: every block is looked at for them. Until then only the blocks
         # read while formats are discovered are (one pass over the block: 0.7 % of the catch-up), and after it
         # only the lines the scan picked (a log of a kernel format costs nothing more).
@@ -256,7 +258,9 @@ class LineParser:
         """
         parsed = ParsedBlock(offsets=[] if self._line_offsets else None)
         scanner = self._scanner
-        if scanner is None or self._continued or ((self._carriage_returns or self._discovering) and b"\r" in data):
+        if self._cut:  # a line cut by another rank's waits for its rest: every line is looked at
+            self._parse_lines(data, parsed)
+        elif scanner is None or self._continued or ((self._carriage_returns or self._discovering) and b"\r" in data):
             # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._carriage_returns = self._carriage_returns or b"\r" in data
@@ -273,6 +277,9 @@ class LineParser:
                     parsed.lines_by_rank[None] = unprefixed
         # What the block's end closes belongs to its last line.
         self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1
+        if self._cut:
+            for line in self._cut.waited(data.count(b"\n")):
+                self._parse_whole_line(line, parsed)
         for builder in self._batches.values():
             self._end_batch(builder, parsed)
         if len(self._batches) > 1:
@@ -290,6 +297,15 @@ class LineParser:
                 self._end_discovery()
         return parsed
 
+    def finish(self) -> tuple[bytes, ParsedBlock] | None:
+        """The file ended: its cut lines still waiting for their rest (CutLines), as a block of lines and what
+        they hold, read as they are; None without any."""
+        held = self._cut.take()
+        if not held:
+            return None
+        data = b"\n".join(held) + b"\n"
+        return data, self.parse_block(data)
+
     def _end_discovery(self) -> None:
         """From the next block on, only the formats found are looked for (their anchors, in the scanner)."""
         self._discovering = False
@@ -300,6 +316,7 @@ class LineParser:
     def _parse_lines(self, data: bytes, parsed: ParsedBlock, begin: int = 0, end: int | None = None) -> None:
         """Every line (of ``data[begin:end]``, whole lines), one at a time."""
         lines_by_rank = parsed.lines_by_rank
+        cut = self._cut
         self._line_start = begin
         for whole in (data if begin == 0 and end is None else data[begin:end]).split(b"\n")[:-1]:
             start = self._line_start
@@ -311,13 +328,32 @@ class LineParser:
                 continue
             if self._redrawn is not None:
                 self._take_redrawn(parsed)
-            for line in split_glued(whole) if whole[:1] == b"[" else (whole,):  # two ranks' lines glued by --tee
-                rank, recognized = self._parse_line_isolated(line, parsed)
-                self._line_start += len(line)
+            pieces = split_glued(whole) if whole[:1] == b"[" else (whole,)  # two ranks' lines glued by --tee
+            if len(pieces) > 1 or cut:
+                self._parse_pieces(pieces, parsed)
+            else:
+                rank, recognized = self._parse_line_isolated(whole, parsed)
                 lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
                 if not recognized:
                     parsed.unparsed += 1
             self._line_start = start + len(whole) + 1
+
+    def _parse_pieces(self, pieces: Sequence[bytes], parsed: ParsedBlock) -> None:
+        """The pieces of a line torchrun's tail threads glued (split_glued), or any line while a cut one waits."""
+        cut = self._cut
+        for index, piece in enumerate(pieces):
+            line = cut.joined(piece) if cut else piece
+            # A piece another one follows was cut: held until its rank's next piece, its rest.
+            if index == len(pieces) - 1 or not cut.hold(line):
+                self._parse_whole_line(line, parsed)
+            self._line_start += len(piece)
+
+    def _parse_whole_line(self, line: bytes, parsed: ParsedBlock) -> None:
+        """One line, counted for its rank (and as unparsed when nothing read it)."""
+        rank, recognized = self._parse_line_isolated(line, parsed)
+        parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
+        if not recognized:
+            parsed.unparsed += 1
 
     def _parse_segments(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
         """A line of carriage-return segments, each read as a line: a tqdm bar's redraws, and whatever

@@ -104,3 +104,57 @@ def split_glued(line: bytes) -> list[bytes]:
         cut = line.find(tag, cut + 1)
     parts.append(line[begin:])
     return parts
+
+
+# How many lines a cut line waits for its rest before it is read as it is (a rank killed in mid-line).
+MAX_LINES_CUT_WAITS = 100_000
+
+
+class CutLines(dict[bytes, tuple[bytes, int]]):
+    """The lines of torchrun's ``--tee`` console cut by another's (split_glued), each until its rest comes.
+
+    A tail thread reads a rank's output file while the rank writes it: a read that ends in mid-line hands
+    out the line so far, written with its prefix and no newline, and the rest comes with the rank's next
+    piece (``[default1]:step=250766/10[default1]:0000 loss=...``; ``[default0]:...grad_norm=1.0210090``,
+    another rank's line, thousands of lines later ``[default0]:53593521 step_time=...``). A cut line is
+    held by its prefix, the rank's next piece completes it. torchrun's stdout and stderr tails print the
+    same prefix: a rank's stderr line written between a cut stdout line and its rest would be taken as
+    the rest (a read ending in mid-line is rare, a stderr line in that gap rarer still). A dict (a prefix ->
+    its cut line, the lines it waited): empty, it costs a line-by-line read one truth test a line.
+    """
+
+    def hold(self, piece: bytes) -> bool:
+        """A piece that ended where another began: held, its rank's next piece is its rest. False (not held)
+        for torch's own ``[rank3]:`` prefix: that is no tail's, which prefixes each piece it writes."""
+        prefix = ROLE_PREFIX.match(piece)
+        assert prefix is not None, "split_glued cuts before role prefixes only"
+        if prefix.group(1) == b"rank":
+            return False
+        self[prefix.group()] = (piece, 0)
+        return True
+
+    def joined(self, piece: bytes) -> bytes:
+        """``piece``, after the line it completes when its prefix's line was cut."""
+        prefix = ROLE_PREFIX.match(piece) if piece[:1] == b"[" else None
+        if prefix is None:
+            return piece
+        held = self.pop(prefix.group(), None)
+        return piece if held is None else held[0] + piece[prefix.end():]
+
+    def waited(self, lines: int) -> list[bytes]:
+        """``lines`` more lines went by: the cut lines that waited MAX_LINES_CUT_WAITS for their rest, to be
+        read as they are."""
+        expired = []
+        for prefix, (piece, waited) in list(self.items()):
+            if waited + lines >= MAX_LINES_CUT_WAITS:
+                expired.append(piece)
+                del self[prefix]
+            else:
+                self[prefix] = (piece, waited + lines)
+        return expired
+
+    def take(self) -> list[bytes]:
+        """Every cut line still held (the file ended), to be read as it is."""
+        pieces = [piece for piece, _ in self.values()]
+        self.clear()
+        return pieces

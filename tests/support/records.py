@@ -73,8 +73,15 @@ def fixture_parser(path: Path) -> LineParser:
 
 
 def parse_lines(parser: LineParser, lines: Iterable[bytes]) -> ParsedBlock:
-    """``parse_block`` of lines given without their newlines."""
-    return parser.parse_block(b"".join(line + b"\n" for line in lines))
+    """``parse_block`` of lines given without their newlines, as a whole file (what its end completes too)."""
+    parsed = parser.parse_block(b"".join(line + b"\n" for line in lines))
+    ended = parser.finish()
+    if ended is not None:
+        parsed.records += ended[1].records
+        parsed.unparsed += ended[1].unparsed
+        for rank, count in ended[1].lines_by_rank.items():
+            parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
+    return parsed
 
 
 def in_batches(*items: StepLine | Record) -> list[Record]:
