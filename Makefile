@@ -59,12 +59,12 @@ lint: setup
 # system-deps first: it brings the C compiler that setup builds the native kernels with; lint and
 # the sanitized kernels before the tests.
 # The real runs (tests/real/, marker `real`) are part of it: the PyTorch runs (each job under nice -n 19).
-# Two at a time where nothing is shared: the two venvs (.venv with its real trainers, .venv-ms), then lint and the
-# sanitized kernels (each reads .venv, writes its own); the tests on every core (pytest-xdist), a test file's tests
-# in one worker (their module fixtures made once), the longest files first (tests/conftest.py).
+# At once where nothing is shared: .venv-ms, and .venv then its real trainers beside lint and the sanitized kernels
+# (which only read .venv; pip waits on the disk and the network, they on the CPU); the tests on every core
+# (pytest-xdist), a test file's tests in one worker (their module fixtures made once), the longest files first
+# (tests/conftest.py).
 test: system-deps
-	$(MAKE) -j2 -O setup setup-real
-	$(MAKE) -j2 -O lint sanitize
+	$(MAKE) -j4 -O setup-real lint sanitize
 	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
 
 # The whole real matrix: every run of tests/real/, the long ones too (TRAINLOG_REAL_MATRIX=1).

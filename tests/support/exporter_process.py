@@ -112,7 +112,7 @@ class ExporterProcess:
     def total(self, name: str, **labels: str) -> float:
         """Sum of the samples of ``name`` whose labels include ``labels``."""
         wanted = labels.items()
-        return sum(value for (sample, sample_labels), value in self.samples().items()
+        return sum(value for (sample, sample_labels), value in scrape(self.url, (name,)).items()
                    if sample == name and wanted <= dict(sample_labels).items())
 
     def cpu_seconds(self) -> float:
