@@ -483,6 +483,35 @@ def test_a_time_cut_by_the_prefix_is_cut_in_every_line_alike():
     assert LineClock(2026).times(data, starts) == each
 
 
+@pytest.mark.parametrize("seed", range(3))
+def test_a_local_time_is_read_alike_whether_its_minute_was_seen_or_not(seed):
+    """A local time's minute is read once (LineClock._date_time): each time, read after others of its minute or
+    alone by a new clock, is the one datetime makes of it; an impossible one (second 61 to 99, minute 60, day 32,
+    month 13) is none, either way."""
+    rng = random.Random(seed)
+    texts = []
+    for _ in range(3000):
+        day, hour, minute = rng.choice((3, 4, 32)), rng.choice((0, 9, 23, 24)), rng.choice((0, 38, 59, 60))
+        second = rng.choice((0, 1, 30, 59, 60, 61, 99))
+        fraction = rng.choice(("", ",5", ".123", ".000001"))
+        texts.append(f"2026-{rng.choice((11, 12, 13))}-{day:02d} {hour:02d}:{minute:02d}:{second:02d}{fraction} x")
+    clock = LineClock(2026)
+    for text in texts:
+        data = text.encode() + b"\n"
+        when, alone = clock.at(data, 0), LineClock(2026).at(data, 0)
+        assert when == alone, text
+        try:
+            stamp = datetime.strptime(text[:19], "%Y-%m-%d %H:%M:%S")
+        except ValueError:
+            stamp = None
+        if stamp is not None and not text.endswith(":60 x") and ":60" not in text[:19]:
+            fraction = text[19:-2]
+            assert when == stamp.timestamp() + (float("0" + fraction.replace(",", ".")) if fraction else 0.0), text
+        elif text[11:13] == "24" or text[14:16] == "60" or text[17:19] in ("61", "99") or text[8:10] == "32" \
+                or text[5:7] == "13":
+            assert when is None, text
+
+
 def test_a_short_line_is_not_given_the_next_lines_time():
     """Only a line's own prefix is searched: msrun's worker banner (42 bytes, no time) is followed by MindFormers'
     timestamped logger line, whose time falls inside the banner's first PREFIX_BYTES of the block."""

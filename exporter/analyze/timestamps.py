@@ -34,7 +34,7 @@ class LineClock:
 
     def __init__(self, reference_year: int | None = None) -> None:
         self._year = reference_year or time.localtime().tm_year
-        self._seconds: dict[bytes, float | None] = {}  # "date time" as printed -> epoch seconds
+        self._minutes: dict[bytes, float] = {}  # a local "date hh:mm" as printed -> its epoch seconds
         self._clocks_of: bytes | None = None  # the last block whose ``:dd:`` were looked for, and where they are
         self._clocks: list[int] | None = None
 
@@ -127,18 +127,23 @@ class LineClock:
         return None
 
     def _date_time(self, match: re.Match[bytes]) -> float | None:
-        key = match.group(0)[:19]
         zone = match.group(8)
-        seconds = self._seconds.get(key) if zone is None else None
+        if zone is None:
+            # A local time's minute (``YYYY-MM-DD HH:MM``) read once: a log's lines share theirs (mktime costs a
+            # line 4 us), and no clock change falls inside a minute.
+            text = match.group(0)
+            minute = self._minutes.get(text[:16])
+            if minute is not None:
+                second = int(text[17:19])
+                return minute + second + _fraction(match.group(7)) if second < 61 else None
+        year, month, day, hour, minute_of_hour, second = (int(part) for part in match.groups()[:6])
+        seconds = _epoch(year, month, day, hour, minute_of_hour, second, zone)
         if seconds is None:
-            if len(self._seconds) >= _MAX_CACHED:
-                self._seconds.clear()
-            year, month, day, hour, minute, second = (int(part) for part in match.groups()[:6])
-            seconds = _epoch(year, month, day, hour, minute, second, zone)
-            if seconds is None:
-                return None
-            if zone is None:
-                self._seconds[key] = seconds
+            return None
+        if zone is None:
+            if len(self._minutes) >= _MAX_CACHED:
+                self._minutes.clear()
+            self._minutes[match.group(0)[:16]] = seconds - second
         return seconds + _fraction(match.group(7))
 
     def _glog(self, match: re.Match[bytes]) -> float | None:
