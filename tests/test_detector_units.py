@@ -108,3 +108,35 @@ def test_a_batch_of_many_spikes_names_each_spike_step_as_a_value_by_value_replay
                   if check_series(config, state, [step], [value], plateau=False)[2]]
     assert len(one_by_one) > 20 and None in one_by_one
     assert check_series(config, SeriesState(), steps, values, plateau=False)[3] == one_by_one
+
+
+def test_a_batchs_spikes_are_counted_at_once_and_each_an_event_for_a_listener():
+    # The series detector gives a batch's spikes as one finding (Found.steps): a state without a listener counts them,
+    # one with a listener makes an event of each, as it did of each spike of lines applied one at a time.
+    from exporter.parse.records import StepLine
+    from exporter.state import TrainingState
+    from exporter.state.events import Event
+    from tests.support.records import in_batches
+
+    values = [(1.0 + (step % 7) * 0.01) * (40.0 if step % 97 == 0 else 1.0) for step in range(1, 3001)]
+    lines = [StepLine(None if step in (1000, 1001) else step, {"loss": value})
+             for step, value in zip(range(1, 3001), values, strict=True)]
+    key = ("run", "node", "0")
+
+    def applied(batches: list, listener: bool) -> tuple[TrainingState, list]:
+        state, events = TrainingState(), list[Event]()
+        if listener:
+            state.listener = events.append
+        for records in batches:
+            state.ingest(key, len(records), records, None, 0.0)
+        return state, [(event.step, event.value) for event in events if event.kind == "loss_spike"]
+
+    at_once, none = applied([in_batches(*lines)], listener=False)
+    one_by_one, _ = applied([in_batches(line) for line in lines], listener=False)
+    assert none == []
+    counted = [(state.series[key].anomalies["loss_spike"], state.series[key].last_anomaly_step["loss_spike"])
+               for state in (at_once, one_by_one)]
+    assert counted[0] == counted[1] and counted[0][0] > 20
+    heard_at_once = applied([in_batches(*lines)], listener=True)[1]
+    assert heard_at_once == applied([in_batches(line) for line in lines], listener=True)[1]
+    assert len(heard_at_once) == counted[0][0]

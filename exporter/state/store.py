@@ -448,7 +448,11 @@ class TrainingState:
         no event is made of it, as the cause model ignores it (a repeated console's spikes by the ten thousand)."""
         kind = found.kind
         if self.listener is None and kind not in INCIDENT_KINDS and kind in rank.anomalies and found.earlier is None:
-            self._count_anomaly(rank, kind, found.count, found.detail.get("last_step", found.step))
+            last = found.detail.get("last_step", found.step) if found.steps is None else _last_known(None, found.steps)
+            self._count_anomaly(rank, kind, found.count, last)
+        elif found.steps is not None:
+            for step in found.steps:
+                self._apply(applying.key, rank, self._step_event(applying, Found(kind, step, subject=found.subject)))
         else:
             self._apply(applying.key, rank, self._step_event(applying, found))
 

@@ -58,6 +58,9 @@ class Found:
     value: tuple[float | None, float | None] | None = None  # the value before and at the step, if not a subject's
     # Where an earlier batch held the step: the event the state made of it then (its time and values).
     earlier: Any = None
+    # Findings of the kind at each of these steps, made one (``step`` the first, ``count`` how many): a block read at
+    # once holds thousands of spikes, which a state without a listener only counts; it makes an event of each for one.
+    steps: Sequence[int | None] | None = None
 
 
 class Detector(ABC):

@@ -114,7 +114,8 @@ class SeriesDetector(Detector):
                 found += self._nonfinite_runs(state, steps, values)
             else:
                 state.nonfinite_open, state.nonfinite_since = False, None
-            found += [Found(self.kinds[1], step, subject=self.name) for step in spike_steps]
+            if spike_steps:
+                found.append(Found(self.kinds[1], spike_steps[0], len(spike_steps), self.name, steps=spike_steps))
         if self._plateau and view.unprinted_nonfinite_losses:
             # Megatron-LM leaves a NaN loss out of its line and only counts "nan iterations".
             found.append(Found(self.kinds[0], view.step, view.unprinted_nonfinite_losses))
