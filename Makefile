@@ -62,10 +62,10 @@ lint: setup
 # At once where nothing is shared: .venv-ms, and .venv then its real trainers beside lint and the sanitized kernels
 # (which only read .venv; pip waits on the disk and the network, they on the CPU); the tests on every core
 # (pytest-xdist), a test file's tests in one worker (their module fixtures made once), the longest files first
-# (tests/conftest.py).
+# (tests/conftest.py); the 30 slowest tests listed at the end, to keep the suite within CI's time.
 test: system-deps
 	$(MAKE) -j4 -O setup-real lint sanitize
-	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder
+	$(BIN)/python -m pytest -q -n auto --dist loadfile --no-loadscope-reorder --durations=30
 
 # The whole real matrix: every run of tests/real/, the long ones too (TRAINLOG_REAL_MATRIX=1).
 test-real: setup setup-real

@@ -284,6 +284,7 @@ def _slowdowns_are_in_the_truth(result: RealRun) -> None:
             f"a slowdown the truth does not show: {finding}, usual {usual}, after {after}"
 
 
+@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
 def test_a_long_healthy_run_with_a_small_batch_raises_nothing(tmp_path):
     """3,000 steps of a small-batch cross entropy (one hard batch in fifty doubles the loss) that keeps learning: block
     means of 250 steps from about 2.0 to 0.75, by 0.3 from steps 750-999 to 1750-1999, every 100-step stretch within
