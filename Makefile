@@ -9,10 +9,12 @@ EXAMPLE := examples/deepseek-moe-8rank/msrun_log
 setup: $(VENV)/.installed
 
 # Reinstalling (pip install -e) also rebuilds the native kernels in place when their sources change.
+# pip --no-compile here and below: pip would byte-compile every module of every package (transformers alone: 5,347
+# files, 31 of its 65 s here); Python compiles a module the first time it is imported, and keeps it.
 $(VENV)/.installed: pyproject.toml setup.py $(wildcard exporter/native/*.c)
 	$(PYTHON) -m venv $(VENV)
 	$(BIN)/pip install --quiet --upgrade pip
-	$(BIN)/pip install --quiet -e '.[test]'
+	$(BIN)/pip install --quiet --no-compile -e '.[test]'
 	touch $@
 
 # The real trainers tests/real/ runs (torch's CPU build, transformers, accelerate), into the same venv, once:
@@ -24,7 +26,7 @@ setup-real: $(VENV)/.installed-real
 
 $(VENV)/.installed-real: $(VENV)/.installed $(REAL_REQUIREMENTS)
 	@start=$$(date +%s); \
-	$(BIN)/pip install --quiet -c $(REAL_REQUIREMENTS) -r $(REAL_REQUIREMENTS) && \
+	$(BIN)/pip install --quiet --no-compile -c $(REAL_REQUIREMENTS) -r $(REAL_REQUIREMENTS) && \
 	$(BIN)/python -c 'import torch; assert torch.__version__.endswith("+cpu"), torch.__version__' && \
 	echo "setup-real: the real trainers installed in $$(( $$(date +%s) - start )) s"
 	touch $@
@@ -39,8 +41,8 @@ setup-real: $(VENV_MS)/.installed
 $(VENV_MS)/.installed: $(MS_REQUIREMENTS)
 	@start=$$(date +%s); \
 	$(PYTHON) -m venv $(VENV_MS) && \
-	$(VENV_MS)/bin/pip install --quiet -c $(MS_REQUIREMENTS) -r $(MS_REQUIREMENTS) && \
-	$(VENV_MS)/bin/pip install --quiet --no-deps mindformers==2.1.0 && \
+	$(VENV_MS)/bin/pip install --quiet --no-compile -c $(MS_REQUIREMENTS) -r $(MS_REQUIREMENTS) && \
+	$(VENV_MS)/bin/pip install --quiet --no-compile --no-deps mindformers==2.1.0 && \
 	(cd $(VENV_MS) && bin/python -c 'from mindformers.core.callback import MFLossMonitor' 2>/dev/null) && \
 	echo "setup-real: MindSpore and MindFormers installed in $$(( $$(date +%s) - start )) s"
 	touch $@

@@ -154,6 +154,8 @@ def scanner_implementation(request, monkeypatch):
 @pytest.mark.parametrize(("name", "data", "scheduler"), _logs(), ids=[name for name, _, _ in _logs()])
 def test_blocks_give_what_every_line_gives(name, data, scheduler, scanner_implementation, step_kernel, monkeypatch):
     if step_kernel == "twin":
+        if scanner_implementation != native.SCANNERS[0]:
+            pytest.skip("the kernel's twin with the native scanner: the scanners are each tested with the kernel")
         monkeypatch.setattr(native, "step_reader", step_fields_twin.StepReader)
     elif not native.available()["step_fields"]:
         require_native_kernels()
