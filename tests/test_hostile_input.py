@@ -137,7 +137,7 @@ def test_an_impossible_checkpoint_offset_rereads_the_file_from_its_start_once(tm
 
 def test_more_restored_series_than_the_limit_leave_room_for_new_ranks(tmp_path, log_dir):
     (log_dir / "worker_0.log").write_text(steps(1, 10))
-    exporter = serve(tmp_path, log_dir).start()
+    exporter = serve(tmp_path, log_dir, ready_within=60).start()  # restoring 5,001 series, with the suite running
     try:
         wait_for(exporter, "training_steps_total", 10)
         assert exporter.kill(signal.SIGTERM) == 0

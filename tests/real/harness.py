@@ -47,6 +47,9 @@ GAUGES = {"loss": "training_loss", "learning_rate": "training_learning_rate", "g
 #   own        the command writes its own files under LOG_DIR (a script of attempts: ``a > LOG 2>&1; b >> LOG 2>&1``);
 #              what it prints besides them kept outside LOG_DIR
 CAPTURES = ("file", "redirects", "pipe", "msrun", "msrun_console", "own")
+# The runs CI leaves to `make test-real` (TRAINLOG_REAL_MATRIX=1): CI keeps a healthy run and a few incidents of each
+# trainer within its 30 minutes.
+matrix = pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
 # MindSpore's venv (make setup-real): MindSpore 2.10.0 needs NumPy 1.x, this one holds NumPy 2.
 MS_BIN = Path(__file__).parents[2] / ".venv-ms" / "bin"
 

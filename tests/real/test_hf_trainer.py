@@ -11,7 +11,7 @@ import math
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+from tests.real.harness import RealRun, check_steps, keep_fixture, matrix, require, run_job, torchrun
 
 pytestmark = pytest.mark.real
 
@@ -43,6 +43,7 @@ def test_healthy_trainer_every_logged_step_exact_on_the_empty_rank(tmp_path):
     assert result.report["findings"] == []
 
 
+@matrix
 def test_nan_from_a_step_the_trainer_filters_out_of_its_loss(tmp_path):
     result = _trainer(tmp_path, "--nan-at", str(NAN_AT))
     check_steps(result, {0: ""}, PRINTED)

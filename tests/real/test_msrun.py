@@ -3,15 +3,14 @@ callbacks (``MFLossMonitor``, ``TrainingStateMonitor``), followed live on msrun'
 (``worker_<R>.log``, ``scheduler.log``, and in the healthy and SIGKILL runs msrun's own console kept there as
 ``msrun.log``), then ``analyze`` on the same files.
 
-The program is tests/real/programs/ms_train.py, run from MindSpore's own venv (.venv-ms, make setup-real). Two
-runs in every CI run (healthy, NaN); the incidents that take longer in the matrix (TRAINLOG_REAL_MATRIX=1).
+The program is tests/real/programs/ms_train.py, run from MindSpore's own venv (.venv-ms, make setup-real). One
+run in every CI run (healthy); the incidents in the matrix (TRAINLOG_REAL_MATRIX=1, make test-real).
 """
 
 from __future__ import annotations
 
 import contextlib
 import math
-import os
 import shlex
 from collections.abc import Iterator
 from pathlib import Path
@@ -25,6 +24,7 @@ from tests.real.harness import (
     check_every_record,
     check_steps,
     keep_fixture,
+    matrix,
     msrun,
     msrun_environment,
     require_msrun,
@@ -39,8 +39,6 @@ pytestmark = pytest.mark.real
 
 STEPS, AT, CULPRIT = 16, 8, 1
 RANKS = {str(rank) for rank in range(4)}
-matrix = pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"),
-                            reason="the whole matrix only: make test-real")
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -96,6 +94,7 @@ def test_healthy_run_every_step_exact_and_nothing_raised(tmp_path):
     assert result.report["findings"] == []
 
 
+@matrix
 def test_nan_from_a_step_on_one_rank(tmp_path):
     fired: dict[str, set[str]] = {}
     result = _job(tmp_path, "--incident", "nan", "--rank", str(CULPRIT), "--at", str(AT), name="nan",

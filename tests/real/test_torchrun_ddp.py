@@ -11,7 +11,6 @@ a rank SIGKILLed, a rank raising, a rank hanging past gloo's timeout, an absurd 
 from __future__ import annotations
 
 import math
-import os
 import shlex
 
 import pytest
@@ -22,6 +21,7 @@ from tests.real.harness import (
     check_every_record,
     check_steps,
     keep_fixture,
+    matrix,
     require,
     run_job,
     torchrun,
@@ -96,6 +96,7 @@ def test_nan_from_a_step_on_one_rank(tmp_path):
     assert {follower["rank"] for follower in cause["explains"] if follower["kind"] == "loss_nonfinite"} == others
 
 
+@matrix
 def test_one_rank_sigkilled(tmp_path):
     result = _ddp(tmp_path, "file", "--incident", "kill", "--rank", str(CULPRIT), "--at", str(AT))
     assert result.returncode != 0
@@ -134,6 +135,7 @@ def test_one_rank_raising(tmp_path):
 SAVE_EVERY = 4  # the last checkpoint before the crash: after step 8; steps 9 to AT - 1 are done twice
 
 
+@matrix
 def test_one_rank_raising_then_the_job_resumed_from_its_checkpoint_into_the_same_file(tmp_path):
     """Rank 1 raises at step AT; the job is started again with ``--resume`` and every rank trains on from its
     step-8 checkpoint, both written the way people capture a job they restart by hand: ``torchrun ... > train.log
@@ -154,7 +156,7 @@ def test_one_rank_raising_then_the_job_resumed_from_its_checkpoint_into_the_same
     assert max(result.gauge("training_step", str(CULPRIT), samples) or 0 for samples in result.during) > AT
 
 
-@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+@matrix
 def test_one_rank_raising_then_the_job_resumed_into_a_new_log_dir(tmp_path):
     """The same crash and resume, each launch with its own ``--log-dir`` under the followed directory (``logs/run``,
     then ``logs/resume``, which sorts before it) and ``--redirects 3``: torchrun writes a run directory per launch,
@@ -227,6 +229,7 @@ def test_one_rank_hanging_until_the_others_time_out(tmp_path):
     assert {follower["rank"] for follower in cause["explains"] if follower["kind"] == "collective_timeout"} == others
 
 
+@matrix
 def test_absurd_allocation_is_out_of_memory(tmp_path):
     result = _ddp(tmp_path, "file", "--incident", "oom", "--rank", str(CULPRIT), "--at", str(AT))
     assert result.returncode != 0
@@ -237,7 +240,7 @@ def test_absurd_allocation_is_out_of_memory(tmp_path):
     _culprit_is_the_cause(result, "oom", AT - 1)
 
 
-@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+@matrix
 def test_a_long_run_with_a_small_batch_that_stops_learning_raises_no_spike_and_a_true_plateau(tmp_path):
     """3,500 steps of a small-batch cross entropy (heavy-tailed noise: one hard batch in fifty doubles the loss) whose
     learning rate is 0 from step 300: the loss goes flat there, noise only. No hard batch is a spike; the plateau
@@ -284,7 +287,7 @@ def _slowdowns_are_in_the_truth(result: RealRun) -> None:
             f"a slowdown the truth does not show: {finding}, usual {usual}, after {after}"
 
 
-@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+@matrix
 def test_a_long_healthy_run_with_a_small_batch_raises_nothing(tmp_path):
     """3,000 steps of a small-batch cross entropy (one hard batch in fifty doubles the loss) that keeps learning: block
     means of 250 steps from about 2.0 to 0.75, by 0.3 from steps 750-999 to 1750-1999, every 100-step stretch within
@@ -307,7 +310,7 @@ def test_a_long_healthy_run_with_a_small_batch_raises_nothing(tmp_path):
     assert [finding for finding in result.report["findings"] if finding["kind"] != "slowdown"] == []
 
 
-@pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"), reason="the whole matrix only: make test-real")
+@matrix
 def test_one_rank_slowed_slows_every_rank(tmp_path):
     """Rank 1 sleeps 0.4 s more in every step from step 26 (after the slowdown detector's 20 steps of warm-up): DDP's
     all-reduce makes every rank wait for it, so every rank's step time grows alike. A slowdown of the run, on every
