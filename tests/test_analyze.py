@@ -329,6 +329,16 @@ def test_a_resume_reports_its_restart_and_the_replayed_time_as_serve_counts_them
     assert "goodput (lost s by kind)" in text.getvalue() and "replayed " in text.getvalue()
 
 
+def test_step_times_too_large_to_add_up_leave_the_run_read(tmp_path):
+    # Two step times near float's limit: math.fsum raised OverflowError from the state, and analyze died on it.
+    lines = keyvalue_lines(0, range(1, 31), START)
+    lines[10:12] = [line.replace("step_time=1.0", "step_time=1.7e308") for line in lines[10:12]]
+    run = only_run(analyze_json(write(tmp_path / "worker_0.log", lines)))
+    (rank,) = run["ranks"]
+    assert rank["last_step"] == 30 and rank["steps_total"] == 30
+    assert rank["productive_seconds"] is None  # more seconds than a float holds: JSON has no infinity
+
+
 def test_a_directory_of_rotated_generations_only_is_read(tmp_path):
     """Logs archived after the run: worker_0.log.1 and worker_0.log.2.gz, the live file gone."""
     log_dir = tmp_path / "run" / "logs"

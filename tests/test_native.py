@@ -880,6 +880,53 @@ def test_consecutive_runs_the_twin_for_steps_beyond_64_bits():
         _detectors.consecutive((1, 2))
 
 
+def _a_step_time(rng: random.Random) -> float:
+    pick = rng.random()
+    if pick < 0.05:
+        return rng.choice([0.0, -1.0, math.nan, math.inf, -math.inf, 1e308, 1.7e308, 5e-324, 1e-16, 1e16])
+    if pick < 0.3:
+        return rng.uniform(-1e3, 1e3)
+    if pick < 0.6:
+        return 10 ** rng.uniform(-20, 20)
+    return rng.uniform(0.01, 0.02)
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_covered_native_gives_fsums_bits(seed):
+    # fsum's exact partials, half-even rounding, its infinities and NaN, and its overflow (inf here, not raised).
+    rng = random.Random(seed)
+    for _ in range(3000):
+        count = rng.randint(0, 60)
+        seconds = [_a_step_time(rng) for _ in range(count)]
+        spans = [rng.choice([1.0, 1.0, 2.0, 100.0, rng.uniform(0.5, 3), 1e300, math.inf, -1.0, math.nan])
+                 for _ in range(count)]
+        try:
+            expected: object = struct.pack("d", detectors_twin.covered(seconds, spans))
+        except ValueError as error:  # -inf + inf
+            expected = str(error)
+        try:
+            got: object = struct.pack("d", _detectors.covered(seconds, spans))
+        except ValueError as error:
+            got = str(error)
+        assert got == expected, (seconds, spans)
+
+
+def test_covered_counts_past_fsums_first_partials_and_does_not_overflow():
+    # More exponents than the 32 partials kept on the stack; 1/3 of each so no two cancel.
+    seconds = [10.0 ** exponent / 3 for exponent in range(-300, 300, 7)] * 3
+    spans = [1.0] * len(seconds)
+    assert _detectors.covered(seconds, spans) == math.fsum(seconds) == detectors_twin.covered(seconds, spans)
+    assert _detectors.covered((1e-16, 1.0, 1e16), (1.0, 1.0, 1.0)) == 1.0000000000000002e16  # fsum's half-even
+    with pytest.raises(OverflowError):
+        math.fsum([1.7e308, 1.7e308])
+    for covered in (_detectors.covered, detectors_twin.covered, native.covered):
+        assert covered([1.7e308, 1.7e308, 2.0], [1.0, 1.0, 1.0]) == math.inf
+        assert covered([0.5, -1.0, math.nan, math.inf, 0.25], [1.0, 1.0, 1.0, 1.0, 4.0]) == 1.5
+        assert covered([], []) == 0.0
+        with pytest.raises(ValueError, match="differ in length|zip"):
+            covered([1.0], [])
+
+
 @pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
 def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     # 1e308 held for 10 steps becomes the baseline; -1e308 then overflows it and the noise level

@@ -323,6 +323,13 @@ def check_step_times(config: tuple, slowdown: Any, steps: Sequence[int | None], 
     return _detectors_twin.check_step_times(config, slowdown, steps, values, spans, productive, checkpoint)
 
 
+def covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
+    """The seconds a batch's step times stand for (exporter/native/detectors.py)."""
+    if _detectors is not None:
+        return _detectors.covered(seconds, spans)
+    return _detectors_twin.covered(seconds, spans)
+
+
 def consecutive(steps: list[int | None]) -> bool:
     """Each step one after the step before it, every one printed (exporter/native/detectors.py)."""
     if _detectors is not None:

@@ -480,6 +480,118 @@ done:
     return result;
 }
 
+/* ------------------------------------------------------------------------------------------ */
+/* The seconds a batch's step times stand for (covered in detectors.py)                       */
+
+/* math.fsum's partials (Shewchuk's exact sum, CPython's Modules/mathmodule.c): with its final half-even
+   correction the result is the one fsum gives, bit for bit. */
+#define FIRST_PARTIALS 32
+
+PyDoc_STRVAR(covered_doc,
+"covered(seconds, spans) -> float\n\n"
+"math.fsum of value * span over the step times that are times (0 < value < inf); inf where that sum\n"
+"overflows (fsum raises). Two sequences of equal length: see exporter/native/detectors.py.");
+
+static PyObject *
+covered(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2) {
+        PyErr_SetString(PyExc_TypeError, "covered takes 2 arguments");
+        return NULL;
+    }
+    double first[FIRST_PARTIALS], *partials = first, special = 0.0, infinite = 0.0;
+    PyObject *seconds = PySequence_Fast(args[0], "seconds must be a sequence");
+    PyObject *spans = seconds ? PySequence_Fast(args[1], "spans must be a sequence") : NULL;
+    if (spans == NULL) goto fail;
+    Py_ssize_t count = PySequence_Fast_GET_SIZE(seconds);
+    if (PySequence_Fast_GET_SIZE(spans) != count) {
+        PyErr_SetString(PyExc_ValueError, "covered: seconds and spans differ in length");
+        goto fail;
+    }
+    Py_ssize_t used = 0, room = FIRST_PARTIALS;
+    for (Py_ssize_t k = 0; k < count; k++) {
+        double value, span;
+        if (as_double(PySequence_Fast_GET_ITEM(seconds, k), &value) < 0
+            || as_double(PySequence_Fast_GET_ITEM(spans, k), &span) < 0) {
+            goto fail;
+        }
+        if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
+        double x = value * span, saved = x;
+        Py_ssize_t i = 0;
+        for (Py_ssize_t j = 0; j < used; j++) {
+            double y = partials[j];
+            if (fabs(x) < fabs(y)) {
+                double t = x;
+                x = y;
+                y = t;
+            }
+            double high = x + y, low = y - (high - x);
+            if (low != 0.0) partials[i++] = low;
+            x = high;
+        }
+        used = i;
+        if (x == 0.0) continue;
+        if (!isfinite(x)) {
+            if (isfinite(saved)) { /* the sum overflowed: fsum raises, the seconds are too many to count */
+                special = INFINITY;
+                infinite = INFINITY;
+                break;
+            }
+            if (isinf(saved)) infinite += saved;
+            special += saved;
+            used = 0;
+            continue;
+        }
+        if (used >= room) {
+            double *grown = PyMem_Malloc(sizeof(double) * (size_t)room * 2);
+            if (grown == NULL) {
+                PyErr_NoMemory();
+                goto fail;
+            }
+            memcpy(grown, partials, sizeof(double) * (size_t)used);
+            if (partials != first) PyMem_Free(partials);
+            partials = grown;
+            room *= 2;
+        }
+        partials[used++] = x;
+    }
+    PyObject *result = NULL;
+    if (special != 0.0) {
+        if (isnan(infinite)) {
+            PyErr_SetString(PyExc_ValueError, "-inf + inf in fsum");
+        } else {
+            result = PyFloat_FromDouble(special);
+        }
+    } else {
+        double high = 0.0, low = 0.0;
+        Py_ssize_t n = used;
+        if (n > 0) {
+            high = partials[--n];
+            while (n > 0) { /* the exact sum from the top, until it is inexact */
+                double x = high, y = partials[--n];
+                high = x + y;
+                low = y - (high - x);
+                if (low != 0.0) break;
+            }
+            /* half-even rounding across partials, as fsum does */
+            if (n > 0 && ((low < 0.0 && partials[n - 1] < 0.0) || (low > 0.0 && partials[n - 1] > 0.0))) {
+                double y = low * 2.0, x = high + y;
+                if (y == x - high) high = x;
+            }
+        }
+        result = PyFloat_FromDouble(high);
+    }
+    if (partials != first) PyMem_Free(partials);
+    Py_DECREF(seconds);
+    Py_DECREF(spans);
+    return result;
+fail:
+    if (partials != first) PyMem_Free(partials);
+    Py_XDECREF(seconds);
+    Py_XDECREF(spans);
+    return NULL;
+}
+
 PyDoc_STRVAR(consecutive_doc,
 "consecutive(steps: list) -> bool\n\n"
 "True when every item is an int, each one more than the one before it (an empty list: False; a None: False).\n"
@@ -518,6 +630,7 @@ static PyMethodDef methods[] = {
     {"check_series", (PyCFunction)(void (*)(void))check_series, METH_FASTCALL, check_series_doc},
     {"check_step_times", (PyCFunction)(void (*)(void))check_step_times, METH_FASTCALL, check_step_times_doc},
     {"consecutive", consecutive, METH_O, consecutive_doc},
+    {"covered", (PyCFunction)(void (*)(void))covered, METH_FASTCALL, covered_doc},
     {NULL},
 };
 

@@ -38,6 +38,12 @@ A step time that is not a time (not finite, not positive) is skipped. The detect
 sees each step time once, whatever its span. Returned: the slowdowns begun, the step of
 the last, the seconds with these steps added, the new state.
 
+    covered(seconds, spans) -> float
+
+The seconds a batch's step times stand for: ``math.fsum`` of each step time that is a time
+times its span, exactly as fsum adds them; ``inf`` where that sum overflows (fsum raises:
+a log printing step times near float's limit is not to stop the state).
+
     consecutive(steps) -> bool
 
 Whether each step of a batch is one after the step before it (every line printed one): the
@@ -254,6 +260,14 @@ def check_step_times(config: tuple, slowdown: SlowdownState, steps: Sequence[int
         seen += 1
     return (slowdowns, last_slowdown, productive, checkpoint,
             (baseline, seen, slow_run, held, in_slowdown, warmup, held_span))
+
+
+def covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
+    """The seconds the step times stand for; see the module's docstring."""
+    try:
+        return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
+    except OverflowError:  # intermediate overflow: more seconds than a float holds
+        return math.inf
 
 
 def consecutive(steps: list[int | None]) -> bool:

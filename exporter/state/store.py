@@ -348,13 +348,13 @@ class TrainingState:
             # A series printed on every line of a batch whose every line printed a step has the batch's steps.
             spans = _spans(steps, rank.timed_step, consecutive and len(steps) == len(batch.steps))
             rank.timed_step = _last_known(rank.timed_step, steps)
-            printed = _covered(seconds, spans)
+            printed = native.covered(seconds, spans)
             replayed = _replayed(step_times.steps, replay_until, replay_before)
             if all(replayed):  # a replay's batch, the usual case after a restart
-                rank.lost_seconds_total["replayed"] += _covered(seconds, spans)
+                rank.lost_seconds_total["replayed"] += printed
                 steps, seconds, spans = (), (), ()
             elif any(replayed):
-                rank.lost_seconds_total["replayed"] += _covered(*_picked(replayed, seconds, spans))
+                rank.lost_seconds_total["replayed"] += native.covered(*_picked(replayed, seconds, spans))
                 steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
             if seconds:
                 view.series["step_time_seconds"] = Series(list(steps), list(seconds))
@@ -644,15 +644,6 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
         spans.append(float(gap) if 1 <= gap <= MAX_SPAN else 1.0)
         previous = step if step is not None else previous
     return spans
-
-
-def _covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
-    """The seconds the step times stand for, those that are times (finite, positive)."""
-    if seconds and min(seconds) > 0 and sum(seconds) < math.inf:  # the usual case, at C speed (a NaN fails too)
-        if spans.count(1.0) == len(spans):
-            return math.fsum(seconds)
-        return math.fsum(map(operator.mul, seconds, spans))
-    return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
 
 
 def _steps_counted(step_before: int | None, steps: list[int | None], consecutive: bool = False) -> int:
