@@ -868,6 +868,26 @@ def test_consecutive_native_matches_the_twin(seed):
         assert native.consecutive(steps) is expected
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_steps_counted_native_matches_the_twin(seed):
+    rng = random.Random(seed)
+    for _ in range(2000):
+        base = rng.choice([0, 7, 2**62, 2**70])  # beyond 64 bits too: the kernel compares, it does not convert
+        steps: list[int | None] = [rng.choice([None, base, base + 1, base + 2, base + 5])
+                                   for _ in range(rng.randrange(12))]
+        if rng.random() < 0.5:
+            steps = [step for step in steps if step is not None]
+            steps.sort()
+        step_before = rng.choice([None, base, base + 1])
+        expected = detectors_twin.steps_counted(step_before, steps)
+        assert _detectors.steps_counted(step_before, steps) == expected, (step_before, steps)
+        assert native.steps_counted(step_before, steps) == expected
+    # a line naming no step is a step; the rank's step printed again is not
+    assert _detectors.steps_counted(5, [5, 5, None, 6, 6, None, None, 6, 7]) == 5
+    with pytest.raises(TypeError):
+        _detectors.steps_counted(None, (1, 2))
+
+
 def test_consecutive_runs_the_twin_for_steps_beyond_64_bits():
     steps = [2**63 - 1, 2**63, 2**63 + 1]
     with pytest.raises(OverflowError):

@@ -626,11 +626,44 @@ consecutive(PyObject *module, PyObject *steps)
     return PyBool_FromLong(count > 0);
 }
 
+PyDoc_STRVAR(steps_counted_doc,
+"steps_counted(step_before, steps: list) -> int\n\n"
+"How many steps the lines printed: each line whose step is not the one known before it (a line\n"
+"printing no step, None, is a step). See exporter/native/detectors.py.");
+
+static PyObject *
+steps_counted(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
+{
+    if (nargs != 2 || !PyList_Check(args[1])) {
+        PyErr_SetString(PyExc_TypeError, "steps_counted takes a step (or None) and a list");
+        return NULL;
+    }
+    PyObject *steps = args[1], *known = Py_NewRef(args[0]);
+    Py_ssize_t counted = 0;
+    for (Py_ssize_t i = 0; i < PyList_GET_SIZE(steps); i++) {
+        PyObject *step = PyList_GET_ITEM(steps, i);
+        if (step == Py_None) {
+            counted++;
+            continue;
+        }
+        int differs = PyObject_RichCompareBool(step, known, Py_NE); /* the same object: equal, not compared */
+        if (differs < 0) {
+            Py_DECREF(known);
+            return NULL;
+        }
+        counted += differs;
+        Py_SETREF(known, Py_NewRef(step));
+    }
+    Py_DECREF(known);
+    return PyLong_FromSsize_t(counted);
+}
+
 static PyMethodDef methods[] = {
     {"check_series", (PyCFunction)(void (*)(void))check_series, METH_FASTCALL, check_series_doc},
     {"check_step_times", (PyCFunction)(void (*)(void))check_step_times, METH_FASTCALL, check_step_times_doc},
     {"consecutive", consecutive, METH_O, consecutive_doc},
     {"covered", (PyCFunction)(void (*)(void))covered, METH_FASTCALL, covered_doc},
+    {"steps_counted", (PyCFunction)(void (*)(void))steps_counted, METH_FASTCALL, steps_counted_doc},
     {NULL},
 };
 

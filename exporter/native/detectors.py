@@ -44,6 +44,12 @@ The seconds a batch's step times stand for: ``math.fsum`` of each step time that
 times its span, exactly as fsum adds them; ``inf`` where that sum overflows (fsum raises:
 a log printing step times near float's limit is not to stop the state).
 
+    steps_counted(step_before, steps) -> int
+
+How many steps a batch's lines printed, the rank at ``step_before``: each line whose step
+is not the last one known (DeepSpeed prints one step's values on two lines; a line that
+names no step, None, is a step of its own).
+
     consecutive(steps) -> bool
 
 Whether each step of a batch is one after the step before it (every line printed one): the
@@ -268,6 +274,16 @@ def covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
         return math.fsum(value * span for value, span in zip(seconds, spans, strict=True) if 0 < value < math.inf)
     except OverflowError:  # intermediate overflow: more seconds than a float holds
         return math.inf
+
+
+def steps_counted(step_before: int | None, steps: list[int | None]) -> int:
+    """How many steps the lines printed; see the module's docstring."""
+    counted, known = 0, step_before
+    for step in steps:
+        counted += step is None or step != known
+        if step is not None:
+            known = step
+    return counted
 
 
 def consecutive(steps: list[int | None]) -> bool:

@@ -647,21 +647,11 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
 
 
 def _steps_counted(step_before: int | None, steps: list[int | None], consecutive: bool = False) -> int:
-    """How many steps the lines printed: DeepSpeed prints the lr and the throughput of one step on
-    two lines, so a line for the step the rank is at completes it; a line printing none is a step.
-    ``consecutive``: each step is one after the step before it (native.consecutive)."""
+    """How many steps the lines printed (native.steps_counted). ``consecutive``: each step is one after the step
+    before it (native.consecutive), the usual batch: one a line, but the first may be the step the rank is at."""
     if consecutive:
         return len(steps) - (steps[0] == step_before)
-    if None not in steps:  # the usual case, at C speed: each change of step is one
-        if steps and steps == sorted(cast("list[int]", steps)):  # in order: each step's lines side by side
-            return len(set(steps)) - (steps[0] == step_before)
-        return sum(map(operator.ne, steps, [step_before, *steps[:-1]]))
-    counted, known = 0, step_before
-    for step in steps:
-        counted += step is None or step != known
-        if step is not None:
-            known = step
-    return counted
+    return native.steps_counted(step_before, steps)
 
 
 def _last_known(step_before: int | None, steps: Sequence[int | None]) -> int | None:
