@@ -454,6 +454,29 @@ def test_a_block_is_cut_around_its_few_lines_holding_another_anchor(monkeypatch)
     assert _read_in_pieces(LineParser(), blocks)[0][-1] is blocks[1]
 
 
+def test_a_console_of_step_lines_ends_discovery_near_its_step_lines_not_at_a_pieces_end():
+    # Discovery reads line by line until DISCOVERY_STEP_LINES step lines; whole 64 KiB pieces of the real healthy
+    # console read some 1,500 lines so (90 us each on the benchmark machine), pieces sized by the step lines' density
+    # about 1,030. What the pieces give is what every line alone gives.
+    if not native.available()["step_fields"]:
+        require_native_kernels()
+    block = (REAL / "torchrun_ddp_healthy.log").read_bytes() * 10
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            if self._discovering:
+                seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    parser = Recording()
+    pieces, in_pieces = _read_in_pieces(parser, [block])
+    assert not parser._discovering
+    assert line_parser.DISCOVERY_STEP_LINES <= len(seen) < 1.1 * line_parser.DISCOVERY_STEP_LINES
+    assert len(pieces[0]) == block.find(b"\n", line_parser.DISCOVERY_PIECE_BYTES) + 1  # none read yet: a whole one
+    assert _comparable(in_pieces)[1] == _comparable(_every_line_alone([block], False))[1]
+
+
 def _exit_line() -> bytes:
     """The real SIGKILL run's agent line ``failed (exitcode: -9) local_rank: 1``: a failure on a line of its own,
     without a prefix, in a block otherwise read stream by stream."""

@@ -75,8 +75,11 @@ REJECTED_REASONS = (REJECTED_OUT_OF_RANGE, REJECTED_PARSE_ERROR)
 DISCOVERY_STEP_LINES = 1000
 # While formats are discovered a block is parsed this much at a time (LineParser.pieces): a console's blocks go line
 # by line until a format's lines are known, and discovery, once over, leaves the rest of a large block to the block
-# path (the first 1 MiB of a real torchrun console line by line cost 0.4 s).
+# path (the first 1 MiB of a real torchrun console line by line cost 0.4 s). Once step lines were read, a piece is
+# about what holds the step lines discovery still needs, at least DISCOVERY_PIECE_MIN_BYTES: a console of step lines
+# ends discovery within some 1,000 lines, not the 1,500 of whole 64 KiB pieces (90 us a line there, docs/benchmarks.md).
 DISCOVERY_PIECE_BYTES = 64 << 10
+DISCOVERY_PIECE_MIN_BYTES = 4 << 10
 # An interleaved console's block is cut around at most this many lines holding an anchor besides its step lines' (a
 # launcher's warning, a fault code a step number spells): they go line by line, the lines between them stream by
 # stream (LineParser.pieces). A block holding more goes line by line whole: past that, the pieces cost more.
@@ -113,6 +116,7 @@ class LineParser:
         self._routing = self._candidates
         self._found: set[str] = set()  # the names of the formats whose parser read a line of the file
         self._step_lines = 0  # step lines read while other formats are still looked for (DISCOVERY_STEP_LINES)
+        self._discovery_bytes = 0  # the bytes they were read in
         self._discovering = forced is None
         self._format: Format | None = None  # the file's format (training_info): see _settle
         self._format_has_loss = False  # a line of ``_format`` printed a loss: it is final
@@ -198,8 +202,8 @@ class LineParser:
 
     def _pieces(self, data: bytes) -> Iterator[bytes]:
         start = 0
-        while self._discovering and len(data) - start > 2 * DISCOVERY_PIECE_BYTES:
-            cut = data.find(b"\n", start + DISCOVERY_PIECE_BYTES) + 1
+        while self._discovering and len(data) - start > 2 * (size := self._discovery_piece()):
+            cut = data.find(b"\n", start + size) + 1
             if cut == 0:
                 break
             yield data[start:cut]
@@ -222,6 +226,14 @@ class LineParser:
             yield self._scanned(rest[line:position], True)
         if position < len(rest):
             yield self._scanned(rest[position:] if position else rest, False)
+
+    def _discovery_piece(self) -> int:
+        """The size of the next piece while formats are discovered (DISCOVERY_PIECE_BYTES): by the density of the
+        step lines read so far, what holds the rest discovery needs and an eighth more."""
+        if not self._step_lines:
+            return DISCOVERY_PIECE_BYTES
+        needed = (DISCOVERY_STEP_LINES - self._step_lines) * self._discovery_bytes // self._step_lines
+        return min(DISCOVERY_PIECE_BYTES, max(DISCOVERY_PIECE_MIN_BYTES, needed + needed // 8))
 
     def _scanned(self, piece: bytes, holds_others: bool) -> bytes:
         """``piece``, remembered with whether it holds a line with another anchor (_parse_interleaved)."""
@@ -293,6 +305,7 @@ class LineParser:
             self._emit(event, rank, parsed)
         if self._discovering and self._found:
             self._step_lines += sum(parsed.lines_by_format.values())
+            self._discovery_bytes += len(data)
             if self._step_lines >= DISCOVERY_STEP_LINES:
                 self._end_discovery()
         return parsed
