@@ -345,10 +345,7 @@ class LineParser:
             if len(pieces) > 1 or cut:
                 self._parse_pieces(pieces, parsed)
             else:
-                rank, recognized = self._parse_line_isolated(whole, parsed)
-                lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
-                if not recognized:
-                    parsed.unparsed += 1
+                self._parse_whole_line(whole, parsed)
             self._line_start = start + len(whole) + 1
 
     def _parse_pieces(self, pieces: Sequence[bytes], parsed: ParsedBlock) -> None:
