@@ -13,11 +13,9 @@ from pathlib import Path
 
 import pytest
 
-from tests.real.harness import BIN, PROGRAMS, RealRun, check_steps, keep_fixture, require, run_job
+from tests.real.harness import BIN, PROGRAMS, RealRun, check_steps, keep_fixture, matrix, require, run_job
 
-pytestmark = [pytest.mark.real,
-              pytest.mark.skipif(not os.environ.get("TRAINLOG_REAL_MATRIX"),
-                                 reason="the whole matrix only: make test-real")]
+pytestmark = [pytest.mark.real, matrix]
 
 STEPS, AT, CULPRIT = 14, 8, 1
 EXTENSIONS = Path(__file__).parents[2] / ".venv" / "torch_extensions"

@@ -8,18 +8,16 @@ rank (DESIGN 3.2), and rank 1's own traceback (``[rank1]: ...``, written right a
 from __future__ import annotations
 
 import math
-import os
 import struct
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+from tests.real.harness import RealRun, check_steps, keep_fixture, matrix, require, run_job, torchrun
 
 pytestmark = pytest.mark.real
 
 EPOCHS, BATCHES, AT = 3, 10, 14
 PRINTED = ("loss", "learning_rate", "grad_norm")  # the bar's rate is tqdm's smoothed it/s, no step time
-MATRIX = os.environ.get("TRAINLOG_REAL_MATRIX") == "1"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -61,7 +59,7 @@ def test_nan_on_one_rank_reaches_the_bar(tmp_path):
     assert result.counters("training_errors_total") == {}
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_exception_on_rank_one_after_a_redraw(tmp_path):
     result = _lightning_run(tmp_path, "raise", "--incident", "raise", "--rank", "1", "--at", str(AT))
     assert result.returncode != 0
@@ -78,7 +76,7 @@ def test_exception_on_rank_one_after_a_redraw(tmp_path):
 CSV_RUN = "job/csv/lightning_logs/version_0/metrics.csv"  # a further unranked file: its own series (docs/formats.md)
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_logged_metrics_printed_by_a_callback_and_the_csv_logger_beside_it(tmp_path):
     # self.log("train/loss", on_step=True, on_epoch=True) to a CSVLogger in the log directory, nothing in the bar's
     # postfix; a callback prints ``step=N train_loss=... lr=... grad_norm=...`` (after the bar's redraw, on its line):

@@ -10,19 +10,17 @@ from __future__ import annotations
 
 import json
 import math
-import os
 import subprocess
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+from tests.real.harness import RealRun, check_steps, keep_fixture, matrix, require, run_job, torchrun
 from tests.support.exporter_process import exporter_command, exporter_environment
 
 pytestmark = pytest.mark.real
 
 ITERS, AT = 30, 12
 PRINTED = ("loss", "learning_rate", "step_time_seconds")
-MATRIX = os.environ.get("TRAINLOG_REAL_MATRIX") == "1"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -66,7 +64,7 @@ def test_healthy_runner_console_and_work_dir_every_step_on_the_empty_rank(tmp_pa
         assert math.isclose(run["loss"]["last"], truth[ITERS]["loss"], abs_tol=5e-5), path.name
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_nan_from_a_step(tmp_path):
     result = _runner(tmp_path, "nan", "--incident", "nan", "--rank", "0", "--at", str(AT))
     check_steps(result, {0: ""}, PRINTED)
@@ -77,7 +75,7 @@ def test_nan_from_a_step(tmp_path):
     assert result.counters("training_errors_total") == {}
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_exception_on_rank_one(tmp_path):
     result = _runner(tmp_path, "raise", "--incident", "raise", "--rank", "1", "--at", str(AT))
     assert result.returncode != 0

@@ -9,17 +9,15 @@ is the NaN incident. The file's name holds no rank: its series has the empty ran
 from __future__ import annotations
 
 import math
-import os
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, require, run_job, torchrun
+from tests.real.harness import RealRun, check_steps, keep_fixture, matrix, require, run_job, torchrun
 
 pytestmark = pytest.mark.real
 
 STEPS, EVERY, AT = 30, 3, 12
 PRINTED = ("loss", "learning_rate", "grad_norm")
-MATRIX = os.environ.get("TRAINLOG_REAL_MATRIX") == "1"
 
 
 @pytest.fixture(scope="module", autouse=True)
@@ -50,7 +48,7 @@ def test_nan_filtered_out_of_the_loss_is_the_nan_incident(tmp_path):
     assert result.counters("training_errors_total") == {}
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_healthy_sft_every_logged_step_exact(tmp_path):
     result = _sft(tmp_path, "healthy")
     assert result.returncode == 0
@@ -61,7 +59,7 @@ def test_healthy_sft_every_logged_step_exact(tmp_path):
     assert result.report["findings"] == []
 
 
-@pytest.mark.skipif(not MATRIX, reason="the long matrix (TRAINLOG_REAL_MATRIX=1, make test-real)")
+@matrix
 def test_exception_on_rank_one(tmp_path):
     result = _sft(tmp_path, "raise", "--raise-at", str(AT))
     assert result.returncode != 0
