@@ -40,17 +40,21 @@ class LineClock:
 
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
+        return self._at(data, start)[0]
+
+    def _at(self, data: bytes, start: int) -> tuple[float | None, bytes, re.Match[bytes] | None]:
+        """at(), with the line's prefix looked in and its date-time's match there (None: none, or glog's time)."""
         prefix = data[start : start + PREFIX_BYTES]
         end = prefix.find(b"\n")
         if end >= 0:  # a short line: its prefix stops at its end, never the next line's time
             prefix = prefix[:end]
         if prefix.count(b":") < 2 or _CLOCK_TIME.search(prefix) is None:  # the cheap test first (a step row)
-            return None
+            return None, prefix, None
         match = _DATE_TIME.search(prefix)
         if match is not None:
-            return self._date_time(match)
+            return self._date_time(match), prefix, match
         match = _GLOG.search(prefix)
-        return self._glog(match) if match is not None else None
+        return (self._glog(match) if match is not None else None), prefix, None
 
     def times(self, data: bytes, starts: list[int]) -> list[float | None]:
         """The timestamps of the lines starting at ``starts`` (ascending). In a block with few ``:dd:`` (step
@@ -90,9 +94,9 @@ class LineClock:
                 if match is not None:
                     found.append(self._date_time(match))
                     continue
-            when = self.at(data, start)
+            when, prefix, match = self._at(data, start)
             found.append(when)
-            lead = _lead(data, start) if when is not None else None
+            lead = _lead(prefix, match) if when is not None else None
         return found
 
     def _clocks_in(self, data: bytes) -> list[int] | None:
@@ -152,11 +156,8 @@ class LineClock:
         return None if seconds is None else seconds + _fraction(match.group(6))
 
 
-def _lead(data: bytes, start: int) -> bytes | None:
-    """The bytes of the line at ``start`` before its date-time, when they hold no digit."""
-    prefix = data[start : start + PREFIX_BYTES]
-    end = prefix.find(b"\n")
-    match = _DATE_TIME.search(prefix, 0, end if end >= 0 else len(prefix))
+def _lead(prefix: bytes, match: re.Match[bytes] | None) -> bytes | None:
+    """The bytes of a line's ``prefix`` before its date-time (``match`` there), when they hold no digit."""
     if match is None or _DIGIT.search(prefix, 0, match.start()):
         return None
     return prefix[: match.start()]
