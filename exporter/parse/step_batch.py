@@ -115,7 +115,8 @@ class StepBatchBuilder:
             if reader is None:
                 if len(self._row_readers) >= MAX_ROW_READERS:  # a log whose runs print ever other aux losses
                     self._row_readers.clear()
-                reader = self._row_readers[aux_names] = native.step_reader(_keeping_aux(self._rows_table, aux_names))
+                reader = self._row_readers[aux_names] = native.step_reader(
+                    _keeping_aux(self._rows_table, len(self._gauges), aux_names))
             taken = reader.read(data, starts, index, len(steps))
             aux_fields = reader.take()[2][len(self._gauges):]
             if taken != len(steps):
@@ -303,12 +304,10 @@ class _Aligner:
         return [by_step.get(step) for step in steps]
 
 
-def _keeping_aux(table: tuple | None, names: tuple[str, ...]) -> tuple:
-    """The kernel's field table with each of ``names`` a float series field of a column of its own, after the
-    table's columns."""
+def _keeping_aux(table: tuple | None, columns: int, names: tuple[str, ...]) -> tuple:
+    """The kernel's field table (its ``columns`` columns, a gauge each) with each of ``names`` a float series field
+    of a column of its own after them."""
     assert table is not None
-    fields = table[6]
-    columns = 1 + max((entry[5] if len(entry) == 6 else number for number, entry in enumerate(fields)), default=-1)
     added = tuple((name.encode(), int(native.Kind.FLOAT), 1, b"", b"", columns + number)
                   for number, name in enumerate(names))
-    return (*table[:6], fields + added, *table[7:])
+    return (*table[:6], table[6] + added, *table[7:])
