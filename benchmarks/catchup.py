@@ -101,18 +101,45 @@ PREFIX_RANK = 3
 PREFIX = f"[rank{PREFIX_RANK}]: "
 
 
-def measure_prefixed(log: Path, shape: LogShape, rounds: int) -> dict[str, object]:
-    """The exporter's best of ``rounds`` on a log whose every line has torchrun's rank prefix."""
+@dataclass(frozen=True)
+class Yardstick:
+    """The unprefixed catch-up a ratio target divides by, run again in the same rounds as what it is compared with:
+    the machine's speed drifts between the phases of a run (10-20 % within minutes on a shared machine), and a
+    ratio of two bests taken minutes apart measured that drift too."""
+
+    log: Path
+    shape: LogShape
+
+    def run(self) -> Measured:
+        warm(self.log)
+        result = run_measured([sys.executable, "-m", "benchmarks.catchup_exporter", str(self.log.parent)])
+        _check_exporter(result.stdout, self.shape)
+        return result
+
+
+def measure_prefixed(log: Path, shape: LogShape, rounds: int, yardstick: Yardstick | None = None) -> dict[str, object]:
+    """The exporter's best of ``rounds`` on a log whose every line has torchrun's rank prefix; with ``yardstick``,
+    its best in the same rounds too (``unprefixed_beside``)."""
     best: Measured | None = None
+    beside: Measured | None = None
     for _ in range(rounds):
         warm(log)
         result = run_measured([sys.executable, "-m", "benchmarks.catchup_exporter", str(log.parent)])
         _check_exporter(result.stdout, shape, str(PREFIX_RANK))
         if best is None or result.wall_seconds < best.wall_seconds:
             best = result
+        if yardstick is not None:
+            measured = yardstick.run()
+            if beside is None or measured.wall_seconds < beside.wall_seconds:
+                beside = measured
     assert best is not None
-    return {"lines": shape.lines, "wall_seconds": best.wall_seconds, "cpu_seconds": best.cpu_seconds,
-            "lines_per_second": shape.lines / best.wall_seconds, "seconds": json.loads(best.stdout)["seconds"]}
+    row: dict[str, object] = {"lines": shape.lines, "wall_seconds": best.wall_seconds, "cpu_seconds": best.cpu_seconds,
+                              "lines_per_second": shape.lines / best.wall_seconds,
+                              "seconds": json.loads(best.stdout)["seconds"]}
+    if beside is not None and yardstick is not None:
+        row["unprefixed_beside"] = {"wall_seconds": beside.wall_seconds,
+                                    "lines_per_second": yardstick.shape.lines / beside.wall_seconds}
+    return row
 
 
 def _check_exporter(output: str, shape: LogShape, rank_label: str | None = None) -> None:

@@ -24,11 +24,12 @@ import json
 import re
 import sys
 import tempfile
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
 
-from benchmarks.catchup import compile_bytecode
+from benchmarks.catchup import Yardstick, compile_bytecode
 from benchmarks.measure import Measured, run_measured, warm
 from tests.support.exporter_process import exporter_command
 
@@ -121,12 +122,14 @@ def _check_grep_awk(output: str, log: ConsoleLog) -> None:
         raise AssertionError(f"grep | awk on {log.path}: {rows} rows, expected {log.step_lines}")
 
 
-def measure_console(directory: Path, console: Console, lines: int, rounds: int) -> dict[str, object]:
-    """Best of ``rounds`` interleaved runs of each contender on the console repeated to ``lines`` lines."""
+def measure_console(directory: Path, console: Console, lines: int, rounds: int,
+                    yardstick: Yardstick | None = None) -> dict[str, object]:
+    """Best of ``rounds`` interleaved runs of each contender on the console repeated to ``lines`` lines; with
+    ``yardstick``, the unprefixed catch-up among them (``unprefixed``: the ratio targets' divisor, same rounds)."""
     log = write_console(directory, console, lines)
     compile_bytecode()
     csv_path = directory.parent / f"{console.name}.csv"
-    contenders = {
+    contenders: dict[str, tuple[list[str], Callable[[Measured], None]]] = {
         "exporter": ([sys.executable, "-m", "benchmarks.catchup_exporter", str(directory)],
                      lambda result: _check_catchup(result.stdout, log)),
         "analyze_json": (exporter_command("analyze", str(log.path), "--format", "json"),
@@ -138,6 +141,7 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int) 
         "grep_c_loss": (["grep", "-c", "loss", str(log.path)], lambda result: None),
     }
     best: dict[str, Measured] = {}
+    beside: Measured | None = None
     for _ in range(rounds):
         for name, (command, check) in contenders.items():
             if name in best and best[name].wall_seconds > SLOW_SECONDS:
@@ -147,22 +151,29 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int) 
             check(result)
             if name not in best or result.wall_seconds < best[name].wall_seconds:
                 best[name] = result
+        if yardstick is not None:
+            result = yardstick.run()
+            if beside is None or result.wall_seconds < beside.wall_seconds:
+                beside = result
     rows: dict[str, object] = {
         name: {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
                "lines_per_second": log.lines / result.wall_seconds}
         for name, result in best.items()
     }
+    if beside is not None and yardstick is not None:
+        rows["unprefixed"] = {"wall_seconds": beside.wall_seconds, "cpu_seconds": beside.cpu_seconds,
+                              "lines_per_second": yardstick.shape.lines / beside.wall_seconds}
     rows["exporter"]["seconds"] = json.loads(best["exporter"].stdout)["seconds"]  # type: ignore[index]
     return {"fixture": console.fixture, "lines": log.lines, "copies": log.copies,
             "bytes": log.path.stat().st_size, "contenders": rows}
 
 
-def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:
+def measure(workdir: Path, lines: int, rounds: int, yardstick: Yardstick | None = None) -> dict[str, dict]:
     """Every kept console, each repeated to ``lines`` lines (its file deleted once measured)."""
     results: dict[str, dict] = {}
     for console in CONSOLES:
         directory = workdir / console.name / "logs"
-        results[console.name] = measure_console(directory, console, lines, rounds)
+        results[console.name] = measure_console(directory, console, lines, rounds, yardstick)
         for path in directory.parent.rglob("*"):
             if path.is_file():
                 path.unlink()

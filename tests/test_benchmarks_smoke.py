@@ -32,8 +32,10 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["analyze_csv"]["lines_per_second"] > 0  # its CSV had a row per step line
     consoles = results["real_console"]  # the kept real consoles, repeated: every contender checked
     assert set(consoles) == {"torchrun_tee", "hf_trainer"}
-    assert all({"exporter", "analyze_json", "analyze_csv", "grep_awk", "grep_c_loss"} == set(row["contenders"])
-               for row in consoles.values())
+    assert all({"exporter", "analyze_json", "analyze_csv", "grep_awk", "grep_c_loss", "unprefixed"}
+               == set(row["contenders"]) for row in consoles.values())
+    # the ratios' divisor, the unprefixed catch-up run again in the same rounds (catchup.Yardstick)
+    assert results["catchup_prefixed"]["unprefixed_beside"]["lines_per_second"] > 0
     assert results["chatter"]["cpu_share_of_one_core"] > 0  # heavy chatter followed and measured
     repeats = results["repeats"]  # one step line again and again: memory and checkpoint beside a 1,000-line log
     assert repeats["after_repeats"]["lines"] == repeats["repeats"] and repeats["after_baseline"]["checkpoint_bytes"] > 0
