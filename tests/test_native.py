@@ -16,6 +16,7 @@ import random
 import re
 import struct
 import sys
+from array import array
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
@@ -46,6 +47,8 @@ def _bits(value):
         return type(value).__name__, [_bits(item) for item in value]
     if isinstance(value, dict):
         return "dict", [(key, _bits(item)) for key, item in value.items()]
+    if isinstance(value, array):  # a series' values (an array('d')): its bytes are its floats' bits
+        return "array", value.typecode, value.tobytes()
     return value
 
 
@@ -340,12 +343,12 @@ def test_the_mindformers_reference_line():
     steps, total, fields, named = reader.take()
     by_name = dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))
     assert (steps, total, len(reader)) == ([1], 60001, 0)
-    assert by_name["loss"] == (10.483969, None, [1], [10.483969])
-    assert by_name["grad_norm"] == (None, None, [], [])  # NaN: not obtained this step
+    assert by_name["loss"] == (10.483969, None, [1], array("d", [10.483969]))  # a series' values: an array('d')
+    assert by_name["grad_norm"] == (None, None, [], array("d"))  # NaN: not obtained this step
     assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
     assert named == [("load_balancing_loss", 0.0013, 1, 0, 0), ("mtp_1_loss", 10.983969, 1, 0, 1)]
-    assert by_name["per_step_time"][2:] == ([1], [0.851])  # a series: goodput and the slowdown detector
-    series, latest_only = (None, None, [], []), (None, None, None, None)
+    assert by_name["per_step_time"][2:] == ([1], array("d", [0.851]))  # a series: goodput and the slowdown detector
+    series, latest_only = (None, None, [], array("d")), (None, None, None, None)
     empty = (series, series, latest_only, series, latest_only)  # loss, grad_norm, lr, per_step_time, throughput
     assert reader.take() == ([], None, empty, [])
 
@@ -360,7 +363,7 @@ def test_a_thousands_separator_is_part_of_the_value(reader):
     assert compiled.read(data, [0, data.index(b"\n") + 1, data.index(b"{ step:[3")], 0, 3) == 3
     _steps, _total, fields, named = compiled.take()
     by_name = dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))
-    assert by_name["loss"][3] == [1234.5, 1.0, 1.0]
+    assert by_name["loss"][3] == array("d", [1234.5, 1.0, 1.0])
     assert by_name["lr"][0] == 1000.0
     assert [(name, value) for name, value, *_ in named] == [("mtp_1_loss", 12345678.0), ("x", 5.0), ("y", 1000.0)]
 
@@ -554,7 +557,7 @@ def test_the_kernel_reads_every_decimal_as_float_does():
     assert reader.read(data, starts, 0, len(starts)) == len(tokens)
     _, _, steps, values = reader.take()[2][0]  # the loss column: latest, unit, each value's step, the values
     assert len(steps) == len(tokens)
-    assert _bits(values) == _bits([float(tokens[step - 1]) for step in steps])
+    assert _bits(values) == _bits(array("d", [float(tokens[step - 1]) for step in steps]))
 
 
 def test_segment_records_read_every_decimal_as_float_does():
@@ -631,12 +634,15 @@ def test_write_rows_writes_each_number_as_repr_does(tmp_path):
             return _written(write_rows, tmp_path / "rows", list(jobs))
         assert written((([1, None], (2.5, 1e-05), range(7, 9)), 2, "")) == "1,2.5,7\r\n,1e-05,8\r\n"
         assert written((([1.0], [-0.0]), 1, "")) == "1.0,-0.0\r\n"
+        doubles = array("d", [2.5, -0.0, math.nan, 1e-05])  # a kernel's series: its buffer read, or its items
+        assert written(((doubles, memoryview(doubles)[::2], [1, 2]), 2, "")) == "2.5,2.5,1\r\n-0.0,nan,2\r\n"
         assert written((([1, 2], [None, 0.5]), 2, "rün,,3,"), "x") == "rün,,3,1,\r\nrün,,3,2,0.5\r\nx"
         assert written((([1], [2]), 0, ""), ((), 5, ""), "") == ""
         refused = [((([1],), 1, b"run,"), TypeError, "a job"),
                    ((([1, "2"],), 2, ""), TypeError, "int, a float or None"),
                    ((([True],), 1, ""), TypeError, "int, a float or None"),
                    ((([1], [1, 2]), 2, ""), ValueError, "at least"), (([[1]], 1, ""), TypeError, "a job"),
+                   (((array("d", [1.0]), [1, 2]), 2, ""), ValueError, "at least"),
                    (b"text", TypeError, "a job")]
         for bad, error, words in refused:
             path = tmp_path / "refused"
@@ -755,6 +761,8 @@ def test_check_series_native_matches_the_twin_bit_for_bit(seed):
         compiled = _detectors.check_series(config, spikes, plateau, steps, values)
         twin = detectors_twin.check_series(config, spikes, plateau, steps, values)
         assert _bits(compiled) == _bits(twin)
+        # The step kernel's series come as array('d'): read through the buffer, the same bits.
+        assert _bits(_detectors.check_series(config, spikes, plateau, steps, array("d", values))) == _bits(compiled)
         *_, spikes, plateau = compiled
 
 
@@ -924,11 +932,12 @@ def test_covered_native_gives_fsums_bits(seed):
             expected: object = struct.pack("d", detectors_twin.covered(seconds, spans))
         except ValueError as error:  # -inf + inf
             expected = str(error)
-        try:
-            got: object = struct.pack("d", _detectors.covered(seconds, spans))
-        except ValueError as error:
-            got = str(error)
-        assert got == expected, (seconds, spans)
+        for given in ((seconds, spans), (array("d", seconds), array("d", spans))):  # a list's floats, an array's
+            try:
+                got: object = struct.pack("d", _detectors.covered(*given))
+            except ValueError as error:
+                got = str(error)
+            assert got == expected, (seconds, spans)
 
 
 def test_covered_counts_past_fsums_first_partials_and_does_not_overflow():
@@ -996,6 +1005,9 @@ def test_check_step_times_native_matches_the_twin_bit_for_bit(seed):
         compiled = _detectors.check_step_times(config, state, steps, values, spans, productive, checkpoint)
         twin = detectors_twin.check_step_times(config, state, steps, values, spans, productive, checkpoint)
         assert _bits(compiled) == _bits(twin)
+        buffered = _detectors.check_step_times(config, state, steps, array("d", values), array("d", spans), productive,
+                                               checkpoint)
+        assert _bits(buffered) == _bits(compiled)
         _, _, productive, checkpoint, state = compiled
     assert productive > 0
 

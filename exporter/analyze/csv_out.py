@@ -85,7 +85,7 @@ class StepCsv:
     def _add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
         count = len(steps)
         absent: list[float | None] = [None] * count
-        columns: list[list[float | None]] = [rows.gauges.get(name) or absent for name in GAUGES]
+        columns: list[Sequence[float | None]] = [rows.gauges.get(name) or absent for name in GAUGES]
         if count < 2 or _repeats_a_step(steps) or self._completes_pending(key, steps[0]):
             # Lines that may make one row (DeepSpeed prints a step over two): row by row.
             self._add_rows(key, steps, times, columns, rows)
@@ -94,7 +94,7 @@ class StepCsv:
         self._flush()
         for name in rows.aux:  # in the order the lines first print them, as row by row
             self._aux.setdefault(name, len(self._aux))
-        aux = [absent] * len(self._aux)
+        aux: list[Sequence[float | None]] = [absent] * len(self._aux)
         for name, column in rows.aux.items():
             aux[self._aux[name]] = column
         last = count - 1
@@ -104,7 +104,7 @@ class StepCsv:
         self._pending_aux = {name: value for name, column in rows.aux.items() if (value := column[last]) is not None}
 
     def _add_rows(self, key: SeriesKey, steps: list[int | None], times: list[float | None],
-                  columns: list[list[float | None]], rows: StepRows) -> None:
+                  columns: list[Sequence[float | None]], rows: StepRows) -> None:
         aux = [line_aux for _, line_aux in rows]
         for index, step in enumerate(steps):
             self._add_row(key, step, times[index], [column[index] for column in columns], aux[index])

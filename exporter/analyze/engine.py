@@ -16,7 +16,7 @@ import math
 import statistics
 import time
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
@@ -53,7 +53,7 @@ STOP_SPREAD_STEPS = 5
 
 # A batch's step lines: (run, node, rank), each line's step, its time and its values.
 RowSink = Callable[[SeriesKey, list[int | None], list[float | None], StepRows], None]
-PointSink = Callable[[SeriesKey, str, list[int | None], list[float]], None]  # a gauge's values of a batch
+PointSink = Callable[[SeriesKey, str, list[int | None], Sequence[float]], None]  # a gauge's values of a batch
 
 
 @dataclass(slots=True)
@@ -252,8 +252,8 @@ class Analysis:
         self._state.ingest(key, 0, [batch], None, last_time or 0.0, line_time=time_of_line)
         self._note_losses(track, batch)
         series = batch.series.get("step_time_seconds")
-        if series:
-            track.step_times.extend(series.values)
+        if series:  # the deque keeps its last maxlen: only those are read out of the kernel's array
+            track.step_times.extend(series.values[-(track.step_times.maxlen or 0):])
         known = [step for step in batch.steps if step is not None]
         if known:
             track.first_step = known[0] if track.first_step is None else track.first_step
@@ -283,7 +283,7 @@ class Analysis:
         if not track.losses_frozen:
             anomaly = track.first_anomaly_step
             if anomaly is None:
-                track.losses.extend(finite)
+                track.losses.extend(finite[-(track.losses.maxlen or 0):])
             else:
                 track.losses.extend(value for step, value in zip(series.steps, values, strict=True)
                                     if (step is None or step < anomaly) and math.isfinite(value))

@@ -32,12 +32,13 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``step_reader(table)``: ``.read(data, starts, index, limit)`` -> how many lines of the run
   of step lines at ``starts[index]`` it read by the field table ``table``; ``.take()`` ->
   ``(steps, total, fields, named)`` of the runs read since the last take (the table's format
-  and the result: step_fields.py).
+  and the result: step_fields.py); a series' values come as an ``array('d')``, not a float object each, and
+  the detectors and ``write_rows`` read such an array's buffer.
 - ``read_record(table, text)`` -> ``Record | None``: one line's record, from any text (the
   per-line parser's way: the compiled reader's reading of the line, the twin's of a line it declines).
 - ``write_rows(fd, jobs)``: each job written to ``fd`` in order, a str or ``(columns, rows, lead)``: the first
-  ``rows`` rows of ``columns`` (lists of ints, floats, None) as CSV lines, each after ``lead`` and each number as
-  repr() writes it (analyze's ``--csv``): every job read before any is written.
+  ``rows`` rows of ``columns`` (lists of ints, floats, None, or arrays of doubles) as CSV lines, each after
+  ``lead`` and each number as repr() writes it (analyze's ``--csv``): every job read before any is written.
 - ``check_series(config, spikes, plateau, steps, values)``
   -> ``(nonfinite, last_nonfinite_step, spiked, spike_steps, spikes, plateau)``: the
   per-step detectors over one series, their state as tuples in and out (detectors.py).

@@ -13,6 +13,7 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
+#include <string.h>
 
 #define LIMIT (1LL << 61) /* step - window and counts + 1 stay far from overflow */
 
@@ -52,6 +53,57 @@ as_long(PyObject *object, long long *value)
         return -1;
     }
     return 0;
+}
+
+/* A sequence of numbers read as doubles: an array('d') (the step kernel's series) through its buffer, any other
+ * sequence item by item (its PySequence_Fast: an array would be copied into a list of floats first). */
+typedef struct {
+    PyObject *fast;
+    Py_buffer buffer;
+    const double *doubles; /* the buffer's */
+    int buffered;
+    Py_ssize_t count;
+} Numbers;
+
+static int
+numbers_open(PyObject *given, const char *message, Numbers *numbers)
+{
+    *numbers = (Numbers){0};
+    if (PyObject_CheckBuffer(given) && !PyBytes_Check(given) && !PyByteArray_Check(given)) {
+        if (PyObject_GetBuffer(given, &numbers->buffer, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+            PyErr_Clear(); /* a strided view: read as a sequence */
+        }
+        else if (numbers->buffer.format != NULL && strcmp(numbers->buffer.format, "d") == 0
+            && numbers->buffer.itemsize == (Py_ssize_t)sizeof(double)) {
+            numbers->doubles = numbers->buffer.buf;
+            numbers->buffered = 1;
+            numbers->count = numbers->buffer.len / (Py_ssize_t)sizeof(double);
+            return 0;
+        }
+        else PyBuffer_Release(&numbers->buffer);
+    }
+    numbers->fast = PySequence_Fast(given, message);
+    if (numbers->fast == NULL) return -1;
+    numbers->count = PySequence_Fast_GET_SIZE(numbers->fast);
+    return 0;
+}
+
+static int
+numbers_at(const Numbers *numbers, Py_ssize_t index, double *value)
+{
+    if (numbers->buffered) {
+        *value = numbers->doubles[index];
+        return 0;
+    }
+    return as_double(PySequence_Fast_GET_ITEM(numbers->fast, index), value);
+}
+
+static void
+numbers_close(Numbers *numbers)
+{
+    if (numbers->buffered) PyBuffer_Release(&numbers->buffer);
+    Py_CLEAR(numbers->fast);
+    numbers->buffered = 0;
 }
 
 static PyObject *
@@ -274,7 +326,7 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     PyObject *steps = PySequence_Fast(args[3], "steps must be a sequence");
-    PyObject *values = steps ? PySequence_Fast(args[4], "values must be a sequence") : NULL;
+    Numbers values = {0};
     PyObject *result = NULL;
     long long *step_numbers = NULL;
     double *numbers = NULL;
@@ -282,8 +334,11 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Spikes spikes = {0};
     Plateau plateau = {0};
     int has_spikes = args[1] != Py_None, has_plateau = args[2] != Py_None;
-    if (values == NULL || read_config(args[0], &config) < 0) goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(values);
+    if (steps == NULL || numbers_open(args[4], "values must be a sequence", &values) < 0
+        || read_config(args[0], &config) < 0) {
+        goto done;
+    }
+    Py_ssize_t count = values.count;
     if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
     step_numbers = PyMem_Calloc((size_t)count + 1, sizeof(long long));
     numbers = PyMem_Calloc((size_t)count + 1, sizeof(double));
@@ -294,7 +349,7 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
         if ((step != Py_None && as_long(step, &step_numbers[i]) < 0)
-            || as_double(PySequence_Fast_GET_ITEM(values, i), &numbers[i]) < 0) {
+            || numbers_at(&values, i, &numbers[i]) < 0) {
             goto done;
         }
     }
@@ -341,7 +396,7 @@ done:
     PyMem_Free(plateau.history_steps);
     PyMem_Free(plateau.history_smoothed);
     Py_XDECREF(steps);
-    Py_XDECREF(values);
+    numbers_close(&values);
     return result;
 }
 
@@ -390,15 +445,16 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     int in_slowdown = PyObject_IsTrue(PyTuple_GET_ITEM(state, 4));
     if (in_slowdown < 0) return NULL;
     PyObject *steps = PySequence_Fast(args[2], "steps must be a sequence");
-    PyObject *values = steps ? PySequence_Fast(args[3], "values must be a sequence") : NULL;
-    PyObject *spans = values ? PySequence_Fast(args[4], "spans must be a sequence") : NULL;
-    PyObject *warm = spans ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
+    Numbers values = {0}, spans = {0};
+    int opened = steps != NULL && numbers_open(args[3], "values must be a sequence", &values) == 0
+                 && numbers_open(args[4], "spans must be a sequence", &spans) == 0;
+    PyObject *warm = opened ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
     PyObject *result = NULL, *warm_out = NULL;
     double *warmup = NULL;
     if (warm == NULL) goto done;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(values);
+    Py_ssize_t count = values.count;
     if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
-    if (PySequence_Fast_GET_SIZE(spans) < count) count = PySequence_Fast_GET_SIZE(spans);
+    if (spans.count < count) count = spans.count;
     Py_ssize_t warm_count = PySequence_Fast_GET_SIZE(warm);
     warmup = PyMem_Calloc((size_t)(warm_count + count + 1), sizeof(double));
     if (warmup == NULL) {
@@ -414,8 +470,7 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         long long step_number;
         double value, span;
         if ((step != Py_None && as_long(step, &step_number) < 0)
-            || as_double(PySequence_Fast_GET_ITEM(values, i), &value) < 0
-            || as_double(PySequence_Fast_GET_ITEM(spans, i), &span) < 0) {
+            || numbers_at(&values, i, &value) < 0 || numbers_at(&spans, i, &span) < 0) {
             goto done;
         }
         if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
@@ -474,9 +529,9 @@ done:
     PyMem_Free(warmup);
     Py_XDECREF(warm_out);
     Py_XDECREF(warm);
-    Py_XDECREF(spans);
+    numbers_close(&spans);
     Py_XDECREF(steps);
-    Py_XDECREF(values);
+    numbers_close(&values);
     return result;
 }
 
@@ -500,21 +555,20 @@ covered(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         return NULL;
     }
     double first[FIRST_PARTIALS], *partials = first, special = 0.0, infinite = 0.0;
-    PyObject *seconds = PySequence_Fast(args[0], "seconds must be a sequence");
-    PyObject *spans = seconds ? PySequence_Fast(args[1], "spans must be a sequence") : NULL;
-    if (spans == NULL) goto fail;
-    Py_ssize_t count = PySequence_Fast_GET_SIZE(seconds);
-    if (PySequence_Fast_GET_SIZE(spans) != count) {
+    Numbers seconds = {0}, spans = {0};
+    if (numbers_open(args[0], "seconds must be a sequence", &seconds) < 0
+        || numbers_open(args[1], "spans must be a sequence", &spans) < 0) {
+        goto fail;
+    }
+    Py_ssize_t count = seconds.count;
+    if (spans.count != count) {
         PyErr_SetString(PyExc_ValueError, "covered: seconds and spans differ in length");
         goto fail;
     }
     Py_ssize_t used = 0, room = FIRST_PARTIALS;
     for (Py_ssize_t k = 0; k < count; k++) {
         double value, span;
-        if (as_double(PySequence_Fast_GET_ITEM(seconds, k), &value) < 0
-            || as_double(PySequence_Fast_GET_ITEM(spans, k), &span) < 0) {
-            goto fail;
-        }
+        if (numbers_at(&seconds, k, &value) < 0 || numbers_at(&spans, k, &span) < 0) goto fail;
         if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
         double x = value * span, saved = x;
         Py_ssize_t i = 0;
@@ -582,13 +636,13 @@ covered(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         result = PyFloat_FromDouble(high);
     }
     if (partials != first) PyMem_Free(partials);
-    Py_DECREF(seconds);
-    Py_DECREF(spans);
+    numbers_close(&seconds);
+    numbers_close(&spans);
     return result;
 fail:
     if (partials != first) PyMem_Free(partials);
-    Py_XDECREF(seconds);
-    Py_XDECREF(spans);
+    numbers_close(&seconds);
+    numbers_close(&spans);
     return NULL;
 }
 

@@ -1007,24 +1007,37 @@ text_or_none(Text text)
     return text.length ? PyUnicode_DecodeASCII((const char *)text.at, text.length, NULL) : Py_NewRef(Py_None);
 }
 
+/* array.array: a series' values leave as an array('d'), copied at once, not as a float object each (the detectors
+ * and the rows' writer read its buffer). */
+static PyObject *array_type;
+
+static PyObject *
+doubles_array(const double *values, Py_ssize_t count)
+{
+    PyObject *array = PyObject_CallFunction(array_type, "s", "d");
+    if (array == NULL || count == 0) return array;
+    PyObject *memory = PyMemoryView_FromMemory((char *)values, count * (Py_ssize_t)sizeof(double), PyBUF_READ);
+    PyObject *done = memory ? PyObject_CallMethod(array, "frombytes", "O", memory) : NULL;
+    Py_XDECREF(memory);
+    if (done == NULL) Py_CLEAR(array);
+    Py_XDECREF(done);
+    return array;
+}
+
 static PyObject *
 column_result(const Column *column, int series, PyObject *steps)
 {
     PyObject *latest = column->has ? PyFloat_FromDouble(column->value) : Py_NewRef(Py_None);
     PyObject *unit = text_or_none(text_of_owned(&column->unit));
     PyObject *series_steps = series ? PyList_New(column->count) : Py_NewRef(Py_None);
-    PyObject *series_values = series ? PyList_New(column->count) : Py_NewRef(Py_None);
+    PyObject *series_values = series ? doubles_array(column->values, column->count) : Py_NewRef(Py_None);
     PyObject *result = NULL;
     if (latest && unit && series_steps && series_values) {
         for (Py_ssize_t i = 0; series && i < column->count; i++) {
-            PyObject *value = PyFloat_FromDouble(column->values[i]);
-            if (value == NULL) goto done;
-            PyList_SET_ITEM(series_values, i, value);
             PyList_SET_ITEM(series_steps, i, Py_NewRef(PyList_GET_ITEM(steps, column->rows[i])));
         }
         result = PyTuple_Pack(4, latest, unit, series_steps, series_values);
     }
-done:
     Py_XDECREF(latest);
     Py_XDECREF(unit);
     Py_XDECREF(series_steps);
@@ -1747,6 +1760,33 @@ read_cells(Job *job, PyObject *const *items, Py_ssize_t rows, Cell *cells)
     return 0;
 }
 
+/* A column that is an array('d') (a series the step kernel read) into ``rows`` cells from its buffer: 1, 0 when the
+ * column is no such array, -1 with an exception (fewer than ``rows`` values). */
+static int
+read_double_cells(PyObject *column, Py_ssize_t rows, Cell *cells)
+{
+    if (!PyObject_CheckBuffer(column) || PyBytes_Check(column) || PyByteArray_Check(column)) return 0;
+    Py_buffer view;
+    if (PyObject_GetBuffer(column, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Clear(); /* a strided view: read as a sequence */
+        return 0;
+    }
+    int read = 0;
+    if (view.format != NULL && strcmp(view.format, "d") == 0 && view.itemsize == (Py_ssize_t)sizeof(double)) {
+        read = 1;
+        if (view.len / (Py_ssize_t)sizeof(double) < rows) {
+            PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
+            read = -1;
+        }
+        for (Py_ssize_t row = 0; read == 1 && row < rows; row++) {
+            cells[row].kind = CELL_REAL;
+            cells[row].value.real = ((const double *)view.buf)[row];
+        }
+    }
+    PyBuffer_Release(&view);
+    return read;
+}
+
 /* A job of the rows (columns, rows, lead): its cells read and every cell's type checked, -1 with an exception for
  * bad arguments. Writing it runs no Python code and reads no Python object but its lead. */
 static int
@@ -1781,9 +1821,12 @@ read_rows_job(PyObject *item, Job *job)
     job->rows = rows;
     job->width = width;
     for (Py_ssize_t i = 0; i < width; i++) { /* a list as it is now: it may change once the call returns */
+        int read = read_double_cells(PyTuple_GET_ITEM(columns_given, i), rows, job->cells + i * rows);
+        if (read < 0) return -1;
+        if (read == 1) continue;
         PyObject *column = PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");
         if (column == NULL) return -1;
-        int read = -1;
+        read = -1;
         if (PySequence_Fast_GET_SIZE(column) < rows) {
             PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
         }
@@ -2043,6 +2086,12 @@ PyInit__step_fields(void)
 {
     if (PyType_Ready(&StepReaderType) < 0 || PyType_Ready(&StepsAheadType) < 0 || PyType_Ready(&RowsAheadType) < 0) {
         return NULL;
+    }
+    if (array_type == NULL) {
+        PyObject *array_module = PyImport_ImportModule("array");
+        array_type = array_module ? PyObject_GetAttrString(array_module, "array") : NULL;
+        Py_XDECREF(array_module);
+        if (array_type == NULL) return NULL;
     }
     PyObject *module = PyModule_Create(&step_fields_module);
     if (module == NULL) return NULL;

@@ -72,6 +72,7 @@ from __future__ import annotations
 import enum
 import os
 import re
+from array import array
 from collections.abc import Iterable, Sequence
 from functools import lru_cache
 from typing import NamedTuple
@@ -103,7 +104,8 @@ class Record(NamedTuple):
     named: dict[str, float]
 
 
-Fields = tuple[tuple[float | None, str | None, list[int] | None, list[float] | None], ...]
+# A field's (latest, unit, steps, values); a series' values an array('d'): the kernel copies them out at once.
+Fields = tuple[tuple[float | None, str | None, list[int] | None, "array[float] | None"], ...]
 NamedValue = tuple[str, float, int, int, int]
 Run = tuple[list[int], int | None, Fields, list[NamedValue]]
 
@@ -163,7 +165,8 @@ class StepReader:
 
     def take(self) -> Run:
         """``(steps, total, fields, named)`` of the lines read since the last take; the reader starts over."""
-        fields = tuple((self._latest[column], self._units[column], *(kept if kept is not None else (None, None)))
+        fields = tuple((self._latest[column], self._units[column],
+                        *((kept[0], array("d", kept[1])) if kept is not None else (None, None)))
                        for column, kept in enumerate(self._series))
         named = [(name, value, lines, first, position) for name, (value, lines, first, position) in self._named.items()]
         run = (self._steps, self._total, fields, named)

@@ -10,6 +10,7 @@ into a StepLine, the batch builder (step_batch.py) gathers consecutive ones of a
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import NamedTuple
@@ -35,7 +36,7 @@ class Series(NamedTuple):
     """Every value of a field a batch printed, with the step of its line (for the detectors)."""
 
     steps: list[int | None]  # None: the rank's step before the batch (no line of the batch printed one yet)
-    values: list[float]
+    values: list[float] | array[float]  # an array('d') as the step kernel reads a run: no float object each
 
 
 class Named(NamedTuple):
@@ -52,8 +53,9 @@ class StepRows:
     batch keeps every value of (LineParser's series fields) and the aux losses. analyze's CSV writes them."""
 
     count: int = 0
-    gauges: dict[str, list[float | None]] = field(default_factory=dict)
-    aux: dict[str, list[float | None]] = field(default_factory=dict)
+    # A column the step kernel read whole is its array('d') (the rows' writer reads its buffer), else a list.
+    gauges: dict[str, list[float | None] | array[float]] = field(default_factory=dict)
+    aux: dict[str, list[float | None] | array[float]] = field(default_factory=dict)
 
     def add(self, gauges: Mapping[str, float], aux: Mapping[str, float]) -> None:
         """One line's values."""
@@ -66,12 +68,19 @@ class StepRows:
         for columns, given in ((self.gauges, gauges), (self.aux, aux)):
             for name, values in given.items():
                 column = columns.get(name)
+                if column is None and not self.count and isinstance(values, array):
+                    columns[name] = values[:]  # copied at once: the batch's series keeps the kernel's array
+                    continue
                 if column is None:
                     column = columns[name] = [None] * self.count
-                column += values
-            for column in columns.values():
+                elif isinstance(column, array) and not isinstance(values, array):
+                    column = columns[name] = list(column)  # values that may be None follow
+                column.extend(values)  # type: ignore[arg-type]  # an array is extended by an array only
+            for name, column in columns.items():
                 if len(column) == self.count:  # no value of these lines
-                    column += [None] * count
+                    if isinstance(column, array):
+                        column = columns[name] = list(column)
+                    column.extend([None] * count)
         self.count += count
 
     def __len__(self) -> int:
@@ -84,7 +93,7 @@ class StepRows:
             yield _present(gauges, line), _present(aux, line)
 
 
-def _present(columns: list[tuple[str, list[float | None]]], line: int) -> dict[str, float]:
+def _present(columns: list[tuple[str, list[float | None] | array[float]]], line: int) -> dict[str, float]:
     """A line's values of ``columns`` by name, those it printed."""
     values = {}
     for name, column in columns:

@@ -10,6 +10,7 @@ value becomes an aux loss or a plain gauge (fields.is_aux_loss).
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 from typing import cast
 
 from exporter import native
@@ -290,7 +291,7 @@ class _Aligner:
         self._steps = steps
         self._unique: bool | None = None
 
-    def __call__(self, series_steps: list[int] | None, values: list[float] | None) -> list | None:
+    def __call__(self, series_steps: list[int] | None, values: Sequence[float] | None) -> Sequence | None:
         steps = self._steps
         if values is None or series_steps is None:
             return None

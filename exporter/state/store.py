@@ -11,6 +11,7 @@ import dataclasses
 import math
 import operator
 import threading
+from array import array
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple, cast
@@ -344,7 +345,7 @@ class TrainingState:
         printed = 0.0
         if step_times:
             steps: Sequence[int | None] = _at_known_steps(step_times.steps, step_before)
-            seconds: Sequence[float] = step_times.values
+            seconds: list[float] | array[float] = step_times.values  # the kernel's array('d'), read by its buffer
             # A series printed on every line of a batch whose every line printed a step has the batch's steps.
             spans = _spans(steps, rank.timed_step, consecutive and len(steps) == len(batch.steps))
             rank.timed_step = _last_known(rank.timed_step, steps)
@@ -352,12 +353,13 @@ class TrainingState:
             replayed = _replayed(step_times.steps, replay_until, replay_before)
             if all(replayed):  # a replay's batch, the usual case after a restart
                 rank.lost_seconds_total["replayed"] += printed
-                steps, seconds, spans = (), (), ()
+                steps, seconds, spans = (), [], ()
             elif any(replayed):
                 rank.lost_seconds_total["replayed"] += native.covered(*_picked(replayed, seconds, spans))
-                steps, seconds, spans = _picked([not out for out in replayed], steps, seconds, spans)
+                kept = _picked([not out for out in replayed], steps, seconds, spans)
+                steps, seconds, spans = list(kept[0]), list(kept[1]), kept[2]
             if seconds:
-                view.series["step_time_seconds"] = Series(list(steps), list(seconds))
+                view.series["step_time_seconds"] = Series(list(steps), seconds)
                 view.spans = spans
                 view.step_time_window = window_of(batch.units.get("step_time_seconds"))
         for detector in DETECTORS:
@@ -686,7 +688,7 @@ class _Applying(NamedTuple):
     # A field's name -> its values in the batch, its steps unless they are the batch's (every line printed the field:
     # a step's index in the batch is its index in the series too) and its value before the batch; found once for
     # all the values around the batch's events.
-    sources: dict[str, tuple[list[float] | None, list[int | None] | None, float | None]]
+    sources: dict[str, tuple[Sequence[float] | None, list[int | None] | None, float | None]]
     old: bool = False  # its file was last written long ago: read late, not a run starting now
 
     def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:

@@ -23,7 +23,7 @@ class RankValue(NamedTuple):
 
     name: str
     steps: list[int | None]
-    values: list[float]
+    values: Sequence[float]
     previous: float | None  # its value before the batch
 
 
