@@ -75,7 +75,7 @@ class StepRows:
                     column = columns[name] = [None] * self.count
                 elif isinstance(column, array) and not isinstance(values, array):
                     column = columns[name] = list(column)  # values that may be None follow
-                column.extend(values)  # type: ignore[arg-type]  # an array is extended by an array only
+                column.extend(values)  # type: ignore[arg-type]  # an array only ever gets floats: a list took over
             for name, column in columns.items():
                 if len(column) == self.count:  # no value of these lines
                     if isinstance(column, array):
