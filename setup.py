@@ -10,8 +10,10 @@ from setuptools import Extension, setup
 COMPILE_ARGS = ["-ffp-contract=off"]
 KERNELS = ("scan", "step_fields", "detectors")
 
+HEADERS = [f"exporter/native/{header}.h" for header in ("decimal", "blocks", "doubles")]
+
 setup(ext_modules=[
-    Extension(f"exporter.native._{kernel}", [f"exporter/native/{kernel}.c"], optional=True,
-              depends=["exporter/native/decimal.h", "exporter/native/blocks.h"], extra_compile_args=COMPILE_ARGS)
+    Extension(f"exporter.native._{kernel}", [f"exporter/native/{kernel}.c"], optional=True, depends=HEADERS,
+              extra_compile_args=COMPILE_ARGS)
     for kernel in KERNELS
 ])

@@ -13,7 +13,8 @@
 #include <math.h>
 #include <stdint.h>
 #include <stdlib.h>
-#include <string.h>
+
+#include "doubles.h"
 
 #define LIMIT (1LL << 61) /* step - window and counts + 1 stay far from overflow */
 
@@ -69,18 +70,11 @@ static int
 numbers_open(PyObject *given, const char *message, Numbers *numbers)
 {
     *numbers = (Numbers){0};
-    if (PyObject_CheckBuffer(given) && !PyBytes_Check(given) && !PyByteArray_Check(given)) {
-        if (PyObject_GetBuffer(given, &numbers->buffer, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-            PyErr_Clear(); /* a strided view: read as a sequence */
-        }
-        else if (numbers->buffer.format != NULL && strcmp(numbers->buffer.format, "d") == 0
-            && numbers->buffer.itemsize == (Py_ssize_t)sizeof(double)) {
-            numbers->doubles = numbers->buffer.buf;
-            numbers->buffered = 1;
-            numbers->count = numbers->buffer.len / (Py_ssize_t)sizeof(double);
-            return 0;
-        }
-        else PyBuffer_Release(&numbers->buffer);
+    if (doubles_view(given, &numbers->buffer)) {
+        numbers->doubles = numbers->buffer.buf;
+        numbers->buffered = 1;
+        numbers->count = numbers->buffer.len / (Py_ssize_t)sizeof(double);
+        return 0;
     }
     numbers->fast = PySequence_Fast(given, message);
     if (numbers->fast == NULL) return -1;

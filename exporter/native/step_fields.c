@@ -21,6 +21,7 @@
 #include <unistd.h>
 
 #include "blocks.h"
+#include "doubles.h"
 
 /* Kinds: native/step_fields.py's Kind. */
 enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
@@ -1765,23 +1766,16 @@ read_cells(Job *job, PyObject *const *items, Py_ssize_t rows, Cell *cells)
 static int
 read_double_cells(PyObject *column, Py_ssize_t rows, Cell *cells)
 {
-    if (!PyObject_CheckBuffer(column) || PyBytes_Check(column) || PyByteArray_Check(column)) return 0;
     Py_buffer view;
-    if (PyObject_GetBuffer(column, &view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
-        PyErr_Clear(); /* a strided view: read as a sequence */
-        return 0;
+    if (!doubles_view(column, &view)) return 0;
+    int read = 1;
+    if (view.len / (Py_ssize_t)sizeof(double) < rows) {
+        PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
+        read = -1;
     }
-    int read = 0;
-    if (view.format != NULL && strcmp(view.format, "d") == 0 && view.itemsize == (Py_ssize_t)sizeof(double)) {
-        read = 1;
-        if (view.len / (Py_ssize_t)sizeof(double) < rows) {
-            PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
-            read = -1;
-        }
-        for (Py_ssize_t row = 0; read == 1 && row < rows; row++) {
-            cells[row].kind = CELL_REAL;
-            cells[row].value.real = ((const double *)view.buf)[row];
-        }
+    for (Py_ssize_t row = 0; read == 1 && row < rows; row++) {
+        cells[row].kind = CELL_REAL;
+        cells[row].value.real = ((const double *)view.buf)[row];
     }
     PyBuffer_Release(&view);
     return read;

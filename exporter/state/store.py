@@ -356,8 +356,8 @@ class TrainingState:
                 steps, seconds, spans = (), [], ()
             elif any(replayed):
                 rank.lost_seconds_total["replayed"] += native.covered(*_picked(replayed, seconds, spans))
-                kept = _picked([not out for out in replayed], steps, seconds, spans)
-                steps, seconds, spans = list(kept[0]), list(kept[1]), kept[2]
+                steps, picked, spans = _picked([not out for out in replayed], steps, seconds, spans)
+                seconds = list(picked)
             if seconds:
                 view.series["step_time_seconds"] = Series(list(steps), seconds)
                 view.spans = spans
