@@ -213,6 +213,30 @@ def test_rotated_generations_are_read_oldest_first_gz_included(tmp_path):
                                   "step_time_seconds", "throughput"]
 
 
+def test_spikes_of_one_block_each_with_their_own_values_and_time(tmp_path):
+    """Five loss spikes read in one batch: each finding has its step's line time, its loss before and at it, and
+    the learning rate and grad norm around it (grad_norm printed on even steps only: its own steps)."""
+    spikes = {100, 220, 300, 452, 500}
+    lines = []
+    for step in range(1, 601):
+        stamp = START + timedelta(seconds=step)
+        loss = 20.0 if step in spikes else 2.0 + 0.01 * (step * 7 % 5)
+        grad_norm = f" grad_norm={1 + step / 1000}" if step % 2 == 0 else ""
+        lines.append(f"{stamp:%Y-%m-%d %H:%M:%S},000 INFO rank 0 step={step} loss={loss} lr={step * 1e-6}"
+                     f"{grad_norm} step_time=1.0")
+    log = write(tmp_path / "train.log", lines)
+    run = only_run(analyze_json(log))
+    found = findings(run, "loss_spike")
+    assert sorted(finding["step"] for finding in found) == sorted(spikes)
+    for finding in found:
+        step = finding["step"]
+        assert finding["time"] == (START + timedelta(seconds=step)).timestamp()
+        before = 2.0 + 0.01 * ((step - 1) * 7 % 5)
+        assert finding["message"] == f"loss jumped from {before:.4g} to 20 at step {step}"
+        assert finding["context"]["learning_rate"] == [(step - 1) * 1e-6, step * 1e-6]
+        assert finding["context"]["grad_norm"] == [1 + (step - 2) / 1000, 1 + step / 1000]
+
+
 def test_csv_has_a_column_per_aux_loss(tmp_path):
     record = ("2026-06-09 10:20:{second:02d},000 - mindformers - INFO - {{ step:[{step:5d}/  100], loss: {loss}, "
               "per_step_time: 850ms, lr: 1e-04, grad_norm: 1.5, throughput: 12.3T{aux} }}")

@@ -254,10 +254,11 @@ class Analysis:
         series = batch.series.get("step_time_seconds")
         if series:  # the deque keeps its last maxlen: only those are read out of the kernel's array
             track.step_times.extend(series.values[-(track.step_times.maxlen or 0):])
-        known = [step for step in batch.steps if step is not None]
-        if known:
-            track.first_step = known[0] if track.first_step is None else track.first_step
-            track.last_step = known[-1]
+        last_step = next((step for step in reversed(batch.steps) if step is not None), None)
+        if last_step is not None:
+            if track.first_step is None:
+                track.first_step = next(step for step in batch.steps if step is not None)
+            track.last_step = last_step
         if last_time is not None:
             track.last_step_time = last_time
             track.first_line_time = track.first_line_time or last_time
@@ -317,9 +318,10 @@ class Analysis:
         rank = event.rank
         if event.kind == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
             rank = str(event.detail.get("node_rank", ""))
-        finding = Finding(event.kind, event.step, rank, event.node, event.time, self._said(event, track),
+        said = self._said(event, track) if event.kind == "restart" else None
+        finding = Finding(event.kind, event.step, rank, event.node, event.time, said,
                           context=_context(event) if kind.family == kinds.ANOMALY else {},
-                          count=event.count, last_step=_last_step(event),
+                          count=event.count, last_step=_last_step(event) if event.detail else event.step,
                           fault=_fault(event.detail) if kind.family == kinds.ERROR else None, value=event.value,
                           detail=event.detail)
         if event.kind.endswith("_nonfinite"):
@@ -332,9 +334,9 @@ class Analysis:
 
     @staticmethod
     def _said(event: Event, track: _Track) -> str | None:
-        """A finding's message where the event's words are not all of it (a restart's time without a step, which
+        """A restart's finding's message, where the event's words are not all of it (its time without a step, which
         the rank's track knows now); None: worded when read."""
-        if event.kind != "restart" or event.step is None or event.time is None or track.last_step_time is None:
+        if event.step is None or event.time is None or track.last_step_time is None:
             return None
         return (f"{wording.describe(event.kind, event.step, event.rank, event.value, event.detail)}, "
                 f"{_duration(event.time - track.last_step_time)} without a step")

@@ -452,6 +452,9 @@ class TrainingState:
         if self.listener is None and kind not in INCIDENT_KINDS and kind in rank.anomalies and found.earlier is None:
             last = found.detail.get("last_step", found.step) if found.steps is None else _last_known(None, found.steps)
             self._count_anomaly(rank, kind, found.count, last)
+        elif found.steps is not None and self.listener is not None:
+            for event in self._step_events(applying, found):
+                self._apply(applying.key, rank, event)
         elif found.steps is not None:
             for step in found.steps:
                 self._apply(applying.key, rank, self._step_event(applying, Found(kind, step, subject=found.subject)))
@@ -477,6 +480,24 @@ class TrainingState:
             value = applying.around(found.subject, step, index)
         return Event(found.kind, applying.key, step, self._time_at(applying, index), found.count,
                      value or (None, None), context, detail, found.continued)
+
+    @staticmethod
+    def _step_events(applying: _Applying, found: Found) -> list[Event]:
+        """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
+        their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
+        batch_steps, contexts, line_time = applying.batch.steps, applying.contexts, applying.line_time
+        fields = [(name, applying.source(name)) for name in CONTEXT_FIELDS]
+        subject = applying.source(found.subject) if found.subject is not None else None
+        events = []
+        for step in found.steps or ():
+            index = applying.position(batch_steps, step)
+            context = contexts.get(step)
+            if context is None:
+                context = contexts[step] = {name: applying.around_in(source, step, index) for name, source in fields}
+            value = applying.around_in(subject, step, index) if subject is not None else (None, None)
+            time = applying.now if line_time is None else line_time(len(batch_steps) - 1 if index is None else index)
+            events.append(Event(found.kind, applying.key, step, time, 1, value, context, {}))
+        return events
 
     @staticmethod
     def _line_time(applying: _Applying, step: int | None) -> float | None:
@@ -670,6 +691,10 @@ def _at_known_steps(steps: list[int | None], step_before: int | None) -> list[in
 LineTime = Callable[[int], "float | None"]  # a step batch's line, by its index -> the line's own time
 
 
+# A field's values in a batch, its steps unless they are the batch's, its value before the batch (_Applying.sources).
+_Source = tuple["Sequence[float] | None", "list[int | None] | None", "float | None"]
+
+
 class _Applying(NamedTuple):
     """A step batch being applied to a rank, with what its events need."""
 
@@ -688,17 +713,25 @@ class _Applying(NamedTuple):
     # A field's name -> its values in the batch, its steps unless they are the batch's (every line printed the field:
     # a step's index in the batch is its index in the series too) and its value before the batch; found once for
     # all the values around the batch's events.
-    sources: dict[str, tuple[Sequence[float] | None, list[int | None] | None, float | None]]
+    sources: dict[str, _Source]
     old: bool = False  # its file was last written long ago: read late, not a run starting now
 
     def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:
         """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
+        return self.around_in(self.source(name), step, index)
+
+    def source(self, name: str) -> _Source:
+        """Where the batch's values of ``name`` are (``sources``)."""
         source = self.sources.get(name)
         if source is None:
             series = self.batch.series.get(name)
             own_steps = None if series is None or series.steps == self.batch.steps else series.steps
             source = self.sources[name] = (None if series is None else series.values, own_steps,
                                            self.printed_before.get(name))
+        return source
+
+    def around_in(self, source: _Source, step: int | None, index: int | None) -> tuple[float | None, float | None]:
+        """around's values, of a field's ``source``."""
         values, steps, previous = source
         if values is None:
             return previous, None
