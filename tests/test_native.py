@@ -956,6 +956,29 @@ def test_covered_counts_past_fsums_first_partials_and_does_not_overflow():
             covered([1.0], [])
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_extent_native_gives_the_twins_bits(seed):
+    # min() and max() of the finite values: non-finite ones skipped, the first of equal ones (0.0 and -0.0).
+    rng = random.Random(seed)
+    for _ in range(2000):
+        values = [rng.choice([math.nan, math.inf, -math.inf, 0.0, -0.0, 5e-324, -1.7e308, 1.7e308,
+                              rng.uniform(-10, 10), rng.uniform(-10, 10)]) for _ in range(rng.randrange(12))]
+        expected = detectors_twin.extent(values)
+        for given in (values, array("d", values), tuple(values)):
+            got = _detectors.extent(given)
+            assert (got is None) == (expected is None), values
+            if expected is not None:
+                assert struct.pack("dd", *got) == struct.pack("dd", *expected), values
+                assert native.extent(given) == got
+    assert _detectors.extent([-0.0, 0.0, 2.5, math.nan]) == (-0.0, 2.5)
+    assert math.copysign(1, _detectors.extent([0.0, -0.0])[0]) == 1.0  # min() keeps the first of equal ones
+    assert _detectors.extent([math.nan, math.inf]) is None and _detectors.extent(array("d")) is None
+    with pytest.raises(TypeError):
+        _detectors.extent(["1.0"])
+    with pytest.raises(TypeError):
+        _detectors.extent(3.0)
+
+
 @pytest.mark.parametrize("check", [_detectors.check_series, detectors_twin.check_series], ids=["native", "twin"])
 def test_two_huge_finite_values_do_not_switch_the_detectors_off(check):
     # 1e308 held for 10 steps becomes the baseline; -1e308 then overflows it and the noise level

@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import BinaryIO
 
-from exporter import kinds
+from exporter import kinds, native
 from exporter.analyze import wording
 from exporter.analyze.report import (
     CONTEXT_FIELDS,
@@ -277,10 +277,11 @@ class Analysis:
         # Every value finite (the usual batch) when their sum is, told at C speed; a sum overflowing costs the filter.
         finite = values if math.isfinite(sum(values)) else list(filter(math.isfinite, values))
         track.last_loss = values[-1]
-        if finite:
+        extent = native.extent(finite)  # min() and max() of two million values: a float object each
+        if extent is not None:
             track.first_loss = finite[0] if track.first_loss is None else track.first_loss
-            track.loss_min = min(track.loss_min, min(finite))
-            track.loss_max = max(track.loss_max, max(finite))
+            track.loss_min = min(track.loss_min, extent[0])
+            track.loss_max = max(track.loss_max, extent[1])
         if not track.losses_frozen:
             anomaly = track.first_anomaly_step
             if anomaly is None:

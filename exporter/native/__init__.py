@@ -346,3 +346,10 @@ def consecutive(steps: list[int | None]) -> bool:
         except OverflowError:  # a step beyond the C kernel's 64 bits: the twin's integers are unbounded
             pass
     return _detectors_twin.consecutive(steps)
+
+
+def extent(values: Sequence[float]) -> tuple[float, float] | None:
+    """The least and the greatest of a series' finite values (exporter/native/detectors.py)."""
+    if _detectors is not None:
+        return _detectors.extent(values)
+    return _detectors_twin.extent(values)

@@ -674,6 +674,36 @@ consecutive(PyObject *module, PyObject *steps)
     return PyBool_FromLong(count > 0);
 }
 
+PyDoc_STRVAR(extent_doc,
+"extent(values) -> (lowest, highest) | None\n\n"
+"The least and the greatest of the finite values, as min() and max() of them give them (the first of equal\n"
+"ones); None when none is finite. See exporter/native/detectors.py.");
+
+static PyObject *
+extent(PyObject *module, PyObject *given)
+{
+    Numbers values = {0};
+    if (numbers_open(given, "values must be a sequence", &values) < 0) return NULL;
+    double lowest = 0.0, highest = 0.0, value;
+    int found = 0;
+    for (Py_ssize_t i = 0; i < values.count; i++) {
+        if (numbers_at(&values, i, &value) < 0) {
+            numbers_close(&values);
+            return NULL;
+        }
+        if (!isfinite(value)) continue;
+        if (!found) {
+            lowest = highest = value;
+            found = 1;
+        }
+        else if (value < lowest) lowest = value;
+        else if (value > highest) highest = value;
+    }
+    numbers_close(&values);
+    if (!found) Py_RETURN_NONE;
+    return Py_BuildValue("(dd)", lowest, highest);
+}
+
 PyDoc_STRVAR(steps_counted_doc,
 "steps_counted(step_before, steps: list) -> int\n\n"
 "How many steps the lines printed: each line whose step is not the one known before it (a line\n"
@@ -712,6 +742,7 @@ static PyMethodDef methods[] = {
     {"consecutive", consecutive, METH_O, consecutive_doc},
     {"covered", (PyCFunction)(void (*)(void))covered, METH_FASTCALL, covered_doc},
     {"steps_counted", (PyCFunction)(void (*)(void))steps_counted, METH_FASTCALL, steps_counted_doc},
+    {"extent", (PyCFunction)extent, METH_O, extent_doc},
     {NULL},
 };
 

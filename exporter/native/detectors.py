@@ -54,6 +54,11 @@ names no step, None, is a step of its own).
 
 Whether each step of a batch is one after the step before it (every line printed one): the
 state's usual batch, whose step times each stand for one step.
+
+    extent(values) -> (lowest, highest) | None
+
+The least and the greatest of a series' finite values (analyze's loss range), as ``min`` and
+``max`` of them give them; None when none is finite.
 """
 
 from __future__ import annotations
@@ -299,3 +304,9 @@ def _median(values: list[float]) -> float:
     ordered = sorted(values)
     middle = len(ordered) // 2
     return ordered[middle] if len(ordered) % 2 else (ordered[middle - 1] + ordered[middle]) / 2
+
+
+def extent(values: Sequence[float]) -> tuple[float, float] | None:
+    """The least and the greatest of the finite values; None when none is."""
+    finite = [value for value in values if math.isfinite(value)]
+    return (min(finite), max(finite)) if finite else None
