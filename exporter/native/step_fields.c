@@ -1532,14 +1532,44 @@ digits_of(uint64_t number, char *digits)
     return 20 - at;
 }
 
+/* With ``j`` digits after the point the candidates for x = m * 2**e are the integers next to x * 10**j = m * 5**j *
+ * 2**(j + e), exact in 128 bits for j <= 27; one reads back as x when it lies within half an ulp of x: 5**j / 2 in
+ * units of 2**-(j + e), half that below a power of two, whose lower neighbour is nearer. 1 when one does, with the
+ * one repr writes: the nearest, of two halfway the even one (as repr's rounding does: a float32's value one digit
+ * short of its exact decimal often is). */
+#ifdef __SIZEOF_INT128__
+static int
+decimal_reads_back(uint64_t mantissa, int exponent, int power_of_two, int j, uint64_t *candidate)
+{
+    static const uint64_t fives[28] = {
+        1ULL, 5ULL, 25ULL, 125ULL, 625ULL, 3125ULL, 15625ULL, 78125ULL, 390625ULL, 1953125ULL, 9765625ULL,
+        48828125ULL, 244140625ULL, 1220703125ULL, 6103515625ULL, 30517578125ULL, 152587890625ULL,
+        762939453125ULL, 3814697265625ULL, 19073486328125ULL, 95367431640625ULL, 476837158203125ULL,
+        2384185791015625ULL, 11920928955078125ULL, 59604644775390625ULL, 298023223876953125ULL,
+        1490116119384765625ULL, 7450580596923828125ULL};
+    int shift = -(j + exponent);
+    unsigned __int128 scaled = (unsigned __int128)mantissa * fives[j];
+    if (shift <= 0) { /* x * 10**j is an integer */
+        *candidate = (uint64_t)(scaled << -shift);
+        return 1;
+    }
+    unsigned __int128 unit = (unsigned __int128)1 << shift, down = scaled & (unit - 1), up = unit - down;
+    uint64_t below = (uint64_t)(scaled >> shift);
+    int down_reads = below != 0 && (power_of_two ? 4 * down : 2 * down) < fives[j];
+    int up_reads = 2 * up < fives[j];
+    if (down == up && down_reads && up_reads) *candidate = below + (below & 1); /* halfway: the even one */
+    else if (down_reads && (down < up || !up_reads)) *candidate = below;
+    else if (up_reads) *candidate = below + 1;
+    return down_reads || up_reads;
+}
+#endif
+
 /* The shortest decimal that reads back as ``x`` (finite, > 0), as repr writes it, when x = m * 2**e is normal,
  * below 2**53 and at least 1e-10 (what trainers print): 1 with its digits as an integer and how many of them follow
- * the point. With j digits after the point the candidates are the integers next to x * 10**j = m * 5**j * 2**(j + e),
- * exact in 128 bits for j <= 27; one reads back as x when it lies within half an ulp of x: 5**j / 2 in units of
- * 2**-(j + e), half that below a power of two, whose lower neighbour is nearer. If some candidate reads back at j,
- * one does at every j after it (the same one with a zero more), so the fewest digits are found by bisection, and
- * of that j's candidates repr writes the nearest, of two halfway the even one (as repr's rounding does: a float32's
- * value one digit short of its exact decimal often is). 0: x out of that range, for repr's own algorithm. */
+ * the point. If some candidate reads back at j digits after the point (decimal_reads_back), one does at every j after
+ * it (the same one with a zero more), so the fewest are found by a search: first down from the most a double needs
+ * (a float a trainer prints, a float32's widened or a quotient, mostly needs 16 or 17 digits: two looks), then by
+ * bisection below. 0: x out of that range, for repr's own algorithm. */
 static int
 short_decimal(double x, uint64_t *digits, int *fraction)
 {
@@ -1547,12 +1577,6 @@ short_decimal(double x, uint64_t *digits, int *fraction)
     (void)x, (void)digits, (void)fraction;
     return 0;
 #else
-    static const uint64_t fives[28] = {
-        1ULL, 5ULL, 25ULL, 125ULL, 625ULL, 3125ULL, 15625ULL, 78125ULL, 390625ULL, 1953125ULL, 9765625ULL,
-        48828125ULL, 244140625ULL, 1220703125ULL, 6103515625ULL, 30517578125ULL, 152587890625ULL,
-        762939453125ULL, 3814697265625ULL, 19073486328125ULL, 95367431640625ULL, 476837158203125ULL,
-        2384185791015625ULL, 11920928955078125ULL, 59604644775390625ULL, 298023223876953125ULL,
-        1490116119384765625ULL, 7450580596923828125ULL};
     uint64_t bits;
     memcpy(&bits, &x, sizeof bits);
     int biased = (int)(bits >> 52 & 0x7ff);
@@ -1563,28 +1587,20 @@ short_decimal(double x, uint64_t *digits, int *fraction)
     int decimal = (int)floor((exponent + 52) * 0.30102999566398120);
     int low = 0, high = 16 - decimal < 0 ? 0 : 16 - decimal;
     if (high > 27) return 0;
-    uint64_t found = 0;
+    uint64_t found = 0, candidate = 0;
     int found_at = -1;
+    for (int top = high, j = top - 1; j >= low && j >= top - 2; j--) { /* one digit fewer than the most, two */
+        if (!decimal_reads_back(mantissa, exponent, power_of_two, j, &candidate)) {
+            low = j + 1; /* none at j: none below it either */
+            break;
+        }
+        found = candidate;
+        found_at = j;
+        high = j - 1;
+    }
     while (low <= high) {
-        int j = (low + high) / 2, shift = -(j + exponent);
-        unsigned __int128 scaled = (unsigned __int128)mantissa * fives[j];
-        uint64_t candidate = 0;
-        int reads_back;
-        if (shift <= 0) { /* x * 10**j is an integer */
-            candidate = (uint64_t)(scaled << -shift);
-            reads_back = 1;
-        }
-        else {
-            unsigned __int128 unit = (unsigned __int128)1 << shift, down = scaled & (unit - 1), up = unit - down;
-            uint64_t below = (uint64_t)(scaled >> shift);
-            int down_reads = below != 0 && (power_of_two ? 4 * down : 2 * down) < fives[j];
-            int up_reads = 2 * up < fives[j];
-            if (down == up && down_reads && up_reads) candidate = below + (below & 1); /* halfway: the even one */
-            else if (down_reads && (down < up || !up_reads)) candidate = below;
-            else if (up_reads) candidate = below + 1;
-            reads_back = down_reads || up_reads;
-        }
-        if (reads_back) {
+        int j = (low + high) / 2;
+        if (decimal_reads_back(mantissa, exponent, power_of_two, j, &candidate)) {
             found = candidate;
             found_at = j;
             high = j - 1;
