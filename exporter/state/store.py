@@ -453,8 +453,15 @@ class TrainingState:
             last = found.detail.get("last_step", found.step) if found.steps is None else _last_known(None, found.steps)
             self._count_anomaly(rank, kind, found.count, last)
         elif found.steps is not None and self.listener is not None:
-            for event in self._step_events(applying, found):
-                self._apply(applying.key, rank, event)
+            events = self._step_events(applying, found)
+            if kind in INCIDENT_KINDS or kind not in rank.anomalies:
+                for event in events:
+                    self._apply(applying.key, rank, event)
+            elif events:  # _apply's counting at once; the cause model only notes such a kind's run
+                self._count_anomaly(rank, kind, len(events), _last_known(None, found.steps or ()))
+                self.causes.heard(events[0])
+                for event in events:
+                    self.listener(event)
         elif found.steps is not None:
             for step in found.steps:
                 self._apply(applying.key, rank, self._step_event(applying, Found(kind, step, subject=found.subject)))
@@ -486,17 +493,19 @@ class TrainingState:
         """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
         their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
         batch_steps, contexts, line_time = applying.batch.steps, applying.contexts, applying.line_time
+        position, around, kind, key = applying.position, applying.around_in, found.kind, applying.key
+        last = len(batch_steps) - 1
         fields = [(name, applying.source(name)) for name in CONTEXT_FIELDS]
         subject = applying.source(found.subject) if found.subject is not None else None
         events = []
         for step in found.steps or ():
-            index = applying.position(batch_steps, step)
+            index = position(batch_steps, step)
             context = contexts.get(step)
             if context is None:
-                context = contexts[step] = {name: applying.around_in(source, step, index) for name, source in fields}
-            value = applying.around_in(subject, step, index) if subject is not None else (None, None)
-            time = applying.now if line_time is None else line_time(len(batch_steps) - 1 if index is None else index)
-            events.append(Event(found.kind, applying.key, step, time, 1, value, context, {}))
+                context = contexts[step] = {name: around(source, step, index) for name, source in fields}
+            value = around(subject, step, index) if subject is not None else (None, None)
+            time = applying.now if line_time is None else line_time(last if index is None else index)
+            events.append(Event(kind, key, step, time, 1, value, context, {}))
         return events
 
     @staticmethod
