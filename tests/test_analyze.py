@@ -228,6 +228,7 @@ def test_spikes_of_one_block_each_with_their_own_values_and_time(tmp_path):
     run = only_run(analyze_json(log))
     found = findings(run, "loss_spike")
     assert sorted(finding["step"] for finding in found) == sorted(spikes)
+    assert [rank["anomalies"] for rank in run["ranks"]] == [{"loss_spike": len(spikes)}]  # counted at once
     for finding in found:
         step = finding["step"]
         assert finding["time"] == (START + timedelta(seconds=step)).timestamp()
