@@ -15,6 +15,12 @@ counters change: every other byte is the real program's.
 
 Every contender's output is checked: the exporter's lines per rank add up to the file's, its
 steps to the step lines the copies hold; ``analyze``'s too; the CSV has a row per step line.
+
+A ``--tee`` console's catch-up is also measured beside the same lines unprefixed (``by_rank``): each
+rank's lines without their ``[defaultN]:``, in a file of their own, as torchrun ``--log-dir`` with
+``--redirects 3`` writes them (``attempt_0/<rank>/stdout.log``; the launcher's own lines are not a
+rank's). The two differ by the prefixes alone, where the unprefixed catch-up (generate.py's log)
+holds other lines: its lines are mostly chatter, a console's mostly step lines.
 """
 
 from __future__ import annotations
@@ -28,6 +34,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
+from typing import BinaryIO
 
 from benchmarks.catchup import Yardstick, compile_bytecode
 from benchmarks.measure import Measured, run_measured, warm
@@ -93,12 +100,42 @@ def _continued(found: re.Match[bytes], offset: int, total: int) -> bytes:
     return b"%s%d/%d%s" % (found.group(1), int(found.group(2)) + offset, total, found.group(4))
 
 
-def _check_catchup(output: str, log: ConsoleLog) -> None:
+# A --tee console's rank prefix: torchrun's ``[defaultN]:`` (``[defaultN]:[rankN]:`` on an exception's lines).
+_TEE_PREFIX = re.compile(rb"\[default(\d+)\]:")
+
+
+def write_by_rank(directory: Path, log: ConsoleLog) -> tuple[int, int] | None:
+    """The console's rank lines without their prefix, each rank's in ``attempt_0/<rank>/stdout.log`` under
+    ``directory``: how many lines and ranks; None when no line has a ``[defaultN]:`` prefix."""
+    files: dict[bytes, BinaryIO] = {}
+    lines = 0
+    try:
+        with log.path.open("rb") as console:
+            for line in console:
+                prefix = _TEE_PREFIX.match(line)
+                if prefix is None:
+                    continue  # the launcher's own line: torchrun writes it to its console only
+                rank = prefix.group(1)
+                if rank not in files:
+                    path = directory / "attempt_0" / rank.decode() / "stdout.log"
+                    path.parent.mkdir(parents=True, exist_ok=True)
+                    files[rank] = path.open("wb")
+                files[rank].write(line[prefix.end():])
+                lines += 1
+    finally:
+        for handle in files.values():
+            handle.close()
+    return (lines, len(files)) if files else None
+
+
+def _check_catchup(output: str, log: ConsoleLog, lines_expected: int | None = None) -> None:
+    """The catch-up read every line (``lines_expected``: of the files it read, else the console's) and each step."""
     ranks = json.loads(output)["ranks"]
     lines = sum(rank["lines"] for rank in ranks.values())
     steps = sum(rank["steps"] for rank in ranks.values())
-    if lines != log.lines or steps != log.step_lines:
-        raise AssertionError(f"catch-up of {log.path}: {lines} lines, {steps} steps; expected {log.lines} and "
+    expected = log.lines if lines_expected is None else lines_expected
+    if lines != expected or steps != log.step_lines:
+        raise AssertionError(f"catch-up of {log.path}: {lines} lines, {steps} steps; expected {expected} and "
                              f"{log.step_lines}")
 
 
@@ -140,6 +177,12 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int,
                      lambda result: _check_grep_awk(result.stdout, log)),
         "grep_c_loss": (["grep", "-c", "loss", str(log.path)], lambda result: None),
     }
+    by_rank_directory = directory.parent / "by_rank"
+    by_rank = write_by_rank(by_rank_directory, log)
+    if by_rank is not None:
+        rank_lines = by_rank[0]
+        contenders["by_rank"] = ([sys.executable, "-m", "benchmarks.catchup_exporter", str(by_rank_directory)],
+                                 lambda result: _check_catchup(result.stdout, log, rank_lines))
     best: dict[str, Measured] = {}
     beside: Measured | None = None
     for _ in range(rounds):
@@ -157,7 +200,7 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int,
                 beside = result
     rows: dict[str, object] = {
         name: {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
-               "lines_per_second": log.lines / result.wall_seconds}
+               "lines_per_second": (by_rank[0] if name == "by_rank" and by_rank else log.lines) / result.wall_seconds}
         for name, result in best.items()
     }
     if beside is not None and yardstick is not None:
@@ -188,6 +231,11 @@ def summary(results: dict[str, dict]) -> str:
                           for contender, values in row["contenders"].items())
         parts.append(f"real console {name} ({row['fixture']} x {row['copies']:,}, {row['lines']:,} lines, "
                      f"{row['bytes'] / 1e6:.0f} MB), lines/s: {rates}")
+        contenders = row["contenders"]
+        if "by_rank" in contenders:
+            ratio = contenders["exporter"]["lines_per_second"] / contenders["by_rank"]["lines_per_second"]
+            parts.append(f"real console {name}: catch-up / the same lines unprefixed, a file a rank (by_rank): "
+                         f"{ratio:.2f}x lines per second")
     return "\n".join(parts)
 
 
