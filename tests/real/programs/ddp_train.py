@@ -155,6 +155,10 @@ def main() -> int:
             dist.barrier()
         if args.save_every and step % args.save_every == 0:
             _save(args, rank, step, model, optimizer, schedule, data)
+    # Every rank here after the same steps (a NaN reaches all of them through the all-reduce); without the barrier a
+    # rank leaving first can abort another's gloo thread at exit ("terminate called without an active exception",
+    # SIGABRT: seen once in a healthy run here), as hf_trainer_train.py says.
+    dist.barrier()
     dist.destroy_process_group()
     return 0
 
