@@ -85,6 +85,10 @@ def main() -> int:
               flush=True)
         if not math.isfinite(value) and step >= args.at + 3:
             break
+    # Every rank here after the same steps (a NaN reaches all of them through the all-reduce): leaving together, no
+    # rank aborts another's gloo thread at exit (ddp_train.py says how that looks).
+    torch.distributed.barrier()
+    torch.distributed.destroy_process_group()
     return 0
 
 
