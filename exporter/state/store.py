@@ -479,9 +479,7 @@ class TrainingState:
             return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
                          detail=detail, continued=found.continued)
         index = applying.position(applying.batch.steps, step)
-        context = applying.contexts.get(step)
-        if context is None:  # a loss spike and a grad norm spike at one step share it
-            context = applying.contexts[step] = {name: applying.around(name, step, index) for name in CONTEXT_FIELDS}
+        context = applying.context_at(step, index)
         value = found.value
         if value is None and found.subject is not None:
             value = applying.around(found.subject, step, index)
@@ -492,20 +490,16 @@ class TrainingState:
     def _step_events(applying: _Applying, found: Found) -> list[Event]:
         """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
         their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
-        batch_steps, contexts, line_time = applying.batch.steps, applying.contexts, applying.line_time
-        position, around, kind, key = applying.position, applying.around_in, found.kind, applying.key
+        batch_steps, line_time = applying.batch.steps, applying.line_time
+        position, context_at, kind, key = applying.position, applying.context_at, found.kind, applying.key
         last = len(batch_steps) - 1
-        fields = [(name, applying.source(name)) for name in CONTEXT_FIELDS]
         subject = applying.source(found.subject) if found.subject is not None else None
         events = []
         for step in found.steps or ():
             index = position(batch_steps, step)
-            context = contexts.get(step)
-            if context is None:
-                context = contexts[step] = {name: around(source, step, index) for name, source in fields}
-            value = around(subject, step, index) if subject is not None else (None, None)
+            value = applying.around_in(subject, step, index) if subject is not None else (None, None)
             time = applying.now if line_time is None else line_time(last if index is None else index)
-            events.append(Event(kind, key, step, time, 1, value, context, {}))
+            events.append(Event(kind, key, step, time, 1, value, context_at(step, index), {}))
         return events
 
     @staticmethod
@@ -728,6 +722,14 @@ class _Applying(NamedTuple):
     def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:
         """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
         return self.around_in(self.source(name), step, index)
+
+    def context_at(self, step: int | None, index: int | None) -> dict[str, tuple[float | None, float | None]]:
+        """The values around ``step`` of each of CONTEXT_FIELDS, made once a step: a loss spike and a grad norm spike
+        at one step share them."""
+        context = self.contexts.get(step)
+        if context is None:
+            context = self.contexts[step] = {name: self.around(name, step, index) for name in CONTEXT_FIELDS}
+        return context
 
     def source(self, name: str) -> _Source:
         """Where the batch's values of ``name`` are (``sources``)."""
