@@ -21,11 +21,17 @@ rank's lines without their ``[defaultN]:``, in a file of their own, as torchrun 
 ``--redirects 3`` writes them (``attempt_0/<rank>/stdout.log``; the launcher's own lines are not a
 rank's). The two differ by the prefixes alone, where the unprefixed catch-up (generate.py's log)
 holds other lines: its lines are mostly chatter, a console's mostly step lines.
+
+A third console is made of two real logs (``Chatter``): the ``--tee`` console with three NCCL INFO lines
+of a real nccl-tests run after each rank line, under that line's prefix, as a console of a run with
+``NCCL_DEBUG=INFO`` holds them (such consoles reach gigabytes). It is measured as the others, and is no
+target's: the issue's targets are the consoles as the trainers printed them.
 """
 
 from __future__ import annotations
 
 import csv
+import itertools
 import json
 import re
 import sys
@@ -46,6 +52,17 @@ FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "real
 
 
 @dataclass(frozen=True, slots=True)
+class Chatter:
+    """Another kept real log's lines put into a console: ``per_line`` of them after each rank line, in turn, each
+    under that line's rank prefix."""
+
+    fixture: str
+    marker: bytes  # the lines taken hold it
+    after: bytes  # each is taken from after this (a launcher's own tag cut off)
+    per_line: int
+
+
+@dataclass(frozen=True, slots=True)
 class Console:
     """A kept real console, what marks its step lines, and the guide's extraction for it."""
 
@@ -54,6 +71,7 @@ class Console:
     step_lines_per_copy: int  # step records per copy (a rank's, any rank): the exporter and analyze must read each
     grep_awk: str  # step and loss of every step record, one row each ({log}: the file)
     counter: bytes  # the step counter, ``S/T`` in groups 2 and 3 between groups 1 and 4: continued copy after copy
+    chatter: Chatter | None = None
 
 
 CONSOLES = (
@@ -66,6 +84,11 @@ CONSOLES = (
     Console("hf_trainer", "hf_trainer_tqdm.log", 12,
             "grep -oE \"'loss': '?[0-9.eE+-]+\" {log} | awk -F\"'\" '{{print NR, $4}}'",
             rb"(\| *)(\d+)/(\d+)( \[)"),
+    # The first with NCCL_DEBUG=INFO's lines among its own: those of nccl-tests under mpirun (`[1,N]<stdout>:` cut
+    # off), on hosts whose names hold "nccl", three after each rank line.
+    Console("torchrun_tee_nccl_info", "torchrun_ddp_healthy.log", 400,
+            "grep -oE 'step=[0-9]+/[0-9]+ loss=[^ ]+' {log} | awk -F'[=/ ]' '{{print $2, $5}}'",
+            rb"(step=)(\d+)/(\d+)( )", Chatter("healthy/nccl_awsefaeks_nccltests.log", b" NCCL INFO ", b"<stdout>:", 3)),
 )
 
 
@@ -81,7 +104,7 @@ class ConsoleLog:
 def write_console(directory: Path, console: Console, lines: int) -> ConsoleLog:
     """The console's fixture written whole, again and again, until the file has ``lines`` lines at least, each
     copy's step counters going on from the copy before's last."""
-    text = (FIXTURES / console.fixture).read_bytes()
+    text = _console_text(console)
     per_copy = text.count(b"\n")
     copies = max(1, -(-lines // per_copy))
     counter = re.compile(console.counter)
@@ -93,6 +116,24 @@ def write_console(directory: Path, console: Console, lines: int) -> ConsoleLog:
         for copy in range(copies):
             handle.write(counter.sub(partial(_continued, offset=copy * steps, total=total), text))
     return ConsoleLog(path, console.fixture, per_copy * copies, copies, console.step_lines_per_copy * copies)
+
+
+def _console_text(console: Console) -> bytes:
+    """One copy of the console: its fixture, with its chatter put in."""
+    text = (FIXTURES / console.fixture).read_bytes()
+    chatter = console.chatter
+    if chatter is None:
+        return text
+    taken = [line.split(chatter.after, 1)[-1]
+             for line in (FIXTURES / chatter.fixture).read_bytes().splitlines(keepends=True) if chatter.marker in line]
+    lines = itertools.cycle(taken)
+    parts = []
+    for line in text.splitlines(keepends=True):
+        parts.append(line)
+        prefix = _TEE_PREFIX.match(line)
+        if prefix is not None:
+            parts += [prefix.group(0) + next(lines) for _ in range(chatter.per_line)]
+    return b"".join(parts)
 
 
 def _continued(found: re.Match[bytes], offset: int, total: int) -> bytes:
@@ -207,8 +248,8 @@ def measure_console(directory: Path, console: Console, lines: int, rounds: int,
         rows["unprefixed"] = {"wall_seconds": beside.wall_seconds, "cpu_seconds": beside.cpu_seconds,
                               "lines_per_second": yardstick.shape.lines / beside.wall_seconds}
     rows["exporter"]["seconds"] = json.loads(best["exporter"].stdout)["seconds"]  # type: ignore[index]
-    return {"fixture": console.fixture, "lines": log.lines, "copies": log.copies,
-            "bytes": log.path.stat().st_size, "contenders": rows}
+    return {"fixture": console.fixture, "chatter": console.chatter and console.chatter.fixture, "lines": log.lines,
+            "copies": log.copies, "bytes": log.path.stat().st_size, "contenders": rows}
 
 
 def measure(workdir: Path, lines: int, rounds: int, yardstick: Yardstick | None = None) -> dict[str, dict]:
@@ -229,7 +270,8 @@ def summary(results: dict[str, dict]) -> str:
     for name, row in results.items():
         rates = ", ".join(f"{contender} {values['lines_per_second']:,.0f}"
                           for contender, values in row["contenders"].items())
-        parts.append(f"real console {name} ({row['fixture']} x {row['copies']:,}, {row['lines']:,} lines, "
+        chatter = f" with {row['chatter']}'s lines" if row.get("chatter") else ""
+        parts.append(f"real console {name} ({row['fixture']}{chatter} x {row['copies']:,}, {row['lines']:,} lines, "
                      f"{row['bytes'] / 1e6:.0f} MB), lines/s: {rates}")
         contenders = row["contenders"]
         if "by_rank" in contenders:

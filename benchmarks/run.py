@@ -134,7 +134,7 @@ def targets(results: Results) -> list[Target]:
                0.5, True, "x"),
         Target("prefixed catch-up: lines per second", results["catchup_prefixed"]["lines_per_second"] / 1e6, 1, True,
                " M"),
-        *(target for name, row in consoles.items() for target in (
+        *(target for name, row in consoles.items() if not row.get("chatter") for target in (
             Target(f"real console {name}: catch-up / unprefixed catch-up lines per second",
                    row["contenders"]["exporter"]["lines_per_second"]
                    / row["contenders"].get("unprefixed", {"lines_per_second": exporter})["lines_per_second"],

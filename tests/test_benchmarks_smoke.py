@@ -31,12 +31,15 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert len(results["targets"]) == 27
     assert results["analyze_csv"]["lines_per_second"] > 0  # its CSV had a row per step line
     consoles = results["real_console"]  # the kept real consoles, repeated: every contender checked
-    assert set(consoles) == {"torchrun_tee", "hf_trainer"}
+    assert set(consoles) == {"torchrun_tee", "hf_trainer", "torchrun_tee_nccl_info"}
     contenders = {"exporter", "analyze_json", "analyze_csv", "grep_awk", "grep_c_loss", "unprefixed"}
     assert set(consoles["hf_trainer"]["contenders"]) == contenders
     # the --tee console's lines unprefixed, a file a rank: read whole (its catch-up's lines and steps checked)
     assert set(consoles["torchrun_tee"]["contenders"]) == {*contenders, "by_rank"}
     assert consoles["torchrun_tee"]["contenders"]["by_rank"]["lines_per_second"] > 0
+    # the --tee console with NCCL INFO lines among its own: measured and checked, no target's
+    assert consoles["torchrun_tee_nccl_info"]["chatter"] == "healthy/nccl_awsefaeks_nccltests.log"
+    assert set(consoles["torchrun_tee_nccl_info"]["contenders"]) == {*contenders, "by_rank"}
     # the ratios' divisor, the unprefixed catch-up run again in the same rounds (catchup.Yardstick)
     assert results["catchup_prefixed"]["unprefixed_beside"]["lines_per_second"] > 0
     assert results["chatter"]["cpu_share_of_one_core"] > 0  # heavy chatter followed and measured

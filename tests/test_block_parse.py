@@ -88,8 +88,9 @@ REAL = FIXTURES / "real"
 def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
     """torchrun ``--tee`` consoles: four ranks' ``key=value`` step lines interleaved (real runs, SOURCES.md), the NaN
     run again and again (a restart at each copy), and between its copies the real runs that raise (a traceback on
-    ``[default1]:[rank1]: ``), that glue one rank's line to another's, that are killed and that run out of memory, and
-    a console whose tail threads cut two lines (torchrun_tee_cut_lines.log)."""
+    ``[default1]:[rank1]: ``), that glue one rank's line to another's, that are killed and that run out of memory, a
+    console whose tail threads cut two lines (torchrun_tee_cut_lines.log), and four ranks' NCCL INFO chatter before
+    and after step lines (_nccl_chatter)."""
     nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
     failures = [(REAL / f"torchrun_ddp_{name}.log").read_bytes() for name in ("raise", "raise_glued", "kill", "oom")]
     cut = (REAL / "torchrun_tee_cut_lines.log").read_bytes()
@@ -97,7 +98,19 @@ def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
     # A rank's line with a carriage return in it (a bar's redraw written after it): segments, each a line.
     redrawn = nan.replace(b"loss=6.175309658050537", b"loss=6.175309658050537\rstep=4/30 loss=1.0", 1)
     return [("interleaved_tee", nan * 40, False), ("interleaved_failures", mixed, False),
-            ("interleaved_redrawn", nan * 30 + redrawn * 3 + nan * 12, False)]
+            ("interleaved_redrawn", nan * 30 + redrawn * 3 + nan * 12, False),
+            ("interleaved_chatter", _nccl_chatter() * 8 + nan * 4 + _nccl_chatter() * 4, False)]
+
+
+def _nccl_chatter() -> bytes:
+    """Four ranks' NCCL_DEBUG=INFO lines as a torchrun ``--tee`` console interleaves them: the NCCL INFO lines of a
+    real nccl-tests run (healthy/nccl_awsefaeks_nccltests.log, on hosts whose names hold "nccl"), without mpirun's
+    ``[1,N]<stdout>:`` tag, each given a rank's ``[defaultN]:`` in turn, and torchrun's own launcher lines."""
+    lines = (REAL / "healthy" / "nccl_awsefaeks_nccltests.log").read_bytes().splitlines(keepends=True)
+    info = [line.split(b"<stdout>:", 1)[1] for line in lines if b" NCCL INFO " in line]
+    launcher = [line for line in (REAL / "torchrun_ddp_nan.log").read_bytes().splitlines(keepends=True)
+                if not line.startswith(b"[")][:4]
+    return b"".join(launcher) + b"".join(b"[default%d]:" % (index % 4) + line for index, line in enumerate(info))
 
 
 def _comparable(blocks) -> tuple[list, str]:
@@ -316,6 +329,8 @@ def test_every_anchor_is_long_enough_for_the_simd_prefilter():
     assert min(len(anchor) for anchor in anchors_for(BUILTIN_FORMATS)) >= 3
     assert all(anchors_for([fmt]) for fmt in BUILTIN_FORMATS)  # each file of a detected format is scanned
     assert anchors_for([SCHEDULER_FORMAT]) is None  # scheduler.log's format reads every line: line by line
+    # One scan kernel holds them all: past that, several answer as one, a scan each, and no pass runs ahead.
+    assert len(anchors_for(BUILTIN_FORMATS)) <= native.KERNEL_ANCHORS
 
 
 def test_scanner_rejects_empty_anchors():
@@ -417,6 +432,33 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
         parser.parse_block((REAL / f"torchrun_ddp_{name}.log").read_bytes())
         assert seen
 
+
+
+def test_a_console_of_chatter_is_counted_stream_by_stream():
+    # Four ranks' NCCL INFO lines, no format found yet: no line goes through the line parser, each counts for the
+    # rank its prefix names, as line by line; a block holding one line with an anchor goes line by line, as before.
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    chatter = _nccl_chatter()
+    quiet = chatter[chatter.index(b"[default"):]  # the ranks' lines only
+    (expected,) = _every_line_alone([quiet], scheduler=False)
+    block = Recording(rank_offset=4).parse_block(quiet)
+    assert seen == []
+    assert block.lines_by_rank == {4: 129, 5: 128, 6: 128, 7: 128}
+    assert (block.lines_by_rank, block.unparsed, block.records) == (
+        {rank + 4: count for rank, count in expected.lines_by_rank.items()}, expected.unparsed, expected.records)
+    assert LineParser().parse_block(quiet).lines_by_rank == expected.lines_by_rank
+    for anchored in (b"[default2]:NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.\n",
+                     b"[default1]:step=1/30 loss=2.5\n"):
+        seen.clear()
+        block = Recording().parse_block(quiet + anchored)
+        assert seen
+        assert sum(block.lines_by_rank.values()) == 514
 
 
 def _read_in_pieces(parser: LineParser, blocks: list[bytes]) -> tuple[list[bytes], list]:

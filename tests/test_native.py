@@ -1082,12 +1082,14 @@ def test_group_lines_matches_the_twin():
     blocks.append(b"".join(b"[r%d]:step=1\n" % number for number in range(70)))  # more prefixes than it keeps
     for data in blocks:
         for literal, tags, loose in ((b"step=", (b"[", b"]:"), b"[ 0123456789"), (b"x", (b"[", b"]:"), b""),
-                                     (b"s", (b"<", b">"), b"3")):
+                                     (b"s", (b"<", b">"), b"3"), (b"", (b"[", b"]:"), b"[ 0123456789")):
             assert _scan.group_lines(data, literal, *tags, loose) == scan_twin.group_lines(data, literal, *tags, loose)
     assert scan_twin.group_lines(blocks[-1], b"step=", b"[", b"]:", b"") is None
     grouped = _scan.group_lines(b"[default1]:step=1\nlaunch\n[default0]:[rank0]: x [rank2]: y\n 3: z\n",
                                 b"step=", b"[", b"]:", b" ")
     assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
+    counted = _scan.group_lines(b"[default1]:step=1\nlaunch\n", b"", b"[", b"]:", b" ")  # no literal: counts only
+    assert counted == ([b"[default1]:", b""], [1, 1], [[], []], 0, 0)
 
 
 def test_count_starts_matches_the_twin():
@@ -1239,7 +1241,7 @@ def test_passes_ahead_without_the_kernel_run_when_asked_for():
     (("scan",), TypeError),
     (((b"scan", None),), TypeError),
     ((("scan", "not a scanner"),), TypeError),
-    ((("group_lines", b"", b"[", b"]:", b""),), ValueError),
+    ((("group_lines", b"step=", b"", b"]:", b""),), ValueError),
     ((("group_lines", b"step=", b"[", b"]:", "text"),), TypeError),
     ((("segment_records", (b"{",), b" ["),), ValueError),
     ((("segment_records", [b"{", b"}"], b" ["),), TypeError),
@@ -1354,4 +1356,4 @@ def test_steps_ahead_are_taken_only_by_an_empty_reader_of_their_table_for_their_
     for _ in range(10):  # dropped while their thread runs: joined, nothing leaks (make sanitize)
         _step_fields.StepsAhead(block * 20, ahead_reader, b"step=", b"[", b"]:", b"")
     with pytest.raises(ValueError):
-        _step_fields.StepsAhead(block, ahead_reader, b"", b"[", b"]:", b"")
+        _step_fields.StepsAhead(block, ahead_reader, b"step=", b"", b"]:", b"")

@@ -25,6 +25,21 @@ def test_each_signature_is_shown_by_a_line_of_its_fixture(signature):
     assert all(len(anchor) >= 3 for anchor in signature.anchors)  # the scanner's fingerprint
 
 
+def test_nccl_info_lines_hold_no_failure_literal():
+    # An NCCL_DEBUG=INFO console's lines (real, on hosts whose names hold "nccl", naming libnccl's paths) hold no
+    # anchor: such a console is read at block speed, not a line at a time. NCCL's result codes still are anchors.
+    lines = [line for line in (FIXTURES / "real" / "healthy" / "nccl_awsefaeks_nccltests.log").read_bytes().split(b"\n")
+             if b" NCCL INFO " in line]
+    assert len(lines) == 513 and sum(b"nccl" in line for line in lines) == 513
+    assert [line for line in lines if signatures.has_failure_literal(line)] == []
+    (nccl_code,) = [signature for signature in signatures.SIGNATURES if signature.name == "nccl_code"]
+    for code in ("ncclUnhandledCudaError", "ncclSystemError", "ncclInternalError", "ncclInvalidArgument",
+                 "ncclInvalidUsage", "ncclRemoteError"):  # ncclResult_t's failures
+        line = f"NCCL WARN {code}: failed"
+        assert nccl_code.match(line) is not None
+        assert any(anchor.decode() in line for anchor in nccl_code.anchors)
+
+
 def _healthy_fixtures() -> list[Path]:
     """Fixture logs whose expectations hold no error: every step-format fixture and the real noise."""
     return sorted(log for log in FIXTURES.glob("*/*.log")

@@ -185,7 +185,7 @@ find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_
                 break;
             }
         }
-        if (find_literal(body, newline - body, literal->buf, literal->len) != NULL
+        if (literal->len && find_literal(body, newline - body, literal->buf, literal->len) != NULL
             && push_offset(&found->starts[group], body - at) < 0) {
             return -1;
         }
@@ -225,10 +225,10 @@ groups_free(Groups *found)
 }
 
 static int
-check_group_arguments(const Py_buffer *literal, const Py_buffer *open, const Py_buffer *close)
+check_group_arguments(const Py_buffer *open, const Py_buffer *close)
 {
-    if (literal->len == 0 || open->len == 0 || close->len == 0) {
-        PyErr_SetString(PyExc_ValueError, "literal and tags must not be empty");
+    if (open->len == 0 || close->len == 0) {
+        PyErr_SetString(PyExc_ValueError, "tags must not be empty");
         return -1;
     }
     return 0;

@@ -682,8 +682,9 @@ PyDoc_STRVAR(group_lines_doc,
 "group_lines(data, literal, tag_open, tag_close, loose_starts) -> (prefixes, lines, starts, loose, tagged) | None\n\n"
 "The newline-terminated lines of ``data`` grouped by their prefix (tags ``open name close``, each with one\n"
 "space after it, stacked; b'': none), groups in order of first appearance: each group's line count, and\n"
-"where the text after the prefix starts on its lines holding ``literal`` there. ``loose``: lines without a\n"
-"prefix beginning with a byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix.\n"
+"where the text after the prefix starts on its lines holding ``literal`` there (none when it is empty).\n"
+"``loose``: lines without a prefix beginning with a byte of ``loose_starts``; ``tagged``: lines holding a tag\n"
+"after their prefix.\n"
 "None: more than 64 prefixes. See exporter/native/scan.py.");
 
 static PyObject *
@@ -695,7 +696,7 @@ group_lines(PyObject *module, PyObject *args)
     Groups *found = calloc(1, sizeof(Groups));
     if (found == NULL) {
         PyErr_NoMemory();
-    } else if (check_group_arguments(&literal, &open, &close) == 0) {
+    } else if (check_group_arguments(&open, &close) == 0) {
         result = find_groups(data.buf, data.len, &literal, &open, &close, &loose_starts, found) < 0 ? PyErr_NoMemory()
                                                                                                    : groups_result(found);
     }
@@ -1440,7 +1441,7 @@ take_pass(PyObject *item, Pass *pass)
                 return -1;
             }
         }
-        if (check_group_arguments(&pass->buffers[0], &pass->buffers[1], &pass->buffers[2]) < 0) return -1;
+        if (check_group_arguments(&pass->buffers[1], &pass->buffers[2]) < 0) return -1;
         if ((pass->found.groups = calloc(1, sizeof(Groups))) == NULL) {
             PyErr_NoMemory();
             return -1;

@@ -275,10 +275,11 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
     """The newline-terminated lines of ``data`` grouped by their prefix (tags ``open name close``, each with one
     space after it, stacked; ``b""``: none), groups in order of first appearance: ``(prefixes, lines, starts, loose,
     tagged)``, each group's line count and where the text after the prefix starts on its lines holding
-    ``literal`` there; ``loose``: lines without a prefix beginning with a byte of ``loose_starts``; ``tagged``:
-    lines holding a tag after their prefix. None: more than MAX_PREFIXES prefixes."""
-    if not literal or not tag_open or not tag_close:
-        raise ValueError("literal and tags must not be empty")
+    ``literal`` there (none when it is empty: the counts only); ``loose``: lines without a prefix beginning with a
+    byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix. None: more than MAX_PREFIXES
+    prefixes."""
+    if not tag_open or not tag_close:
+        raise ValueError("tags must not be empty")
     groups: dict[bytes, int] = {}
     lines: list[int] = []
     starts: list[list[int]] = []
@@ -306,7 +307,7 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
                 tagged += 1
                 break
             bracket = data.find(tag_open[:1], bracket + 1, newline)
-        if data.find(literal, body, newline) >= 0:
+        if literal and data.find(literal, body, newline) >= 0:
             starts[group].append(body)
         line = newline + 1
     return list(groups), lines, starts, loose, tagged

@@ -1274,7 +1274,7 @@ StepsAhead_init(StepsAhead *self, PyObject *args, PyObject *kwargs)
     for (; self->held < 4; self->held++) {
         if (PyObject_GetBuffer(arguments[self->held], &self->arguments[self->held], PyBUF_SIMPLE) < 0) return -1;
     }
-    if (check_group_arguments(&self->arguments[0], &self->arguments[1], &self->arguments[2]) < 0) return -1;
+    if (check_group_arguments(&self->arguments[1], &self->arguments[2]) < 0) return -1;
     self->groups = PyMem_RawCalloc(1, sizeof(Groups));
     if (self->groups == NULL) {
         PyErr_NoMemory();

@@ -278,7 +278,8 @@ class LineParser:
             self._carriage_returns = self._carriage_returns or b"\r" in data
             if scanner is None or not self._parse_carriage(data, parsed):
                 self._parse_lines(data, parsed)
-        elif not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed):
+        elif (not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed)
+              and not self._count_quiet_streams(data, parsed)):
             lines, starts, prefixed = self._passes.scan(scanner, data)
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
@@ -616,14 +617,10 @@ class LineParser:
         kernel_format = self._kernel_format
         assert kernel_format is not None
         grouped = self._passes.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
-        if grouped is None or grouped[3] or grouped[4]:
+        ranks = self._stream_ranks(grouped)
+        if grouped is None or ranks is None:
             return False
         prefixes, lines, starts, _, _ = grouped
-        ranks = [strip_rank_prefixes(prefix, self._rank_offset) for prefix in prefixes]
-        if (len(prefixes) < 2 or len({rank for rank, _ in ranks}) < len(ranks)
-                or any(body or (rank is None) != (not prefix)
-                       for prefix, (rank, body) in zip(prefixes, ranks, strict=True))):
-            return False
         # The records are put in the order of the lines that made them (by their offsets, kept for that): at the
         # block's end the ranks' batches end in the order their first step line came, the rank-less one first.
         streams = sorted((group for group in zip(prefixes, ranks, starts, strict=True) if group[2]),
@@ -642,6 +639,47 @@ class LineParser:
         parsed.unparsed = sum(lines) - recognized
         for (rank, _), count in zip(ranks, lines, strict=True):
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
+        return True
+
+    def _stream_ranks(self, grouped: tuple[list[bytes], list[int], list[list[int]], int, int] | None
+                      ) -> list[tuple[int | None, bytes]] | None:
+        """Each group's rank (and what its prefix leaves, empty), when a block's lines grouped by native.group_lines
+        are several rank streams, one a rank, as the line-by-line path would count them: None when they may not be
+        (more prefixes than it keeps, a line without a prefix that may begin with another, a rank tag inside a
+        line, a prefix naming no rank, two prefixes of one rank)."""
+        if grouped is None or grouped[3] or grouped[4]:
+            return None
+        prefixes = grouped[0]
+        ranks = [strip_rank_prefixes(prefix, self._rank_offset) for prefix in prefixes]
+        if (len(prefixes) < 2 or len({rank for rank, _ in ranks}) < len(ranks)
+                or any(body or (rank is None) != (not prefix)
+                       for prefix, (rank, body) in zip(prefixes, ranks, strict=True))):
+            return None
+        return ranks
+
+    def _count_quiet_streams(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of several rank streams' lines none of which holds an anchor besides its prefix (a console's
+        chatter: NCCL_DEBUG=INFO, before any step line or with none) counted by rank, without a Python operation
+        per line; False (nothing done) when it cannot be. Such a line gives no record and changes no state
+        (parse/scan.py's contract), whatever format is found or not: the line-by-line path only counts it for the
+        rank its prefix names. Declined: an open failure block, a redrawn bar held, a carriage return, a line
+        holding another anchor, and what _stream_ranks declines."""
+        if (self._blocks or self._redrawn is not None or data[-1:] != b"\n" or b"\r" in data
+                or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
+            return False
+        if self._stream_scanner[0] != self._routing:
+            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
+        scanner = self._stream_scanner[1]
+        if scanner is None or self._passes.scan(scanner, data)[1]:
+            return False
+        grouped = self._passes.group_lines(data, b"", *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        ranks = self._stream_ranks(grouped)
+        if grouped is None or ranks is None:
+            return False
+        lines = grouped[1]
+        for (rank, _), count in zip(ranks, lines, strict=True):
+            parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
+        parsed.unparsed = sum(lines)
         return True
 
     def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: list[int],

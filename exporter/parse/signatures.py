@@ -159,6 +159,10 @@ _ASYNC_EXCEPTION = lazy(r"Collective Work[NH]CCL\((?P<args>.*?)\) raised the fol
 _NCCL_ERROR_IN = lazy(r"NCCL error in: [^,]*, (?P<reason>[^,]*?)(?:, NCCL version (?P<version>[\w.+-]+))?\s*$")
 _NCCL_CODE = lazy(
     r"\b(nccl(?:UnhandledCudaError|SystemError|InternalError|InvalidArgument|InvalidUsage|RemoteError))\b")
+# What each of those codes holds: "nccl" alone is in every line of an NCCL_DEBUG=INFO console on a host named for
+# NCCL, and in its libraries' paths, which would send each such line through the matchers. "Error" is an anchor
+# already (the fault knowledge's): the scanner keeps its anchors in one kernel (native.KERNEL_ANCHORS).
+_NCCL_CODE_ANCHORS = (b"Error", b"ncclInvalid")
 _DIST_BACKEND = lazy(r"DistBackendError: (?P<message>\S.*?)\s*$")
 
 
@@ -638,7 +642,7 @@ SIGNATURES: tuple[Signature, ...] = (
               "[rank1]: torch.distributed.DistBackendError: NCCL error in: /pytorch/torch/csrc/distributed/c10d/"
               "ProcessGroupNCCL.cpp:3356, unhandled cuda error (run with NCCL_DEBUG=INFO for details), NCCL version "
               "2.26.2", continued=True),
-    Signature("nccl_code", ("nccl",), (b"nccl",), _nccl_code, _NCCL,
+    Signature("nccl_code", ("nccl",), _NCCL_CODE_ANCHORS, _nccl_code, _NCCL,
               "ncclSystemError: System call (e.g. socket, malloc) or external library call failed or device error. "),
     Signature("gloo", ("collective", "collective_timeout"),
               (b"Connection closed by peer", b"Connection reset by peer", b"Timed out waiting "),
