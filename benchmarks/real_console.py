@@ -88,7 +88,8 @@ CONSOLES = (
     # off), on hosts whose names hold "nccl", three after each rank line.
     Console("torchrun_tee_nccl_info", "torchrun_ddp_healthy.log", 400,
             "grep -oE 'step=[0-9]+/[0-9]+ loss=[^ ]+' {log} | awk -F'[=/ ]' '{{print $2, $5}}'",
-            rb"(step=)(\d+)/(\d+)( )", Chatter("healthy/nccl_awsefaeks_nccltests.log", b" NCCL INFO ", b"<stdout>:", 3)),
+            rb"(step=)(\d+)/(\d+)( )",
+            Chatter("healthy/nccl_awsefaeks_nccltests.log", b" NCCL INFO ", b"<stdout>:", 3)),
 )
 
 

@@ -158,9 +158,9 @@ def scanner_implementation(request, monkeypatch):
     if request.param == "ahocorasick" and not native.scan.has_aho_corasick():
         pytest.skip("ahocorasick_rs is not installed")
     monkeypatch.setattr(native, "best_scanner", lambda: request.param)
-    scan._scanner.cache_clear()
+    scan.scanner_of.cache_clear()
     yield request.param
-    scan._scanner.cache_clear()
+    scan.scanner_of.cache_clear()
 
 
 @pytest.mark.parametrize("step_kernel", ["native", "twin"])
@@ -461,6 +461,31 @@ def test_a_console_of_chatter_is_counted_stream_by_stream():
         assert sum(block.lines_by_rank.values()) == 514
 
 
+def test_a_block_read_line_by_line_looks_only_at_its_lines_holding_an_anchor():
+    # More rank prefixes than the streams' grouping keeps (128 ranks' NCCL INFO lines) and a traceback among them:
+    # line by line, where only the lines holding an anchor (and an open failure block's) reach the line parser;
+    # every line counts for its rank, as when each is read.
+    seen: list[bytes] = []
+
+    class Recording(LineParser):
+        def _parse_line(self, line, parsed):
+            seen.append(line)
+            return super()._parse_line(line, parsed)
+
+    info = [line.split(b"]:", 1)[1] for line in _nccl_chatter().splitlines(keepends=True) if line.startswith(b"[")]
+    traceback = [line.split(b"[rank1]: ", 1)[1] for line in (REAL / "torchrun_ddp_raise.log").read_bytes()
+                 .splitlines(keepends=True) if line.startswith(b"[default1]:[rank1]: ")]
+    lines = [b"[rank%d]:" % (index % 128) + line for index, line in enumerate(info)]
+    lines[200:200] = [b"[rank7]: " + line for line in traceback]
+    block = b"".join(lines)
+    (expected,) = _every_line_alone([block], scheduler=False)
+    parsed = Recording().parse_block(block)
+    assert 0 < len(seen) < len(lines) // 4
+    assert all(line.startswith(b"[rank7]:") for line in seen)
+    assert _comparable([parsed]) == _comparable([expected])
+    assert sum(parsed.lines_by_rank.values()) == len(lines) and len(parsed.lines_by_rank) == 128
+
+
 def _read_in_pieces(parser: LineParser, blocks: list[bytes]) -> tuple[list[bytes], list]:
     """The blocks cut as the parser cuts them (LineParser.pieces), each piece parsed: the pieces, what they gave."""
     pieces, parsed = [], []
@@ -485,9 +510,11 @@ def test_a_block_is_cut_around_its_few_lines_holding_another_anchor(monkeypatch)
             seen.append(line)
             return super()._parse_line(line, parsed)
 
+    _read_in_pieces(Recording(), blocks[:1])  # formats discovered: line by line, the lines holding an anchor
+    first = len(seen)
+    seen.clear()
     pieces, in_pieces = _read_in_pieces(Recording(), blocks)
     assert len(pieces) > 5
-    first = len(nan.splitlines()) * 20
     assert first < len(seen) < first + len(nan.splitlines()) * 5  # the second block: the exit lines and a few more
     assert _comparable(in_pieces) == _comparable(_every_line_alone(pieces, False))
     assert _comparable(in_pieces)[1] == _comparable(_every_line_alone(blocks, False))[1]  # the state, however cut

@@ -4,6 +4,7 @@ event from healthy lines; one event per failure; the rank or host a line's prefi
 from __future__ import annotations
 
 import json
+import random
 from pathlib import Path
 
 import pytest
@@ -128,6 +129,21 @@ def test_srun_labels_as_srun_prints_them_give_the_task_number_as_the_rank():
     assert [rank for rank, _ in stripped] == list(range(7))  # global: the node's offset does not apply
     assert [text for _, text in stripped][3:5] == [b"offset:2", b"alc20.llnl.gov"]
     assert all(ranks.has_srun_label(line) for line in lines)
+
+
+def test_tag_ranks_are_the_ranks_strip_rank_prefixes_names():
+    # TagRanks remembers a line's rank by its first tag: on real consoles' lines and fuzzed tags, line after line, it
+    # names the rank strip_rank_prefixes names (stacked tags, a PID before one, a space or none after, no tag).
+    rng = random.Random(29)
+    lines = [line for name in ("torchrun_ddp_raise_glued.log", "torchrun_ddp_hang_console.log", "srun_label.log")
+             for line in (FIXTURES / "real" / name).read_bytes().splitlines()]
+    pieces = [b"[default1]:", b"[rank3]: ", b"[rank3]:", b"[default0]:[rank0]: ", b"[80746] ", b"[x]:", b"[a1]: ",
+              b" 3: ", b"", b"[", b"]:", b" ", b"7", b"step=1", b"[INFO] a]: b"]
+    lines += [rng.choice(pieces) + rng.choice(pieces) + rng.choice(pieces) for _ in range(3000)]
+    for rank_offset in (0, 8):
+        tags = ranks.TagRanks(rank_offset)
+        for line in lines + lines:  # each tag met again
+            assert tags.rank(line) == ranks.strip_rank_prefixes(line, rank_offset)[0], line
 
 
 def test_words_before_a_colon_are_not_hosts():

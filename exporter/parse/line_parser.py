@@ -40,8 +40,10 @@ from exporter.parse.ranks import (
     LINE_TAG,
     PREFIX_ANCHORS,
     RANK_PREFIX,
+    RANK_PREFIX_STARTS,
     ROLE_PREFIX,
     CutLines,
+    TagRanks,
     global_rank,
     has_srun_label,
     split_glued,
@@ -49,17 +51,14 @@ from exporter.parse.ranks import (
     strip_rank_prefixes,
 )
 from exporter.parse.records import ErrorEvent, PhaseStart, Record, SchedulerEvent, StepBatch, StepLine
-from exporter.parse.scan import scanner_besides, scanner_for
+from exporter.parse.scan import anchors_for, scanner_besides, scanner_for, scanner_of
 from exporter.parse.step_batch import SERIES_FIELDS, StepBatchBuilder
 from exporter.parse.tracebacks import Block
 
 _THROWN = lazy(rb"terminate called after throwing an instance of '([^']+)'")
 # Failures remembered for de-duplication; a run never has this many distinct ones.
 _MAX_FAILURE_KEYS = 4096
-# The first bytes of a line that may start with a rank prefix (torchrun's, a bracketed PID,
-# ``srun --label``'s task number, padded with spaces): other lines skip the prefix search.
-_RANK_PREFIX_STARTS = frozenset({b"[", b" ", *(str(digit).encode() for digit in range(10))})
-_LOOSE_PREFIX_STARTS = b"".join(sorted(_RANK_PREFIX_STARTS))
+_LOOSE_PREFIX_STARTS = b"".join(sorted(RANK_PREFIX_STARTS))
 # Open failure blocks and announced exceptions, each kept per rank prefix of a tee'd file: a log
 # with more distinct prefixes than this (a million ``[rankN]:``) holds no more state than that.
 MAX_OPEN_PER_PREFIX = 1024
@@ -130,6 +129,9 @@ class LineParser:
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
         self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        # The scanner of the lines a line-by-line read must look at (_anchored_lines), for the routing it was made for.
+        self._lines_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
+        self._tag_ranks = TagRanks(rank_offset)
         # The piece pieces() last handed out after looking for such lines, and whether it holds any: not scanned again.
         self._scanned_piece: tuple[bytes, bool] | None = None
         self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
@@ -328,11 +330,15 @@ class LineParser:
             self._routing, self._scanner = routing, scanner_for(routing)
 
     def _parse_lines(self, data: bytes, parsed: ParsedBlock, begin: int = 0, end: int | None = None) -> None:
-        """Every line (of ``data[begin:end]``, whole lines), one at a time."""
+        """Every line (of ``data[begin:end]``, whole lines), one at a time. A line holding no anchor besides its
+        prefixes is only counted for the rank they name, which is all _parse_line does with it (parse/scan.py's
+        contract), unless that rank's failure block is open."""
         lines_by_rank = parsed.lines_by_rank
         cut = self._cut
         self._line_start = begin
-        for whole in (data if begin == 0 and end is None else data[begin:end]).split(b"\n")[:-1]:
+        block = data if begin == 0 and end is None else data[begin:end]
+        anchored = self._anchored_lines(block)
+        for whole in block.split(b"\n")[:-1]:
             start = self._line_start
             if self._continued or b"\r" in whole:
                 rank, recognized = self._parse_segments(whole, parsed)
@@ -345,9 +351,28 @@ class LineParser:
             pieces = split_glued(whole) if whole[:1] == b"[" else (whole,)  # two ranks' lines glued by --tee
             if len(pieces) > 1 or cut:
                 self._parse_pieces(pieces, parsed)
-            else:
+            elif anchored is None or start - begin in anchored:
                 self._parse_whole_line(whole, parsed)
+            else:
+                rank = self._tag_ranks.rank(whole) if whole[:1] == b"[" else self._rank_of(whole)[1]
+                if rank in self._blocks:
+                    self._parse_whole_line(whole, parsed)
+                else:
+                    lines_by_rank[rank] = lines_by_rank.get(rank, 0) + 1
+                    parsed.unparsed += 1
             self._line_start = start + len(whole) + 1
+
+    def _anchored_lines(self, block: bytes) -> set[int] | None:
+        """Where the lines of ``block`` holding an anchor besides the rank prefixes (or a banner's) start; None when
+        any line may give a record (a format without a literal)."""
+        if self._scanner is None:
+            return None
+        if self._lines_scanner[0] != self._routing:
+            anchors = anchors_for(self._routing, prefixes=False)
+            self._lines_scanner = (self._routing, None if anchors is None else scanner_of(
+                anchors | {banner.prefilter for banner in self._banners}))
+        scanner = self._lines_scanner[1]
+        return None if scanner is None else set(self._passes.scan(scanner, block)[1])
 
     def _parse_pieces(self, pieces: Sequence[bytes], parsed: ParsedBlock) -> None:
         """The pieces of a line torchrun's tail threads glued (split_glued), or any line while a cut one waits."""
@@ -541,7 +566,7 @@ class LineParser:
         """The rank prefix the first line begins with, and its rank, when the middle line and the last one begin
         with it too: a block of one rank stream's lines, unless its bytes say otherwise (an interleaved console's
         block is told so before they are counted)."""
-        if data[:1] not in _RANK_PREFIX_STARTS:
+        if data[:1] not in RANK_PREFIX_STARTS:
             return None
         first = data[:data.find(b"\n")]
         rank, body = strip_rank_prefixes(first, self._rank_offset)
@@ -814,9 +839,14 @@ class LineParser:
             parsed.rejected[reason] = parsed.rejected.get(reason, 0) + 1
             return None, True  # counted as rejected, so neither unparsed nor lost
 
-    def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+    def _rank_of(self, line: bytes) -> tuple[str | None, int | None, bytes]:
+        """The host and the global rank a line's prefixes name (None: none), and the line without them."""
         host, line = strip_host_prefix(line) if line[:1].isalpha() else (None, line)
-        rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] in _RANK_PREFIX_STARTS else (None, line)
+        rank, body = strip_rank_prefixes(line, self._rank_offset) if line[:1] in RANK_PREFIX_STARTS else (None, line)
+        return host, rank, body
+
+    def _parse_line(self, line: bytes, parsed: ParsedBlock) -> tuple[int | None, bool]:
+        host, rank, body = self._rank_of(line)
         if self._blocks:
             block = self._blocks.get(rank)
             if block is not None and self._feed_block(block, rank, body, parsed, host):

@@ -21,6 +21,9 @@ LINE_TAG = (b"[", b"]:")
 # ``srun --label``: the task number, which is the global rank with one task per rank (padded
 # to the width of the largest); pdsh (DeepSpeed's multi-node launcher): the host name.
 LAUNCHER_PREFIX = lazy(rb"(?: *(?P<task>\d{1,6})|(?P<host>[A-Za-z][A-Za-z0-9.-]*)): ")
+# The first bytes of a line that may start with a rank prefix (torchrun's, a bracketed PID,
+# ``srun --label``'s task number, padded with spaces): other lines skip the prefix search.
+RANK_PREFIX_STARTS = frozenset({b"[", b" ", *(str(digit).encode() for digit in range(10))})
 # A bracketed number before everything else: a PID or a line number (``[80746] [rank0]:``).
 _PROCESS_PREFIX = lazy(rb"\[\d+\] ")
 # Words that end in ": " at the start of a line without being a host: exception types,
@@ -68,6 +71,36 @@ def strip_rank_prefixes(line: bytes, rank_offset: int) -> tuple[int | None, byte
         return None, line[end:]
     local = False not in found  # a global rank, when one is printed, says it all
     return global_rank(found[local], local, rank_offset), line[end:]
+
+
+class TagRanks:
+    """strip_rank_prefixes' rank of lines beginning with a tag (``[default3]:``, ``[80746] [rank0]: ``), remembered
+    by the line's bytes up to its first ``]:`` (and a space) when no other tag follows them: the rank then depends on
+    those bytes alone. An interleaved console's lines repeat a few such tags."""
+
+    __slots__ = ("_rank_offset", "_ranks")
+
+    def __init__(self, rank_offset: int) -> None:
+        self._rank_offset = rank_offset
+        self._ranks: dict[bytes, int | None] = {}
+
+    def rank(self, line: bytes) -> int | None:
+        close = line.find(b"]:", 0, _TAG_REACH)
+        end = close + 2 + (line[close + 2:close + 3] == b" ")
+        if close < 0 or line[end:end + 1] == b"[":
+            return strip_rank_prefixes(line, self._rank_offset)[0]
+        tag = line[:end]
+        if tag in self._ranks:
+            return self._ranks[tag]
+        rank = strip_rank_prefixes(line, self._rank_offset)[0]
+        if len(self._ranks) < _TAGS_KEPT:
+            self._ranks[tag] = rank
+        return rank
+
+
+# A tag is looked for this far into a line; at most this many are remembered (a log of a million ranks' tags).
+_TAG_REACH = 64
+_TAGS_KEPT = 4096
 
 
 def has_srun_label(line: bytes) -> bool:

@@ -40,17 +40,17 @@ def scanner_for(formats: Iterable[Format], prefixes: bool = True) -> native.Scan
     """The scanner for the anchors of ``formats`` (``prefixes``: as anchors_for); None when their files must go
     line by line."""
     anchors = anchors_for(formats, prefixes)
-    return _scanner(anchors) if anchors else None
+    return scanner_of(anchors) if anchors else None
 
 
 def scanner_besides(formats: Iterable[Format], literal: bytes) -> native.Scanner | None:
     """The scanner for the anchors of ``formats`` but ``literal`` and torchrun's rank prefixes: the lines of a block
     that hold anything else (None: any line may)."""
     anchors = anchors_for(formats, prefixes=False)
-    return None if anchors is None else _scanner(anchors - {literal})
+    return None if anchors is None else scanner_of(anchors - {literal})
 
 
 @functools.lru_cache(maxsize=32)
-def _scanner(anchors: frozenset[bytes]) -> native.Scanner:
+def scanner_of(anchors: frozenset[bytes]) -> native.Scanner:
     # One per anchor set, shared by the parsers of every file (like re's cache).
     return native.scanner(anchors, PREFIX_ANCHORS)
