@@ -142,6 +142,18 @@ def _parser(scheduler: bool, **options) -> LineParser:
     return LineParser(forced=SCHEDULER_FORMAT if scheduler else None, **options)
 
 
+class _Recording(LineParser):
+    """A line parser that notes in ``seen`` each line reaching the line-by-line reader (_parse_line)."""
+
+    def __init__(self, seen: list[bytes], **options) -> None:
+        super().__init__(**options)
+        self.seen = seen
+
+    def _parse_line(self, line, parsed):
+        self.seen.append(line)
+        return super()._parse_line(line, parsed)
+
+
 def _every_line_alone(blocks: list[bytes], scheduler: bool) -> list:
     """The reference: no scan (every line looked at), no kernel, a batch per step line."""
     with pytest.MonkeyPatch.context() as patch:
@@ -209,11 +221,6 @@ def test_a_traceback_split_across_blocks_ends_in_the_next_one():
 def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
     class RecordingReader(step_fields_twin.StepReader):
         def read(self, data, starts, index, limit):
             taken = super().read(data, starts, index, limit)
@@ -223,7 +230,7 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
 
     monkeypatch.setattr(native, "step_reader", RecordingReader)
     data = b"plain\n{ step:[ 1/ 2], loss: 3.0 }\nHCCL noise\n{ step:[ 2/ 2], loss: 2.9 }\nfftsplus noise\n"
-    batch = Recording().parse_block(data)
+    batch = _Recording(seen).parse_block(data)
     # The first step line detects the format, the next goes to the kernel, then the next
     # anchored line to the kernel (no record there) and to the line parser. A line naming
     # HCCL without an error text is no anchor: HCCL's own INFO and WARNING lines all do.
@@ -275,15 +282,10 @@ def test_a_rank_log_is_read_block_wise(monkeypatch):
     # read by the kernel into the rank's batch.
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
     data = b"".join(b"[rank3]: " + line + b"\n" for line in [
         b"{ step:[ 1/ 9], loss: 3.0 }", b"plain", b"HCCL noise", *(b"{ step:[ %d/ 9], loss: 2.9 }" % step
                                                                     for step in range(2, 9))])
-    parser = Recording(rank_offset=8)
+    parser = _Recording(seen, rank_offset=8)
     parser.parse_block(data)  # the first step line detects the format
     seen.clear()
     batch = parser.parse_block(data.replace(b"[ ", b"[ 1"))
@@ -410,13 +412,8 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
         require_native_kernels()
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
     nan = (REAL / "torchrun_ddp_nan.log").read_bytes()
-    parser = Recording(rank_offset=4)
+    parser = _Recording(seen, rank_offset=4)
     parser.parse_block(nan * 20)
     seen.clear()
     block = parser.parse_block(nan * 5)
@@ -439,15 +436,10 @@ def test_a_console_of_chatter_is_counted_stream_by_stream():
     # rank its prefix names, as line by line; a block holding one line with an anchor goes line by line, as before.
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
     chatter = _nccl_chatter()
     quiet = chatter[chatter.index(b"[default"):]  # the ranks' lines only
     (expected,) = _every_line_alone([quiet], scheduler=False)
-    block = Recording(rank_offset=4).parse_block(quiet)
+    block = _Recording(seen, rank_offset=4).parse_block(quiet)
     assert seen == []
     assert block.lines_by_rank == {4: 129, 5: 128, 6: 128, 7: 128}
     assert (block.lines_by_rank, block.unparsed, block.records) == (
@@ -456,7 +448,7 @@ def test_a_console_of_chatter_is_counted_stream_by_stream():
     for anchored in (b"[default2]:NCCL INFO NET/Plugin: Failed to find ncclCollNetPlugin_v4 symbol.\n",
                      b"[default1]:step=1/30 loss=2.5\n"):
         seen.clear()
-        block = Recording().parse_block(quiet + anchored)
+        block = _Recording(seen).parse_block(quiet + anchored)
         assert seen
         assert sum(block.lines_by_rank.values()) == 514
 
@@ -467,11 +459,6 @@ def test_a_block_read_line_by_line_looks_only_at_its_lines_holding_an_anchor():
     # every line counts for its rank, as when each is read.
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
     info = [line.split(b"]:", 1)[1] for line in _nccl_chatter().splitlines(keepends=True) if line.startswith(b"[")]
     traceback = [line.split(b"[rank1]: ", 1)[1] for line in (REAL / "torchrun_ddp_raise.log").read_bytes()
                  .splitlines(keepends=True) if line.startswith(b"[default1]:[rank1]: ")]
@@ -479,7 +466,7 @@ def test_a_block_read_line_by_line_looks_only_at_its_lines_holding_an_anchor():
     lines[200:200] = [b"[rank7]: " + line for line in traceback]
     block = b"".join(lines)
     (expected,) = _every_line_alone([block], scheduler=False)
-    parsed = Recording().parse_block(block)
+    parsed = _Recording(seen).parse_block(block)
     assert 0 < len(seen) < len(lines) // 4
     assert all(line.startswith(b"[rank7]:") for line in seen)
     assert _comparable([parsed]) == _comparable([expected])
@@ -505,15 +492,10 @@ def test_a_block_is_cut_around_its_few_lines_holding_another_anchor(monkeypatch)
     blocks = [nan * 20, nan * 10 + _exit_line() + nan * 10 + _exit_line() + nan * 10]
     seen: list[bytes] = []
 
-    class Recording(LineParser):
-        def _parse_line(self, line, parsed):
-            seen.append(line)
-            return super()._parse_line(line, parsed)
-
-    _read_in_pieces(Recording(), blocks[:1])  # formats discovered: line by line, the lines holding an anchor
+    _read_in_pieces(_Recording(seen), blocks[:1])  # formats discovered: line by line, the lines holding an anchor
     first = len(seen)
     seen.clear()
-    pieces, in_pieces = _read_in_pieces(Recording(), blocks)
+    pieces, in_pieces = _read_in_pieces(_Recording(seen), blocks)
     assert len(pieces) > 5
     assert first < len(seen) < first + len(nan.splitlines()) * 5  # the second block: the exit lines and a few more
     assert _comparable(in_pieces) == _comparable(_every_line_alone(pieces, False))

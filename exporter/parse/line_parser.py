@@ -471,9 +471,7 @@ class LineParser:
         if (4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued)
                 or carriage.on_record_line(data, found, earlier)):
             return False
-        if self._stream_scanner[0] != self._routing:
-            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
-        scanner = self._stream_scanner[1]
+        scanner = self._scanner_without_prefixes()
         assert scanner is not None
         _, anchored, _ = self._passes.scan_segments(scanner, data)
         specials: list[int] = found.continued
@@ -598,9 +596,7 @@ class LineParser:
         starting, tags, lines = native.count_starts(data, prefix, prefix if role is None else b"[" + role.group(1))
         if starting != lines or (role is not None and tags != lines):
             return False
-        if self._stream_scanner[0] != self._routing:
-            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
-        scanner = self._stream_scanner[1]
+        scanner = self._scanner_without_prefixes()
         assert scanner is not None
         _, starts, _ = self._passes.scan(scanner, data)
         width = len(prefix)
@@ -682,6 +678,12 @@ class LineParser:
             return None
         return ranks
 
+    def _scanner_without_prefixes(self) -> native.Scanner | None:
+        """The scanner of the routing's anchors but the rank prefixes' (a rank stream's lines read after them)."""
+        if self._stream_scanner[0] != self._routing:
+            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
+        return self._stream_scanner[1]
+
     def _count_quiet_streams(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of several rank streams' lines none of which holds an anchor besides its prefix (a console's
         chatter: NCCL_DEBUG=INFO, before any step line or with none) counted by rank, without a Python operation
@@ -692,9 +694,7 @@ class LineParser:
         if (self._blocks or self._redrawn is not None or data[-1:] != b"\n" or b"\r" in data
                 or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
             return False
-        if self._stream_scanner[0] != self._routing:
-            self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
-        scanner = self._stream_scanner[1]
+        scanner = self._scanner_without_prefixes()
         if scanner is None or self._passes.scan(scanner, data)[1]:
             return False
         grouped = self._passes.group_lines(data, b"", *LINE_TAG, _LOOSE_PREFIX_STARTS)
