@@ -35,6 +35,8 @@ from exporter.simulate.demo import DemoRun
 from exporter.state import TrainingState
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from exporter.export.otlp_push import OtlpPush
 
 log = logging.getLogger(__name__)
@@ -132,15 +134,23 @@ class Exporter:
                  ", ".join([*(str(d) for d in self.settings.log_dir), *self.settings.log_file]))
         _report_speedups()
 
-    def stop(self) -> None:
-        if self.demo is not None:
-            self.demo.stop()
-        self.follower.stop()
-        if self.checkpointer is not None:
-            self.checkpointer.stop()  # after the follower: the last checkpoint has every line read
-        if self.otlp is not None:
-            self.otlp.stop()  # after the follower: the last push carries everything read
-        self.http.stop()
+    def stop(self) -> dict[str, float]:
+        """Stop every part in order; the seconds each took."""
+        parts: list[tuple[str, Callable[[], object] | None]] = [
+            ("demo", self.demo.stop if self.demo is not None else None),
+            ("follower", self.follower.stop),
+            # After the follower: the last checkpoint has every line read, the last push carries it.
+            ("checkpoint", self.checkpointer.stop if self.checkpointer is not None else None),
+            ("otlp", self.otlp.stop if self.otlp is not None else None),
+            ("http", self.http.stop),
+        ]
+        took = {}
+        for name, stop in parts:
+            if stop is not None:
+                started = time.monotonic()
+                stop()
+                took[name] = time.monotonic() - started
+        return took
 
 
 def serve(settings: Settings) -> int:
@@ -159,8 +169,17 @@ def serve(settings: Settings) -> int:
         return _start_failed(f"cannot start: {type(error).__name__}: {error}", 1, exporter)
     stopping.wait()
     log.info("shutting down")
-    exporter.stop()
+    _report_slow_stop(exporter.stop())
     return 0
+
+
+SLOW_STOP_SECONDS = 10.0  # a third of a pod's default grace period, after which the kubelet kills
+
+
+def _report_slow_stop(took: dict[str, float]) -> None:
+    if sum(took.values()) > SLOW_STOP_SECONDS:
+        log.warning("shutting down took %.1f s: %s", sum(took.values()),
+                    ", ".join(f"{name} {seconds:.1f} s" for name, seconds in took.items()))
 
 
 STOP_SECONDS = 5.0  # a start that failed stops what it started within this long, then the process exits

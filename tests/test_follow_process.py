@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import json
+import logging
 import os
 import resource
 import shutil
@@ -10,6 +12,8 @@ import subprocess
 
 import pytest
 
+from exporter.app import Exporter, _report_slow_stop
+from exporter.settings import load_settings
 from tests.support.exporter_process import ExporterProcess, exporter_command
 from tests.support.net import eventually
 
@@ -186,3 +190,24 @@ def test_hundreds_of_files_under_a_low_open_file_limit(tmp_path, log_dir):
         assert "cannot open" not in exporter.output()
     finally:
         exporter.stop()
+
+
+def test_stop_ends_the_follower_before_the_last_checkpoint_and_says_so_when_slow(tmp_path, log_dir, caplog):
+    write_steps(log_dir / "worker_0.log", 1, 10)
+    exporter = Exporter(load_settings(log_dir=[log_dir], web_listen_address="127.0.0.1:0", node="n",
+                                      state_file=tmp_path / "state.json"))
+    exporter.start()
+    eventually(lambda: exporter.follower.ready, 10, what="the first pass")
+    took = exporter.stop()
+    assert list(took) == ["follower", "checkpoint", "http"]
+    assert all(0 <= seconds < 30 for seconds in took.values())
+    log = log_dir / "worker_0.log"
+    positions = json.loads((tmp_path / "state.json").read_text())["positions"]
+    assert positions[str(log)]["offset"] == log.stat().st_size  # the last checkpoint has every line read
+
+    with caplog.at_level(logging.WARNING, logger="exporter.app"):
+        _report_slow_stop(took)
+        assert not caplog.records
+        _report_slow_stop({"follower": 5.02, "checkpoint": 9.5, "http": 0.01})
+    assert [record.getMessage() for record in caplog.records] == [
+        "shutting down took 14.5 s: follower 5.0 s, checkpoint 9.5 s, http 0.0 s"]

@@ -8,6 +8,7 @@ import ssl
 import subprocess
 import sys
 import tempfile
+import time
 from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
@@ -17,6 +18,7 @@ from tests.support.net import Samples, eventually, free_port, http_get, scrape
 REPO = Path(__file__).resolve().parents[2]
 CLOCK_TICKS = os.sysconf("SC_CLK_TCK")
 PORT_ATTEMPTS = 3  # another process may take the probed port before the exporter binds it
+EXIT_WITHIN = 30.0  # seconds: a pod's default grace period, after which the kubelet kills
 
 
 def exporter_command(*args: str) -> list[str]:
@@ -130,19 +132,35 @@ class ExporterProcess:
                     return int(line.split()[1])
         raise KeyError(field)
 
-    def kill(self, signum: int = signal.SIGKILL, timeout: float = 15.0) -> int:
-        """Send ``signum`` and wait for the exit; its status (negative: the signal that ended it)."""
+    def kill(self, signum: int = signal.SIGKILL, timeout: float = EXIT_WITHIN) -> int:
+        """Send ``signum`` and wait for the exit; its status (negative: the signal that ended it).
+
+        Not gone within ``timeout``: an AssertionError saying when it went, if it did, and what it printed.
+        """
         process = self._running()
         process.send_signal(signum)
-        return process.wait(timeout)
+        sent = time.monotonic()
+        try:
+            return process.wait(timeout)
+        except subprocess.TimeoutExpired:
+            pass
+        try:  # how late: a slow stop's warning in the output names the slow part
+            process.wait(timeout)
+            how = f"exited {time.monotonic() - sent:.1f} s after it"
+        except subprocess.TimeoutExpired:
+            how = f"still ran {time.monotonic() - sent:.1f} s after it"
+        raise AssertionError(f"the exporter did not exit within {timeout:.0f} s of signal {signum}; it {how}; "
+                             f"it printed:\n{self.output()[-4000:]}")
 
     def stop(self) -> str:
         """Terminate (SIGTERM, then SIGKILL after 10 s); returns everything the exporter printed."""
         if self._process is not None and self._process.poll() is None:
+            self._process.send_signal(signal.SIGTERM)
             try:
-                self.kill(signal.SIGTERM, timeout=10)
+                self._process.wait(10)
             except subprocess.TimeoutExpired:
-                self.kill(signal.SIGKILL)
+                self._process.kill()
+                self._process.wait()
         if not self._output.closed:
             self._printed = self.output()
             self._output.close()
