@@ -30,7 +30,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 from typing import Any
 
-from benchmarks import catchup, fleet, hostile, real_console, repeats, scale, scrapers, steady
+from benchmarks import catchup, fleet, formats, hostile, real_console, repeats, scale, scrapers, steady
 from benchmarks.generate import LogShape, write_worker_log
 from benchmarks.measure import run_measured, warm
 from tests.support.exporter_process import exporter_command
@@ -61,16 +61,18 @@ class Size:
     flooding: int  # clients sending wrong passwords
     sending: int  # clients sending 1 GiB bodies
     repeats: int  # copies of one step line (benchmarks/repeats.py)
+    format_lines: int  # each format's real log continued to as many lines (benchmarks/formats.py)
 
 
 FULL = Size(catchup_lines=2_000_000, catchup_rounds=5, steady_seconds=60, steady_ranks=8, noise_per_second=100,
             chatter_per_second=1000, chatter_seconds=30,
             scale_files=1024, scrape_clients=50, scrape_seconds=10, scrape_ranks=8, fleet_nodes=32, fleet_steps=200,
-            hostile_seconds=20, trickling=256, flooding=32, sending=16, repeats=10_000_000)
+            hostile_seconds=20, trickling=256, flooding=32, sending=16, repeats=10_000_000,
+            format_lines=1_000_000)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
              chatter_per_second=1000, chatter_seconds=3,  # enough lines for a few 10 ms CPU ticks
              scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20,
-             hostile_seconds=2, trickling=16, flooding=4, sending=2, repeats=20_000)
+             hostile_seconds=2, trickling=16, flooding=4, sending=2, repeats=20_000, format_lines=2_000)
 
 
 @dataclass(frozen=True, slots=True)
@@ -146,6 +148,9 @@ def targets(results: Results) -> list[Target]:
             Target(f"real console {name}: analyze --format json wall / grep|awk wall",
                    row["contenders"]["analyze_json"]["wall_seconds"] / row["contenders"]["grep_awk"]["wall_seconds"],
                    2, False, "x"))),
+        # Every format's step lines at block speed (issue 29): the consoles' floor, on a real log of each.
+        *(Target(f"format {name}: catch-up lines per second", row["contenders"]["exporter"]["lines_per_second"] / 1e6,
+                 1, True, " M") for name, row in results["formats"].items()),
         Target("analyze --csv: lines per second", results["analyze_csv"]["lines_per_second"] / 1e6, 1, True, " M"),
         Target("analyze: wall seconds / grep|awk wall seconds",
                results["analyze"]["wall_seconds"] / results["catchup"]["grep_awk"]["wall_seconds"], 2, False, "x"),
@@ -221,6 +226,8 @@ def run(size: Size, workdir: Path) -> Results:
     print("real consoles ...", file=sys.stderr)
     results["real_console"] = real_console.measure(workdir / "consoles", size.catchup_lines, size.catchup_rounds,
                                                    yardstick)
+    print("formats ...", file=sys.stderr)
+    results["formats"] = formats.measure(workdir / "formats", size.format_lines, 1)
     print("steady state ...", file=sys.stderr)
     results["steady"] = steady.measure(workdir / "steady", size.steady_ranks, size.noise_per_second,
                                        size.steady_seconds)
@@ -267,6 +274,7 @@ def report(results: Results, judged: list[Target]) -> str:
         _analyze_summary(results["analyze"], results["catchup"]),
         "analyze --format json --csv: " + _analyze_summary(results["analyze_csv"], results["catchup"]),
         real_console.summary(results["real_console"]),
+        formats.summary(results["formats"]),
         "",
         "| target | measured | limit | verdict |",
         "| --- | ---: | ---: | --- |",

@@ -1,0 +1,132 @@
+"""Each format's step lines at catch-up: a kept real log of it, continued copy after copy.
+
+Issue 29 asks for every format's step lines at block speed, not only MindFormers' and the
+two consoles'. Each format here has a real log kept in tests/fixtures (SOURCES.md says where
+it came from); its step counters are renumbered copy after copy, so a copy goes on from the
+one before instead of restarting the run. The exporter's catch-up (the serve loop's path,
+``benchmarks.catchup_exporter``) reads the file, its steps are checked, and ``grep -c`` of
+the format's anchor beside it gives the read limit of the same file.
+
+    python -m benchmarks.formats [LINES] [ROUNDS]
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import re
+import sys
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+
+from benchmarks.catchup import compile_bytecode
+from benchmarks.measure import Measured, run_measured, warm
+
+FIXTURES = Path(__file__).resolve().parent.parent / "tests" / "fixtures" / "real"
+
+
+@dataclass(frozen=True, slots=True)
+class FormatLog:
+    """A format's kept real log, how its lines print the step, and the literal ``grep -c`` looks for."""
+
+    format: str
+    fixture: str
+    # Each match: (before)(step)(between)(total), the last two empty where the line prints no total.
+    counter: bytes
+    anchor: str
+
+
+FORMATS = (
+    FormatLog("megatron", "megatron_tflops.log", rb"(iteration +)(\d+)(/ *)(\d+)", "iteration"),
+    FormatLog("deepspeed", "healthy/deepspeed_dschat_sft_opt1.3b.log", rb"(step=)(\d+)()()", "step="),
+    FormatLog("torchtitan", "healthy/torchtitan_qwen3_14b_run54.log", rb"(step: +)(\d+)()()", "loss:"),
+    FormatLog("nemo", "nemo2.log", rb"(iteration |global_step: )(\d+)(/?)(\d*)", "Training epoch "),
+    FormatLog("mmengine", "mmengine_iter.log", rb"(Iter\(train\) \[)(\d+)(/)(\d+)", "lr: "),
+    FormatLog("nanogpt", "nanogpt.log", rb"(iter )(\d+)()()", "iter "),
+    FormatLog("paddlenlp", "paddlenlp.log", rb"(global_step: )(\d+)()()", "global_step: "),
+    FormatLog("jsonl", "llamafactory_trainer_log.log", rb'("current_steps": )(\d+)(, "total_steps": )(\d+)',
+              'loss"'),
+)
+
+
+def continued(text: bytes, counter: re.Pattern[bytes], copies: int) -> bytes:
+    """``text`` ``copies`` times, each copy's steps after the copy before's last by the log's own interval."""
+    steps = sorted({int(found.group(2)) for found in counter.finditer(text)})
+    interval = min((later - earlier for earlier, later in zip(steps, steps[1:], strict=False)), default=1)
+    offset = steps[-1] - steps[0] + interval
+    total = steps[0] + offset * copies
+
+    return b"".join(counter.sub(functools.partial(_renumbered, shift=copy * offset, total=total), text)
+                    for copy in range(copies))
+
+
+def _renumbered(found: re.Match[bytes], shift: int, total: int) -> bytes:
+    """A step counter ``shift`` steps on, its total (where it prints one) the continued log's."""
+    before, step, between, printed_total = found.groups()
+    return b"%s%d%s%s" % (before, int(step) + shift, between, b"%d" % total if printed_total else b"")
+
+
+def write_log(directory: Path, spec: FormatLog, lines: int) -> tuple[Path, int, int]:
+    """The continued log of at least ``lines`` lines: its path, its lines, its steps (a step a line, or over two as
+    DeepSpeed prints one)."""
+    text = (FIXTURES / spec.fixture).read_bytes()
+    text = text if text.endswith(b"\n") else text + b"\n"
+    counter = re.compile(spec.counter)
+    copies = max(1, -(-lines // text.count(b"\n")))
+    directory.mkdir(parents=True, exist_ok=True)
+    path = directory / "train.log"
+    path.write_bytes(continued(text, counter, copies))
+    steps = len({found.group(2) for found in counter.finditer(text)})
+    return path, text.count(b"\n") * copies, steps * copies
+
+
+def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:
+    """Every format's log of ``lines`` lines: the exporter's catch-up and ``grep -c``, best of ``rounds``."""
+    compile_bytecode()
+    results: dict[str, dict] = {}
+    for spec in FORMATS:
+        directory = workdir / spec.format
+        path, written, steps = write_log(directory, spec, lines)
+        best: dict[str, Measured] = {}
+        for _ in range(rounds):
+            for name, command in (("exporter", [sys.executable, "-m", "benchmarks.catchup_exporter", str(directory)]),
+                                  ("grep_c", ["grep", "-c", spec.anchor, str(path)])):
+                warm(path)
+                result = run_measured(command)
+                if name == "exporter":
+                    _check(result.stdout, spec, written, steps)
+                if name not in best or result.wall_seconds < best[name].wall_seconds:
+                    best[name] = result
+        results[spec.format] = {
+            "fixture": spec.fixture, "lines": written, "steps": steps,
+            "contenders": {name: {"wall_seconds": result.wall_seconds, "cpu_seconds": result.cpu_seconds,
+                                  "lines_per_second": written / result.wall_seconds}
+                           for name, result in best.items()},
+            "reading_seconds": json.loads(best["exporter"].stdout)["seconds"]["reading"]}
+        path.unlink()
+    return results
+
+
+def _check(output: str, spec: FormatLog, lines: int, expected_steps: int) -> None:
+    ranks = json.loads(output)["ranks"]
+    counted = sum(rank["lines"] for rank in ranks.values())
+    steps = sum(rank["steps"] for rank in ranks.values())
+    if (counted, steps) != (lines, expected_steps):
+        raise AssertionError(f"{spec.format}: the exporter counted {counted} lines and {steps} steps, "
+                             f"the log holds {lines} and {expected_steps}")
+
+
+def summary(results: dict[str, dict]) -> str:
+    """One line: each format's catch-up lines a second, and grep -c's on the same file."""
+    parts = [f"{name} {row['contenders']['exporter']['lines_per_second']:,.0f} "
+             f"(grep -c {row['contenders']['grep_c']['lines_per_second']:,.0f})" for name, row in results.items()]
+    return "formats, catch-up lines/s of a real log continued: " + ", ".join(parts)
+
+
+if __name__ == "__main__":
+    with tempfile.TemporaryDirectory(prefix="trainlog-formats-") as work:
+        found = measure(Path(work), int(sys.argv[1]) if len(sys.argv) > 1 else 300_000,
+                        int(sys.argv[2]) if len(sys.argv) > 2 else 1)
+    print(json.dumps(found, indent=2))
+    print(summary(found))
