@@ -7,10 +7,12 @@ import functools
 import io
 import json
 import random
+import re
 from pathlib import Path
 
 import pytest
 
+from benchmarks import formats
 from benchmarks.generate import worker_log_lines
 from exporter import native
 from exporter.native import step_fields as step_fields_twin
@@ -52,7 +54,12 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
     examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
                 for name in ("worker_0.log", "scheduler.log")]
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
-            *_interleaved_logs())
+            *_interleaved_logs(), ("megatron_continued", _continued_log(formats.FORMATS[0], 30), False))
+
+
+def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:
+    """A format's real log, its steps renumbered copy after copy (benchmarks/formats.py): long runs of its lines."""
+    return formats.continued((FIXTURES / "real" / spec.fixture).read_bytes(), re.compile(spec.counter), copies)
 
 
 def _prefixed(prefix: bytes, data: bytes) -> bytes:
@@ -341,7 +348,8 @@ def test_scanner_rejects_empty_anchors():
 
 
 @pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
-                                  "torchrun_tee", "prefixed_stacked", "prefixed_stretches", "interleaved_tee",
+                                  "megatron", "megatron_continued", "torchrun_tee", "prefixed_stacked",
+                                  "prefixed_stretches", "interleaved_tee",
                                   "interleaved_failures"])
 def test_step_rows_are_each_lines_own_values(name):
     # analyze's CSV: a row per step line with that line's values and aux losses, from batches of many lines

@@ -30,7 +30,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, mindformers
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -712,6 +712,139 @@ def test_rows_ahead_holds_no_number_of_the_columns(tmp_path):
 def test_both_refuse_a_pairs_table_they_cannot_read_alike(table):
     for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
         with pytest.raises(ValueError):
+            reader(table)
+
+
+# The segments grammar (``iteration 5/ 90 | lm loss: 2.5 |``): Megatron-LM's table, and another with other punctuation.
+MEGATRON = megatron.RECORD.kernel_table
+OTHER_SEGMENTS = (b"", b"", b";", b"=", b"it", (b"<", b">|"),
+                  ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"l", Kind.FLOAT, 1, b"", b"", 0),
+                   (b"t", Kind.DURATION, 1, b"", b"us", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 0, b"", b"", 2),
+                   (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad"))
+SEGMENT_NAMES = ["lm loss", "LM Loss", "loss", "lm_loss", "elapsed time per iteration (ms)",
+                 "elapsed time per iteration", "elapsed time per iteration (s)", "elapsed time per iteration ( ms)",
+                 "elapsed (MS) time per iteration",
+                 "learning rate", "grad norm", "throughput per GPU (TFLOP/s/GPU)", "TFLOPs", "mtp_1 loss",
+                 "load_balancing_loss", "number of nan iterations", "number of skipped iterations", "nan iterations",
+                 "consumed samples", "  spaced  out ", "a (b (c) d) e", "x (unclosed", "__x__", "t", "l", "tok", "gn",
+                 "n bad", "bad", "(ms)", "x" * 130, "1st", "a-b/c", "iteration"]
+
+
+def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
+    separator, name_separator, step = (part.decode() for part in (table[2], table[3], table[4]))
+    space = lambda: rng.choice(["", " ", "   ", "\t"])  # noqa: E731
+    segments = []
+    for _ in range(rng.randint(0, 14)):
+        value = rng.choice([*TOKENS, "0", "0.0", "  0", "1.5E+00", "nan"])
+        shape = rng.random()
+        if shape < 0.8:
+            segments.append(f"{space()}{rng.choice(SEGMENT_NAMES)}{space()}{name_separator}{space()}{value}{space()}")
+        elif shape < 0.9:  # no name separator: the value is the last word
+            segments.append(f" {rng.choice(SEGMENT_NAMES)} {value} ")
+        else:
+            segments.append(rng.choice(["", " ", name_separator, f"{name_separator} 5", "justoneword"]))
+    if rng.random() < 0.02:
+        segments += [f" x{number}{name_separator} 1" for number in range(70)]  # more segments than a run reads
+    number = rng.choice(["1", "42", "007", "99999999999999999", "999999999999999999", "1234567890123456789", "x"])
+    total = rng.choice(["100", "  50000", "", "12345678901234567890"])
+    anchor = rng.choice([f"{step}{space()} {number}/{space()}{total}{space()}{separator}",
+                         f"{step} {number}{separator}", f"x{step} {number}/{total}{separator}",
+                         f"{step} {number}/{total}"])
+    prefix = rng.choice(["", " [2024-04-06 03:02:12] ", "[default3]:", "<rank1>|", "é ", f"{step} 3/4 ", "validation "])
+    return prefix + anchor + separator.join(segments) + rng.choice(["", separator, " trailing"])
+
+
+def _segments_lines(table: tuple, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    lines = [_fuzzed_segments_line(rng, table).encode("utf-8") for _ in range(8000)]
+    rng.shuffle(lines)
+    if table is MEGATRON:  # the real logs, in order
+        for name in ("megatron_tflops.log", "megatron_no_colon.log"):
+            lines += (REPO / "tests" / "fixtures" / "real" / name).read_bytes().splitlines() * 3
+        lines += (REPO / "tests" / "fixtures" / "formats" / "megatron.log").read_bytes().splitlines() * 3
+    # Runs: fuzzed lines at steps going up.
+    step = table[4].decode()
+    for number in range(3000):
+        line = _fuzzed_segments_line(rng, table)
+        lines.append(f"{step} {number // 3}/ 9000 {table[2].decode()}{line}".encode())
+    return lines
+
+
+@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+def test_segments_lines_read_in_runs_match_the_twin(table):
+    runs, rows, takes = _read_in_runs_by_both(table, _segments_lines(table, seed=3))
+    assert runs > 50 and rows > 500 and takes > 50
+
+
+@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+def test_a_segments_run_reads_a_line_as_the_per_line_reader_does(table):
+    """A line the run reads gives the per-line reader's record; it declines only what that reader must take: not
+    ASCII, tagged, a step beyond 18 digits, a name beyond 128 bytes, more than 64 segments, the counted value not 0."""
+    grammar = step_fields_twin._grammar(table)
+    tagged = re.compile(re.escape(table[5][0]) + rb"\w+" + re.escape(table[5][1]))
+    declined = read = 0
+    for line in _segments_lines(table, seed=6):
+        text = line.decode("utf-8", "replace")
+        record = step_fields_twin.read_record(table, text)
+        assert _bits(native.read_record(table, text)) == _bits(record)
+        for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
+            if reader.read(line + b"\n", [0], 0, 1):
+                steps, total, fields, named = reader.take()
+                assert record is not None and steps == [record.step] and total == record.total
+                assert _bits([field[:2] for field in fields]) == _bits([(value, unit) for value, unit in record.values])
+                assert _bits([(name, value) for name, value, *_ in named]) == _bits(list(record.named.items()))
+                read += 1
+            elif record is not None:
+                match = grammar.record.search(text)
+                segments = step_fields_twin._segments(grammar, text[match.end():])
+                assert (not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line)
+                        or len(segments) > 64 or any(len(name) > 128 for name, _ in segments)
+                        or record.named.get(grammar.segments[1], 0) != 0), line
+                declined += 1
+    assert read > 300 and declined > 100
+
+
+def test_the_megatron_reference_line():
+    line = (b" [2024-04-06 03:02:12] iteration       71/     100 | consumed samples:         9088 | elapsed time per "
+            b"iteration (ms): 5361.6 | throughput per GPU (TFLOP/s/GPU): 243.6 | learning rate: 1.420000E-05 | global "
+            b"batch size:   128 | lm loss: 1.818812E+00 | load_balancing_loss: 1.013377E+00 | loss scale: 1.0 | grad "
+            b"norm: 1.300 | num zeros: 0.0 | number of skipped iterations:   0 | number of nan iterations:   0 |")
+    for reader in (_step_fields.StepReader(MEGATRON), step_fields_twin.StepReader(MEGATRON)):
+        assert reader.read(line, [0], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        loss, step_time, lr, grad_norm, throughput = fields
+        assert (steps, total, loss[3], step_time[0], lr[0], grad_norm[0], throughput[:2]) == (
+            [71], 100, array("d", [1.818812]), 5.3616, 1.42e-05, 1.3, (243.6, None))
+        assert [(name, value) for name, value, *_ in named] == [
+            ("consumed_samples", 9088.0), ("global_batch_size", 128.0), ("load_balancing_loss", 1.013377),
+            ("loss_scale", 1.0), ("num_zeros", 0.0), ("skipped_iterations", 0.0), ("nan_iterations", 0.0)]
+        nan_interval = line.replace(b"nan iterations:   0", b"nan iterations:   2")
+        assert reader.read(nan_interval, [0], 0, 1) == 0  # the per-line reader counts its unprinted NaN losses
+        assert reader.read(line.replace(b"iteration    ", b"iterations   "), [0], 0, 1) == 0
+
+
+@pytest.mark.parametrize("key", ["tokens per gpu per second (tgs)", "train/mfu", "Elapsed Time (ms) per  iteration",
+                                 "a (b (c) d) e", "x (unclosed", "  __x__ ", "(ms)", "", "UPPER-case_9 x"])
+def test_the_kernel_normalises_a_name_as_the_twin_does(key):
+    table = (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b""))
+    for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
+        assert reader.read(b"it 1/2 | %s: 5 |" % key.encode(), [0], 0, 1) == (1 if key.strip() else 1)
+        named = reader.take()[3]
+        assert [name for name, *_ in named] == ([step_fields_twin.normalised_name(key)] if key.strip() else [])
+
+
+@pytest.mark.parametrize("table", [
+    (b"", b"", b"|", b"|", b"it", (b"<", b">|"), (), -1, (b"", b"")),
+    (b"", b"", b"||", b":", b"it", (b"<", b">|"), (), -1, (b"", b"")),
+    (b"", b"", b"|", b":", b"1t", (b"<", b">|"), (), -1, (b"", b"")),
+    (b"{", b"}", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"",)),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", "x")),
+])
+def test_both_refuse_a_segments_table_they_cannot_read_alike(table):
+    for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+        with pytest.raises((ValueError, TypeError)):
             reader(table)
 
 

@@ -29,7 +29,8 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
 #define MAX_DIGITS 18 /* an int64 for sure; a longer step or total is declined */
 #define MAX_NUMBER_TEXT 64
 #define MAX_STEP_NAMES 8
-#define MAX_PAIRS 64 /* the pairs grammar: a line printing more is declined */
+#define MAX_PAIRS 64 /* the pairs and segments grammars: a line printing more is declined */
+#define MAX_NAME 128 /* the segments grammar: a line printing a longer name is declined */
 
 typedef struct {
     const uint8_t *at;
@@ -46,6 +47,8 @@ typedef struct {
 typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
     int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
+    int segments;     /* the segments grammar (``iteration 5/ 9 | lm loss: 2.5 |``) */
+    Text dropped, counted; /* the segments grammar: a prefix dropped from names, a named value that must be 0 */
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
@@ -483,6 +486,34 @@ read_pairs_table(PyObject *tuple, Table *table)
     return 0;
 }
 
+/* The segments grammar's punctuation, step name and (dropped, counted); -1 on error. */
+static int
+read_segments_table(PyObject *tuple, Table *table)
+{
+    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), 2);
+    if (segments == NULL || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
+        || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
+        || text_of(PyTuple_GET_ITEM(tuple, 4), &table->step_name) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 0), &table->dropped) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 1), &table->counted) < 0) {
+        return -1;
+    }
+    if (table->pair_separator == table->name_separator) {
+        PyErr_SetString(PyExc_ValueError, "the pairs grammar needs value separators other than its name separator");
+        return -1;
+    }
+    if (table->step_name.length == 0 || !is_name_start(table->step_name.at[0])) {
+        PyErr_SetString(PyExc_ValueError, "a field table's step names are names");
+        return -1;
+    }
+    if (table->required != -1) {
+        PyErr_SetString(PyExc_ValueError, "the segments grammar requires no field");
+        return -1;
+    }
+    table->segments = 1;
+    return 0;
+}
+
 /* The first field entry of ``column``; -1 when none sets it. */
 static Py_ssize_t
 first_of_column(const Table *table, Py_ssize_t column)
@@ -524,19 +555,27 @@ read_table(PyObject *object, Table *table)
 {
     PyObject *tuple = tuple_of(object, -1);
     if (tuple == NULL) return -1;
-    if (PyTuple_GET_SIZE(tuple) != 7 && PyTuple_GET_SIZE(tuple) != 8) {
-        PyErr_SetString(PyExc_ValueError, "a field table has seven or eight items");
+    Py_ssize_t size = PyTuple_GET_SIZE(tuple);
+    if (size < 7 || size > 9) {
+        PyErr_SetString(PyExc_ValueError, "a field table has seven to nine items");
         return -1;
     }
     Text opener, closer;
     if (text_of(PyTuple_GET_ITEM(tuple, 0), &opener) < 0 || text_of(PyTuple_GET_ITEM(tuple, 1), &closer) < 0) return -1;
     table->required = -1;
-    if (PyTuple_GET_SIZE(tuple) == 8) {
+    if (size >= 8) {
         int required;
         if (int_of(PyTuple_GET_ITEM(tuple, 7), &required) < 0) return -1;
         table->required = required;
     }
-    if (opener.length == 0 && closer.length == 0) {
+    if (size == 9) {
+        if (opener.length || closer.length) {
+            PyErr_SetString(PyExc_ValueError, "the segments grammar is (dropped, counted), without opener and closer");
+            return -1;
+        }
+        if (read_segments_table(tuple, table) < 0) return -1;
+    }
+    else if (opener.length == 0 && closer.length == 0) {
         if (read_pairs_table(tuple, table) < 0) return -1;
     }
     else if (byte_of(PyTuple_GET_ITEM(tuple, 0), &table->opener) < 0
@@ -613,6 +652,16 @@ typedef struct {
 
 #define SHAPE_BYTES 256
 
+/* The segments grammar: a name as the line before printed it at one place, and what it is. Lines print the same
+ * names in the same order: a name found again at its place needs no normalising and no lookup. */
+typedef struct {
+    uint8_t printed[MAX_NAME], name[MAX_NAME];
+    Py_ssize_t printed_length, name_length;
+    Py_ssize_t field;       /* its field entry, -1: a named value */
+    double bare_per_second; /* a DURATION's bare unit the name holds, 0: the field's */
+    Py_ssize_t named;       /* where the run's named values last held it, -1: not yet */
+} SegmentName;
+
 /* The pairs grammar: the names the last line read printed, in order. A line printing the same names one space apart
  * holds the same pairs, which then need no lookup and no check (read_pairs_line). */
 typedef struct {
@@ -634,6 +683,7 @@ typedef struct {
     Named *named;
     Py_ssize_t named_count, named_capacity;
     Py_ssize_t line_named; /* distinct named values of the line being read */
+    SegmentName *segment_names; /* the segments grammar: the names of the last line read, by their place */
 } Run;
 
 /* A run's memory is the raw allocator's and a failure raises nothing: a run may be read on a thread that does not
@@ -671,24 +721,31 @@ grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
     return 0;
 }
 
+/* ``hint`` (or NULL): where the run's named values held the name when last asked, set to where they hold it. */
 static int
-note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value)
+note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ssize_t *hint)
 {
     Py_ssize_t line = run->count;
-    for (Py_ssize_t i = 0; i < run->named_count; i++) {
-        Named *named = &run->named[i];
-        if (!same_text(name, length, text_of_owned(&named->name))) continue;
+    Py_ssize_t at = hint && *hint >= 0 && *hint < run->named_count
+                    && same_text(name, length, text_of_owned(&run->named[*hint].name)) ? *hint : -1;
+    for (Py_ssize_t i = 0; at < 0 && i < run->named_count; i++) {
+        if (same_text(name, length, text_of_owned(&run->named[i].name))) at = i;
+    }
+    if (at >= 0) {
+        Named *named = &run->named[at];
         named->value = value;
         if (named->last_line != line) {
             named->last_line = line;
             named->lines++;
             run->line_named++;
         }
+        if (hint) *hint = at;
         return 0;
     }
     if (grow((void **)&run->named, &run->named_capacity, run->named_count, sizeof(Named)) < 0) return -1;
     Named *added = &run->named[run->named_count];
     *added = (Named){{NULL, 0, 0}, value, 1, line, run->line_named, line};
+    if (hint) *hint = run->named_count;
     if (own_text(&added->name, (Text){name, length}) < 0) return -1;
     run->named_count++;
     run->line_named++;
@@ -698,13 +755,13 @@ note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value)
 /* One pair of the record, ``index`` its name's field entry (-1: a named value): 0, or -1 on error. */
 static int
 apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_length, const uint8_t *raw,
-           Py_ssize_t raw_length)
+           Py_ssize_t raw_length, double bare_per_second, Py_ssize_t *named_hint)
 {
     double value = 0;
     int parsed;
     if (index < 0) {
         parsed = parse_float(raw, raw_length, &value, run->interpreter);
-        return parsed <= 0 ? parsed : note_named(run, name, name_length, value);
+        return parsed <= 0 ? parsed : note_named(run, name, name_length, value, named_hint);
     }
     const FieldSpec *field = &run->table->fields[index];
     Slot *slot = &run->slots[field->column];
@@ -715,7 +772,9 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
         if (parsed == 1) *slot = (Slot){1, value, unit};
         return parsed < 0 ? parsed : 0;
     }
-    parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, field->bare_per_second, &value, run->interpreter)
+    parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, bare_per_second ? bare_per_second
+                                                                            : field->bare_per_second, &value,
+                                                         run->interpreter)
                                           : parse_float(raw, raw_length, &value, run->interpreter);
     if (parsed < 0) return parsed;
     *slot = (Slot){parsed, value, {NULL, 0}};
@@ -753,7 +812,7 @@ read_pairs(Run *run, const uint8_t *at, const uint8_t *end)
         const uint8_t *stripped = value_end;
         while (stripped > value && is_space(stripped[-1])) stripped--;
         Py_ssize_t index = field_named(table, at, name_end - at);
-        int applied = apply_pair(run, index, at, name_end - at, value, stripped - value);
+        int applied = apply_pair(run, index, at, name_end - at, value, stripped - value, 0, NULL);
         if (applied < 0) return applied;
         at = value_end;
     }
@@ -954,10 +1013,171 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     run->line_named = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         int applied = i == step_pair ? 0 : apply_pair(run, pairs[i].field, pairs[i].name, pairs[i].name_length,
-                                                      pairs[i].value, pairs[i].value_length);
+                                                      pairs[i].value, pairs[i].value_length, 0, NULL);
         if (applied < 0) return applied;
     }
     return commit(run, step, has_total, total) < 0 ? -1 : 1;
+}
+
+/* The segments grammar: the first ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, the step
+ * name not after a name byte: 1 with the step, the total and where the segments begin; 0 none; 2 a number too long. */
+static int
+find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end, long long *step, long long *total,
+                     const uint8_t **rest)
+{
+    const Text name = table->step_name;
+    for (const uint8_t *at = line; end - at >= name.length;) {
+        const uint8_t *found = memchr(at, name.at[0], (size_t)(end - at - name.length + 1));
+        if (found == NULL) return 0;
+        at = found + 1;
+        if (memcmp(found, name.at, (size_t)name.length) != 0 || (found > line && is_name(found[-1]))) continue;
+        const uint8_t *after = found + name.length, *digits = skip_spaces(after, end);
+        int too_long = 0;
+        if (digits == after || !read_digits(&digits, end, step, &too_long) || !expect_byte(&digits, end, '/')) continue;
+        digits = skip_spaces(digits, end);
+        if (!read_digits(&digits, end, total, &too_long)) continue;
+        digits = skip_spaces(digits, end);
+        if (!expect_byte(&digits, end, table->pair_separator)) continue;
+        *rest = digits;
+        return too_long ? 2 : 1;
+    }
+    return 0;
+}
+
+/* normalised_name of the printed name: parenthesised text (and the spaces before it) left out, lowercase, each run
+ * of other bytes than [0-9a-z] one ``_``, none at either end; its length in ``out`` (room for the name's). */
+static Py_ssize_t
+normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out)
+{
+    Py_ssize_t length = 0;
+    int gap = 0;
+    while (at < end) {
+        const uint8_t *open = skip_spaces(at, end);
+        if (open < end && *open == '(') {
+            const uint8_t *close = memchr(open, ')', (size_t)(end - open));
+            if (close != NULL) {
+                at = close + 1;
+                continue;
+            }
+        }
+        for (const uint8_t *byte = at; byte <= open && byte < end; byte++) {
+            uint8_t lower = (*byte >= 'A' && *byte <= 'Z') ? (uint8_t)(*byte + ('a' - 'A')) : *byte;
+            if ((lower >= 'a' && lower <= 'z') || is_digit(lower)) {
+                if (gap && length) out[length++] = '_';
+                out[length++] = lower;
+                gap = 0;
+            } else {
+                gap = 1;
+            }
+        }
+        at = open + 1;
+    }
+    return length;
+}
+
+/* The bare duration unit the printed name holds in its first parentheses: units a second, or 0. */
+static double
+unit_in_name(const uint8_t *at, const uint8_t *end)
+{
+    const uint8_t *open = memchr(at, '(', (size_t)(end - at));
+    const uint8_t *close = open ? memchr(open, ')', (size_t)(end - open)) : NULL;
+    return close ? duration_unit(open + 1, close - open - 1) : 0;
+}
+
+static void
+strip(const uint8_t **at, const uint8_t **end)
+{
+    *at = skip_spaces(*at, *end);
+    while (*end > *at && is_space((*end)[-1])) (*end)--;
+}
+
+/* The name printed at ``at`` as the segment ``place`` of a line: its entry of the run's names, normalised and looked
+ * up when the line before printed another name there. */
+static SegmentName *
+segment_name(Run *run, Py_ssize_t place, const uint8_t *at, const uint8_t *end)
+{
+    const Table *table = run->table;
+    SegmentName *known = &run->segment_names[place];
+    Py_ssize_t length = end - at;
+    if (known->printed_length == length && memcmp(known->printed, at, (size_t)length) == 0) return known;
+    memcpy(known->printed, at, (size_t)length);
+    known->printed_length = length;
+    const uint8_t *kept = at;
+    if (length >= table->dropped.length && same_text(at, table->dropped.length, table->dropped)) {
+        kept += table->dropped.length;
+    }
+    known->name_length = normalise_name(kept, end, known->name);
+    known->field = field_named(table, known->name, known->name_length);
+    known->bare_per_second = unit_in_name(at, end);
+    known->named = -1;
+    return known;
+}
+
+typedef struct {
+    SegmentName *name;
+    const uint8_t *value;
+    Py_ssize_t value_length;
+} Segment;
+
+/* The segments grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error, NEEDS_INTERPRETER (nothing of
+ * the line is in the run). */
+static int
+read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
+{
+    const Table *table = run->table;
+    long long step, total;
+    const uint8_t *at;
+    if (find_segments_record(table, line, end, &step, &total, &at) != 1) return 0;
+    /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
+    if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
+    Segment segments[MAX_PAIRS];
+    Py_ssize_t count = 0;
+    for (;;) {
+        const uint8_t *segment_end = memchr(at, table->pair_separator, (size_t)(end - at));
+        if (segment_end == NULL) segment_end = end;
+        const uint8_t *name = at, *name_end, *value, *value_end = segment_end;
+        const uint8_t *separator = memchr(at, table->name_separator, (size_t)(segment_end - at));
+        if (separator != NULL) {
+            name_end = separator;
+            value = separator + 1;
+        } else { /* the segment stripped, its last word the value */
+            strip(&name, &value_end);
+            const uint8_t *space = value_end;
+            while (space > name && space[-1] != ' ') space--;
+            name_end = space > name ? space - 1 : name;
+            value = space;
+        }
+        strip(&name, &name_end);
+        strip(&value, &value_end);
+        if (name_end > name) {
+            if (count == MAX_PAIRS || name_end - name > MAX_NAME) return 0;
+            segments[count] = (Segment){segment_name(run, count, name, name_end), value, value_end - value};
+            count++;
+        }
+        if (segment_end == end) break;
+        at = segment_end + 1;
+    }
+    if (table->counted.length) { /* its latest number: the per-line reader's when not 0 */
+        double counted = 0;
+        for (Py_ssize_t i = 0; i < count; i++) {
+            const SegmentName *name = segments[i].name;
+            if (name->field >= 0 || !same_text(name->name, name->name_length, table->counted)) continue;
+            double value;
+            int parsed = parse_float(segments[i].value, segments[i].value_length, &value, run->interpreter);
+            if (parsed < 0) return parsed;
+            if (parsed == 1) counted = value;
+        }
+        if (counted != 0) return 0;
+    }
+    memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
+    run->line_named = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        SegmentName *name = segments[i].name;
+        int applied = apply_pair(run, name->field, name->name, name->name_length, segments[i].value,
+                                 segments[i].value_length, name->bare_per_second, &name->named);
+        if (applied < 0) return applied;
+    }
+    return commit(run, step, 1, total) < 0 ? -1 : 1;
 }
 
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran
@@ -968,6 +1188,7 @@ read_line(Run *run, const uint8_t *line, const uint8_t *end)
     const Table *table = run->table;
     if (!is_ascii(line, end) || is_tagged(table, line, end)) return 0;
     if (table->pairs) return read_pairs_line(run, line, end);
+    if (table->segments) return read_segments_line(run, line, end);
     const uint8_t *opener = line;
     while ((opener = memchr(opener, table->opener, (size_t)(end - opener))) != NULL) {
         long long step, total;
@@ -1111,6 +1332,7 @@ free_run(Run *run)
     PyMem_RawFree(run->slots);
     PyMem_RawFree(run->steps);
     PyMem_RawFree(run->named);
+    PyMem_RawFree(run->segment_names);
     *run = (Run){0};
 }
 
@@ -1122,6 +1344,7 @@ new_run(Run *run, const Table *table, int interpreter)
     run->columns = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Column));
     run->slots = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Slot));
     if (run->columns == NULL || run->slots == NULL) return -1;
+    if (table->segments && (run->segment_names = PyMem_RawCalloc(MAX_PAIRS, sizeof(SegmentName))) == NULL) return -1;
     for (Py_ssize_t i = 0; i < table->columns; i++) run->columns[i].series = table->fields[first_of_column(table, i)].series;
     return 0;
 }

@@ -4,7 +4,7 @@ A field table is a step record's grammar as plain data, built by the format modu
 owns the grammar (parse/ turns its declaration into this tuple; nothing here knows a
 framework or a field):
 
-    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required])
+    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required[, segments]])
 
 - ``opener``, ``closer``, ``pair_separator``, ``name_separator``: one byte each
   (``b"{"``, ``b"}"``, ``b","``, ``b":"``);
@@ -19,7 +19,8 @@ framework or a field):
   sets: several names may set one column (``lr`` and ``learning_rate``); without it, each
   entry is its own column, in order. Entries of one column agree on kind, series, absent
   and unit;
-- ``required``: a column a record must print (``-1`` or absent: none).
+- ``required``: a column a record must print (``-1`` or absent: none);
+- ``segments``: ``(dropped, counted)``, the segments grammar (below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -44,6 +45,18 @@ its column; the line holds a record only with its step and its required column p
 (``key=value`` training loops: ``step=12/30 loss=2.5 lr=0.01``). The run declines, besides
 what it declines of any grammar, a line printing a name twice, two names of one column or
 two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
+
+Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
+``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte;
+the rest of the line is cut at each ``pair_separator`` into segments, each ``name name_separator value`` (at its
+first name separator) or, without one, the segment stripped and its value the last word (after its last space).
+The name is stripped (a segment whose name is empty holds no pair), ``dropped`` is removed from its start, and it
+is normalised (``normalised_name``: ``elapsed time per iteration (ms)`` is ``elapsed_time_per_iteration``): the
+table's names are normalised ones. A DURATION field's bare value is in the duration unit the printed name holds
+in its first parentheses (``(ms)``), else in the field's. Pairs apply as in the record grammar. ``counted`` names
+a named value counting something the per-line reader must see (b"": none): the run declines, besides what it
+declines of any grammar, a line printing it other than 0, a name longer than MAX_NAME bytes or more than
+MAX_PAIRS segments.
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
@@ -83,6 +96,7 @@ from exporter.native.numbers import parse_duration_seconds, parse_float, parse_n
 MAX_DIGITS = 18  # a step or total with more goes to the per-line parser: 64-bit integers suffice
 MAX_PAIRS = 64  # the pairs grammar: a line printing more pairs goes to the per-line parser
 MAX_STEP_NAMES = 8
+MAX_NAME = 128  # the segments grammar: a longer name goes to the per-line parser
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -142,7 +156,18 @@ class StepReader:
             if not line.isascii() or grammar.tagged.match(line):
                 break
             text = line.decode("ascii")
-            if grammar.pairs:
+            if grammar.segments is not None:
+                match = grammar.record.search(text) if grammar.record is not None else None
+                if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
+                    break
+                segments = _segments(grammar, text[match.end():])
+                if len(segments) > MAX_PAIRS or any(len(printed) > MAX_NAME for printed, _ in segments):
+                    break
+                record = _segments_record(self._table, match, segments)
+                counted = grammar.segments[1]
+                if counted and record.named.get(counted, 0.0) != 0.0:
+                    break
+            elif grammar.pairs:
                 if _ambiguous_pairs(grammar, text):
                     break
                 step = _pairs_step(grammar, dict(grammar.pair.findall(text)))
@@ -211,7 +236,21 @@ def read_record(table: tuple, text: str) -> Record | None:
     if grammar.record is None:
         return _pairs_record(table, text)
     match = grammar.record.search(text)
-    return None if match is None else _record(table, match)
+    if match is None:
+        return None
+    if grammar.segments is not None:
+        return _segments_record(table, match, _segments(grammar, text[match.end():]))
+    return _record(table, match)
+
+
+def normalised_name(printed: str) -> str:
+    """``tokens per gpu per second (tgs)`` -> ``tokens_per_gpu_per_second``; ``train/mfu`` -> ``train_mfu``."""
+    return _NOT_NAME.sub("_", _PARENTHESES.sub("", printed).lower()).strip("_")
+
+
+_PARENTHESES = re.compile(r"\s*\([^)]*\)")
+_NOT_NAME = re.compile(r"[^0-9a-z]+")
+_FIRST_PARENTHESES = re.compile(r"\(([^)]*)\)")
 
 
 def write_rows(fd: int, jobs: list) -> None:
@@ -241,15 +280,16 @@ def _rows_text(job: object) -> str:
     return "".join(cells)
 
 
-def _convert(entry: tuple, raw: str) -> tuple[float | None, str | None] | None:
-    """A field's printed value converted: (value, unit); (None, None) unsets the column; None leaves it as it was."""
+def _convert(entry: tuple, raw: str, bare_unit: str = "") -> tuple[float | None, str | None] | None:
+    """A field's printed value converted: (value, unit); (None, None) unsets the column; None leaves it as it was.
+    ``bare_unit``: the unit of a bare DURATION value the line names (the segments grammar), else the field's."""
     _, kind, _, absent, default_unit, *_ = entry
     if absent and raw == absent.decode("ascii"):
         return None
     if kind == Kind.FLOAT:
         return parse_float(raw), None
     if kind == Kind.DURATION:
-        return parse_duration_seconds(raw, default_unit.decode("ascii") or "s"), None
+        return parse_duration_seconds(raw, bare_unit or default_unit.decode("ascii") or "s"), None
     parsed = parse_number_with_unit(raw)
     return None if parsed is None else (parsed[0], parsed[1] or None)
 
@@ -261,22 +301,50 @@ def _record(table: tuple, match: re.Match[str]) -> Record:
     return Record(int(match.group(1)), int(match.group(2)), values, named)
 
 
-def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]]
-            ) -> tuple[list[tuple[float | None, str | None]], dict[str, float]]:
-    """A line's (name, raw value) pairs as the table's columns and the named values no column takes."""
+def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]],
+            bare_units: Sequence[str] = ()) -> tuple[list[tuple[float | None, str | None]], dict[str, float]]:
+    """A line's (name, raw value) pairs as the table's columns and the named values no column takes; ``bare_units``:
+    each pair's unit of a bare duration ("": the field's)."""
     values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
     named: dict[str, float] = {}
-    for name, raw in pairs:
+    for number, (name, raw) in enumerate(pairs):
         field = grammar.field_index.get(name)
         if field is None:
             value = parse_float(raw)
             if value is not None:
                 named[name] = value
             continue
-        converted = _convert(fields[field], raw)
+        converted = _convert(fields[field], raw, bare_units[number] if bare_units else "")
         if converted is not None:
             values[grammar.column_of[field]] = converted
     return values, named
+
+
+def _segments(grammar: _Grammar, rest: str) -> list[tuple[str, str]]:
+    """The segments grammar: the (stripped printed name, stripped raw value) of each segment after the record's
+    start that holds a name (module docstring)."""
+    pairs = []
+    for segment in rest.split(grammar.pair_separator):
+        printed, separator, raw = segment.partition(grammar.name_separator)
+        if not separator:
+            printed, _, raw = segment.strip().rpartition(" ")
+        printed = printed.strip()
+        if printed:
+            pairs.append((printed, raw.strip()))
+    return pairs
+
+
+def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[str, str]]) -> Record:
+    grammar = _grammar(table)
+    assert grammar.segments is not None
+    dropped = grammar.segments[0]
+    bare_units = []
+    for printed, _ in segments:
+        unit = _FIRST_PARENTHESES.search(printed)
+        bare_units.append(unit.group(1) if unit and unit.group(1).lower() in _DURATION_UNITS else "")
+    values, named = _values(grammar, table[6], [(normalised_name(printed.removeprefix(dropped)), raw)
+                                                for printed, raw in segments], bare_units)
+    return Record(int(match.group(1)), int(match.group(2)), values, named)
 
 
 def _pairs_record(table: tuple, text: str) -> Record | None:
@@ -322,6 +390,9 @@ class _Grammar(NamedTuple):
     columns: tuple[int, ...]  # each column's first field entry
     column_names: tuple[frozenset[str], ...]  # each column's names
     required: int  # the column a record must print, -1: none
+    segments: tuple[str, str] | None = None  # the segments grammar: (dropped, counted)
+    pair_separator: str = ""
+    name_separator: str = ""
 
 
 def _punctuation(part: bytes) -> bool:
@@ -331,19 +402,25 @@ def _punctuation(part: bytes) -> bool:
 @lru_cache(maxsize=16)
 def _grammar(table: tuple) -> _Grammar:
     """The table's record, pair and line-tag patterns (the grammar the module docstring states)."""
-    if len(table) not in (7, 8):
-        raise ValueError("a field table has seven or eight items")
+    if len(table) not in (7, 8, 9):
+        raise ValueError("a field table has seven to nine items")
     opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table[:7]
-    required = table[7] if len(table) == 8 else -1
-    pairs = opener == b"" and closer == b""
+    required = table[7] if len(table) >= 8 else -1
+    segments = table[8] if len(table) == 9 else None
+    pairs = opener == b"" and closer == b"" and segments is None
+    if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 2
+                                                          and all(type(part) is bytes for part in segments))):
+        raise ValueError("the segments grammar is (dropped, counted), without opener and closer")
+    if segments is not None and required != -1:
+        raise ValueError("the segments grammar requires no field")
     separators = [pair_separator[i:i + 1] for i in range(len(pair_separator))] if pairs else [pair_separator]
-    for punctuation in (*((name_separator,) if pairs else (opener, closer, name_separator)), *separators):
+    for punctuation in (*((name_separator,) if pairs or segments else (opener, closer, name_separator)), *separators):
         if not _punctuation(punctuation):
             raise ValueError("a field table's punctuation is one ASCII byte each, neither a space nor a name byte")
-    if pairs and (not separators or name_separator in separators):
+    if (pairs or segments) and (not separators or name_separator in separators):
         raise ValueError("the pairs grammar needs value separators other than its name separator")
     step_names = tuple(step_name) if pairs else (step_name,)
-    if pairs and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
+    if (pairs or segments) and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
             type(name) is bytes and re.match(rb"[A-Za-z_]", name) for name in step_names)):
         raise ValueError("a field table's step names are names")
     if len({name for name, *_ in fields}) != len(fields):
@@ -374,6 +451,12 @@ def _grammar(table: tuple) -> _Grammar:
         return _Grammar(None, pair, tagged, field_index, True, tuple(name.decode("ascii") for name in step_names),
                         column_of, tuple(columns[number] for number in range(len(columns))), column_names, required)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
+    if segments is not None:
+        record = re.compile(rf"(?<![A-Za-z0-9_]){step}\s+(\d+)/\s*(\d+)\s*{p}")
+        return _Grammar(record, record, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
+                        tuple(columns[number] for number in range(len(columns))), column_names, required,
+                        (segments[0].decode("ascii"), segments[1].decode("ascii")), pair_separator.decode("ascii"),
+                        name_separator.decode("ascii"))
     record = re.compile(rf"{o}\s*{step}{n}\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*{p}(?P<body>[^{o}{c}]*){c}")
     # A comma before exactly three digits cannot start a pair (a name starts with a letter): a thousands separator.
     thousands = r"|,(?=[0-9]{3}(?![0-9]))" if p == "," else ""

@@ -4,27 +4,20 @@ from __future__ import annotations
 
 import functools
 
+from exporter.native.step_fields import normalised_name
 from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
-
-_PARENTHESES = lazy(r"\s*\([^)]*\)")
-_NOT_NAME = lazy(r"[^0-9a-z]+")
 
 
 def metric_name(key: str) -> str:
     """'tokens per gpu per second (tgs)' -> 'tokens_per_gpu_per_second'; 'train/mfu' -> 'train_mfu'."""
     # A format's few keys come back on every step line (two regular expressions a key: a fifth of a Megatron line).
-    return _known_metric_name(key) if len(key) <= MAX_CACHED_KEY_CHARS else _metric_name(key)
+    return _known_metric_name(key) if len(key) <= MAX_CACHED_KEY_CHARS else normalised_name(key)
 
 
 MAX_CACHED_KEY_CHARS = 128  # a longer key is no field's name: not kept
-
-
-def _metric_name(key: str) -> str:
-    return _NOT_NAME.sub("_", _PARENTHESES.sub("", key).lower()).strip("_")
-
-
-_known_metric_name = functools.lru_cache(maxsize=4096)(_metric_name)
+# The step-field kernel's normalising of a name (its segments grammar): one rule for every parser.
+_known_metric_name = functools.lru_cache(maxsize=4096)(normalised_name)
 
 
 # Longer label values are cut: a name or a log field is never legitimately this long, and each

@@ -987,7 +987,7 @@ class LineParser:
         assert self._kernel_table is not None and self._kernel_format is not None
         assert self._kernel_format.step_table is not None
         table = self._kernel_table
-        builder.read_by(native.step_reader(table), self._kernel_format.step_table.gauges,
+        builder.read_by(native.step_reader(table), self._kernel_format.step_table.columns,
                         table if self._step_rows else None)
 
     def _failure(self, body: bytes, rank: int | None, parsed: ParsedBlock, host: str | None) -> bool:

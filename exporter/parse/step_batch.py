@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from typing import cast
+from typing import NamedTuple, cast
 
 from exporter import native
 from exporter.native.step_fields import Run
@@ -22,6 +22,15 @@ from exporter.parse.records import Named, Series, StepBatch, StepLine, StepRows
 # latest is enough (and of the named values, those a rank prints for itself: fields.is_rank_value).
 SERIES_FIELDS = ("loss", "grad_norm", "step_time_seconds")
 MAX_ROW_READERS = 64  # a rank's readers kept for the sets of aux losses its runs print
+
+
+class KernelColumn(NamedTuple):
+    """What a column of a kernel's field table sets: its gauge, further gauges (their latest only) and the gauge's unit
+    where the value prints none."""
+
+    gauge: str
+    also: tuple[str, ...] = ()
+    unit: str = ""
 
 
 class StepBatchBuilder:
@@ -49,6 +58,7 @@ class StepBatchBuilder:
         self._rows_table: tuple | None = None
         self._row_readers: dict[tuple[str, ...], native.StepReader] = {}  # aux losses -> a reader keeping them all
         self._gauges: tuple[str, ...] = ()
+        self._columns: tuple[KernelColumn, ...] = ()
         self._clear()
 
     def __len__(self) -> int:
@@ -59,13 +69,15 @@ class StepBatchBuilder:
         """True once runs of lines come through a reader (``read_by``)."""
         return self._reader is not None
 
-    def read_by(self, reader: native.StepReader, gauges: tuple[str, ...], table: tuple | None = None) -> None:
-        """Runs of lines will come through ``reader``, whose table's fields set ``gauges`` (and keep every value of
-        the series fields); with ``rows``, ``table`` is that table: a run's aux losses (the reader keeps their latest
-        only) are read again by it with each aux loss a series field of its own, and a run whose columns still do
-        not give each line's values (a line without a series gauge or an aux loss the others print) line by line."""
+    def read_by(self, reader: native.StepReader, columns: tuple[KernelColumn, ...], table: tuple | None = None) -> None:
+        """Runs of lines will come through ``reader``, whose table's fields set the gauges of ``columns`` (and keep
+        every value of the series fields); with ``rows``, ``table`` is that table: a run's aux losses (the reader
+        keeps their latest only) are read again by it with each aux loss a series field of its own, and a run whose
+        columns still do not give each line's values (a line without a series gauge or an aux loss the others
+        print) line by line."""
         self._merge_reader()
-        self._reader, self._gauges = reader, gauges
+        self._reader, self._columns = reader, columns
+        self._gauges = tuple(column.gauge for column in columns)
         self._rows_table, self._row_readers = table, {}
 
     def read_run(self, data: bytes, starts: list[int], index: int, limit: int,
@@ -244,9 +256,13 @@ class StepBatchBuilder:
         self._known_step = steps[-1]
         if total is not None:
             self._latest["total_steps"] = total
-        for gauge, (value, unit, series_steps, series_values) in zip(self._gauges, fields, strict=True):
+        for (gauge, also, fixed_unit), (value, unit, series_steps, series_values) in zip(self._columns, fields,
+                                                                                          strict=True):
             if value is not None:
                 self._latest[gauge] = value
+                for other in also:
+                    self._latest[other] = value
+                unit = unit or fixed_unit
             if unit:
                 self._units[gauge] = unit
             if series_steps and series_values:

@@ -1,9 +1,9 @@
 """A step record's grammar as data: what a format module declares for the step-field kernel.
 
-A format whose step lines are ``{ name: value, ... }`` records declares a StepTable; the
-LineParser then reads its runs of step lines with the kernel (native.read_step_lines) and
-any other line of it with the same grammar in Python (``read_line``). A field is added
-here, in the format module's table: nothing compiled names one.
+A format whose step lines are ``{ name: value, ... }`` records, ``name=value`` pairs or
+``name: value |`` segments declares a StepTable; the LineParser then reads its runs of step
+lines with the kernel (native.step_reader) and any other line of it with the same grammar
+(``read_line``). A field is added here, in the format module's table: nothing compiled names one.
 """
 
 from __future__ import annotations
@@ -13,9 +13,10 @@ from functools import cached_property
 
 from exporter import native
 from exporter.native import Kind
+from exporter.parse.numbers import finite_int
 from exporter.parse.ranks import LINE_TAG
 from exporter.parse.records import StepLine
-from exporter.parse.step_batch import SERIES_FIELDS
+from exporter.parse.step_batch import SERIES_FIELDS, KernelColumn
 
 __all__ = ["Kind", "StepField", "StepTable"]
 
@@ -30,6 +31,8 @@ class StepField:
     absent: str = ""  # a printed value meaning "not obtained this step": the gauge keeps its value
     default_unit: str = ""  # Kind.DURATION: the unit of a bare number ("" for seconds)
     aliases: tuple[str, ...] = ()  # other names printed for the same value (``learning_rate`` beside ``lr``)
+    unit: str = ""  # the unit of the gauge it sets, where the value prints none (Megatron's TFLOP/s/GPU)
+    also_sets: tuple[str, ...] = ()  # further gauges of the same value (their latest only)
 
 
 @dataclass(frozen=True)
@@ -39,6 +42,13 @@ class StepTable:
     Without opener and closer, the pairs grammar: ``step=12/30 loss=2.5 lr=0.01`` (the line is
     the record, ``pair_separator`` the bytes besides spaces that end a value, the step printed
     under ``step`` or one of ``step_aliases``, a record only with its ``required`` field).
+
+    With ``segments``, the segments grammar (Megatron-LM's ``iteration 5/ 90 | lm loss: 2.5 |``):
+    the record starts at ``step`` followed by ``N/TOTAL`` and ``pair_separator``, then each
+    segment is ``name name_separator value`` with names of any words, normalised
+    (``elapsed time per iteration (ms)`` is ``elapsed_time_per_iteration``, ``(ms)`` its unit),
+    ``dropped`` left out of their start; ``unprinted_nonfinite`` names the named value that counts
+    the non-finite losses of the interval the line does not print (native/step_fields.py).
 
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
@@ -53,6 +63,14 @@ class StepTable:
     step: str = "step"
     step_aliases: tuple[str, ...] = ()  # the pairs grammar: further names of the step, after ``step``
     required: str = ""  # a field a record prints (by any of its names): the pairs grammar's ``loss``
+    segments: bool = False
+    dropped: str = ""  # the segments grammar: a prefix its names print that is no part of them (``number of ``)
+    unprinted_nonfinite: str = ""  # the segments grammar: see above
+
+    @cached_property
+    def columns(self) -> tuple[KernelColumn, ...]:
+        """What each field sets, in the table's order, as the batch builder takes it."""
+        return tuple(KernelColumn(item.sets, item.also_sets, item.unit) for item in self.fields)
 
     @cached_property
     def gauges(self) -> tuple[str, ...]:
@@ -66,15 +84,18 @@ class StepTable:
 
     def kernel_table_keeping(self, series: tuple[str, ...]) -> tuple:
         """The kernel's table keeping every value of the gauges in ``series`` (analyze keeps them all)."""
+        # Only the gauge a column sets keeps its every value: a gauge it also sets keeps its latest.
+        assert not any(gauge in series for item in self.fields for gauge in item.also_sets)
         step = (tuple(name.encode() for name in (self.step, *self.step_aliases)) if not self.opener
-                else self.step.encode())
+                and not self.segments else self.step.encode())
         required = next((column for column, item in enumerate(self.fields) if item.name == self.required), -1)
+        segments = ((self.dropped.encode(), self.unprinted_nonfinite.encode()),) if self.segments else ()
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
                        item.default_unit.encode(), column)
                       for column, item in enumerate(self.fields) for name in (item.name, *item.aliases)),
-                required)
+                required, *segments)
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""
@@ -83,9 +104,13 @@ class StepTable:
             return None
         line = StepLine(record.step, {"total_steps": record.total} if record.total is not None else {},
                         named=record.named)
-        for gauge, (value, unit) in zip(self.gauges, record.values, strict=True):
+        for item, (value, unit) in zip(self.fields, record.values, strict=True):
             if value is not None:
-                line.values[gauge] = value
-                if unit:
-                    line.units[gauge] = unit
+                line.values[item.sets] = value
+                if unit or item.unit:
+                    line.units[item.sets] = unit or item.unit
+                for gauge in item.also_sets:
+                    line.values[gauge] = value
+        if self.unprinted_nonfinite in record.named:
+            line.unprinted_nonfinite_losses = finite_int(record.named[self.unprinted_nonfinite]) or 0
         return line
