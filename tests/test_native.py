@@ -804,6 +804,39 @@ def test_a_segments_run_reads_a_line_as_the_per_line_reader_does(table):
     assert read > 300 and declined > 100
 
 
+@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+def test_a_line_printing_the_segments_of_the_line_before_is_read_as_the_twin_reads_it(table):
+    """The kernel takes a segment whose bytes up to its name separator are the line before's at that place without
+    reading its name again: each line here follows such a line and differs from it by a little (a name a byte
+    longer, a space more, a separator gone or doubled, a segment more or less), so a shortcut taken where the
+    segment is not the same shows."""
+    separator, name_separator, step = table[2], table[3], table[4]
+    rng = random.Random(11)
+    names = [name.encode() for name in SEGMENT_NAMES[:20] if "nan" not in name]
+    lines = []
+    for number in range(1, 2500):
+        segments = [b" " + name + name_separator + b" " + rng.choice(TOKENS).encode() + b" "
+                    for name in names[: rng.randint(2, 12)]]
+        lines.append(b"%s %d/ 9999 %s%s" % (step, number, separator, separator.join(segments)))
+        changed = list(segments)
+        where = rng.randrange(len(changed))
+        change = rng.randrange(6)
+        if change == 0:
+            changed[where] = changed[where].replace(name_separator, b"x" + name_separator, 1)
+        elif change == 1:
+            changed[where] = b" " + changed[where]
+        elif change == 2:
+            changed[where] = changed[where].replace(name_separator, b" ", 1)
+        elif change == 3:
+            changed[where] = changed[where].replace(name_separator, name_separator * 2, 1)
+        elif change == 4:
+            changed[where] = changed[where].replace(name_separator, separator, 1)
+        else:
+            del changed[where]
+        lines.append(b"%s %d/ 9999 %s%s" % (step, number, separator, separator.join(changed)))
+    assert _read_in_runs_by_both(table, lines)[1] == len(lines)  # every line a record
+
+
 def test_the_megatron_reference_line():
     line = (b" [2024-04-06 03:02:12] iteration       71/     100 | consumed samples:         9088 | elapsed time per "
             b"iteration (ms): 5361.6 | throughput per GPU (TFLOP/s/GPU): 243.6 | learning rate: 1.420000E-05 | global "

@@ -654,9 +654,13 @@ typedef struct {
 
 /* The segments grammar: a name as the line before printed it at one place, and what it is. Lines print the same
  * names in the same order: a name found again at its place needs no normalising and no lookup. */
+#define MAX_HEAD (2 * MAX_NAME)
+
 typedef struct {
     uint8_t printed[MAX_NAME], name[MAX_NAME];
     Py_ssize_t printed_length, name_length;
+    uint8_t head[MAX_HEAD]; /* the segment's bytes before its name separator, spaces and all (0 long: none) */
+    Py_ssize_t head_length;
     Py_ssize_t field;       /* its field entry, -1: a named value */
     double bare_per_second; /* a DURATION's bare unit the name holds, 0: the field's */
     Py_ssize_t named;       /* where the run's named values last held it, -1: not yet */
@@ -1133,6 +1137,19 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     Segment segments[MAX_PAIRS];
     Py_ssize_t count = 0;
     for (;;) {
+        SegmentName *known = count < MAX_PAIRS ? &run->segment_names[count] : NULL;
+        Py_ssize_t head = known ? known->head_length : 0;
+        if (head && end - at > head && at[head] == table->name_separator && memcmp(at, known->head, (size_t)head) == 0) {
+            /* The line before's bytes up to this segment's name separator: its name, and no separator before. */
+            const uint8_t *value = at + head + 1;
+            const uint8_t *segment_end = memchr(value, table->pair_separator, (size_t)(end - value));
+            const uint8_t *value_end = segment_end ? segment_end : end;
+            strip(&value, &value_end);
+            segments[count++] = (Segment){known, value, value_end - value};
+            if (segment_end == NULL) break;
+            at = segment_end + 1;
+            continue;
+        }
         const uint8_t *segment_end = memchr(at, table->pair_separator, (size_t)(end - at));
         if (segment_end == NULL) segment_end = end;
         const uint8_t *name = at, *name_end, *value, *value_end = segment_end;
@@ -1151,8 +1168,10 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
         strip(&value, &value_end);
         if (name_end > name) {
             if (count == MAX_PAIRS || name_end - name > MAX_NAME) return 0;
-            segments[count] = (Segment){segment_name(run, count, name, name_end), value, value_end - value};
-            count++;
+            SegmentName *named = segment_name(run, count, name, name_end);
+            named->head_length = separator && separator - at <= MAX_HEAD ? separator - at : 0;
+            memcpy(named->head, at, (size_t)named->head_length);
+            segments[count++] = (Segment){named, value, value_end - value};
         }
         if (segment_end == end) break;
         at = segment_end + 1;
