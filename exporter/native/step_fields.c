@@ -701,7 +701,7 @@ own_text(OwnedText *owned, Text text)
         owned->at = grown;
         owned->capacity = text.length;
     }
-    memcpy(owned->at, text.at, (size_t)text.length);
+    if (text.length) memcpy(owned->at, text.at, (size_t)text.length); /* an empty name owns no bytes */
     owned->length = text.length;
     return 0;
 }
