@@ -155,33 +155,9 @@ class StepReader:
             line = data[start:end if end >= 0 else len(data)]
             if not line.isascii() or grammar.tagged.match(line):
                 break
-            text = line.decode("ascii")
-            if grammar.segments is not None:
-                match = grammar.record.search(text) if grammar.record is not None else None
-                if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
-                    break
-                segments = _segments(grammar, text[match.end():])
-                if len(segments) > MAX_PAIRS or any(len(printed) > MAX_NAME for printed, _ in segments):
-                    break
-                record = _segments_record(self._table, match, segments)
-                counted = grammar.segments[1]
-                if counted and record.named.get(counted, 0.0) != 0.0:
-                    break
-            elif grammar.pairs:
-                if _ambiguous_pairs(grammar, text):
-                    break
-                step = _pairs_step(grammar, dict(grammar.pair.findall(text)))
-                if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
-                    break
-                record = _pairs_record(self._table, text)
-                if record is None:
-                    break
-            else:
-                assert grammar.record is not None  # the record grammar's
-                match = grammar.record.search(text)
-                if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
-                    break
-                record = _record(self._table, match)
+            record = _run_record(self._table, grammar, line.decode("ascii"))
+            if record is None:
+                break
             if self._steps and record.step < self._steps[-1]:
                 break  # a step going back (a restart) starts a new batch: the caller reads that line itself
             self._commit(record)
@@ -228,6 +204,32 @@ class StepReader:
         self._units = [None] * len(columns)
         self._series = [([], []) if fields[first][2] else None for first in columns]
         self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it]
+
+
+def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
+    """The record of an ASCII line as a run reads it; None when it holds none or the run declines it."""
+    if grammar.segments is not None:
+        match = grammar.record.search(text) if grammar.record is not None else None
+        if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
+            return None
+        segments = _segments(grammar, text[match.end():])
+        if len(segments) > MAX_PAIRS or any(len(printed) > MAX_NAME for printed, _ in segments):
+            return None
+        record = _segments_record(table, match, segments)
+        counted = grammar.segments[1]
+        return None if counted and record.named.get(counted, 0.0) != 0.0 else record
+    if grammar.pairs:
+        if _ambiguous_pairs(grammar, text):
+            return None
+        step = _pairs_step(grammar, dict(grammar.pair.findall(text)))
+        if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
+            return None
+        return _pairs_record(table, text)
+    assert grammar.record is not None  # the record grammar's
+    match = grammar.record.search(text)
+    if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
+        return None
+    return _record(table, match)
 
 
 def read_record(table: tuple, text: str) -> Record | None:
