@@ -54,7 +54,8 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
     examples = [(name, (EXAMPLE / name).read_bytes(), name == "scheduler.log")
                 for name in ("worker_0.log", "scheduler.log")]
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
-            *_interleaved_logs(), ("megatron_continued", _continued_log(formats.FORMATS[0], 30), False))
+            *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
+                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo")))
 
 
 def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:
@@ -348,8 +349,8 @@ def test_scanner_rejects_empty_anchors():
 
 
 @pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
-                                  "megatron", "megatron_continued", "torchrun_tee", "prefixed_stacked",
-                                  "prefixed_stretches", "interleaved_tee",
+                                  "megatron", "megatron_continued", "nemo_continued", "torchrun_tee",
+                                  "prefixed_stacked", "prefixed_stretches", "interleaved_tee",
                                   "interleaved_failures"])
 def test_step_rows_are_each_lines_own_values(name):
     # analyze's CSV: a row per step line with that line's values and aux losses, from batches of many lines

@@ -30,7 +30,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nemo
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -717,25 +717,32 @@ def test_both_refuse_a_pairs_table_they_cannot_read_alike(table):
 
 # The segments grammar (``iteration 5/ 90 | lm loss: 2.5 |``): Megatron-LM's table, and another with other punctuation.
 MEGATRON = megatron.RECORD.kernel_table
+NEMO = nemo.RECORD.kernel_table
 OTHER_SEGMENTS = (b"", b"", b";", b"=", b"it", (b"<", b">|"),
                   ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"l", Kind.FLOAT, 1, b"", b"", 0),
                    (b"t", Kind.DURATION, 1, b"", b"us", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 0, b"", b"", 2),
-                   (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad"))
+                   (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad", b"", b"", b""))
+# A lead counter and a step segment (NeMo's shape) with other punctuation and words.
+OTHER_LEAD = (*OTHER_SEGMENTS[:8], (b"", b"", b"it2", b"Run pass", b"pass"))
+SEGMENT_TABLES = [MEGATRON, NEMO, OTHER_SEGMENTS, OTHER_LEAD]
+SEGMENT_IDS = ["megatron", "nemo", "other-punctuation", "other-lead"]
 SEGMENT_NAMES = ["lm loss", "LM Loss", "loss", "lm_loss", "elapsed time per iteration (ms)",
                  "elapsed time per iteration", "elapsed time per iteration (s)", "elapsed time per iteration ( ms)",
                  "elapsed (MS) time per iteration",
                  "learning rate", "grad norm", "throughput per GPU (TFLOP/s/GPU)", "TFLOPs", "mtp_1 loss",
                  "load_balancing_loss", "number of nan iterations", "number of skipped iterations", "nan iterations",
                  "consumed samples", "  spaced  out ", "a (b (c) d) e", "x (unclosed", "__x__", "t", "l", "tok", "gn",
-                 "n bad", "bad", "(ms)", "x" * 130, "1st", "a-b/c", "iteration"]
+                 "n bad", "bad", "(ms)", "x" * 130, "1st", "a-b/c", "iteration", "global_step", "global step", "it2",
+                 "epoch", "pass", "reduced_train_loss", "train_step_timing in s", "lr"]
 
 
 def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
     separator, name_separator, step = (part.decode() for part in (table[2], table[3], table[4]))
+    lead = table[8][3].decode()
     space = lambda: rng.choice(["", " ", "   ", "\t"])  # noqa: E731
     segments = []
     for _ in range(rng.randint(0, 14)):
-        value = rng.choice([*TOKENS, "0", "0.0", "  0", "1.5E+00", "nan"])
+        value = rng.choice([*TOKENS, "0", "0.0", "  0", "1.5E+00", "nan", "120", "0077", "1" * 19])
         shape = rng.random()
         if shape < 0.8:
             segments.append(f"{space()}{rng.choice(SEGMENT_NAMES)}{space()}{name_separator}{space()}{value}{space()}")
@@ -750,6 +757,9 @@ def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
     anchor = rng.choice([f"{step}{space()} {number}/{space()}{total}{space()}{separator}",
                          f"{step} {number}{separator}", f"x{step} {number}/{total}{separator}",
                          f"{step} {number}/{total}"])
+    if lead and rng.random() < 0.9:
+        counter = rng.choice(["0", "3", "  12", "1" * 19, "x", ""])
+        anchor = rng.choice([f"{lead}{space()} {counter},{space()}", f"{lead} {counter} ", f"x{lead} 1, "]) + anchor
     prefix = rng.choice(["", " [2024-04-06 03:02:12] ", "[default3]:", "<rank1>|", "é ", f"{step} 3/4 ", "validation "])
     return prefix + anchor + separator.join(segments) + rng.choice(["", separator, " trailing"])
 
@@ -762,24 +772,27 @@ def _segments_lines(table: tuple, seed: int) -> list[bytes]:
         for name in ("megatron_tflops.log", "megatron_no_colon.log"):
             lines += (REPO / "tests" / "fixtures" / "real" / name).read_bytes().splitlines() * 3
         lines += (REPO / "tests" / "fixtures" / "formats" / "megatron.log").read_bytes().splitlines() * 3
+    if table is NEMO:
+        lines += (REPO / "tests" / "fixtures" / "real" / "nemo2.log").read_bytes().splitlines() * 3
     # Runs: fuzzed lines at steps going up.
-    step = table[4].decode()
+    step, lead = table[4].decode(), table[8][3].decode()
     for number in range(3000):
         line = _fuzzed_segments_line(rng, table)
-        lines.append(f"{step} {number // 3}/ 9000 {table[2].decode()}{line}".encode())
+        lines.append(f"{lead + ' 1, ' if lead else ''}{step} {number // 3}/ 9000 {table[2].decode()}{line}".encode())
     return lines
 
 
-@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+@pytest.mark.parametrize("table", SEGMENT_TABLES, ids=SEGMENT_IDS)
 def test_segments_lines_read_in_runs_match_the_twin(table):
     runs, rows, takes = _read_in_runs_by_both(table, _segments_lines(table, seed=3))
     assert runs > 50 and rows > 500 and takes > 50
 
 
-@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+@pytest.mark.parametrize("table", SEGMENT_TABLES, ids=SEGMENT_IDS)
 def test_a_segments_run_reads_a_line_as_the_per_line_reader_does(table):
     """A line the run reads gives the per-line reader's record; it declines only what that reader must take: not
-    ASCII, tagged, a step beyond 18 digits, a name beyond 128 bytes, more than 64 segments, the counted value not 0."""
+    ASCII, tagged, a step or counter beyond 18 digits, a name beyond 128 bytes, more than 64 segments, the counted
+    value not 0, a step segment not digits."""
     grammar = step_fields_twin._grammar(table)
     tagged = re.compile(re.escape(table[5][0]) + rb"\w+" + re.escape(table[5][1]))
     declined = read = 0
@@ -797,20 +810,25 @@ def test_a_segments_run_reads_a_line_as_the_per_line_reader_does(table):
             elif record is not None:
                 match = grammar.record.search(text)
                 segments = step_fields_twin._segments(grammar, text[match.end():])
+                dropped, _, step_segment, _, _ = grammar.segments
+                step_values = [raw for name, raw in segments if step_segment
+                               and step_fields_twin.normalised_name(name.removeprefix(dropped)) == step_segment]
                 assert (not line.isascii() or tagged.match(line) or re.search(rb"\d{19}", line)
                         or len(segments) > 64 or any(len(name) > 128 for name, _ in segments)
-                        or record.named.get(grammar.segments[1], 0) != 0), line
+                        or record.named.get(grammar.segments[1], 0) != 0
+                        or any(not re.fullmatch(r"[0-9]{1,18}", raw) for raw in step_values)), line
                 declined += 1
     assert read > 300 and declined > 100
 
 
-@pytest.mark.parametrize("table", [MEGATRON, OTHER_SEGMENTS], ids=["megatron", "other-punctuation"])
+@pytest.mark.parametrize("table", SEGMENT_TABLES, ids=SEGMENT_IDS)
 def test_a_line_printing_the_segments_of_the_line_before_is_read_as_the_twin_reads_it(table):
     """The kernel takes a segment whose bytes up to its name separator are the line before's at that place without
     reading its name again: each line here follows such a line and differs from it by a little (a name a byte
     longer, a space more, a separator gone or doubled, a segment more or less), so a shortcut taken where the
     segment is not the same shows."""
     separator, name_separator, step = table[2], table[3], table[4]
+    step = table[8][3] + b" 1, " + step if table[8][3] else step
     rng = random.Random(11)
     names = [name.encode() for name in SEGMENT_NAMES[:20] if "nan" not in name]
     lines = []
@@ -859,21 +877,21 @@ def test_the_megatron_reference_line():
 @pytest.mark.parametrize("key", ["tokens per gpu per second (tgs)", "train/mfu", "Elapsed Time (ms) per  iteration",
                                  "a (b (c) d) e", "x (unclosed", "  __x__ ", "(ms)", "", "UPPER-case_9 x"])
 def test_the_kernel_normalises_a_name_as_the_twin_does(key):
-    table = (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b""))
+    table = (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b""))
     for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
-        assert reader.read(b"it 1/2 | %s: 5 |" % key.encode(), [0], 0, 1) == (1 if key.strip() else 1)
+        assert reader.read(b"it 1/2 | %s: 5 |" % key.encode(), [0], 0, 1) == 1
         named = reader.take()[3]
         assert [name for name, *_ in named] == ([step_fields_twin.normalised_name(key)] if key.strip() else [])
 
 
 @pytest.mark.parametrize("table", [
-    (b"", b"", b"|", b"|", b"it", (b"<", b">|"), (), -1, (b"", b"")),
-    (b"", b"", b"||", b":", b"it", (b"<", b">|"), (), -1, (b"", b"")),
-    (b"", b"", b"|", b":", b"1t", (b"<", b">|"), (), -1, (b"", b"")),
-    (b"{", b"}", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"")),
-    (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"")),
+    (b"", b"", b"|", b"|", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
+    (b"", b"", b"||", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
+    (b"", b"", b"|", b":", b"1t", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
+    (b"{", b"}", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"", b"", b"", b"")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"",)),
-    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", "x")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", "x")),
 ])
 def test_both_refuse_a_segments_table_they_cannot_read_alike(table):
     for reader in (_step_fields.StepReader, step_fields_twin.StepReader):

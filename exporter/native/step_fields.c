@@ -48,7 +48,9 @@ typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
     int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
     int segments;     /* the segments grammar (``iteration 5/ 9 | lm loss: 2.5 |``) */
-    Text dropped, counted; /* the segments grammar: a prefix dropped from names, a named value that must be 0 */
+    /* The segments grammar: a prefix dropped from names, a named value that must be 0, the name of a segment giving
+     * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value. */
+    Text dropped, counted, step_segment, lead, lead_name;
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
@@ -490,12 +492,15 @@ read_pairs_table(PyObject *tuple, Table *table)
 static int
 read_segments_table(PyObject *tuple, Table *table)
 {
-    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), 2);
+    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), 5);
     if (segments == NULL || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
         || text_of(PyTuple_GET_ITEM(tuple, 4), &table->step_name) < 0
         || text_of(PyTuple_GET_ITEM(segments, 0), &table->dropped) < 0
-        || text_of(PyTuple_GET_ITEM(segments, 1), &table->counted) < 0) {
+        || text_of(PyTuple_GET_ITEM(segments, 1), &table->counted) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 2), &table->step_segment) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 3), &table->lead) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 4), &table->lead_name) < 0) {
         return -1;
     }
     if (table->pair_separator == table->name_separator) {
@@ -1023,20 +1028,28 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     return commit(run, step, has_total, total) < 0 ? -1 : 1;
 }
 
-/* The segments grammar: the first ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, the step
- * name not after a name byte: 1 with the step, the total and where the segments begin; 0 none; 2 a number too long. */
+/* The segments grammar: the first ``[lead \\s+ digits , \\s*] step_name \\s+ digits / \\s* digits \\s*
+ * pair_separator`` of the line, its first word not after a name byte: 1 with the lead's digits, the step, the total
+ * and where the segments begin; 0 none; 2 a number too long. */
 static int
-find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end, long long *step, long long *total,
-                     const uint8_t **rest)
+find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end, long long *lead, long long *step,
+                     long long *total, const uint8_t **rest)
 {
-    const Text name = table->step_name;
-    for (const uint8_t *at = line; end - at >= name.length;) {
-        const uint8_t *found = memchr(at, name.at[0], (size_t)(end - at - name.length + 1));
+    const Text first = table->lead.length ? table->lead : table->step_name;
+    for (const uint8_t *at = line; end - at >= first.length;) {
+        const uint8_t *found = memchr(at, first.at[0], (size_t)(end - at - first.length + 1));
         if (found == NULL) return 0;
         at = found + 1;
-        if (memcmp(found, name.at, (size_t)name.length) != 0 || (found > line && is_name(found[-1]))) continue;
-        const uint8_t *after = found + name.length, *digits = skip_spaces(after, end);
+        if (memcmp(found, first.at, (size_t)first.length) != 0 || (found > line && is_name(found[-1]))) continue;
+        const uint8_t *after = found + first.length, *digits;
         int too_long = 0;
+        if (table->lead.length) {
+            digits = skip_spaces(after, end);
+            if (digits == after || !read_digits(&digits, end, lead, &too_long) || !expect_byte(&digits, end, ',')) continue;
+            after = skip_spaces(digits, end);
+            if (!expect(&after, end, table->step_name)) continue;
+        }
+        digits = skip_spaces(after, end);
         if (digits == after || !read_digits(&digits, end, step, &too_long) || !expect_byte(&digits, end, '/')) continue;
         digits = skip_spaces(digits, end);
         if (!read_digits(&digits, end, total, &too_long)) continue;
@@ -1129,11 +1142,9 @@ static int
 read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
 {
     const Table *table = run->table;
-    long long step, total;
+    long long lead = 0, step, total;
     const uint8_t *at;
-    if (find_segments_record(table, line, end, &step, &total, &at) != 1) return 0;
-    /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
-    if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
+    if (find_segments_record(table, line, end, &lead, &step, &total, &at) != 1) return 0;
     Segment segments[MAX_PAIRS];
     Py_ssize_t count = 0;
     for (;;) {
@@ -1176,6 +1187,17 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (segment_end == end) break;
         at = segment_end + 1;
     }
+    for (Py_ssize_t i = 0; table->step_segment.length && i < count; i++) {
+        const SegmentName *name = segments[i].name;
+        if (!same_text(name->name, name->name_length, table->step_segment)) continue;
+        int has_total;
+        if (read_step_value(segments[i].value, segments[i].value + segments[i].value_length, &step, &has_total,
+                            &total) != 1 || has_total) {
+            return 0; /* not digits: the per-line reader's */
+        }
+    }
+    /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
+    if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
     if (table->counted.length) { /* its latest number: the per-line reader's when not 0 */
         double counted = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
@@ -1190,13 +1212,17 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
+    if (table->lead.length && note_named(run, table->lead_name.at, table->lead_name.length, (double)lead, NULL) < 0) {
+        return -1;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         SegmentName *name = segments[i].name;
+        if (table->step_segment.length && same_text(name->name, name->name_length, table->step_segment)) continue;
         int applied = apply_pair(run, name->field, name->name, name->name_length, segments[i].value,
                                  segments[i].value_length, name->bare_per_second, &name->named);
         if (applied < 0) return applied;
     }
-    return commit(run, step, 1, total) < 0 ? -1 : 1;
+    return commit(run, step, !table->step_segment.length, total) < 0 ? -1 : 1;
 }
 
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran

@@ -20,7 +20,7 @@ framework or a field):
   entry is its own column, in order. Entries of one column agree on kind, series, absent
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
-- ``segments``: ``(dropped, counted)``, the segments grammar (below).
+- ``segments``: ``(dropped, counted, step_segment, lead, lead_name)``, the segments grammar (below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -47,16 +47,20 @@ what it declines of any grammar, a line printing a name twice, two names of one 
 two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
-``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte;
+``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
+with a ``lead``, at the first ``lead \\s+ digits , \\s* step_name ...`` (``lead`` not after a name byte), whose
+digits are the line's first named value, ``lead_name`` (NeMo's ``Training epoch 0, iteration 5/90 |``);
 the rest of the line is cut at each ``pair_separator`` into segments, each ``name name_separator value`` (at its
 first name separator) or, without one, the segment stripped and its value the last word (after its last space).
 The name is stripped (a segment whose name is empty holds no pair), ``dropped`` is removed from its start, and it
 is normalised (``normalised_name``: ``elapsed time per iteration (ms)`` is ``elapsed_time_per_iteration``): the
 table's names are normalised ones. A DURATION field's bare value is in the duration unit the printed name holds
-in its first parentheses (``(ms)``), else in the field's. Pairs apply as in the record grammar. ``counted`` names
+in its first parentheses (``(ms)``), else in the field's. Pairs apply as in the record grammar. A segment
+named ``step_segment`` (b"": none) whose value is digits gives the step (the last such; the fraction after
+``step_name`` then counts something else, and the record has no total), and is no named value. ``counted`` names
 a named value counting something the per-line reader must see (b"": none): the run declines, besides what it
-declines of any grammar, a line printing it other than 0, a name longer than MAX_NAME bytes or more than
-MAX_PAIRS segments.
+declines of any grammar, a line printing it other than 0, a step segment whose value is not digits, a name
+longer than MAX_NAME bytes or more than MAX_PAIRS segments.
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
@@ -210,13 +214,17 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
     """The record of an ASCII line as a run reads it; None when it holds none or the run declines it."""
     if grammar.segments is not None:
         match = grammar.record.search(text) if grammar.record is not None else None
-        if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
+        if match is None or any(len(digits or "") > MAX_DIGITS for digits in match.groups()):
             return None
         segments = _segments(grammar, text[match.end():])
         if len(segments) > MAX_PAIRS or any(len(printed) > MAX_NAME for printed, _ in segments):
             return None
+        dropped, counted, step_segment, _, _ = grammar.segments
+        steps = [raw for printed, raw in segments
+                 if step_segment and normalised_name(printed.removeprefix(dropped)) == step_segment]
+        if any(not _DIGITS.fullmatch(raw) or len(raw) > MAX_DIGITS for raw in steps):
+            return None
         record = _segments_record(table, match, segments)
-        counted = grammar.segments[1]
         return None if counted and record.named.get(counted, 0.0) != 0.0 else record
     if grammar.pairs:
         if _ambiguous_pairs(grammar, text):
@@ -253,6 +261,7 @@ def normalised_name(printed: str) -> str:
 _PARENTHESES = re.compile(r"\s*\([^)]*\)")
 _NOT_NAME = re.compile(r"[^0-9a-z]+")
 _FIRST_PARENTHESES = re.compile(r"\(([^)]*)\)")
+_DIGITS = re.compile(r"[0-9]+")
 
 
 def write_rows(fd: int, jobs: list) -> None:
@@ -339,14 +348,24 @@ def _segments(grammar: _Grammar, rest: str) -> list[tuple[str, str]]:
 def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[str, str]]) -> Record:
     grammar = _grammar(table)
     assert grammar.segments is not None
-    dropped = grammar.segments[0]
-    bare_units = []
-    for printed, _ in segments:
+    dropped, _, step_segment, _, lead_name = grammar.segments
+    step, total = int(match.group("step")), int(match.group("total"))
+    pairs, bare_units = [], []
+    for printed, raw in segments:
+        name = normalised_name(printed.removeprefix(dropped))
+        if step_segment and name == step_segment:
+            if _DIGITS.fullmatch(raw):
+                step, total = int(raw), None
+            continue
         unit = _FIRST_PARENTHESES.search(printed)
         bare_units.append(unit.group(1) if unit and unit.group(1).lower() in _DURATION_UNITS else "")
-    values, named = _values(grammar, table[6], [(normalised_name(printed.removeprefix(dropped)), raw)
-                                                for printed, raw in segments], bare_units)
-    return Record(int(match.group(1)), int(match.group(2)), values, named)
+        pairs.append((name, raw))
+    if step_segment:
+        total = None  # the fraction counts something else (NeMo's batches of the epoch)
+    values, named = _values(grammar, table[6], pairs, bare_units)
+    if match.group("lead"):
+        named = {lead_name: float(match.group("lead")), **named}  # first, with a segment's value of that name
+    return Record(step, total, values, named)
 
 
 def _pairs_record(table: tuple, text: str) -> Record | None:
@@ -392,7 +411,7 @@ class _Grammar(NamedTuple):
     columns: tuple[int, ...]  # each column's first field entry
     column_names: tuple[frozenset[str], ...]  # each column's names
     required: int  # the column a record must print, -1: none
-    segments: tuple[str, str] | None = None  # the segments grammar: (dropped, counted)
+    segments: tuple[str, str, str, str, str] | None = None  # (dropped, counted, step_segment, lead, lead_name)
     pair_separator: str = ""
     name_separator: str = ""
 
@@ -410,9 +429,10 @@ def _grammar(table: tuple) -> _Grammar:
     required = table[7] if len(table) >= 8 else -1
     segments = table[8] if len(table) == 9 else None
     pairs = opener == b"" and closer == b"" and segments is None
-    if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 2
+    if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 5
                                                           and all(type(part) is bytes for part in segments))):
-        raise ValueError("the segments grammar is (dropped, counted), without opener and closer")
+        raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name), without opener "
+                         "and closer")
     if segments is not None and required != -1:
         raise ValueError("the segments grammar requires no field")
     separators = [pair_separator[i:i + 1] for i in range(len(pair_separator))] if pairs else [pair_separator]
@@ -454,10 +474,12 @@ def _grammar(table: tuple) -> _Grammar:
                         column_of, tuple(columns[number] for number in range(len(columns))), column_names, required)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
-        record = re.compile(rf"(?<![A-Za-z0-9_]){step}\s+(\d+)/\s*(\d+)\s*{p}")
+        lead = re.escape(segments[3].decode("ascii"))
+        lead = rf"(?<![A-Za-z0-9_]){lead}\s+(?P<lead>\d+),\s*{step}" if lead else rf"(?<![A-Za-z0-9_]){step}(?P<lead>)"
+        record = re.compile(rf"{lead}\s+(?P<step>\d+)/\s*(?P<total>\d+)\s*{p}")
         return _Grammar(record, record, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
                         tuple(columns[number] for number in range(len(columns))), column_names, required,
-                        (segments[0].decode("ascii"), segments[1].decode("ascii")), pair_separator.decode("ascii"),
+                        tuple(part.decode("ascii") for part in segments), pair_separator.decode("ascii"),
                         name_separator.decode("ascii"))
     record = re.compile(rf"{o}\s*{step}{n}\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*{p}(?P<body>[^{o}{c}]*){c}")
     # A comma before exactly three digits cannot start a pair (a name starts with a letter): a thousands separator.

@@ -66,6 +66,9 @@ class StepTable:
     segments: bool = False
     dropped: str = ""  # the segments grammar: a prefix its names print that is no part of them (``number of ``)
     unprinted_nonfinite: str = ""  # the segments grammar: see above
+    step_segment: str = ""  # the segments grammar: a segment whose value is the step (NeMo's ``global_step``)
+    lead: str = ""  # the segments grammar: words before the step, then a counter and a comma (``Training epoch``)
+    lead_name: str = ""  # the lead counter's named value (``epoch``)
 
     @cached_property
     def columns(self) -> tuple[KernelColumn, ...]:
@@ -89,7 +92,8 @@ class StepTable:
         step = (tuple(name.encode() for name in (self.step, *self.step_aliases)) if not self.opener
                 and not self.segments else self.step.encode())
         required = next((column for column, item in enumerate(self.fields) if item.name == self.required), -1)
-        segments = ((self.dropped.encode(), self.unprinted_nonfinite.encode()),) if self.segments else ()
+        segments = ((tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
+                                                      self.lead, self.lead_name)),) if self.segments else ())
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
