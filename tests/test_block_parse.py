@@ -55,7 +55,7 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
                 for name in ("worker_0.log", "scheduler.log")]
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
-                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo")))
+                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo", "paddlenlp")))
 
 
 def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:
@@ -349,7 +349,8 @@ def test_scanner_rejects_empty_anchors():
 
 
 @pytest.mark.parametrize("name", ["generated", "tricky", "deepspeed", "mindformers_pynative_state_monitor",
-                                  "megatron", "megatron_continued", "nemo_continued", "torchrun_tee",
+                                  "megatron", "megatron_continued", "nemo_continued", "paddlenlp_continued",
+                                  "torchrun_tee",
                                   "prefixed_stacked", "prefixed_stretches", "interleaved_tee",
                                   "interleaved_failures"])
 def test_step_rows_are_each_lines_own_values(name):

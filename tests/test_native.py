@@ -30,7 +30,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nemo
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nemo, paddlenlp
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -391,15 +391,22 @@ def test_both_refuse_a_table_they_cannot_read_alike(table):
 
 # The pairs grammar (``step=12/30 loss=2.5 lr=0.01``): keyvalue's table, and another with other punctuation.
 KEYVALUE = keyvalue.RECORD.kernel_table
+PADDLENLP = paddlenlp.RECORD.kernel_table  # ``name: value``: spaces after the name separator, a reciprocal kind
 OTHER_PAIRS = (b"", b"", b"&", b":", (b"it", b"iter"), (b"<", b">|"),
                ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"l", Kind.FLOAT, 1, b"", b"", 0),
                 (b"t", Kind.DURATION, 0, b"", b"us", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 1, b"", b"", 2),
                 (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), 0)
+OTHER_SPACED = (b"", b"", b";&", b"= ", (b"it", b"iter"), (b"<", b">|"),
+                ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"rate", Kind.RECIPROCAL, 1, b"", b"", 1),
+                 (b"t", Kind.DURATION, 0, b"", b"us", 2), (b"l", Kind.FLOAT, 1, b"", b"", 0)), 0)
+PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED]
+PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced"]
 PAIR_NAMES = ["step", "global_step", "iteration", "it", "iter", "loss", "l", "lr", "learning_rate", "grad_norm",
+              "interval_steps_per_second", "interval_samples_per_second", "rate", "epoch",
               "gnorm", "step_time", "per_step_time", "time_per_step", "throughput", "t", "tok", "gn", "mtp_1_loss",
               "acc", "_x", "a1", "1bad", "x.step", "xstep"]
 STEPS = ["1", "42", "007", "3/30", "12/", "/3", "x", "1.5", "999999999999999999", "1234567890123456789",
-         "5/1" + "0" * 19, "1,000"]
+         "5/1" + "0" * 19, "1,000", " 5", "  6"]
 
 
 def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
@@ -411,7 +418,8 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     for _ in range(rng.randint(0, 6)):
         name = rng.choice(PAIR_NAMES)
         value = rng.choice(STEPS) if name in ("step", "global_step", "iteration", "it", "iter") else rng.choice(TOKENS)
-        pairs.append(f"{name}{rng.choice([separator] * 8 + ['', ' ', separator * 2])}{value}")
+        joint = rng.choice([separator] * 8 + ["", " ", separator * 2, separator[0], separator + "  ", separator + "\t"])
+        pairs.append(f"{name}{joint}{value}")
     line = "".join(f"{pair}{rng.choice(breaks)}" for pair in pairs)
     prefix = rng.choice(["", "[INFO] ", "[default3]:", "<rank1>|", "é ", "Epoch 1 ", "."])
     return prefix + line + rng.choice(["", " trailing", ",", "|x"])
@@ -419,7 +427,8 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
 
 def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    console = (REPO / "tests" / "fixtures" / "real" / "torchrun_ddp_nan.log").read_bytes().splitlines()
+    real = "paddlenlp.log" if table is PADDLENLP else "torchrun_ddp_nan.log"
+    console = (REPO / "tests" / "fixtures" / "real" / real).read_bytes().splitlines()
     lines = [_fuzzed_pairs_line(rng, table).encode("utf-8") for _ in range(8000)]
     lines.append(b"step=1 loss=2 " + b"".join(b"x%d=1 " % number for number in range(70)))  # more pairs than it reads
     lines += console
@@ -431,13 +440,13 @@ def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     return lines + [line.split(b"]:", 1)[-1] for line in console] * 5 + console
 
 
-@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+@pytest.mark.parametrize("table", PAIRS_TABLES, ids=PAIRS_IDS)
 def test_pairs_lines_read_in_runs_match_the_twin(table):
     runs, rows, takes = _read_in_runs_by_both(table, _pairs_lines(table, seed=3))
     assert runs > 50 and rows > 500 and takes > 50
 
 
-@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+@pytest.mark.parametrize("table", PAIRS_TABLES, ids=PAIRS_IDS)
 def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_it(table):
     """The kernel reads a line printing the names of the line before it, one space apart, without looking its names
     up again: each line here follows such a line and differs from it by a little (a pair more, a name longer, a space
@@ -468,7 +477,7 @@ def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_
     assert runs > 100 and rows > 1000
 
 
-@pytest.mark.parametrize("table", [KEYVALUE, OTHER_PAIRS], ids=["keyvalue", "other-punctuation"])
+@pytest.mark.parametrize("table", PAIRS_TABLES, ids=PAIRS_IDS)
 def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
     """A line the run reads gives the per-line reader's record (the dict reading); it declines only what that reader
     must take: not ASCII, tagged, a step beyond 18 digits, a name twice, two names of a column, two step names,

@@ -4,6 +4,7 @@ from exporter.native.step_fields import Run
 KIND_FLOAT: int
 KIND_DURATION: int
 KIND_NUMBER_WITH_UNIT: int
+KIND_RECIPROCAL: int
 
 def write_rows(fd: int, jobs: list) -> None: ...
 

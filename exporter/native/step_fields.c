@@ -24,7 +24,7 @@
 #include "doubles.h"
 
 /* Kinds: native/step_fields.py's Kind. */
-enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3 };
+enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3, KIND_RECIPROCAL = 4 };
 
 #define MAX_DIGITS 18 /* an int64 for sure; a longer step or total is declined */
 #define MAX_NUMBER_TEXT 64
@@ -52,6 +52,7 @@ typedef struct {
      * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value. */
     Text dropped, counted, step_segment, lead, lead_name;
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
+    int spaced;             /* the pairs grammar: spaces may follow the name separator (``loss: 2.5``) */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
@@ -428,7 +429,7 @@ field_of(PyObject *object, FieldSpec *field)
         || text_of(PyTuple_GET_ITEM(entry, 3), &field->absent) < 0) {
         return -1;
     }
-    if (field->kind < KIND_FLOAT || field->kind > KIND_NUMBER_WITH_UNIT) {
+    if (field->kind < KIND_FLOAT || field->kind > KIND_RECIPROCAL) {
         PyErr_Format(PyExc_ValueError, "unknown field kind %d", field->kind);
         return -1;
     }
@@ -451,11 +452,16 @@ field_of(PyObject *object, FieldSpec *field)
 static int
 read_pairs_table(PyObject *tuple, Table *table)
 {
-    Text separators;
-    if (text_of(PyTuple_GET_ITEM(tuple, 2), &separators) < 0
-        || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0) {
+    Text separators, name_separator;
+    if (text_of(PyTuple_GET_ITEM(tuple, 2), &separators) < 0 || text_of(PyTuple_GET_ITEM(tuple, 3), &name_separator) < 0) {
         return -1;
     }
+    /* ``b": "``: a colon, spaces may follow it */
+    table->spaced = name_separator.length == 2 && name_separator.at[1] == ' ';
+    PyObject *separator_byte = table->spaced ? PyBytes_FromStringAndSize((const char *)name_separator.at, 1) : NULL;
+    int read = byte_of(separator_byte ? separator_byte : PyTuple_GET_ITEM(tuple, 3), &table->name_separator);
+    Py_XDECREF(separator_byte);
+    if (read < 0) return -1;
     if (separators.length == 0 || memchr(separators.at, table->name_separator, (size_t)separators.length)) {
         PyErr_SetString(PyExc_ValueError, "the pairs grammar needs value separators other than its name separator");
         return -1;
@@ -786,6 +792,10 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
                                                          run->interpreter)
                                           : parse_float(raw, raw_length, &value, run->interpreter);
     if (parsed < 0) return parsed;
+    if (field->kind == KIND_RECIPROCAL && parsed == 1) { /* a rate: its period, none for 0 */
+        parsed = value != 0;
+        value = parsed ? 1.0 / value : 0;
+    }
     *slot = (Slot){parsed, value, {NULL, 0}};
     return 0;
 }
@@ -983,11 +993,13 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         }
         const uint8_t *name_end = at;
         while (name_end < end && is_name(*name_end)) name_end++;
-        if (end - name_end < 2 || *name_end != table->name_separator || ends_value(table, name_end + 1, end)) {
+        const uint8_t *value = name_end + 1;
+        while (table->spaced && value < end && *value == ' ') value++;
+        if (name_end == end || *name_end != table->name_separator || value == end || ends_value(table, value, end)) {
             at++;
             continue;
         }
-        const uint8_t *value = name_end + 1, *value_end = value_end_of_pair(table, value, end);
+        const uint8_t *value_end = value_end_of_pair(table, value, end);
         if (count == MAX_PAIRS) return 0;
         Pair *pair = &pairs[count];
         *pair = (Pair){at, value, name_end - at, value_end - value, field_named(table, at, name_end - at)};
@@ -1008,7 +1020,8 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         count++;
         at = value_end;
     }
-    if (!shaped && step_pair >= 0 && required_printed) keep_shape(run, pairs, count, step_pair);
+    /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart. */
+    if (!shaped && step_pair >= 0 && required_printed && !table->spaced) keep_shape(run, pairs, count, step_pair);
     long long step, total = 0;
     int has_total;
     if (step_pair < 0 || !required_printed
@@ -2378,7 +2391,8 @@ PyInit__step_fields(void)
         || PyModule_AddObjectRef(module, "RowsAhead", (PyObject *)&RowsAheadType) < 0
         || PyModule_AddIntConstant(module, "KIND_FLOAT", KIND_FLOAT) < 0
         || PyModule_AddIntConstant(module, "KIND_DURATION", KIND_DURATION) < 0
-        || PyModule_AddIntConstant(module, "KIND_NUMBER_WITH_UNIT", KIND_NUMBER_WITH_UNIT) < 0) {
+        || PyModule_AddIntConstant(module, "KIND_NUMBER_WITH_UNIT", KIND_NUMBER_WITH_UNIT) < 0
+        || PyModule_AddIntConstant(module, "KIND_RECIPROCAL", KIND_RECIPROCAL) < 0) {
         Py_DECREF(module);
         return NULL;
     }

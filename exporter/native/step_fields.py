@@ -35,7 +35,8 @@ value is a named value: the line's named values in the order first printed, each
 latest value.
 
 Pairs grammar (``opener`` and ``closer`` both ``b""``): the record is the whole line, its pairs
-``name name_separator value`` wherever the name is not preceded by a name byte or ``.``
+``name name_separator value`` (a ``name_separator`` of two bytes, the second a space: ``b": "``, the first byte and
+any spaces after it) wherever the name is not preceded by a name byte or ``.``
 (``name``: as above; ``value``: one byte at least, up to a space or one of the
 ``pair_separator`` bytes, a thousands comma as above being part of it). ``step_name`` is a
 tuple of names, the first printed in that order giving the step, ``digits[/digits]``: the
@@ -111,6 +112,7 @@ class Kind(enum.IntEnum):
     FLOAT = 1  # parse_float: 'nan', '1,234.5', '1e-05'
     DURATION = 2  # parse_duration_seconds, a bare number in the field's default unit
     NUMBER_WITH_UNIT = 3  # parse_number_with_unit: '12.1T'
+    RECIPROCAL = 4  # 1 / parse_float: a rate's period (PaddleNLP's steps per second); 0 is no value
 
 
 class Record(NamedTuple):
@@ -301,6 +303,9 @@ def _convert(entry: tuple, raw: str, bare_unit: str = "") -> tuple[float | None,
         return parse_float(raw), None
     if kind == Kind.DURATION:
         return parse_duration_seconds(raw, bare_unit or default_unit.decode("ascii") or "s"), None
+    if kind == Kind.RECIPROCAL:
+        rate = parse_float(raw)
+        return (1 / rate if rate else None), None
     parsed = parse_number_with_unit(raw)
     return None if parsed is None else (parsed[0], parsed[1] or None)
 
@@ -429,6 +434,8 @@ def _grammar(table: tuple) -> _Grammar:
     required = table[7] if len(table) >= 8 else -1
     segments = table[8] if len(table) == 9 else None
     pairs = opener == b"" and closer == b"" and segments is None
+    spaced = pairs and type(name_separator) is bytes and len(name_separator) == 2 and name_separator[1:] == b" "
+    name_separator = name_separator[:1] if spaced else name_separator  # b": ": spaces may follow the colon
     if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 5
                                                           and all(type(part) is bytes for part in segments))):
         raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name), without opener "
@@ -469,7 +476,8 @@ def _grammar(table: tuple) -> _Grammar:
     if pairs:
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
-        pair = re.compile(rf"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*){n}((?:[^\s{breaks}]{thousands})+)")
+        pair = re.compile(rf"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*){n}{' *' if spaced else ''}"
+                          rf"((?:[^\s{breaks}]{thousands})+)")
         return _Grammar(None, pair, tagged, field_index, True, tuple(name.decode("ascii") for name in step_names),
                         column_of, tuple(columns[number] for number in range(len(columns))), column_names, required)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))

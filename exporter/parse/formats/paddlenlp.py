@@ -5,39 +5,25 @@ interval_samples_per_second: 6.081193361471736, interval_steps_per_second: 0.760
 epoch: 0.0014``. The interval figures are averages over the logging interval: the step time
 is one over ``interval_steps_per_second``. (Its tqdm mode prints Hugging Face-style dicts
 instead, read by ``hf_trainer``.)
+
+The grammar is a field table (the pairs grammar, ``name: value`` pairs): runs of logs lines are
+read by the step-field kernel, any other line by the same table. A line is a record with its
+``global_step`` and its ``loss``.
 """
 
 from __future__ import annotations
 
-from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
-_ANCHOR = lazy(r"\bloss: \S+, learning_rate: .*?\bglobal_step: (\d+),")
-_PAIR = lazy(r"(\w+): ([^,\s]+)")
-_GAUGES = {"loss": "loss", "learning_rate": "learning_rate", "grad_norm": "grad_norm"}
+RECORD = StepTable((
+    StepField("loss", Kind.FLOAT, "loss"),
+    StepField("learning_rate", Kind.FLOAT, "learning_rate"),
+    StepField("grad_norm", Kind.FLOAT, "grad_norm"),
+    StepField("interval_steps_per_second", Kind.RECIPROCAL, "step_time_seconds"),
+    StepField("interval_samples_per_second", Kind.FLOAT, "throughput", unit="samples/s"),
+), opener="", closer="", pair_separator=",", name_separator=": ", step="global_step", required="loss")
 
+parse = RECORD.read_line
 
-def parse(text: str) -> StepLine | None:
-    """One logs line; None when the line holds none."""
-    match = _ANCHOR.search(text)
-    if match is None:
-        return None
-    line = StepLine(int(match.group(1)))
-    for key, raw in _PAIR.findall(text, match.start()):
-        value = parse_float(raw)
-        if key in _GAUGES:
-            set_value(line, _GAUGES[key], value)
-        elif key == "interval_steps_per_second":
-            set_value(line, "step_time_seconds", 1 / value if value else None)
-        elif key == "interval_samples_per_second":
-            set_value(line, "throughput", value)
-            line.units["throughput"] = "samples/s"
-        elif key != "global_step":
-            add_named(line, metric_name(key), value)
-    return line
-
-
-FORMAT = register(Format("paddlenlp", "paddlenlp", b"global_step: ", parse, detection_order=45))
+FORMAT = register(Format("paddlenlp", "paddlenlp", b"global_step: ", parse, detection_order=45, step_table=RECORD))
