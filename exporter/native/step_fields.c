@@ -675,6 +675,7 @@ typedef struct {
     Py_ssize_t field;       /* its field entry, -1: a named value */
     double bare_per_second; /* a DURATION's bare unit the name holds, 0: the field's */
     Py_ssize_t named;       /* where the run's named values last held it, -1: not yet */
+    int is_step, is_counted; /* the table's step segment, its counted named value */
 } SegmentName;
 
 /* The pairs grammar: the names the last line read printed, in order. A line printing the same names one space apart
@@ -1140,6 +1141,9 @@ segment_name(Run *run, Py_ssize_t place, const uint8_t *at, const uint8_t *end)
     known->field = field_named(table, known->name, known->name_length);
     known->bare_per_second = unit_in_name(at, end);
     known->named = -1;
+    known->is_step = table->step_segment.length && same_text(known->name, known->name_length, table->step_segment);
+    known->is_counted = known->field < 0 && table->counted.length
+                        && same_text(known->name, known->name_length, table->counted);
     return known;
 }
 
@@ -1202,7 +1206,7 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     for (Py_ssize_t i = 0; table->step_segment.length && i < count; i++) {
         const SegmentName *name = segments[i].name;
-        if (!same_text(name->name, name->name_length, table->step_segment)) continue;
+        if (!name->is_step) continue;
         int has_total;
         if (read_step_value(segments[i].value, segments[i].value + segments[i].value_length, &step, &has_total,
                             &total) != 1 || has_total) {
@@ -1215,7 +1219,7 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
         double counted = 0;
         for (Py_ssize_t i = 0; i < count; i++) {
             const SegmentName *name = segments[i].name;
-            if (name->field >= 0 || !same_text(name->name, name->name_length, table->counted)) continue;
+            if (!name->is_counted) continue;
             double value;
             int parsed = parse_float(segments[i].value, segments[i].value_length, &value, run->interpreter);
             if (parsed < 0) return parsed;
@@ -1230,7 +1234,7 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         SegmentName *name = segments[i].name;
-        if (table->step_segment.length && same_text(name->name, name->name_length, table->step_segment)) continue;
+        if (name->is_step) continue;
         int applied = apply_pair(run, name->field, name->name, name->name_length, segments[i].value,
                                  segments[i].value_length, name->bare_per_second, &name->named);
         if (applied < 0) return applied;
