@@ -354,19 +354,19 @@ def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[st
     grammar = _grammar(table)
     assert grammar.segments is not None
     dropped, _, step_segment, _, lead_name = grammar.segments
-    step, total = int(match.group("step")), int(match.group("total"))
+    step = int(match.group("step"))
+    # With a step segment the fraction counts something else (NeMo's batches of the epoch): no total.
+    total = None if step_segment else int(match.group("total"))
     pairs, bare_units = [], []
     for printed, raw in segments:
         name = normalised_name(printed.removeprefix(dropped))
         if step_segment and name == step_segment:
             if _DIGITS.fullmatch(raw):
-                step, total = int(raw), None
+                step = int(raw)
             continue
         unit = _FIRST_PARENTHESES.search(printed)
         bare_units.append(unit.group(1) if unit and unit.group(1).lower() in _DURATION_UNITS else "")
         pairs.append((name, raw))
-    if step_segment:
-        total = None  # the fraction counts something else (NeMo's batches of the epoch)
     values, named = _values(grammar, table[6], pairs, bare_units)
     if match.group("lead"):
         named = {lead_name: float(match.group("lead")), **named}  # first, with a segment's value of that name
