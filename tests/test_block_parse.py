@@ -581,7 +581,9 @@ def test_analyze_of_an_interleaved_console_is_the_line_by_line_one(failures, tmp
 
 AHEAD_LOGS = [("generated", _logs()[0][1]), ("interleaved_failures", _interleaved_logs()[1][1]),
               ("hf_trainer_tqdm", (REAL / "hf_trainer_tqdm.log").read_bytes() * 12),
-              ("rank_log", _prefixed(b"[rank3]: ", _logs()[0][1]))]
+              ("rank_log", _prefixed(b"[rank3]: ", _logs()[0][1])),
+              *((f"{spec.format}_continued", _continued_log(spec, 200)) for spec in formats.FORMATS
+                if spec.format in ("megatron", "nemo", "paddlenlp"))]
 
 
 @pytest.mark.parametrize(("name", "data"), AHEAD_LOGS, ids=[name for name, _ in AHEAD_LOGS])
@@ -625,5 +627,5 @@ def test_blocks_read_with_the_next_one_started_give_what_every_line_gives(name, 
     assert pieces == expected[0]
     assert _comparable(parsed) == _comparable(expected[1])
     assert len(taken) >= 10  # blocks took their passes from ahead
-    if name == "interleaved_failures":  # and the rank streams their runs of step lines
-        assert sum(read - steps.pending for steps, read in streams) >= 10
+    if name == "interleaved_failures" or name.endswith("_continued"):  # and the streams their runs of step lines
+        assert sum(read - steps.pending for steps, read in streams) >= 10  # (a plain file of step lines: its one)

@@ -43,10 +43,12 @@ class BlockPasses:
         self._block, self._taken = None, []
         self._started = [started for started in self._started if started[0] is not data]
 
-    def start(self, data: bytes, reader: native.StepReader | None = None) -> None:
+    def start(self, data: bytes, reader: native.StepReader | None = None, plain: tuple | None = None) -> None:
         """``data`` is the block to come after the current one: the passes the last whole block took, started. With
         ``reader`` (of the file's step table), a grouping of rank streams is done by native.steps_ahead, which
-        also reads each stream's run of step lines by the reader's table (``steps``)."""
+        also reads each stream's run of step lines by the reader's table (``steps``); ``plain``: such a grouping
+        (a ``group_lines`` call) of a file whose blocks take none, its one stream's run read ahead so (a file of
+        step lines: the kernel's reading on the second core)."""
         if not self._template or any(started[0] is data for started in self._started):
             return
         passes, steps = self._template, None
@@ -55,6 +57,8 @@ class BlockPasses:
             steps = native.steps_ahead(data, reader, *grouping[1:])
             if steps is not None:
                 passes = tuple(call for call in passes if call is not grouping)
+        elif plain is not None and reader is not None:
+            steps, grouping = native.steps_ahead(data, reader, *plain[1:]), plain
         self._started = [*self._started[1 - STARTED:],
                          (data, passes, native.ahead(data, passes) if passes else None, steps, grouping)]
 

@@ -136,6 +136,9 @@ class LineParser:
         self._scanned_piece: tuple[bytes, bool] | None = None
         self._probe: tuple[tuple | None, native.StepReader | None] = (None, None)  # its kernel table, a reader of it
         self._passes = BlockPasses()  # the kernel passes over whole blocks, the next block's started ahead
+        # The last plain block was mostly step lines, one run of the kernel's: the next block's is read ahead.
+        self._runs_whole = False
+        self._first_run = 0  # the lines the block's run at its first anchored line took
         self._forced = forced is not None
         self._rank_offset = rank_offset
         self._rows_per_batch = rows_per_batch
@@ -188,7 +191,11 @@ class LineParser:
         """``data`` is a block to come after the one about to be cut into pieces: the kernel passes the last
         blocks took are started over it on the second core, an interleaved console's rank streams read there by
         the step kernel too (parse/ahead.py)."""
-        self._passes.start(data, self._probe_reader() if self._kernel_table is not None else None)
+        reader = self._probe_reader() if self._kernel_table is not None else None
+        plain = None
+        if reader is not None and self._runs_whole and self._kernel_format is not None:
+            plain = ("group_lines", self._kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        self._passes.start(data, reader, plain)
 
     def pieces(self, data: bytes) -> Iterator[bytes]:
         """``data`` (whole lines) in the pieces parse_block is to be given, each parsed before the next is asked
@@ -286,7 +293,10 @@ class LineParser:
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
             else:
+                self._first_run = 0
                 parsed.unparsed = lines - self._parse_anchored(data, starts, parsed)
+                # Reading ahead costs a pass over the block on the second core: worth it where step lines are most.
+                self._runs_whole = self._first_run == len(starts) and 2 * len(starts) >= lines
                 unprefixed = lines - sum(parsed.lines_by_rank.values())
                 if unprefixed:
                     parsed.lines_by_rank[None] = unprefixed
@@ -817,6 +827,8 @@ class LineParser:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
         taken, ended = builder.read_run(data, starts, index, limit, self._passes.steps(data) if index == 0 else None)
+        if index == 0 and self._stream is None:
+            self._first_run = taken
         if ended is not None:  # the run's first step went back below a line read one by one: a restart
             self._append(ended, parsed)
         if taken:
