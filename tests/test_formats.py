@@ -244,5 +244,16 @@ def test_field_tables_set_gauges_the_metric_table_exports_and_the_kernel_reads_t
     tables = [fmt.step_table for fmt in registered() if fmt.step_table is not None]
     assert tables
     for table in tables:
-        assert set(table.gauges) <= gauges
+        assert {gauge for column in table.columns for gauge in (column.gauge, *column.also)} <= gauges
         native.step_reader(table.kernel_table)  # a table the kernel could not read raises ValueError
+
+
+def test_a_name_normalised_to_nothing_counts_no_unprinted_losses():
+    # "(ms): 3" is a named value of the empty name; only the table's own counter (Megatron's
+    # "number of nan iterations") says how many losses an interval did not print.
+    nemo = next(fmt for fmt in registered() if fmt.name == "nemo")
+    megatron = next(fmt for fmt in registered() if fmt.name == "megatron")
+    line = nemo.parse("Training epoch 0, iteration 5/9 | global_step: 5 | reduced_train_loss: 1.5 | (ms): 3 |")
+    assert line is not None and line.named[""] == 3.0 and line.unprinted_nonfinite_losses == 0
+    line = megatron.parse(" iteration 5/ 9 | lm loss: 1.5 | (ms): 3 | number of nan iterations: 2 |")
+    assert line is not None and line.unprinted_nonfinite_losses == 2 and "loss" in line.values

@@ -48,7 +48,9 @@ class StepTable:
     segment is ``name name_separator value`` with names of any words, normalised
     (``elapsed time per iteration (ms)`` is ``elapsed_time_per_iteration``, ``(ms)`` its unit),
     ``dropped`` left out of their start; ``unprinted_nonfinite`` names the named value that counts
-    the non-finite losses of the interval the line does not print (native/step_fields.py).
+    the non-finite losses of the interval the line does not print; a ``lead`` (NeMo's ``Training
+    epoch 0,``) before the step gives the named value ``lead_name``, a ``step_segment``
+    (``global_step: 120``) the step (native/step_fields.py).
 
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
@@ -74,11 +76,6 @@ class StepTable:
     def columns(self) -> tuple[KernelColumn, ...]:
         """What each field sets, in the table's order, as the batch builder takes it."""
         return tuple(KernelColumn(item.sets, item.also_sets, item.unit) for item in self.fields)
-
-    @cached_property
-    def gauges(self) -> tuple[str, ...]:
-        """What each field sets, in the table's order."""
-        return tuple(item.sets for item in self.fields)
 
     @cached_property
     def kernel_table(self) -> tuple:
@@ -115,6 +112,6 @@ class StepTable:
                     line.units[item.sets] = unit or item.unit
                 for gauge in item.also_sets:
                     line.values[gauge] = value
-        if self.unprinted_nonfinite in record.named:
+        if self.unprinted_nonfinite and self.unprinted_nonfinite in record.named:
             line.unprinted_nonfinite_losses = finite_int(record.named[self.unprinted_nonfinite]) or 0
         return line
