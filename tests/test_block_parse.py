@@ -55,7 +55,13 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
                 for name in ("worker_0.log", "scheduler.log")]
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
-                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo", "paddlenlp")))
+                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo", "paddlenlp")),
+            ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False))
+
+
+# A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
+# line) after the launcher's unprefixed lines, a step line a hundred lines or so.
+_TORCHTITAN = next(spec for spec in formats.FORMATS if spec.format == "torchtitan")
 
 
 def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:
@@ -439,6 +445,42 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
         parser.parse_block((REAL / f"torchrun_ddp_{name}.log").read_bytes())
         assert seen
 
+
+
+def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(monkeypatch):
+    # torchtitan's console (no field table): while formats are discovered, its lines are counted by rank from their
+    # prefixes and only those holding an anchor reach the line parser, in order; once discovered, it is read stream
+    # by stream, only the lines holding its literal read. Either gives what every line alone gives.
+    monkeypatch.setattr(line_parser, "DISCOVERY_STEP_LINES", 6)
+    paths: list[tuple[str, bool]] = []
+    for path in ("_parse_lines", "_parse_interleaved", "_count_streams"):
+        monkeypatch.setattr(LineParser, path, functools.partialmethod(_noted, paths, path, getattr(LineParser, path)))
+    seen: list[bytes] = []
+    log = _continued_log(_TORCHTITAN, 8)
+    lines = log.splitlines(keepends=True)
+    discovering, discovered = b"".join(lines[:256 * 4]), b"".join(lines[256 * 4:])
+    parser = _Recording(seen)
+    parsed = [parser.parse_block(discovering)]
+    assert not parser._discovering
+    step_lines = [line for line in discovering.splitlines() if b"loss:" in line]
+    assert [line for line in seen if b"loss:" in line] == step_lines
+    assert len(seen) < len(discovering.splitlines()) // 10
+    assert {path for path, _ in paths} == {"_parse_interleaved", "_count_streams"}
+    assert paths[-1] == ("_count_streams", True)
+    seen.clear()
+    paths.clear()
+    parsed.append(parser.parse_block(discovered))
+    assert seen == [line for line in discovered.splitlines() if b"loss:" in line] and len(seen) == 8
+    assert paths == [("_parse_interleaved", True)]
+    assert parsed[1].lines_by_rank == {None: 4 * 15, 0: 4 * 241}
+    assert _comparable(parsed) == _comparable(_every_line_alone([discovering, discovered], scheduler=False))
+
+
+def _noted(parser, paths: list[tuple[str, bool]], name: str, method, *arguments):
+    """``method`` of ``parser`` called, its name and whether it read the block noted in ``paths``."""
+    done = method(parser, *arguments)
+    paths.append((name, done is not False))
+    return done
 
 
 def test_a_console_of_chatter_is_counted_stream_by_stream():

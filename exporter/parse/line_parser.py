@@ -128,8 +128,8 @@ class LineParser:
         # The scanner of such blocks (the routing's anchors but the prefixes'), for the routing it was made for.
         self._stream_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         # The scanner of the lines an interleaved block's streams cannot be read apart with (_parse_interleaved).
-        self._besides_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
-        # The scanner of the lines a line-by-line read must look at (_anchored_lines), for the routing it was made for.
+        self._besides_scanner: tuple[tuple[tuple[Format, ...], bytes], native.Scanner | None] = (((), b""), None)
+        # The scanner of the lines a line-by-line read must look at (_anchored_starts), for the routing it was made for.
         self._lines_scanner: tuple[tuple[Format, ...], native.Scanner | None] = ((), None)
         self._tag_ranks = TagRanks(rank_offset)
         # The piece pieces() last handed out after looking for such lines, and whether it holds any: not scanned again.
@@ -186,6 +186,12 @@ class LineParser:
     def format(self) -> Format | None:
         """The file's format, once known."""
         return self._format or self._provisional
+
+    @property
+    def _stream_format(self) -> Format | None:
+        """The format whose literal picks a rank stream's lines to read (_parse_interleaved): the kernel's, else the
+        file's (its step lines then read one at a time)."""
+        return self._kernel_format or self._format
 
     def prepare(self, data: bytes) -> None:
         """``data`` is a block to come after the one about to be cut into pieces: the kernel passes the last
@@ -251,16 +257,18 @@ class LineParser:
 
     def _reads_streams(self, data: bytes) -> bool:
         """True when ``data`` may be an interleaved console's block read stream by stream (_parse_interleaved)."""
-        return (self._kernel_format is not None and not self._discovering and not self._blocks
+        return (self._stream_format is not None and not self._discovering and not self._blocks
                 and self._redrawn is None and data[-1:] == b"\n"
                 # the first or the last line carries a rank prefix: a plain log costs nothing more
                 and bool(RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data))))
 
     def _lines_besides(self, data: bytes) -> list[int] | None:
-        """Where the lines holding an anchor besides the kernel format's literal start (None: any line may)."""
-        assert self._kernel_format is not None
-        if self._besides_scanner[0] != self._routing:
-            self._besides_scanner = (self._routing, scanner_besides(self._routing, self._kernel_format.prefilter))
+        """Where the lines holding an anchor besides the stream format's literal start (None: any line may)."""
+        stream_format = self._stream_format
+        assert stream_format is not None
+        key = (self._routing, stream_format.prefilter)
+        if self._besides_scanner[0] != key:
+            self._besides_scanner = (key, scanner_besides(*key))
         besides = self._besides_scanner[1]
         return None if besides is None else self._passes.scan(besides, data)[1]
 
@@ -288,7 +296,7 @@ class LineParser:
             if scanner is None or not self._parse_carriage(data, parsed):
                 self._parse_lines(data, parsed)
         elif (not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed)
-              and not self._count_quiet_streams(data, parsed)):
+              and not self._count_streams(data, parsed)):
             lines, starts, prefixed = self._passes.scan(scanner, data)
             if _has_rank_prefix(data, prefixed):
                 self._parse_lines(data, parsed)
@@ -347,7 +355,8 @@ class LineParser:
         cut = self._cut
         self._line_start = begin
         block = data if begin == 0 and end is None else data[begin:end]
-        anchored = self._anchored_lines(block)
+        starts = self._anchored_starts(block)
+        anchored = None if starts is None else set(starts)
         for whole in block.split(b"\n")[:-1]:
             start = self._line_start
             if self._continued or b"\r" in whole:
@@ -372,9 +381,9 @@ class LineParser:
                     parsed.unparsed += 1
             self._line_start = start + len(whole) + 1
 
-    def _anchored_lines(self, block: bytes) -> set[int] | None:
-        """Where the lines of ``block`` holding an anchor besides the rank prefixes (or a banner's) start; None when
-        any line may give a record (a format without a literal)."""
+    def _anchored_starts(self, block: bytes) -> list[int] | None:
+        """Where the lines of ``block`` holding an anchor besides the rank prefixes (or a banner's) start, in order;
+        None when any line may give a record (a format without a literal)."""
         if self._scanner is None:
             return None
         if self._lines_scanner[0] != self._routing:
@@ -382,7 +391,7 @@ class LineParser:
             self._lines_scanner = (self._routing, None if anchors is None else scanner_of(
                 anchors | {banner.prefilter for banner in self._banners}))
         scanner = self._lines_scanner[1]
-        return None if scanner is None else set(self._passes.scan(scanner, block)[1])
+        return None if scanner is None else self._passes.scan(scanner, block)[1]
 
     def _parse_pieces(self, pieces: Sequence[bytes], parsed: ParsedBlock) -> None:
         """The pieces of a line torchrun's tail threads glued (split_glued), or any line while a cut one waits."""
@@ -637,17 +646,18 @@ class LineParser:
         step line only changes its own rank's batch, so reading the streams one after the other gives what
         reading the lines in order gives (records, line counts, state: tests/test_block_parse.py). Declined:
         formats still being discovered, an open failure block, a line that holds another anchor (a failure, a
-        phase, a banner, another format), a carriage return, two prefixes of one rank, a rank tag inside a line
-        (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a PID).
+        phase, a banner, another format), a carriage return, two prefixes of one rank with step lines, a rank tag
+        inside a line (glued lines), an unprefixed line that may begin with another prefix (``srun --label``'s, a
+        PID). Without a kernel format, the file's format's lines are read one at a time, stream by stream.
         """
         scanned, self._scanned_piece = self._scanned_piece, None
         if not self._reads_streams(data) or b"\r" in data:  # carriage-return segments: a line each
             return False
         if scanned[1] if scanned is not None and scanned[0] is data else self._lines_besides(data) != []:
             return False  # pieces() looked for such lines already, or they are looked for here
-        kernel_format = self._kernel_format
-        assert kernel_format is not None
-        grouped = self._passes.group_lines(data, kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        stream_format = self._stream_format
+        assert stream_format is not None
+        grouped = self._passes.group_lines(data, stream_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
         ranks = self._stream_ranks(grouped)
         if grouped is None or ranks is None:
             return False
@@ -656,6 +666,8 @@ class LineParser:
         # block's end the ranks' batches end in the order their first step line came, the rank-less one first.
         streams = sorted((group for group in zip(prefixes, ranks, starts, strict=True) if group[2]),
                          key=lambda group: -1 if group[1][0] is None and None in self._batches else group[2][0])
+        if len({rank for _, (rank, _), _ in streams}) < len(streams):
+            return False  # two prefixes of one rank (``[rank0]:``, ``[rank0]: ``) with step lines: one order of them
         offsets, parsed.offsets = parsed.offsets, []
         recognized = 0
         for prefix, (rank, _), stream_starts in streams:
@@ -677,12 +689,13 @@ class LineParser:
         """Each group's rank (and what its prefix leaves, empty), when a block's lines grouped by native.group_lines
         are several rank streams, one a rank, as the line-by-line path would count them: None when they may not be
         (more prefixes than it keeps, a line without a prefix that may begin with another, a rank tag inside a
-        line, a prefix naming no rank, two prefixes of one rank)."""
+        line, a prefix naming no rank). Two prefixes may name one rank (torch's ``[rank0]:`` before a line that
+        begins with a space): each counts its lines for it."""
         if grouped is None or grouped[3] or grouped[4]:
             return None
         prefixes = grouped[0]
         ranks = [strip_rank_prefixes(prefix, self._rank_offset) for prefix in prefixes]
-        if (len(prefixes) < 2 or len({rank for rank, _ in ranks}) < len(ranks)
+        if (len(prefixes) < 2
                 or any(body or (rank is None) != (not prefix)
                        for prefix, (rank, body) in zip(prefixes, ranks, strict=True))):
             return None
@@ -694,27 +707,35 @@ class LineParser:
             self._stream_scanner = (self._routing, scanner_for(self._routing, prefixes=False))
         return self._stream_scanner[1]
 
-    def _count_quiet_streams(self, data: bytes, parsed: ParsedBlock) -> bool:
-        """A block of several rank streams' lines none of which holds an anchor besides its prefix (a console's
-        chatter: NCCL_DEBUG=INFO, before any step line or with none) counted by rank, without a Python operation
-        per line; False (nothing done) when it cannot be. Such a line gives no record and changes no state
-        (parse/scan.py's contract), whatever format is found or not: the line-by-line path only counts it for the
-        rank its prefix names. Declined: an open failure block, a redrawn bar held, a carriage return, a line
-        holding another anchor, and what _stream_ranks declines."""
+    def _count_streams(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of rank streams' lines that are not read stream by stream (a console's chatter, lines of several
+        formats, formats still being discovered): every line counted for the rank its prefix names without a
+        Python operation per line, the few holding an anchor read in order, one at a time; False (nothing done)
+        when it cannot be. A line holding no anchor gives no record and changes no state (parse/scan.py's
+        contract): the line-by-line path only counts it for that rank, unless the rank's failure block is open.
+        Declined: an open failure block, a line holding a failure literal (it may open one), a redrawn bar held, a
+        carriage return, and what _stream_ranks declines."""
         if (self._blocks or self._redrawn is not None or data[-1:] != b"\n" or b"\r" in data
                 or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
             return False
-        scanner = self._scanner_without_prefixes()
-        if scanner is None or self._passes.scan(scanner, data)[1]:
+        anchored = self._anchored_starts(data)
+        if anchored is None:
+            return False
+        lines = [data[start:data.find(b"\n", start)] for start in anchored]
+        if any(signatures.has_failure_literal(line) for line in lines):
             return False
         grouped = self._passes.group_lines(data, b"", *LINE_TAG, _LOOSE_PREFIX_STARTS)
         ranks = self._stream_ranks(grouped)
         if grouped is None or ranks is None:
             return False
-        lines = grouped[1]
-        for (rank, _), count in zip(ranks, lines, strict=True):
+        recognized = 0
+        for start, line in zip(anchored, lines, strict=True):
+            self._line_start = start
+            recognized += self._parse_line_isolated(line, parsed)[1]
+        counts = grouped[1]
+        for (rank, _), count in zip(ranks, counts, strict=True):
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
-        parsed.unparsed = sum(lines)
+        parsed.unparsed = sum(counts) - recognized
         return True
 
     def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: list[int],
@@ -732,7 +753,8 @@ class LineParser:
                     recognized += taken
                     continue
                 builder = self._batches.get(rank)
-                if builder is not None and len(builder) and self._reads_alone(data, starts, index):
+                if (builder is not None and len(builder) and self._kernel_table is not None
+                        and self._reads_alone(data, starts, index)):
                     # A step going back, which the kernel reads into no run: a restart ends the batch (as _take would).
                     self._end_batch(builder, parsed)
                     continue
