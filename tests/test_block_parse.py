@@ -55,10 +55,12 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
                 for name in ("worker_0.log", "scheduler.log")]
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
-                                    for spec in formats.FORMATS if spec.format in ("megatron", "nemo", "paddlenlp")),
+                                    for spec in formats.FORMATS if spec.format in _TABLE_FORMATS),
             ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False))
 
 
+# Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
 # line) after the launcher's unprefixed lines, a step line a hundred lines or so.
 _TORCHTITAN = next(spec for spec in formats.FORMATS if spec.format == "torchtitan")

@@ -30,7 +30,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nemo, paddlenlp
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nanogpt, nemo, paddlenlp
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -741,8 +741,12 @@ OTHER_SEGMENTS = (b"", b"", b";", b"=", b"it", (b"<", b">|"),
                    (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad", b"", b"", b""))
 # A lead counter and a step segment (NeMo's shape) with other punctuation and words.
 OTHER_LEAD = (*OTHER_SEGMENTS[:8], (b"", b"", b"it2", b"Run pass", b"pass"))
-SEGMENT_TABLES = [MEGATRON, NEMO, OTHER_SEGMENTS, OTHER_LEAD]
-SEGMENT_IDS = ["megatron", "nemo", "other-punctuation", "other-lead"]
+# A step without its total, closed (nanoGPT's ``iter 10:``), and percents named so: nanoGPT's table and another.
+NANOGPT = nanogpt.RECORD.kernel_table
+OTHER_CLOSE = (*OTHER_SEGMENTS[:8], (b"n ", b"bad", b"", b"", b"", b"#", b"_pct"))
+SEGMENT_TABLES = [MEGATRON, NEMO, OTHER_SEGMENTS, OTHER_LEAD, NANOGPT, OTHER_CLOSE]
+SEGMENT_IDS = ["megatron", "nemo", "other-punctuation", "other-lead", "nanogpt", "other-close"]
+PERCENTS = ["16.68%", "-100.00%", "0%", "-0.0%", "nan%", "%", "1,234%", "5 %", "x%", "1e999%", "-inf%", "12%%"]
 SEGMENT_NAMES = ["lm loss", "LM Loss", "loss", "lm_loss", "elapsed time per iteration (ms)",
                  "elapsed time per iteration", "elapsed time per iteration (s)", "elapsed time per iteration ( ms)",
                  "elapsed (MS) time per iteration",
@@ -759,7 +763,7 @@ def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
     space = lambda: rng.choice(["", " ", "   ", "\t"])  # noqa: E731
     segments = []
     for _ in range(rng.randint(0, 14)):
-        value = rng.choice([*TOKENS, "0", "0.0", "  0", "1.5E+00", "nan", "120", "0077", "1" * 19])
+        value = rng.choice([*TOKENS, *PERCENTS, "0", "0.0", "  0", "1.5E+00", "nan", "120", "0077", "1" * 19])
         shape = rng.random()
         if shape < 0.8:
             segments.append(f"{space()}{rng.choice(SEGMENT_NAMES)}{space()}{name_separator}{space()}{value}{space()}")
@@ -771,9 +775,12 @@ def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
         segments += [f" x{number}{name_separator} 1" for number in range(70)]  # more segments than a run reads
     number = rng.choice(["1", "42", "007", "99999999999999999", "999999999999999999", "1234567890123456789", "x"])
     total = rng.choice(["100", "  50000", "", "12345678901234567890"])
+    close = table[8][5].decode() if len(table[8]) == 7 else ""
     anchor = rng.choice([f"{step}{space()} {number}/{space()}{total}{space()}{separator}",
                          f"{step} {number}{separator}", f"x{step} {number}/{total}{separator}",
-                         f"{step} {number}/{total}"])
+                         f"{step} {number}/{total}", *([f"{step}{space()} {number}{space()}{close}",
+                                                        f"{step} {number}/{total}{close}", f"{step}{number}{close}",
+                                                        f"x{step} {number}{close}"] * 2 if close else [])])
     if lead and rng.random() < 0.9:
         counter = rng.choice(["0", "3", "  12", "1" * 19, "x", ""])
         anchor = rng.choice([f"{lead}{space()} {counter},{space()}", f"{lead} {counter} ", f"x{lead} 1, "]) + anchor
@@ -791,11 +798,15 @@ def _segments_lines(table: tuple, seed: int) -> list[bytes]:
         lines += (REPO / "tests" / "fixtures" / "formats" / "megatron.log").read_bytes().splitlines() * 3
     if table is NEMO:
         lines += (REPO / "tests" / "fixtures" / "real" / "nemo2.log").read_bytes().splitlines() * 3
+    if table is NANOGPT:
+        lines += (REPO / "tests" / "fixtures" / "real" / "nanogpt.log").read_bytes().splitlines() * 3
     # Runs: fuzzed lines at steps going up.
     step, lead = table[4].decode(), table[8][3].decode()
+    close = table[8][5].decode() if len(table[8]) == 7 else ""
     for number in range(3000):
         line = _fuzzed_segments_line(rng, table)
-        lines.append(f"{lead + ' 1, ' if lead else ''}{step} {number // 3}/ 9000 {table[2].decode()}{line}".encode())
+        start = f"{number // 3}{close}" if close else f"{number // 3}/ 9000 {table[2].decode()}"
+        lines.append(f"{lead + ' 1, ' if lead else ''}{step} {start}{line}".encode())
     return lines
 
 
@@ -812,7 +823,7 @@ def test_a_segments_run_reads_a_line_as_the_per_line_reader_does(table):
     value not 0, a step segment not digits."""
     grammar = step_fields_twin._grammar(table)
     assert grammar.record is not None and grammar.segments is not None
-    dropped, counted, step_segment, _, _ = grammar.segments
+    dropped, counted, step_segment, *_ = grammar.segments
 
     def declinable(text: str, record: step_fields_twin.Record) -> bool:
         match = grammar.record.search(text)
@@ -835,13 +846,15 @@ def test_a_line_printing_the_segments_of_the_line_before_is_read_as_the_twin_rea
     segment is not the same shows."""
     separator, name_separator, step = table[2], table[3], table[4]
     step = table[8][3] + b" 1, " + step if table[8][3] else step
+    close = table[8][5] if len(table[8]) == 7 else b""
+    fraction = b"%d" + close if close else b"%d/ 9999 " + separator
     rng = random.Random(11)
     names = [name.encode() for name in SEGMENT_NAMES[:20] if "nan" not in name]
     lines = []
     for number in range(1, 2500):
         segments = [b" " + name + name_separator + b" " + rng.choice(TOKENS).encode() + b" "
                     for name in names[: rng.randint(2, 12)]]
-        lines.append(b"%s %d/ 9999 %s%s" % (step, number, separator, separator.join(segments)))
+        lines.append(step + b" " + fraction % number + separator.join(segments))
         changed = list(segments)
         where = rng.randrange(len(changed))
         change = rng.randrange(6)
@@ -857,7 +870,7 @@ def test_a_line_printing_the_segments_of_the_line_before_is_read_as_the_twin_rea
             changed[where] = changed[where].replace(name_separator, separator, 1)
         else:
             del changed[where]
-        lines.append(b"%s %d/ 9999 %s%s" % (step, number, separator, separator.join(changed)))
+        lines.append(step + b" " + fraction % number + separator.join(changed))
     assert _read_in_runs_by_both(table, lines)[1] == len(lines)  # every line a record
 
 

@@ -31,6 +31,7 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3, KIND_RECIPR
 #define MAX_STEP_NAMES 8
 #define MAX_PAIRS 64 /* the pairs and segments grammars: a line printing more is declined */
 #define MAX_NAME 128 /* the segments grammar: a line printing a longer name is declined */
+#define MAX_PERCENT 32 /* the segments grammar: the longest suffix of a percent's name */
 
 typedef struct {
     const uint8_t *at;
@@ -51,6 +52,10 @@ typedef struct {
     /* The segments grammar: a prefix dropped from names, a named value that must be 0, the name of a segment giving
      * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value. */
     Text dropped, counted, step_segment, lead, lead_name;
+    /* The segments grammar: the byte closing a step printed without its total (nanoGPT's ``iter 10:``; 0: the step
+     * prints ``N/TOTAL`` and the pair separator), the suffix of a percent's named value (length 0: none). */
+    uint8_t step_close;
+    Text percent;
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     int spaced;             /* the pairs grammar: spaces may follow the name separator (``loss: 2.5``) */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
@@ -494,11 +499,29 @@ read_pairs_table(PyObject *tuple, Table *table)
     return 0;
 }
 
-/* The segments grammar's punctuation, step name and (dropped, counted); -1 on error. */
+/* The segments grammar's punctuation, step name and (dropped, counted, step_segment, lead, lead_name[, step_close,
+ * percent]); -1 on error. */
 static int
 read_segments_table(PyObject *tuple, Table *table)
 {
-    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), 5);
+    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), -1);
+    if (segments != NULL && PyTuple_GET_SIZE(segments) != 5 && PyTuple_GET_SIZE(segments) != 7) {
+        PyErr_SetString(PyExc_ValueError, "the segments grammar is (dropped, counted, step_segment, lead, lead_name[, "
+                                          "step_close, percent])");
+        return -1;
+    }
+    if (segments != NULL && PyTuple_GET_SIZE(segments) == 7) {
+        Text close;
+        if (text_of(PyTuple_GET_ITEM(segments, 5), &close) < 0 || text_of(PyTuple_GET_ITEM(segments, 6),
+                                                                          &table->percent) < 0
+            || (close.length && byte_of(PyTuple_GET_ITEM(segments, 5), &table->step_close) < 0)) {
+            return -1;
+        }
+        if (table->percent.length > MAX_PERCENT) {
+            PyErr_SetString(PyExc_ValueError, "a percent suffix is at most 32 bytes");
+            return -1;
+        }
+    }
     if (segments == NULL || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
         || text_of(PyTuple_GET_ITEM(tuple, 4), &table->step_name) < 0
@@ -581,7 +604,7 @@ read_table(PyObject *object, Table *table)
     }
     if (size == 9) {
         if (opener.length || closer.length) {
-            PyErr_SetString(PyExc_ValueError, "the segments grammar is (dropped, counted), without opener and closer");
+            PyErr_SetString(PyExc_ValueError, "the segments grammar has no opener and no closer");
             return -1;
         }
         if (read_segments_table(tuple, table) < 0) return -1;
@@ -1043,8 +1066,9 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
 }
 
 /* The segments grammar: the first ``[lead \\s+ digits , \\s*] step_name \\s+ digits / \\s* digits \\s*
- * pair_separator`` of the line, its first word not after a name byte: 1 with the lead's digits, the step, the total
- * and where the segments begin; 0 none; 2 a number too long. */
+ * pair_separator`` of the line (with a step close, ``... step_name \\s+ digits \\s* step_close``), its first word
+ * not after a name byte: 1 with the lead's digits, the step, the total and where the segments begin; 0 none; 2 a
+ * number too long. */
 static int
 find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end, long long *lead, long long *step,
                      long long *total, const uint8_t **rest)
@@ -1064,7 +1088,14 @@ find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end
             if (!expect(&after, end, table->step_name)) continue;
         }
         digits = skip_spaces(after, end);
-        if (digits == after || !read_digits(&digits, end, step, &too_long) || !expect_byte(&digits, end, '/')) continue;
+        if (digits == after || !read_digits(&digits, end, step, &too_long)) continue;
+        if (table->step_close) { /* no total */
+            digits = skip_spaces(digits, end);
+            if (!expect_byte(&digits, end, table->step_close)) continue;
+            *rest = digits;
+            return too_long ? 2 : 1;
+        }
+        if (!expect_byte(&digits, end, '/')) continue;
         digits = skip_spaces(digits, end);
         if (!read_digits(&digits, end, total, &too_long)) continue;
         digits = skip_spaces(digits, end);
@@ -1153,6 +1184,21 @@ typedef struct {
     Py_ssize_t value_length;
 } Segment;
 
+/* A percent (``mfu 16.68%``, the number's ``length`` bytes before the ``%``): the named value of the name and the
+ * table's percent suffix, none below 0 (a sentinel); 0, or -1 on error. */
+static int
+apply_percent(Run *run, SegmentName *name, const uint8_t *number, Py_ssize_t length)
+{
+    const Text suffix = run->table->percent;
+    double value;
+    int parsed = parse_float(number, length, &value, run->interpreter);
+    if (parsed <= 0 || value < 0) return parsed < 0 ? parsed : 0;
+    uint8_t full[MAX_NAME + MAX_PERCENT];
+    memcpy(full, name->name, (size_t)name->name_length);
+    memcpy(full + name->name_length, suffix.at, (size_t)suffix.length);
+    return note_named(run, full, name->name_length + suffix.length, value, &name->named);
+}
+
 /* The segments grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error, NEEDS_INTERPRETER (nothing of
  * the line is in the run). */
 static int
@@ -1235,11 +1281,18 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     for (Py_ssize_t i = 0; i < count; i++) {
         SegmentName *name = segments[i].name;
         if (name->is_step) continue;
-        int applied = apply_pair(run, name->field, name->name, name->name_length, segments[i].value,
-                                 segments[i].value_length, name->bare_per_second, &name->named);
+        const uint8_t *value = segments[i].value;
+        Py_ssize_t length = segments[i].value_length;
+        if (table->percent.length && name->field < 0 && length && value[length - 1] == '%') {
+            int applied = apply_percent(run, name, value, length - 1);
+            if (applied < 0) return applied;
+            continue;
+        }
+        int applied = apply_pair(run, name->field, name->name, name->name_length, value, length,
+                                 name->bare_per_second, &name->named);
         if (applied < 0) return applied;
     }
-    return commit(run, step, !table->step_segment.length, total) < 0 ? -1 : 1;
+    return commit(run, step, !table->step_segment.length && !table->step_close, total) < 0 ? -1 : 1;
 }
 
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran

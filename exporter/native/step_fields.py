@@ -20,7 +20,8 @@ framework or a field):
   entry is its own column, in order. Entries of one column agree on kind, series, absent
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
-- ``segments``: ``(dropped, counted, step_segment, lead, lead_name)``, the segments grammar (below).
+- ``segments``: ``(dropped, counted, step_segment, lead, lead_name[, step_close, percent])``, the segments grammar
+  (below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -61,7 +62,11 @@ named ``step_segment`` (b"": none) whose value is digits gives the step (the las
 ``step_name`` then counts something else, and the record has no total), and is no named value. ``counted`` names
 a named value counting something the per-line reader must see (b"": none): the run declines, besides what it
 declines of any grammar, a line printing it other than 0, a step segment whose value is not digits, a name
-longer than MAX_NAME bytes or more than MAX_PAIRS segments.
+longer than MAX_NAME bytes or more than MAX_PAIRS segments. With a ``step_close`` (one byte, b"": none), the
+record begins at ``step_name \\s+ digits \\s* step_close`` instead, and has no total (nanoGPT's ``iter 10:``). With a
+``percent`` (b"": none), a segment whose name is no field's and whose value ends in ``%`` is the named value of the
+name and ``percent`` after it (``mfu 16.68%``: ``mfu_percent``), the number before the ``%``; none when below 0
+(nanoGPT's -100% before its first estimate).
 
 ``StepReader(table).read(data, starts, index, limit)`` reads the lines of ``data`` starting
 at ``starts[index]``, ``starts[index + 1]``, ... (at most ``limit``) until the first that
@@ -102,6 +107,7 @@ MAX_DIGITS = 18  # a step or total with more goes to the per-line parser: 64-bit
 MAX_PAIRS = 64  # the pairs grammar: a line printing more pairs goes to the per-line parser
 MAX_STEP_NAMES = 8
 MAX_NAME = 128  # the segments grammar: a longer name goes to the per-line parser
+MAX_PERCENT = 32  # the segments grammar: the longest suffix of a percent's name
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -221,7 +227,7 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         segments = _segments(grammar, text[match.end():])
         if len(segments) > MAX_PAIRS or any(len(printed) > MAX_NAME for printed, _ in segments):
             return None
-        dropped, counted, step_segment, _, _ = grammar.segments
+        dropped, counted, step_segment, *_ = grammar.segments
         steps = [raw for printed, raw in segments
                  if step_segment and normalised_name(printed.removeprefix(dropped)) == step_segment]
         if any(not _DIGITS.fullmatch(raw) or len(raw) > MAX_DIGITS for raw in steps):
@@ -317,16 +323,21 @@ def _record(table: tuple, match: re.Match[str]) -> Record:
     return Record(int(match.group(1)), int(match.group(2)), values, named)
 
 
-def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]],
-            bare_units: Sequence[str] = ()) -> tuple[list[tuple[float | None, str | None]], dict[str, float]]:
+def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]], bare_units: Sequence[str] = (),
+            percent: str = "") -> tuple[list[tuple[float | None, str | None]], dict[str, float]]:
     """A line's (name, raw value) pairs as the table's columns and the named values no column takes; ``bare_units``:
-    each pair's unit of a bare duration ("": the field's)."""
+    each pair's unit of a bare duration ("": the field's); ``percent``: the segments grammar's (module docstring)."""
     values: list[tuple[float | None, str | None]] = [(None, None)] * len(grammar.columns)
     named: dict[str, float] = {}
     for number, (name, raw) in enumerate(pairs):
         field = grammar.field_index.get(name)
         if field is None:
-            value = parse_float(raw)
+            if percent and raw.endswith("%"):
+                name, value = name + percent, parse_float(raw[:-1])
+                if value is not None and value < 0:
+                    continue  # a sentinel: not estimated yet
+            else:
+                value = parse_float(raw)
             if value is not None:
                 named[name] = value
             continue
@@ -353,10 +364,10 @@ def _segments(grammar: _Grammar, rest: str) -> list[tuple[str, str]]:
 def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[str, str]]) -> Record:
     grammar = _grammar(table)
     assert grammar.segments is not None
-    dropped, _, step_segment, _, lead_name = grammar.segments
+    dropped, _, step_segment, _, lead_name, _, percent = grammar.segments
     step = int(match.group("step"))
     # With a step segment the fraction counts something else (NeMo's batches of the epoch): no total.
-    total = None if step_segment else int(match.group("total"))
+    total = None if step_segment or not match.group("total") else int(match.group("total"))
     pairs, bare_units = [], []
     for printed, raw in segments:
         name = normalised_name(printed.removeprefix(dropped))
@@ -367,7 +378,7 @@ def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[st
         unit = _FIRST_PARENTHESES.search(printed)
         bare_units.append(unit.group(1) if unit and unit.group(1).lower() in _DURATION_UNITS else "")
         pairs.append((name, raw))
-    values, named = _values(grammar, table[6], pairs, bare_units)
+    values, named = _values(grammar, table[6], pairs, bare_units, percent)
     if match.group("lead"):
         named = {lead_name: float(match.group("lead")), **named}  # first, with a segment's value of that name
     return Record(step, total, values, named)
@@ -416,7 +427,8 @@ class _Grammar(NamedTuple):
     columns: tuple[int, ...]  # each column's first field entry
     column_names: tuple[frozenset[str], ...]  # each column's names
     required: int  # the column a record must print, -1: none
-    segments: tuple[str, str, str, str, str] | None = None  # (dropped, counted, step_segment, lead, lead_name)
+    # (dropped, counted, step_segment, lead, lead_name, step_close, percent)
+    segments: tuple[str, str, str, str, str, str, str] | None = None
     pair_separator: str = ""
     name_separator: str = ""
 
@@ -433,13 +445,18 @@ def _grammar(table: tuple) -> _Grammar:
     opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table[:7]
     required = table[7] if len(table) >= 8 else -1
     segments = table[8] if len(table) == 9 else None
+    if type(segments) is tuple and len(segments) == 5:
+        segments = (*segments, b"", b"")  # no step_close, no percent
     pairs = opener == b"" and closer == b"" and segments is None
     spaced = pairs and type(name_separator) is bytes and len(name_separator) == 2 and name_separator[1:] == b" "
     name_separator = name_separator[:1] if spaced else name_separator  # b": ": spaces may follow the colon
-    if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 5
+    if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 7
                                                           and all(type(part) is bytes for part in segments))):
-        raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name), without opener "
-                         "and closer")
+        raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name[, step_close, "
+                         "percent]), without opener and closer")
+    if segments is not None and (segments[5] and not _punctuation(segments[5]) or len(segments[6]) > MAX_PERCENT):
+        raise ValueError("a step close is one ASCII byte, neither a space nor a name byte; a percent suffix at most "
+                         f"{MAX_PERCENT} bytes")
     if segments is not None and required != -1:
         raise ValueError("the segments grammar requires no field")
     separators = [pair_separator[i:i + 1] for i in range(len(pair_separator))] if pairs else [pair_separator]
@@ -484,7 +501,9 @@ def _grammar(table: tuple) -> _Grammar:
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))
         lead = rf"(?<![A-Za-z0-9_]){lead}\s+(?P<lead>\d+),\s*{step}" if lead else rf"(?<![A-Za-z0-9_]){step}(?P<lead>)"
-        record = re.compile(rf"{lead}\s+(?P<step>\d+)/\s*(?P<total>\d+)\s*{p}")
+        close = re.escape(segments[5].decode("ascii"))
+        record = re.compile(rf"{lead}\s+(?P<step>\d+)\s*{close}(?P<total>)" if close
+                            else rf"{lead}\s+(?P<step>\d+)/\s*(?P<total>\d+)\s*{p}")
         return _Grammar(record, record, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
                         tuple(columns[number] for number in range(len(columns))), column_names, required,
                         tuple(part.decode("ascii") for part in segments), pair_separator.decode("ascii"),

@@ -50,7 +50,9 @@ class StepTable:
     ``dropped`` left out of their start; ``unprinted_nonfinite`` names the named value that counts
     the non-finite losses of the interval the line does not print; a ``lead`` (NeMo's ``Training
     epoch 0,``) before the step gives the named value ``lead_name``, a ``step_segment``
-    (``global_step: 120``) the step (native/step_fields.py).
+    (``global_step: 120``) the step; a ``step_close`` ends a step printed without its total
+    (nanoGPT's ``iter 10: loss 3.2, time 893.76ms``), a ``percent`` names a value printed as one
+    (``mfu 16.68%``: ``mfu`` and the suffix; below 0, none) (native/step_fields.py).
 
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
@@ -71,6 +73,8 @@ class StepTable:
     step_segment: str = ""  # the segments grammar: a segment whose value is the step (NeMo's ``global_step``)
     lead: str = ""  # the segments grammar: words before the step, then a counter and a comma (``Training epoch``)
     lead_name: str = ""  # the lead counter's named value (``epoch``)
+    step_close: str = ""  # the segments grammar: the byte after a step printed without its total (nanoGPT's ``:``)
+    percent: str = ""  # the segments grammar: the suffix of a named value printed as a percent (``_percent``)
 
     @cached_property
     def columns(self) -> tuple[KernelColumn, ...]:
@@ -90,7 +94,8 @@ class StepTable:
                 and not self.segments else self.step.encode())
         required = next((column for column, item in enumerate(self.fields) if item.name == self.required), -1)
         segments = ((tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
-                                                      self.lead, self.lead_name)),) if self.segments else ())
+                                                      self.lead, self.lead_name, self.step_close, self.percent)),)
+                    if self.segments else ())
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),

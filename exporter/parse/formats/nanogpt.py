@@ -1,34 +1,25 @@
 """nanoGPT ``train.py`` iteration lines.
 
 ``iter 10: loss 3.2202, time 893.76ms, mfu 16.68%`` (older versions print no mfu). The mfu is
-a running average and reads -100.00% until it has one. ``step 250: train loss ..., val loss
-...`` is the evaluation, not a training step.
+a running average and reads -100.00% until it has one: no value then. ``step 250: train loss
+..., val loss ...`` is the evaluation, not a training step.
+
+The grammar is a field table (the segments grammar: the step without a total, closed by ``:``,
+then ``name value`` segments): runs of iteration lines are read by the step-field kernel, any
+other line by the same table.
 """
 
 from __future__ import annotations
 
-from exporter.parse.fields import add_named, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_duration_seconds, parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
-_RECORD = lazy(r"\biter (\d+): loss (\S+), time ([\d.]+ms)(?:, mfu (-?[\d.]+)%)?")
+RECORD = StepTable((
+    StepField("loss", Kind.FLOAT, "loss"),
+    StepField("time", Kind.DURATION, "step_time_seconds"),
+), opener="", closer="", pair_separator=",", name_separator=":", step="iter", segments=True, step_close=":",
+    percent="_percent")
 
+parse = RECORD.read_line
 
-def parse(text: str) -> StepLine | None:
-    """One iteration line; None when the line holds none."""
-    match = _RECORD.search(text)
-    if match is None:
-        return None
-    step, loss, duration, mfu = match.groups()
-    line = StepLine(int(step))
-    set_value(line, "loss", parse_float(loss))
-    set_value(line, "step_time_seconds", parse_duration_seconds(duration))
-    mfu_percent = parse_float(mfu or "")
-    if mfu_percent is not None and mfu_percent >= 0:  # -100: not estimated yet
-        add_named(line, "mfu_percent", mfu_percent)
-    return line
-
-
-FORMAT = register(Format("nanogpt", "nanogpt", b"iter ", parse, detection_order=55))
+FORMAT = register(Format("nanogpt", "nanogpt", b"iter ", parse, detection_order=55, step_table=RECORD))
