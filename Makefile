@@ -91,7 +91,7 @@ sanitize: system-deps setup
 	cp benchmarks/__init__.py benchmarks/generate.py $(SANITIZED)/benchmarks/
 	mkdir -p $(SANITIZED)/tests/fixtures/real $(SANITIZED)/tests/fixtures/formats && cp tests/fixtures/real/torchrun_ddp_*.log \
 	  tests/fixtures/real/hf_trainer_*.log tests/fixtures/real/megatron_*.log tests/fixtures/real/nemo2.log \
-	  tests/fixtures/real/paddlenlp.log $(SANITIZED)/tests/fixtures/real/
+	  tests/fixtures/real/paddlenlp.log tests/fixtures/real/nanogpt.log $(SANITIZED)/tests/fixtures/real/
 	cp tests/fixtures/formats/megatron.log $(SANITIZED)/tests/fixtures/formats/
 	for kernel in scan step_fields detectors; do \
 	  gcc $(SANITIZE_CFLAGS) -shared -fPIC -I"$$($(PY_CONFIG) include)" exporter/native/$$kernel.c \
