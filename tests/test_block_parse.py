@@ -118,6 +118,16 @@ def _interleaved_logs() -> list[tuple[str, bytes, bool]]:
             ("interleaved_chatter", _nccl_chatter() * 8 + nan * 4 + _nccl_chatter() * 4, False)]
 
 
+def _bar_redraws_as_lines() -> bytes:
+    """A Lightning bar's redraws each a line of its own (as a bar writes to a file without carriage returns: every
+    step drawn twice) under two ranks' prefixes, interleaved: a held redraw is taken at the next line, whichever
+    rank's (the real bar of lightning_bar_nan.log, its carriage returns made newlines)."""
+    redraws = [segment for segment in (REAL / "lightning_bar_nan.log").read_bytes().replace(b"\r", b"\n").splitlines()
+               if segment.startswith(b"Epoch ")]
+    return b"".join(b"[default%d]:%s\n" % (index % 2, segment) for copy in range(3)
+                    for index, segment in enumerate(redraws * 2))
+
+
 def _nccl_chatter() -> bytes:
     """Four ranks' NCCL_DEBUG=INFO lines as a torchrun ``--tee`` console interleaves them: the NCCL INFO lines of a
     real nccl-tests run (healthy/nccl_awsefaeks_nccltests.log, on hosts whose names hold "nccl"), without mpirun's
@@ -476,6 +486,30 @@ def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(mon
     assert paths == [("_parse_interleaved", True)]
     assert parsed[1].lines_by_rank == {None: 4 * 15, 0: 4 * 241}
     assert _comparable(parsed) == _comparable(_every_line_alone([discovering, discovered], scheduler=False))
+
+
+def test_a_console_of_bar_redraws_as_lines_is_read_by_its_anchored_lines():
+    # Two ranks' bar redraws, a line each: the block's lines counted by rank, the redraws read in order, a held one
+    # taken where the line-by-line path takes it (at the next line, whichever rank's), as every line alone gives.
+    # (Blocks cut between a redraw and the next line are not compared: a held redraw crosses the cut differently,
+    # line by line too.)
+    paths: list[tuple[str, bool]] = []
+    log = _bar_redraws_as_lines() + b"[default0]:a line after the bar\n"
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(LineParser, "_count_streams",
+                      functools.partialmethod(_noted, paths, "_count_streams", LineParser._count_streams))
+        parsed = LineParser().parse_block(log)
+    assert paths == [("_count_streams", True)]
+    assert sum(parsed.lines_by_format.values()) > 100
+    assert _comparable([parsed]) == _comparable(_every_line_alone([log], scheduler=False))
+    # Once the bar's format is found, a second such block too: a format that redraws is read in order, not stream
+    # by stream (a held redraw is taken at the next line of any rank).
+    with pytest.MonkeyPatch.context() as patch:
+        patch.setattr(line_parser, "DISCOVERY_STEP_LINES", 10)
+        parser = LineParser()
+        both = [parser.parse_block(log), parser.parse_block(log)]
+    assert not parser._discovering
+    assert _comparable(both) == _comparable(_every_line_alone([log, log], scheduler=False))
 
 
 def _noted(parser, paths: list[tuple[str, bool]], name: str, method, *arguments):

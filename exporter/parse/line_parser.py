@@ -190,8 +190,13 @@ class LineParser:
     @property
     def _stream_format(self) -> Format | None:
         """The format whose literal picks a rank stream's lines to read (_parse_interleaved): the kernel's, else the
-        file's (its step lines then read one at a time)."""
-        return self._kernel_format or self._format
+        file's (its step lines then read one at a time), unless it redraws (a held redraw is taken at the next line,
+        whichever rank's: the order of the lines, not of a stream's) or sits on carriage-return segments."""
+        if self._kernel_format is not None:
+            return self._kernel_format
+        fmt = self._format
+        # A format of carriage-return segments reads a console's blocks its own way (parse/carriage.py).
+        return fmt if fmt is not None and not (fmt.redraws or fmt.segment_context or fmt.segment_shape) else None
 
     def prepare(self, data: bytes) -> None:
         """``data`` is a block to come after the one about to be cut into pieces: the kernel passes the last
@@ -730,13 +735,25 @@ class LineParser:
             return False
         recognized = 0
         for start, line in zip(anchored, lines, strict=True):
+            self._take_redrawn_before(data, start, parsed)
             self._line_start = start
             recognized += self._parse_line_isolated(line, parsed)[1]
+        self._take_redrawn_before(data, len(data) - 1, parsed)  # a line after the held one in the block
         counts = grouped[1]
         for (rank, _), count in zip(ranks, counts, strict=True):
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
         parsed.unparsed = sum(counts) - recognized
         return True
+
+    def _take_redrawn_before(self, data: bytes, position: int, parsed: ParsedBlock) -> None:
+        """A redraw held, taken where the line-by-line path takes it: at the line after its own, when that line
+        starts at ``position`` (the next line read) or before."""
+        if self._redrawn is None:
+            return
+        after = data.find(b"\n", self._line_start) + 1
+        if after <= position:
+            self._line_start = after
+            self._take_redrawn(parsed)
 
     def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: list[int],
                      parsed: ParsedBlock) -> int:
