@@ -911,6 +911,12 @@ def test_the_kernel_normalises_a_name_as_the_twin_does(key):
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"", b"", b"", b"")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"",)),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", "x")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b":")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"::", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"a", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b" ", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b":", b"_" * 33)),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b":", "_percent")),
 ])
 def test_both_refuse_a_segments_table_they_cannot_read_alike(table):
     for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
