@@ -70,7 +70,7 @@ FULL = Size(catchup_lines=2_000_000, catchup_rounds=5, steady_seconds=60, steady
             hostile_seconds=20, trickling=256, flooding=32, sending=16, repeats=10_000_000,
             format_lines=1_000_000)
 SMOKE = Size(catchup_lines=20_000, catchup_rounds=1, steady_seconds=2, steady_ranks=2, noise_per_second=20,
-             chatter_per_second=1000, chatter_seconds=3,  # enough lines for a few 10 ms CPU ticks
+             chatter_per_second=5000, chatter_seconds=6,  # a few 10 ms CPU ticks (1,000 a second for 3 s: one)
              scale_files=16, scrape_clients=50, scrape_seconds=2, scrape_ranks=8, fleet_nodes=2, fleet_steps=20,
              hostile_seconds=2, trickling=16, flooding=4, sending=2, repeats=20_000, format_lines=2_000)
 
