@@ -738,9 +738,9 @@ NEMO = nemo.RECORD.kernel_table
 OTHER_SEGMENTS = (b"", b"", b";", b"=", b"it", (b"<", b">|"),
                   ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"l", Kind.FLOAT, 1, b"", b"", 0),
                    (b"t", Kind.DURATION, 1, b"", b"us", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 0, b"", b"", 2),
-                   (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad", b"", b"", b""))
+                   (b"gn", Kind.FLOAT, 1, b"NaN", b"", 3)), -1, (b"n ", b"bad", b"", b"", b"", b"", b""))
 # A lead counter and a step segment (NeMo's shape) with other punctuation and words.
-OTHER_LEAD = (*OTHER_SEGMENTS[:8], (b"", b"", b"it2", b"Run pass", b"pass"))
+OTHER_LEAD = (*OTHER_SEGMENTS[:8], (b"", b"", b"it2", b"Run pass", b"pass", b"", b""))
 # A step without its total, closed (nanoGPT's ``iter 10:``), and percents named so: nanoGPT's table and another.
 NANOGPT = nanogpt.RECORD.kernel_table
 OTHER_CLOSE = (*OTHER_SEGMENTS[:8], (b"n ", b"bad", b"", b"", b"", b"#", b"_pct"))
@@ -775,7 +775,7 @@ def _fuzzed_segments_line(rng: random.Random, table: tuple) -> str:
         segments += [f" x{number}{name_separator} 1" for number in range(70)]  # more segments than a run reads
     number = rng.choice(["1", "42", "007", "99999999999999999", "999999999999999999", "1234567890123456789", "x"])
     total = rng.choice(["100", "  50000", "", "12345678901234567890"])
-    close = table[8][5].decode() if len(table[8]) == 7 else ""
+    close = table[8][5].decode()
     anchor = rng.choice([f"{step}{space()} {number}/{space()}{total}{space()}{separator}",
                          f"{step} {number}{separator}", f"x{step} {number}/{total}{separator}",
                          f"{step} {number}/{total}", *([f"{step}{space()} {number}{space()}{close}",
@@ -802,7 +802,7 @@ def _segments_lines(table: tuple, seed: int) -> list[bytes]:
         lines += (REPO / "tests" / "fixtures" / "real" / "nanogpt.log").read_bytes().splitlines() * 3
     # Runs: fuzzed lines at steps going up.
     step, lead = table[4].decode(), table[8][3].decode()
-    close = table[8][5].decode() if len(table[8]) == 7 else ""
+    close = table[8][5].decode()
     for number in range(3000):
         line = _fuzzed_segments_line(rng, table)
         start = f"{number // 3}{close}" if close else f"{number // 3}/ 9000 {table[2].decode()}"
@@ -846,7 +846,7 @@ def test_a_line_printing_the_segments_of_the_line_before_is_read_as_the_twin_rea
     segment is not the same shows."""
     separator, name_separator, step = table[2], table[3], table[4]
     step = table[8][3] + b" 1, " + step if table[8][3] else step
-    close = table[8][5] if len(table[8]) == 7 else b""
+    close = table[8][5]
     fraction = b"%d" + close if close else b"%d/ 9999 " + separator
     rng = random.Random(11)
     names = [name.encode() for name in SEGMENT_NAMES[:20] if "nan" not in name]
@@ -896,7 +896,7 @@ def test_the_megatron_reference_line():
 @pytest.mark.parametrize("key", ["tokens per gpu per second (tgs)", "train/mfu", "Elapsed Time (ms) per  iteration",
                                  "a (b (c) d) e", "x (unclosed", "  __x__ ", "(ms)", "", "UPPER-case_9 x"])
 def test_the_kernel_normalises_a_name_as_the_twin_does(key):
-    table = (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b""))
+    table = (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"", b""))
     for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
         assert reader.read(b"it 1/2 | %s: 5 |" % key.encode(), [0], 0, 1) == 1
         named = reader.take()[3]
@@ -904,13 +904,14 @@ def test_the_kernel_normalises_a_name_as_the_twin_does(key):
 
 
 @pytest.mark.parametrize("table", [
-    (b"", b"", b"|", b"|", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
-    (b"", b"", b"||", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
-    (b"", b"", b"|", b":", b"1t", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
-    (b"{", b"}", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
-    (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"", b"", b"", b"")),
+    (b"", b"", b"|", b"|", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"", b"")),
+    (b"", b"", b"||", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"", b"")),
+    (b"", b"", b"|", b":", b"1t", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"", b"")),
+    (b"{", b"}", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"", b"")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), ((b"x", 1, 0, b"", b""),), 0, (b"", b"", b"", b"", b"", b"", b"")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"",)),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", "x")),
+    (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b":")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"::", b"")),
     (b"", b"", b"|", b":", b"it", (b"<", b">|"), (), -1, (b"", b"", b"", b"", b"", b"a", b"")),

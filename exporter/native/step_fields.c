@@ -499,30 +499,23 @@ read_pairs_table(PyObject *tuple, Table *table)
     return 0;
 }
 
-/* The segments grammar's punctuation, step name and (dropped, counted, step_segment, lead, lead_name[, step_close,
- * percent]); -1 on error. */
+/* The segments grammar's punctuation, step name and (dropped, counted, step_segment, lead, lead_name, step_close,
+ * percent); -1 on error. */
 static int
 read_segments_table(PyObject *tuple, Table *table)
 {
-    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), -1);
-    if (segments != NULL && PyTuple_GET_SIZE(segments) != 5 && PyTuple_GET_SIZE(segments) != 7) {
-        PyErr_SetString(PyExc_ValueError, "the segments grammar is (dropped, counted, step_segment, lead, lead_name[, "
-                                          "step_close, percent])");
+    PyObject *segments = tuple_of(PyTuple_GET_ITEM(tuple, 8), 7);
+    Text close;
+    if (segments == NULL || text_of(PyTuple_GET_ITEM(segments, 5), &close) < 0
+        || text_of(PyTuple_GET_ITEM(segments, 6), &table->percent) < 0
+        || (close.length && byte_of(PyTuple_GET_ITEM(segments, 5), &table->step_close) < 0)) {
         return -1;
     }
-    if (segments != NULL && PyTuple_GET_SIZE(segments) == 7) {
-        Text close;
-        if (text_of(PyTuple_GET_ITEM(segments, 5), &close) < 0 || text_of(PyTuple_GET_ITEM(segments, 6),
-                                                                          &table->percent) < 0
-            || (close.length && byte_of(PyTuple_GET_ITEM(segments, 5), &table->step_close) < 0)) {
-            return -1;
-        }
-        if (table->percent.length > MAX_PERCENT) {
-            PyErr_SetString(PyExc_ValueError, "a percent suffix is at most 32 bytes");
-            return -1;
-        }
+    if (table->percent.length > MAX_PERCENT) {
+        PyErr_Format(PyExc_ValueError, "a percent suffix is at most %d bytes", MAX_PERCENT);
+        return -1;
     }
-    if (segments == NULL || byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
+    if (byte_of(PyTuple_GET_ITEM(tuple, 2), &table->pair_separator) < 0
         || byte_of(PyTuple_GET_ITEM(tuple, 3), &table->name_separator) < 0
         || text_of(PyTuple_GET_ITEM(tuple, 4), &table->step_name) < 0
         || text_of(PyTuple_GET_ITEM(segments, 0), &table->dropped) < 0

@@ -20,7 +20,7 @@ framework or a field):
   entry is its own column, in order. Entries of one column agree on kind, series, absent
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
-- ``segments``: ``(dropped, counted, step_segment, lead, lead_name[, step_close, percent])``, the segments grammar
+- ``segments``: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the segments grammar
   (below).
 
 Record grammar (an ``opener``): a record is
@@ -445,15 +445,13 @@ def _grammar(table: tuple) -> _Grammar:
     opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table[:7]
     required = table[7] if len(table) >= 8 else -1
     segments = table[8] if len(table) == 9 else None
-    if type(segments) is tuple and len(segments) == 5:
-        segments = (*segments, b"", b"")  # no step_close, no percent
     pairs = opener == b"" and closer == b"" and segments is None
     spaced = pairs and type(name_separator) is bytes and len(name_separator) == 2 and name_separator[1:] == b" "
     name_separator = name_separator[:1] if spaced else name_separator  # b": ": spaces may follow the colon
     if segments is not None and (opener or closer or not (type(segments) is tuple and len(segments) == 7
                                                           and all(type(part) is bytes for part in segments))):
-        raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name[, step_close, "
-                         "percent]), without opener and closer")
+        raise ValueError("the segments grammar is (dropped, counted, step_segment, lead, lead_name, step_close, "
+                         "percent), without opener and closer")
     if segments is not None and (segments[5] and not _punctuation(segments[5]) or len(segments[6]) > MAX_PERCENT):
         raise ValueError("a step close is one ASCII byte, neither a space nor a name byte; a percent suffix at most "
                          f"{MAX_PERCENT} bytes")
