@@ -205,7 +205,7 @@ class LineParser:
         reader = self._probe_reader() if self._kernel_table is not None else None
         plain = None
         if reader is not None and self._runs_whole and self._kernel_format is not None:
-            plain = ("group_lines", self._kernel_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+            plain = ("group_lines", *_grouping(self._kernel_format.prefilter))
         self._passes.start(data, reader, plain)
 
     def pieces(self, data: bytes) -> Iterator[bytes]:
@@ -264,8 +264,7 @@ class LineParser:
         """True when ``data`` may be an interleaved console's block read stream by stream (_parse_interleaved)."""
         return (self._stream_format is not None and not self._discovering and not self._blocks
                 and self._redrawn is None and data[-1:] == b"\n"
-                # the first or the last line carries a rank prefix: a plain log costs nothing more
-                and bool(RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data))))
+                and _prefixed_at_an_end(data))
 
     def _lines_besides(self, data: bytes) -> list[int] | None:
         """Where the lines holding an anchor besides the stream format's literal start (None: any line may)."""
@@ -662,7 +661,7 @@ class LineParser:
             return False  # pieces() looked for such lines already, or they are looked for here
         stream_format = self._stream_format
         assert stream_format is not None
-        grouped = self._passes.group_lines(data, stream_format.prefilter, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        grouped = self._passes.group_lines(data, *_grouping(stream_format.prefilter))
         ranks = self._stream_ranks(grouped)
         if grouped is None or ranks is None:
             return False
@@ -721,7 +720,7 @@ class LineParser:
         Declined: an open failure block, a line holding a failure literal (it may open one), a redrawn bar held, a
         carriage return, and what _stream_ranks declines."""
         if (self._blocks or self._redrawn is not None or data[-1:] != b"\n" or b"\r" in data
-                or not (RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))):
+                or not _prefixed_at_an_end(data)):
             return False
         anchored = self._anchored_starts(data)
         if anchored is None:
@@ -729,7 +728,7 @@ class LineParser:
         lines = [data[start:data.find(b"\n", start)] for start in anchored]
         if any(signatures.has_failure_literal(line) for line in lines):
             return False
-        grouped = self._passes.group_lines(data, b"", *LINE_TAG, _LOOSE_PREFIX_STARTS)
+        grouped = self._passes.group_lines(data, *_grouping(b""))
         ranks = self._stream_ranks(grouped)
         if grouped is None or ranks is None:
             return False
@@ -1177,6 +1176,18 @@ def _starts_record(body: bytes, formats: tuple[Format, ...], found: set[str]) ->
     """True when the line passes the byte test of a format found in the file: a record, which ends a
     failure block (a traceback's frames never hold one)."""
     return any(fmt.prefilter and fmt.prefilter in body for fmt in formats if fmt.name in found)
+
+
+def _grouping(literal: bytes) -> tuple[bytes, ...]:
+    """native.group_lines' arguments after the block, grouping by rank prefix the lines holding ``literal`` (b"": the
+    counts only); one tuple for a call and the same call read ahead (parse/ahead.py matches them by equality)."""
+    return (literal, *LINE_TAG, _LOOSE_PREFIX_STARTS)
+
+
+def _prefixed_at_an_end(data: bytes) -> bool:
+    """The first or the last line carries a rank prefix: a block worth grouping by prefix (a plain log costs nothing
+    more)."""
+    return bool(RANK_PREFIX.match(data) or RANK_PREFIX.match(data, _last_line(data)))
 
 
 def _line_starts_before(width: int, parsed: ParsedBlock, first_record: int) -> None:
