@@ -56,11 +56,14 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
                                     for spec in formats.FORMATS if spec.format in _TABLE_FORMATS),
-            ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False))
+            ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False),
+            ("mmcv_continued", _continued_log(_MMCV, 300), False))
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
-_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt")
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine")
+# mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
+_MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
 # line) after the launcher's unprefixed lines, a step line a hundred lines or so.
 _TORCHTITAN = next(spec for spec in formats.FORMATS if spec.format == "torchtitan")

@@ -30,7 +30,7 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, nanogpt, nemo, paddlenlp
+from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, mmengine, nanogpt, nemo, paddlenlp
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -730,6 +730,107 @@ def test_both_refuse_a_pairs_table_they_cannot_read_alike(table):
     for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
         with pytest.raises(ValueError):
             reader(table)
+
+
+# The pairs grammar's options (``Iter(train) [ 10/270]  lr: 1e-02  decode.loss_ce: 1.2``): MMEngine's table, and
+# another with other punctuation, step names one the start of the other, and names renamed to nothing and to others.
+MMENGINE = mmengine.RECORD.kernel_table
+OTHER_BRACKETS = (b"", b"", b"|;", b"=", (b"at", b"at(x)"), (b"<", b">|"),
+                  ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1),
+                   (b"m.x", Kind.FLOAT, 0, b"", b"", 2)), -1, (b"<>", b"./-", ((b"skip", b""), (b"m", b"m_mb"))))
+BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS]
+BRACKET_IDS = ["mmengine", "other-brackets"]
+BRACKET_NAMES = ["loss", "lr", "grad_norm", "time", "t", "m.x", "eta", "memory", "skip", "m", "data_time",
+                 "decode.loss_ce", "aux.acc_seg", "a-b", "x/y", "Loss_CLS", "_", "__x__", "a__b", "x.", "1bad", "Iter",
+                 "at", "n" * 130]
+BRACKET_VALUES = [*TOKENS, "0:00:27", "8 days, 4:44:34", "1,234", "22159", ""]
+
+
+def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
+    separator = table[3].decode()[:1]
+    open_, shut = (chr(byte) for byte in table[8][0])
+    names = [name.decode() for name in table[4]]
+    gap = ["", " ", "  ", "\t"]
+    step = (f"{rng.choice([*names, 'Epoch', 'x' + names[0]])}{rng.choice(gap)}{open_}{rng.choice(gap)}"
+            f"{rng.choice(STEPS)}{rng.choice([shut] * 6 + ['', shut + shut])}")
+    pairs = []
+    for _ in range(rng.randint(0, 8)):
+        joint = rng.choice([separator + " "] * 6 + [separator, separator + "  ", separator + "\t", "", " "])
+        pairs.append(f"{rng.choice(BRACKET_NAMES)}{joint}{rng.choice(BRACKET_VALUES)}")
+    breaks = ["  ", ", ", " ", "\t", *table[2].decode(), ","]
+    body = "".join(f"{rng.choice(breaks)}{pair}" for pair in pairs)
+    before = rng.choice(["", "04/22 11:14:42 - mmengine - INFO - ", "lr: 3 ", "[default3]:", "é ", "x"])
+    if rng.random() < 0.2:  # the step among the pairs, or twice
+        cut = rng.randint(0, len(body))
+        return before + body[:cut] + " " + step + body[cut:] + (" " + step if rng.random() < 0.3 else "")
+    return before + step + body
+
+
+def _bracket_lines(table: tuple, seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    real = [line for name in ("mmengine_iter.log", "mmcv_iter.log", "mmengine_runner_iter.log", "mmcv_epoch.log")
+            for line in (REPO / "tests" / "fixtures" / "real" / name).read_bytes().splitlines()]
+    lines = [_fuzzed_bracket_line(rng, table).encode("utf-8") for _ in range(8000)] + real
+    rng.shuffle(lines)
+    # Runs: real lines renumbered at steps going up, fuzzed ones with a step after them going up.
+    open_, shut = table[8][0][:1], table[8][0][1:]
+    lines += [re.sub(rb"\[\s*\d+/", b"[%d/" % step, rng.choice(real)) for step in range(1, 2000)]
+    lines += [_fuzzed_bracket_line(rng, table).encode("utf-8").replace(open_, b"(", 1) + b" " + table[4][0] + open_
+              + b"%d/9%s " % (step // 3, shut) + table[3][:1] + b" " + rng.choice(BRACKET_VALUES).encode()
+              for step in range(3000)]
+    return lines
+
+
+@pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
+def test_bracketed_lines_read_in_runs_match_the_twin(table):
+    runs, rows, takes = _read_in_runs_by_both(table, _bracket_lines(table, seed=3))
+    assert runs > 50 and rows > 500 and takes > 50
+
+
+@pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
+def test_a_bracketed_run_reads_a_line_as_the_per_line_reader_does(table):
+    """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME: that is all."""
+    grammar = step_fields_twin._grammar(table)
+
+    def declinable(text: str, _) -> bool:
+        step = grammar.step_brackets.search(text)
+        return step_fields_twin._ambiguous_pairs(grammar, text[step.end():])
+
+    read, declined = _each_line_read_alone(table, _bracket_lines(table, seed=6), declinable)
+    assert read > 1000 and declined > 20
+
+
+def test_the_mmcv_reference_line():
+    """A real mmcv line (tests/fixtures/real/mmcv_iter.log): its step in brackets, dotted names normalised, ``eta``
+    not read (a duration), ``memory`` renamed, ``time`` a duration of its field."""
+    line = (b"2020-07-24 22:05:29,408 - mmseg - INFO - Iter [4200/40000]\tlr: 9.060e-03, eta: 11:32:31, time: 1.138, "
+            b"data_time: 0.011, memory: 6840, decode.loss_seg: 2.5972, eta: 8 days, aux.acc_seg: 3.0267, loss: 3.6536")
+    for reader in (_step_fields.StepReader(MMENGINE), step_fields_twin.StepReader(MMENGINE)):
+        assert reader.read(line.replace(b", eta: 8 days", b""), [0], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        assert (steps, total) == ([4200], 40000)
+        assert [field[0] for field in fields] == [3.6536, 9.060e-03, None, 1.138]
+        assert [(name, value) for name, value, *_ in named] == [("data_time", 0.011), ("memory_mb", 6840.0),
+                                                                ("decode_loss_seg", 2.5972), ("aux_acc_seg", 3.0267)]
+        assert reader.read(line, [0], 0, 1) == 0  # eta twice: the per-line reader's dict reading
+        assert reader.read(b"Epoch [3][50/2500]\tlr: 0.02000, time: 1.090, loss: 0.0394", [0], 0, 1) == 0
+        assert reader.read(b"Iter(train) [ 10/270]  lr: 1e-2  loss: 5.3", [0], 0, 1) == 1
+        assert reader.take()[:2] == ([10], 270)
+
+
+@pytest.mark.parametrize("options", [
+    (b"[",  b"", ()), (b"[ ]", b"", ()), (b"[a", b"", ()), (b"[|", b"", ()), (b"[:", b"", ()), (b"", b"x", ()),
+    (b"", b" ", ()), (b"", b",", ()), (b"", b"", ((b"", b"x"),)), (b"", b"", ((b"x", b"y" * 129),)),
+    (b"", b"", ((b"x",),)), (b"", b"", ((b"x", "y"),)), (b"", b"", tuple((b"x%d" % i, b"y") for i in range(17))),
+    (b"[]", b"", []), ("[]", b"", ()), (b"[]", b""),
+])
+def test_both_refuse_pairs_options_they_cannot_read_alike(options):
+    table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)
+    for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+        with pytest.raises((ValueError, TypeError)):
+            reader(table)
+    with pytest.raises(ValueError):
+        _step_fields.StepReader((b"{", b"}", *table[2:8], (b"[]", b"", ())))
 
 
 # The segments grammar (``iteration 5/ 90 | lm loss: 2.5 |``): Megatron-LM's table, and another with other punctuation.

@@ -32,6 +32,7 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3, KIND_RECIPR
 #define MAX_PAIRS 64 /* the pairs and segments grammars: a line printing more is declined */
 #define MAX_NAME 128 /* the segments grammar: a line printing a longer name is declined */
 #define MAX_PERCENT 32 /* the segments grammar: the longest suffix of a percent's name */
+#define MAX_RENAMED 16 /* the pairs grammar's options: names read under another name */
 
 typedef struct {
     const uint8_t *at;
@@ -58,6 +59,14 @@ typedef struct {
     Text percent;
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     int spaced;             /* the pairs grammar: spaces may follow the name separator (``loss: 2.5``) */
+    /* The pairs grammar's options (``options``: given): the step printed ``step_name \\s* open \\s* digits / \\s* digits
+     * shut`` before the pairs (open 0: as a pair), named values under normalised names, some under names of their
+     * own (an empty one: not read). */
+    int options;
+    uint8_t step_open, step_shut;
+    Text renamed_from[MAX_RENAMED], renamed_to[MAX_RENAMED];
+    Py_ssize_t renamed_count;
+    uint8_t name_byte[256]; /* the pairs grammar: the bytes of a name after its first */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
@@ -453,7 +462,59 @@ field_of(PyObject *object, FieldSpec *field)
     return 0;
 }
 
-/* The pairs grammar's punctuation and step names; -1 on error. */
+/* A byte of the table's own punctuation: ASCII, neither a space nor a name byte, none of its separators. */
+static int
+is_punctuation(const Table *table, uint8_t byte)
+{
+    return byte < 0x80 && !is_space(byte) && !is_name(byte) && !table->separator[byte] && byte != table->name_separator;
+}
+
+/* The pairs grammar's options (step_brackets, name_bytes, renamed); -1 on error. */
+static int
+read_pairs_options(PyObject *object, Table *table)
+{
+    PyObject *options = tuple_of(object, 3), *renamed;
+    Text brackets, name_bytes;
+    if (options == NULL || text_of(PyTuple_GET_ITEM(options, 0), &brackets) < 0
+        || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0
+        || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL) {
+        return -1;
+    }
+    if ((brackets.length != 0 && brackets.length != 2)
+        || (brackets.length && (!is_punctuation(table, brackets.at[0]) || !is_punctuation(table, brackets.at[1])))) {
+        PyErr_SetString(PyExc_ValueError, "a step's brackets are two bytes of punctuation, or none");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < name_bytes.length; i++) {
+        if (!is_punctuation(table, name_bytes.at[i])) {
+            PyErr_SetString(PyExc_ValueError, "a name's further bytes are punctuation, no separator");
+            return -1;
+        }
+        table->name_byte[name_bytes.at[i]] = 1;
+    }
+    table->renamed_count = PyTuple_GET_SIZE(renamed);
+    if (table->renamed_count > MAX_RENAMED) {
+        PyErr_Format(PyExc_ValueError, "at most %d names are renamed", MAX_RENAMED);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
+        PyObject *entry = tuple_of(PyTuple_GET_ITEM(renamed, i), 2);
+        if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->renamed_from[i]) < 0
+            || text_of(PyTuple_GET_ITEM(entry, 1), &table->renamed_to[i]) < 0) {
+            return -1;
+        }
+        if (table->renamed_from[i].length == 0 || table->renamed_to[i].length > MAX_NAME) {
+            PyErr_SetString(PyExc_ValueError, "a renamed name is a name, its new name at most MAX_NAME bytes");
+            return -1;
+        }
+    }
+    table->step_open = brackets.length ? brackets.at[0] : 0;
+    table->step_shut = brackets.length ? brackets.at[1] : 0;
+    table->options = 1;
+    return 0;
+}
+
+/* The pairs grammar's punctuation and step names (and options); -1 on error. */
 static int
 read_pairs_table(PyObject *tuple, Table *table)
 {
@@ -495,8 +556,9 @@ read_pairs_table(PyObject *tuple, Table *table)
             return -1;
         }
     }
+    for (int byte = 0; byte < 256; byte++) table->name_byte[byte] = is_name((uint8_t)byte);
     table->pairs = 1;
-    return 0;
+    return PyTuple_GET_SIZE(tuple) == 9 ? read_pairs_options(PyTuple_GET_ITEM(tuple, 8), table) : 0;
 }
 
 /* The segments grammar's punctuation, step name and (dropped, counted, step_segment, lead, lead_name, step_close,
@@ -595,11 +657,13 @@ read_table(PyObject *object, Table *table)
         if (int_of(PyTuple_GET_ITEM(tuple, 7), &required) < 0) return -1;
         table->required = required;
     }
-    if (size == 9) {
-        if (opener.length || closer.length) {
-            PyErr_SetString(PyExc_ValueError, "the segments grammar has no opener and no closer");
-            return -1;
-        }
+    if (size == 9 && (opener.length || closer.length)) {
+        PyErr_SetString(PyExc_ValueError, "the segments grammar and the pairs grammar's options have no opener and no "
+                                          "closer");
+        return -1;
+    }
+    PyObject *ninth = size == 9 ? PyTuple_GET_ITEM(tuple, 8) : NULL;
+    if (ninth && PyTuple_Check(ninth) && PyTuple_GET_SIZE(ninth) == 7) { /* else the pairs grammar's options */
         if (read_segments_table(tuple, table) < 0) return -1;
     }
     else if (opener.length == 0 && closer.length == 0) {
@@ -995,21 +1059,90 @@ keep_shape(Run *run, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
     shape->count = count;
 }
 
+/* The pairs grammar's options: the first ``step_name \\s* open \\s* digits / \\s* digits shut`` of the line,
+ * ``step_name`` not after a name byte (the earliest, the first name of the table's at one place): 1 with the step,
+ * the total and where the pairs begin; 0 none; 2 a number too long. */
+static int
+find_bracketed_step(const Table *table, const uint8_t *line, const uint8_t *end, long long *step, long long *total,
+                    const uint8_t **rest)
+{
+    const uint8_t *earliest = end;
+    int found_as = 0;
+    for (Py_ssize_t i = 0; i < table->step_name_count; i++) {
+        const Text name = table->step_names[i];
+        for (const uint8_t *at = line; end - at >= name.length && at < earliest;) {
+            const uint8_t *found = memchr(at, name.at[0], (size_t)(end - at - name.length + 1));
+            if (found == NULL || found >= earliest) break;
+            at = found + 1;
+            if (memcmp(found, name.at, (size_t)name.length) != 0 || (found > line && is_name(found[-1]))) continue;
+            const uint8_t *digits = skip_spaces(found + name.length, end);
+            long long step_found, total_found;
+            int too_long = 0;
+            if (!expect_byte(&digits, end, table->step_open)) continue;
+            digits = skip_spaces(digits, end);
+            if (!read_digits(&digits, end, &step_found, &too_long) || !expect_byte(&digits, end, '/')) continue;
+            digits = skip_spaces(digits, end);
+            if (!read_digits(&digits, end, &total_found, &too_long) || !expect_byte(&digits, end, table->step_shut)) {
+                continue;
+            }
+            earliest = found;
+            *step = step_found;
+            *total = total_found;
+            *rest = digits;
+            found_as = too_long ? 2 : 1;
+            break;
+        }
+    }
+    return found_as;
+}
+
+static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
+
+/* The name a named value of the pairs grammar's options is kept under: 1 with it in ``*name`` (``out`` room for
+ * MAX_NAME bytes holding it where normalised), 0 not read (renamed to nothing). */
+static int
+named_as(const Table *table, Text *name, uint8_t *out)
+{
+    for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
+        if (!same_text(name->at, name->length, table->renamed_from[i])) continue;
+        *name = table->renamed_to[i];
+        return name->length > 0;
+    }
+    for (Py_ssize_t i = 0; i < name->length; i++) {
+        uint8_t byte = name->at[i];
+        if ((byte >= 'a' && byte <= 'z') || is_digit(byte) || (byte == '_' && i > 0 && i < name->length - 1
+                                                                 && name->at[i - 1] != '_')) {
+            continue;
+        }
+        *name = (Text){out, normalise_name(name->at, name->at + name->length, out)};
+        return 1;
+    }
+    return 1;
+}
+
 /* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
 static int
 read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
 {
     const Table *table = run->table;
+    long long step = 0, total = 0;
+    int has_total = 0;
+    const uint8_t *from = line;
+    if (table->step_open) {
+        if (find_bracketed_step(table, line, end, &step, &total, &from) != 1) return 0;
+        has_total = 1;
+    }
     Pair pairs[MAX_PAIRS];
     Py_ssize_t count = run->shape.count ? shaped_pairs(run, line, end, pairs) : 0, shaped = count > 0;
     Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
-    for (const uint8_t *at = shaped ? end : line; at < end;) {
-        if (!is_name_start(*at) || (at > line && (is_name(at[-1]) || at[-1] == '.'))) {
+    const uint8_t *name_byte = table->name_byte;
+    for (const uint8_t *at = shaped ? end : from; at < end;) {
+        if (!is_name_start(*at) || (at > from && (name_byte[at[-1]] || at[-1] == '.'))) {
             at++;
             continue;
         }
         const uint8_t *name_end = at;
-        while (name_end < end && is_name(*name_end)) name_end++;
+        while (name_end < end && name_byte[*name_end]) name_end++;
         const uint8_t *value = name_end + 1;
         while (table->spaced && value < end && *value == ' ') value++;
         if (name_end == end || *name_end != table->name_separator || value == end || ends_value(table, value, end)) {
@@ -1017,7 +1150,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             continue;
         }
         const uint8_t *value_end = value_end_of_pair(table, value, end);
-        if (count == MAX_PAIRS) return 0;
+        if (count == MAX_PAIRS || (table->options && name_end - at > MAX_NAME)) return 0;
         Pair *pair = &pairs[count];
         *pair = (Pair){at, value, name_end - at, value_end - value, field_named(table, at, name_end - at)};
         /* A name twice, two names of one column, two step names: the dict reading is the per-line reader's. */
@@ -1028,7 +1161,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
                 return 0;
             }
         }
-        for (Py_ssize_t i = 0; i < table->step_name_count; i++) {
+        for (Py_ssize_t i = 0; !table->step_open && i < table->step_name_count; i++) {
             if (!same_text(pair->name, pair->name_length, table->step_names[i])) continue;
             if (step_pair >= 0) return 0;
             step_pair = count;
@@ -1039,11 +1172,10 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart. */
     if (!shaped && step_pair >= 0 && required_printed && !table->spaced) keep_shape(run, pairs, count, step_pair);
-    long long step, total = 0;
-    int has_total;
-    if (step_pair < 0 || !required_printed
-        || read_step_value(pairs[step_pair].value, pairs[step_pair].value + pairs[step_pair].value_length, &step,
-                           &has_total, &total) != 1) {
+    if (!required_printed) return 0;
+    if (!table->step_open
+        && (step_pair < 0 || read_step_value(pairs[step_pair].value, pairs[step_pair].value + pairs[step_pair].value_length,
+                                             &step, &has_total, &total) != 1)) {
         return 0;
     }
     /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
@@ -1051,8 +1183,12 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int applied = i == step_pair ? 0 : apply_pair(run, pairs[i].field, pairs[i].name, pairs[i].name_length,
-                                                      pairs[i].value, pairs[i].value_length, 0, NULL);
+        if (i == step_pair) continue;
+        Text name = {pairs[i].name, pairs[i].name_length};
+        uint8_t normalised[MAX_NAME];
+        if (table->options && pairs[i].field < 0 && !named_as(table, &name, normalised)) continue;
+        int applied = apply_pair(run, pairs[i].field, name.at, name.length, pairs[i].value, pairs[i].value_length, 0,
+                                 NULL);
         if (applied < 0) return applied;
     }
     return commit(run, step, has_total, total) < 0 ? -1 : 1;

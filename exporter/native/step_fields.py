@@ -4,7 +4,7 @@ A field table is a step record's grammar as plain data, built by the format modu
 owns the grammar (parse/ turns its declaration into this tuple; nothing here knows a
 framework or a field):
 
-    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required[, segments]])
+    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required[, segments | options]])
 
 - ``opener``, ``closer``, ``pair_separator``, ``name_separator``: one byte each
   (``b"{"``, ``b"}"``, ``b","``, ``b":"``);
@@ -21,7 +21,7 @@ framework or a field):
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``segments``: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the segments grammar
-  (below).
+  (below); ``options``: ``(step_brackets, name_bytes, renamed)``, the pairs grammar's options (below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -47,6 +47,16 @@ its column; the line holds a record only with its step and its required column p
 (``key=value`` training loops: ``step=12/30 loss=2.5 lr=0.01``). The run declines, besides
 what it declines of any grammar, a line printing a name twice, two names of one column or
 two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
+
+The pairs grammar's options (a ninth item of three; MMEngine's ``Iter(train) [ 10/270]  lr: 1.0e-02  memory: 0``):
+with ``step_brackets`` (two bytes of punctuation, ``b"[]"``; b"": none) the step is no pair but the first
+``step_name \\s* open \\s* digits / \\s* digits shut`` of the line (``step_name`` any of the tuple's, as printed, not
+after a name byte: the earliest, the tuple's first at one place), its total printed, and the pairs are those after
+it (a name at its start not after anything); ``name_bytes``: further bytes a name may hold after its first
+(``b"./-"``: ``decode.loss_ce``); ``renamed``: ``((printed, name), ...)``, a named value printed under ``printed``
+kept under ``name`` (b"": not read). Every other named value is kept under its name normalised (``decode.loss_ce``:
+``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the above, a line printing a
+name longer than MAX_NAME.
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
 ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
@@ -108,6 +118,7 @@ MAX_PAIRS = 64  # the pairs grammar: a line printing more pairs goes to the per-
 MAX_STEP_NAMES = 8
 MAX_NAME = 128  # the segments grammar: a longer name goes to the per-line parser
 MAX_PERCENT = 32  # the segments grammar: the longest suffix of a percent's name
+MAX_RENAMED = 16  # the pairs grammar's options: names read under another name
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -235,9 +246,11 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         record = _segments_record(table, match, segments)
         return None if counted and record.named.get(counted, 0.0) != 0.0 else record
     if grammar.pairs:
-        if _ambiguous_pairs(grammar, text):
+        bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
+        pairs_text = text[bracketed.end():] if bracketed is not None else text
+        if _ambiguous_pairs(grammar, pairs_text):
             return None
-        step = _pairs_step(grammar, dict(grammar.pair.findall(text)))
+        step = bracketed or _pairs_step(grammar, dict(grammar.pair.findall(text)))
         if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
             return None
         return _pairs_record(table, text)
@@ -332,6 +345,10 @@ def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]], 
     for number, (name, raw) in enumerate(pairs):
         field = grammar.field_index.get(name)
         if field is None:
+            if grammar.renamed is not None:  # the pairs grammar's options
+                if grammar.renamed.get(name) == "":
+                    continue  # not read
+                name = grammar.renamed[name] if name in grammar.renamed else normalised_name(name)
             if percent and raw.endswith("%"):
                 name, value = name + percent, parse_float(raw[:-1])
                 if value is not None and value < 0:
@@ -387,13 +404,16 @@ def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[st
 def _pairs_record(table: tuple, text: str) -> Record | None:
     """The pairs grammar's record of a line, its pairs read as a dict (module docstring)."""
     grammar = _grammar(table)
-    pairs = dict(grammar.pair.findall(text))
-    step = _pairs_step(grammar, pairs)
+    bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
+    if grammar.step_brackets is not None and bracketed is None:
+        return None
+    pairs = dict(grammar.pair.findall(text[bracketed.end():] if bracketed is not None else text))
+    step = bracketed or _pairs_step(grammar, pairs)
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
     if step is None or (required and not any(name in pairs for name in required)):
         return None
     values, named = _values(grammar, table[6], ((name, raw) for name, raw in pairs.items()
-                                                if name not in grammar.step_names))
+                                                if bracketed is not None or name not in grammar.step_names))
     total = step.group(2)
     return Record(int(step.group(1)), None if total is None else int(total), values, named)
 
@@ -410,7 +430,8 @@ def _ambiguous_pairs(grammar: _Grammar, text: str) -> bool:
     names = [name for name, _ in grammar.pair.findall(text)]
     columns = [grammar.column_of[grammar.field_index[name]] for name in names if name in grammar.field_index]
     return (len(names) > MAX_PAIRS or len(set(names)) != len(names) or len(set(columns)) != len(columns)
-            or sum(name in grammar.step_names for name in names) > 1)
+            or (grammar.step_brackets is None and sum(name in grammar.step_names for name in names) > 1)
+            or (grammar.renamed is not None and any(len(name) > MAX_NAME for name in names)))
 
 
 _STEP_OF_TOTAL = re.compile(r"(\d+)(?:/(\d+))?")
@@ -431,10 +452,30 @@ class _Grammar(NamedTuple):
     segments: tuple[str, str, str, str, str, str, str] | None = None
     pair_separator: str = ""
     name_separator: str = ""
+    # The pairs grammar's options: the step's pattern when bracketed, the named values renamed (None: no options).
+    step_brackets: re.Pattern[str] | None = None
+    renamed: dict[str, str] | None = None
 
 
 def _punctuation(part: bytes) -> bool:
     return len(part) == 1 and part[0] < 0x80 and part not in _SPACES and not _NAME_BYTE.match(part)
+
+
+def _options(options: object, separators: list[bytes]) -> tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
+    """The pairs grammar's options checked: (step_brackets, name_bytes, renamed)."""
+    if not (type(options) is tuple and len(options) == 3 and all(type(part) is bytes for part in options[:2])
+            and type(options[2]) is tuple):
+        raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed)")
+    brackets, name_bytes, renamed = options
+    own = [byte for byte in brackets + name_bytes if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
+    if len(brackets) not in (0, 2) or own:
+        raise ValueError("a step's brackets and a name's further bytes are punctuation, no separator")
+    if len(renamed) > MAX_RENAMED or not all(type(entry) is tuple and len(entry) == 2
+                                             and all(type(name) is bytes for name in entry) for entry in renamed):
+        raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name) pairs of bytes")
+    if any(not printed or len(name) > MAX_NAME for printed, name in renamed):
+        raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
+    return brackets, name_bytes, renamed
 
 
 @lru_cache(maxsize=16)
@@ -444,7 +485,11 @@ def _grammar(table: tuple) -> _Grammar:
         raise ValueError("a field table has seven to nine items")
     opener, closer, pair_separator, name_separator, step_name, (tag_open, tag_close), fields = table[:7]
     required = table[7] if len(table) >= 8 else -1
-    segments = table[8] if len(table) == 9 else None
+    ninth = table[8] if len(table) == 9 else None
+    segments = ninth if type(ninth) is tuple and len(ninth) == 7 else None
+    options = ninth if ninth is not None and segments is None else None
+    if ninth is not None and (opener or closer):
+        raise ValueError("the segments grammar and the pairs grammar's options have no opener and no closer")
     pairs = opener == b"" and closer == b"" and segments is None
     spaced = pairs and type(name_separator) is bytes and len(name_separator) == 2 and name_separator[1:] == b" "
     name_separator = name_separator[:1] if spaced else name_separator  # b": ": spaces may follow the colon
@@ -489,12 +534,20 @@ def _grammar(table: tuple) -> _Grammar:
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
+        brackets, name_bytes, renamed = _options(options, separators + [name_separator]) if options else (b"", b"", ())
+        extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
-        pair = re.compile(rf"(?<![\w.])([A-Za-z_][A-Za-z0-9_]*){n}{' *' if spaced else ''}"
+        pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*){n}{' *' if spaced else ''}"
                           rf"((?:[^\s{breaks}]{thousands})+)")
-        return _Grammar(None, pair, tagged, field_index, True, tuple(name.decode("ascii") for name in step_names),
-                        column_of, tuple(columns[number] for number in range(len(columns))), column_names, required)
+        names = tuple(name.decode("ascii") for name in step_names)
+        open_, shut = (re.escape(chr(byte)) for byte in brackets) if brackets else ("", "")
+        bracketed = re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))})\s*{open_}\s*(\d+)/\s*(\d+)"
+                               rf"{shut}") if brackets else None
+        return _Grammar(None, pair, tagged, field_index, True, names,
+                        column_of, tuple(columns[number] for number in range(len(columns))), column_names, required,
+                        step_brackets=bracketed,
+                        renamed={old.decode("ascii"): new.decode("ascii") for old, new in renamed} if options else None)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

@@ -41,7 +41,9 @@ class StepTable:
 
     Without opener and closer, the pairs grammar: ``step=12/30 loss=2.5 lr=0.01`` (the line is
     the record, ``pair_separator`` the bytes besides spaces that end a value, the step printed
-    under ``step`` or one of ``step_aliases``, a record only with its ``required`` field).
+    under ``step`` or one of ``step_aliases``, a record only with its ``required`` field). With
+    ``step_brackets``, the step is printed ``Iter(train) [ 10/270]`` (``step`` or an alias, then
+    the fraction in the brackets) and the pairs follow it (MMEngine's ``lr: 1e-02  loss: 5.3``).
 
     With ``segments``, the segments grammar (Megatron-LM's ``iteration 5/ 90 | lm loss: 2.5 |``):
     the record starts at ``step`` followed by ``N/TOTAL`` and ``pair_separator``, then each
@@ -75,6 +77,12 @@ class StepTable:
     lead_name: str = ""  # the lead counter's named value (``epoch``)
     step_close: str = ""  # the segments grammar: the byte after a step printed without its total (nanoGPT's ``:``)
     percent: str = ""  # the segments grammar: the suffix of a named value printed as a percent (``_percent``)
+    # The pairs grammar's options (native/step_fields.py): the step printed ``Iter(train) [10/270]`` before the pairs
+    # (the brackets), further bytes of names (``decode.loss_ce``), named values printed under another name
+    # (``memory``: ``memory_mb``; "": not read); with any of them, every other named value's name normalised.
+    step_brackets: str = ""
+    name_bytes: str = ""
+    renamed: tuple[tuple[str, str], ...] = ()
 
     @cached_property
     def columns(self) -> tuple[KernelColumn, ...]:
@@ -96,12 +104,14 @@ class StepTable:
         segments = ((tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
                                                       self.lead, self.lead_name, self.step_close, self.percent)),)
                     if self.segments else ())
+        options = ((self.step_brackets.encode(), self.name_bytes.encode(),
+                    tuple((printed.encode(), name.encode()) for printed, name in self.renamed)),)
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
                        item.default_unit.encode(), column)
                       for column, item in enumerate(self.fields) for name in (item.name, *item.aliases)),
-                required, *segments)
+                required, *(segments or (options if self.step_brackets or self.name_bytes or self.renamed else ())))
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""
