@@ -61,7 +61,7 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
-_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine")
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed")
 # mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
 _MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented

@@ -135,3 +135,22 @@ def test_state_monitor_values_are_read_on_if_they_came_in_the_first_step_lines(f
     parser.parse_block(b"".join(record + b"\n" for _ in range(DISCOVERY_STEP_LINES)))
     parsed = parser.parse_block(values)
     assert parsed.lines_by_format == ({"mindformers_static": 7} if found else {})
+
+
+def test_megatron_deepspeed_iteration_lines_take_the_kernel_from_deepspeed_lines_found_before():
+    """DeepSpeed's engine lines carry no loss (a provisional format): its table reads their runs until Megatron's
+    iteration lines come (Megatron-DeepSpeed prints both), whose table then reads the runs: the file's format."""
+    deepspeed = (b"[2024-03-07 15:27:15,063] [INFO] [logging.py:96:log_dist] [Rank 0] step=%d, skipped=4, "
+                 b"lr=[0.000240653265864008, 0.000240653265864008], mom=[(0.9, 0.999), (0.9, 0.999)]\n")
+    megatron = (b" iteration      %d/   50000 | consumed samples: 102400 | elapsed time per iteration (ms): 1519.9 |"
+                b" learning rate: 2.997600E-04 | global batch size:   512 | lm loss: 2.201000E+00 |\n")
+    parser = LineParser()
+    first = parser.parse_block(b"".join(deepspeed % step for step in range(1, 4)))
+    assert parser._kernel_format is not None and parser._kernel_format.name == "deepspeed"
+    later = parser.parse_block(b"".join(megatron % step + deepspeed % step for step in range(4, 200)))
+    assert parser._kernel_format.name == "megatron" and parser.format is not None and parser.format.name == "megatron"
+    assert later.lines_by_format == {"megatron": 196, "deepspeed": 196}
+    steps = [step for parsed in (first, later) for batch in batches(parsed.records) for step in batch.steps]
+    assert sorted(set(steps)) == list(range(1, 200))
+    losses = [step for batch in batches(later.records) for step in batch.series["loss"].steps]
+    assert losses == list(range(4, 200))

@@ -30,7 +30,17 @@ from exporter.native import detectors as detectors_twin
 from exporter.native import scan as scan_twin
 from exporter.native import step_fields as step_fields_twin
 from exporter.native.step_fields import Kind
-from exporter.parse.formats import BUILTIN_FORMATS, keyvalue, megatron, mindformers, mmengine, nanogpt, nemo, paddlenlp
+from exporter.parse.formats import (
+    BUILTIN_FORMATS,
+    deepspeed,
+    keyvalue,
+    megatron,
+    mindformers,
+    mmengine,
+    nanogpt,
+    nemo,
+    paddlenlp,
+)
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
 from exporter.parse.scan import anchors_for
@@ -399,12 +409,15 @@ OTHER_PAIRS = (b"", b"", b"&", b":", (b"it", b"iter"), (b"<", b">|"),
 OTHER_SPACED = (b"", b"", b";&", b"= ", (b"it", b"iter"), (b"<", b">|"),
                 ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"rate", Kind.RECIPROCAL, 1, b"", b"", 1),
                  (b"t", Kind.DURATION, 0, b"", b"us", 2), (b"l", Kind.FLOAT, 1, b"", b"", 0)), 0)
-PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED]
-PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced"]
+# DeepSpeed's: ``/`` ends a value, values printed as lists, a unit renamed away, names of which a record prints one.
+DEEPSPEED = deepspeed.RECORD.kernel_table
+PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED]
+PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed"]
 PAIR_NAMES = ["step", "global_step", "iteration", "it", "iter", "loss", "l", "lr", "learning_rate", "grad_norm",
               "interval_steps_per_second", "interval_samples_per_second", "rate", "epoch",
               "gnorm", "step_time", "per_step_time", "time_per_step", "throughput", "t", "tok", "gn", "mtp_1_loss",
-              "acc", "_x", "a1", "1bad", "x.step", "xstep"]
+              "acc", "_x", "a1", "1bad", "x.step", "xstep", "skipped", "CurrSamplesPerSec", "MemAllocated", "mom",
+              "RunningAvgSamplesPerSec", "micro_step"]
 STEPS = ["1", "42", "007", "3/30", "12/", "/3", "x", "1.5", "999999999999999999", "1234567890123456789",
          "5/1" + "0" * 19, "1,000", " 5", "  6"]
 
@@ -418,6 +431,8 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     for _ in range(rng.randint(0, 6)):
         name = rng.choice(PAIR_NAMES)
         value = rng.choice(STEPS) if name in ("step", "global_step", "iteration", "it", "iter") else rng.choice(TOKENS)
+        value = rng.choice([value] * 6 + [f"[{value}, {value}]", f"[{value}]", f"[({value}", "[", "[]", f"{value}GB",
+                                          f"[{value}GB]", "GB"])
         joint = rng.choice([separator] * 8 + ["", " ", separator * 2, separator[0], separator + "  ", separator + "\t"])
         pairs.append(f"{name}{joint}{value}")
     line = "".join(f"{pair}{rng.choice(breaks)}" for pair in pairs)
@@ -427,8 +442,9 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
 
 def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    real = "paddlenlp.log" if table is PADDLENLP else "torchrun_ddp_nan.log"
-    console = (REPO / "tests" / "fixtures" / "real" / real).read_bytes().splitlines()
+    real = {id(PADDLENLP): "paddlenlp.log", id(DEEPSPEED): "healthy/deepspeed_dschat_sft_opt1.3b.log"}
+    path = REPO / "tests" / "fixtures" / "real" / real.get(id(table), "torchrun_ddp_nan.log")
+    console = path.read_bytes().splitlines()
     lines = [_fuzzed_pairs_line(rng, table).encode("utf-8") for _ in range(8000)]
     lines.append(b"step=1 loss=2 " + b"".join(b"x%d=1 " % number for number in range(70)))  # more pairs than it reads
     lines += console
@@ -737,13 +753,14 @@ def test_both_refuse_a_pairs_table_they_cannot_read_alike(table):
 MMENGINE = mmengine.RECORD.kernel_table
 OTHER_BRACKETS = (b"", b"", b"|;", b"=", (b"at", b"at(x)"), (b"<", b">|"),
                   ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1),
-                   (b"m.x", Kind.FLOAT, 0, b"", b"", 2)), -1, (b"<>", b"./-", ((b"skip", b""), (b"m", b"m_mb"))))
+                   (b"m.x", Kind.FLOAT, 0, b"", b"", 2)), -1,
+                  (b"<>", b"./-", ((b"skip", b"", b""), (b"m", b"m_mb", b"MB")), b"{}", ()))
 BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS]
 BRACKET_IDS = ["mmengine", "other-brackets"]
 BRACKET_NAMES = ["loss", "lr", "grad_norm", "time", "t", "m.x", "eta", "memory", "skip", "m", "data_time",
                  "decode.loss_ce", "aux.acc_seg", "a-b", "x/y", "Loss_CLS", "_", "__x__", "a__b", "x.", "1bad", "Iter",
                  "at", "n" * 130]
-BRACKET_VALUES = [*TOKENS, "0:00:27", "8 days, 4:44:34", "1,234", "22159", ""]
+BRACKET_VALUES = [*TOKENS, "0:00:27", "8 days, 4:44:34", "1,234", "22159", "", "{1.5", "{2}", "{", "3MB", "{4MB}"]
 
 
 def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
@@ -818,11 +835,38 @@ def test_the_mmcv_reference_line():
         assert reader.take()[:2] == ([10], 270)
 
 
+def test_the_deepspeed_reference_lines():
+    """Real DeepSpeed lines (tests/fixtures/real/healthy/deepspeed_dschat_sft_opt1.3b.log): the lr report, the lr
+    printed per parameter group (the first group's read), and the throughput timer, its ``/``-joined counters and its
+    memory in GB."""
+    report = (b"[2023-04-18 01:46:59,142] [INFO] [logging.py:96:log_dist] [Rank 0] step=10, skipped=6, "
+              b"lr=[9.649992967150629e-06, 9.649992967150629e-06], mom=[(0.9, 0.95), (0.9, 0.95)]")
+    timer = (b"[2023-04-18 01:46:59,171] [INFO] [timer.py:199:stop] epoch=0/micro_step=10/global_step=10, "
+             b"RunningAvgSamplesPerSec=173.4455644119137, CurrSamplesPerSec=171.97903593624417, MemAllocated=3.96GB, "
+             b"MaxMemAllocated=22.95GB")
+    for reader in (_step_fields.StepReader(DEEPSPEED), step_fields_twin.StepReader(DEEPSPEED)):
+        assert reader.read(report + b"\n" + timer, [0, len(report) + 1], 0, 2) == 2
+        steps, total, fields, named = reader.take()
+        assert (steps, total, [field[0] for field in fields]) == ([10, 10], None, [9.649992967150629e-06,
+                                                                                   171.97903593624417])
+        assert [(name, value, lines) for name, value, lines, *_ in named] == [
+            ("skipped_steps", 6.0, 1), ("epoch", 0.0, 1), ("micro_step", 10.0, 1),
+            ("running_avg_samples_per_sec", 173.4455644119137, 1), ("mem_allocated_gb", 3.96, 1),
+            ("max_mem_allocated_gb", 22.95, 1)]
+        assert reader.read(b"step=14000, skipped=25, lr=[1e-05], mom=[0.9]", [0], 0, 1) == 1
+        assert [field[0] for field in reader.take()[2]] == [1e-05, None]
+        assert reader.read(b"step=3 loss=2.5 lr=0.1", [0], 0, 1) == 0  # no name marking a DeepSpeed line
+
+
 @pytest.mark.parametrize("options", [
-    (b"[",  b"", ()), (b"[ ]", b"", ()), (b"[a", b"", ()), (b"[|", b"", ()), (b"[:", b"", ()), (b"", b"x", ()),
-    (b"", b" ", ()), (b"", b",", ()), (b"", b"", ((b"", b"x"),)), (b"", b"", ((b"x", b"y" * 129),)),
-    (b"", b"", ((b"x",),)), (b"", b"", ((b"x", "y"),)), (b"", b"", tuple((b"x%d" % i, b"y") for i in range(17))),
-    (b"[]", b"", []), ("[]", b"", ()), (b"[]", b""),
+    (b"[", b"", (), b"", ()), (b"[ ]", b"", (), b"", ()), (b"[a", b"", (), b"", ()), (b"[|", b"", (), b"", ()),
+    (b"[:", b"", (), b"", ()), (b"", b"x", (), b"", ()), (b"", b" ", (), b"", ()), (b"", b",", (), b"", ()),
+    (b"", b"", ((b"", b"x", b""),), b"", ()), (b"", b"", ((b"x", b"y" * 129, b""),), b"", ()),
+    (b"", b"", ((b"x", b"y"),), b"", ()), (b"", b"", ((b"x", "y", b""),), b"", ()),
+    (b"", b"", tuple((b"x%d" % i, b"y", b"") for i in range(17)), b"", ()), (b"", b"", (), b"(", ()),
+    (b"", b"", (), b"[,", ()), (b"", b"", (), b"", (b"",)), (b"", b"", (), b"", ("x",)),
+    (b"", b"", (), b"", tuple(b"m%d" % i for i in range(9))), (b"", b"", (), b"", b"x"),
+    (b"[]", b"", [], b"", ()), ("[]", b"", (), b"", ()), (b"[]", b"", ()), (b"[]", b"", (), b""),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

@@ -33,6 +33,7 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3, KIND_RECIPR
 #define MAX_NAME 128 /* the segments grammar: a line printing a longer name is declined */
 #define MAX_PERCENT 32 /* the segments grammar: the longest suffix of a percent's name */
 #define MAX_RENAMED 16 /* the pairs grammar's options: names read under another name */
+#define MAX_MARKS 8 /* the pairs grammar's options: names of which a record prints one */
 
 typedef struct {
     const uint8_t *at;
@@ -61,11 +62,14 @@ typedef struct {
     int spaced;             /* the pairs grammar: spaces may follow the name separator (``loss: 2.5``) */
     /* The pairs grammar's options (``options``: given): the step printed ``step_name \\s* open \\s* digits / \\s* digits
      * shut`` before the pairs (open 0: as a pair), named values under normalised names, some under names of their
-     * own (an empty one: not read). */
+     * own (an empty one: not read) and without a unit their values print, a value printed as a list its first item
+     * (value_open 0: none), names of which a record prints one. */
     int options;
-    uint8_t step_open, step_shut;
-    Text renamed_from[MAX_RENAMED], renamed_to[MAX_RENAMED];
+    uint8_t step_open, step_shut, value_open, value_shut;
+    Text renamed_from[MAX_RENAMED], renamed_to[MAX_RENAMED], renamed_unit[MAX_RENAMED];
     Py_ssize_t renamed_count;
+    Text marks[MAX_MARKS];
+    Py_ssize_t mark_count;
     uint8_t name_byte[256]; /* the pairs grammar: the bytes of a name after its first */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
@@ -469,20 +473,33 @@ is_punctuation(const Table *table, uint8_t byte)
     return byte < 0x80 && !is_space(byte) && !is_name(byte) && !table->separator[byte] && byte != table->name_separator;
 }
 
-/* The pairs grammar's options (step_brackets, name_bytes, renamed); -1 on error. */
+/* Brackets: none, or two bytes of punctuation. */
+static int
+read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut)
+{
+    Text brackets;
+    if (text_of(object, &brackets) < 0) return -1;
+    if ((brackets.length != 0 && brackets.length != 2)
+        || (brackets.length && (!is_punctuation(table, brackets.at[0]) || !is_punctuation(table, brackets.at[1])))) {
+        PyErr_SetString(PyExc_ValueError, "brackets are two bytes of punctuation, or none");
+        return -1;
+    }
+    *open = brackets.length ? brackets.at[0] : 0;
+    *shut = brackets.length ? brackets.at[1] : 0;
+    return 0;
+}
+
+/* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
-    PyObject *options = tuple_of(object, 3), *renamed;
-    Text brackets, name_bytes;
-    if (options == NULL || text_of(PyTuple_GET_ITEM(options, 0), &brackets) < 0
+    PyObject *options = tuple_of(object, 5), *renamed, *marks;
+    Text name_bytes;
+    if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
         || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0
-        || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL) {
-        return -1;
-    }
-    if ((brackets.length != 0 && brackets.length != 2)
-        || (brackets.length && (!is_punctuation(table, brackets.at[0]) || !is_punctuation(table, brackets.at[1])))) {
-        PyErr_SetString(PyExc_ValueError, "a step's brackets are two bytes of punctuation, or none");
+        || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL
+        || read_brackets(table, PyTuple_GET_ITEM(options, 3), &table->value_open, &table->value_shut) < 0
+        || (marks = tuple_of(PyTuple_GET_ITEM(options, 4), -1)) == NULL) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < name_bytes.length; i++) {
@@ -498,9 +515,10 @@ read_pairs_options(PyObject *object, Table *table)
         return -1;
     }
     for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
-        PyObject *entry = tuple_of(PyTuple_GET_ITEM(renamed, i), 2);
+        PyObject *entry = tuple_of(PyTuple_GET_ITEM(renamed, i), 3);
         if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->renamed_from[i]) < 0
-            || text_of(PyTuple_GET_ITEM(entry, 1), &table->renamed_to[i]) < 0) {
+            || text_of(PyTuple_GET_ITEM(entry, 1), &table->renamed_to[i]) < 0
+            || text_of(PyTuple_GET_ITEM(entry, 2), &table->renamed_unit[i]) < 0) {
             return -1;
         }
         if (table->renamed_from[i].length == 0 || table->renamed_to[i].length > MAX_NAME) {
@@ -508,8 +526,18 @@ read_pairs_options(PyObject *object, Table *table)
             return -1;
         }
     }
-    table->step_open = brackets.length ? brackets.at[0] : 0;
-    table->step_shut = brackets.length ? brackets.at[1] : 0;
+    table->mark_count = PyTuple_GET_SIZE(marks);
+    if (table->mark_count > MAX_MARKS) {
+        PyErr_Format(PyExc_ValueError, "at most %d names mark a record", MAX_MARKS);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->mark_count; i++) {
+        if (text_of(PyTuple_GET_ITEM(marks, i), &table->marks[i]) < 0) return -1;
+        if (table->marks[i].length == 0) {
+            PyErr_SetString(PyExc_ValueError, "a name marking a record is a name");
+            return -1;
+        }
+    }
     table->options = 1;
     return 0;
 }
@@ -1099,12 +1127,18 @@ find_bracketed_step(const Table *table, const uint8_t *line, const uint8_t *end,
 static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
 
 /* The name a named value of the pairs grammar's options is kept under: 1 with it in ``*name`` (``out`` room for
- * MAX_NAME bytes holding it where normalised), 0 not read (renamed to nothing). */
+ * MAX_NAME bytes holding it where normalised) and ``*value`` without the unit its renaming drops, 0 not read (renamed
+ * to nothing). */
 static int
-named_as(const Table *table, Text *name, uint8_t *out)
+named_as(const Table *table, Text *name, Text *value, uint8_t *out)
 {
     for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
         if (!same_text(name->at, name->length, table->renamed_from[i])) continue;
+        const Text unit = table->renamed_unit[i];
+        if (unit.length && value->length >= unit.length
+            && memcmp(value->at + value->length - unit.length, unit.at, (size_t)unit.length) == 0) {
+            value->length -= unit.length;
+        }
         *name = table->renamed_to[i];
         return name->length > 0;
     }
@@ -1135,6 +1169,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     Pair pairs[MAX_PAIRS];
     Py_ssize_t count = run->shape.count ? shaped_pairs(run, line, end, pairs) : 0, shaped = count > 0;
     Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
+    int marked = shaped || table->mark_count == 0; /* a shape is kept of a marked line */
     const uint8_t *name_byte = table->name_byte;
     for (const uint8_t *at = shaped ? end : from; at < end;) {
         if (!is_name_start(*at) || (at > from && (name_byte[at[-1]] || at[-1] == '.'))) {
@@ -1167,12 +1202,15 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             step_pair = count;
         }
         if (pair->field >= 0 && table->fields[pair->field].column == table->required) required_printed = 1;
+        for (Py_ssize_t i = 0; !marked && i < table->mark_count; i++) {
+            marked = same_text(pair->name, pair->name_length, table->marks[i]);
+        }
         count++;
         at = value_end;
     }
     /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart. */
-    if (!shaped && step_pair >= 0 && required_printed && !table->spaced) keep_shape(run, pairs, count, step_pair);
-    if (!required_printed) return 0;
+    if (!shaped && step_pair >= 0 && required_printed && marked && !table->spaced) keep_shape(run, pairs, count, step_pair);
+    if (!required_printed || !marked) return 0;
     if (!table->step_open
         && (step_pair < 0 || read_step_value(pairs[step_pair].value, pairs[step_pair].value + pairs[step_pair].value_length,
                                              &step, &has_total, &total) != 1)) {
@@ -1184,11 +1222,14 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     run->line_named = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == step_pair) continue;
-        Text name = {pairs[i].name, pairs[i].name_length};
+        Text name = {pairs[i].name, pairs[i].name_length}, value = {pairs[i].value, pairs[i].value_length};
         uint8_t normalised[MAX_NAME];
-        if (table->options && pairs[i].field < 0 && !named_as(table, &name, normalised)) continue;
-        int applied = apply_pair(run, pairs[i].field, name.at, name.length, pairs[i].value, pairs[i].value_length, 0,
-                                 NULL);
+        if (table->value_open && value.at[0] == table->value_open) { /* a list: its first item */
+            value = (Text){value.at + 1, value.length - 1};
+            if (value.length && value.at[value.length - 1] == table->value_shut) value.length--;
+        }
+        if (table->options && pairs[i].field < 0 && !named_as(table, &name, &value, normalised)) continue;
+        int applied = apply_pair(run, pairs[i].field, name.at, name.length, value.at, value.length, 0, NULL);
         if (applied < 0) return applied;
     }
     return commit(run, step, has_total, total) < 0 ? -1 : 1;

@@ -21,7 +21,8 @@ framework or a field):
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``segments``: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the segments grammar
-  (below); ``options``: ``(step_brackets, name_bytes, renamed)``, the pairs grammar's options (below).
+  (below); ``options``: ``(step_brackets, name_bytes, renamed, value_brackets, marks)``, the pairs grammar's
+  options (below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -48,15 +49,19 @@ its column; the line holds a record only with its step and its required column p
 what it declines of any grammar, a line printing a name twice, two names of one column or
 two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
 
-The pairs grammar's options (a ninth item of three; MMEngine's ``Iter(train) [ 10/270]  lr: 1.0e-02  memory: 0``):
-with ``step_brackets`` (two bytes of punctuation, ``b"[]"``; b"": none) the step is no pair but the first
+The pairs grammar's options (a ninth item of five; MMEngine's ``Iter(train) [ 10/270]  lr: 1.0e-02  memory: 0``,
+DeepSpeed's ``step=10, skipped=6, lr=[9.6e-06, 9.6e-06]`` and ``global_step=10, MemAllocated=3.96GB``): with
+``step_brackets`` (two bytes of punctuation, ``b"[]"``; b"": none) the step is no pair but the first
 ``step_name \\s* open \\s* digits / \\s* digits shut`` of the line (``step_name`` any of the tuple's, as printed, not
 after a name byte: the earliest, the tuple's first at one place), its total printed, and the pairs are those after
 it (a name at its start not after anything); ``name_bytes``: further bytes a name may hold after its first
-(``b"./-"``: ``decode.loss_ce``); ``renamed``: ``((printed, name), ...)``, a named value printed under ``printed``
-kept under ``name`` (b"": not read). Every other named value is kept under its name normalised (``decode.loss_ce``:
-``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the above, a line printing a
-name longer than MAX_NAME.
+(``b"./-"``: ``decode.loss_ce``); ``renamed``: ``((printed, name, unit), ...)``, a named value printed under
+``printed`` kept under ``name`` (b"": not read), its value without ``unit`` at its end where it prints it (b"":
+none); ``value_brackets`` (two bytes of punctuation; b"": none): a value (but the step's) beginning with the first
+is a list, its first item: that byte dropped, and the second at its end where printed; ``marks``: names of which a
+record prints one (empty: none needed). Every other named value is kept under its name normalised
+(``decode.loss_ce``: ``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the
+above, a line printing a name longer than MAX_NAME.
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
 ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
@@ -119,6 +124,7 @@ MAX_STEP_NAMES = 8
 MAX_NAME = 128  # the segments grammar: a longer name goes to the per-line parser
 MAX_PERCENT = 32  # the segments grammar: the longest suffix of a percent's name
 MAX_RENAMED = 16  # the pairs grammar's options: names read under another name
+MAX_MARKS = 8  # the pairs grammar's options: names of which a record prints one
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -346,9 +352,10 @@ def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]], 
         field = grammar.field_index.get(name)
         if field is None:
             if grammar.renamed is not None:  # the pairs grammar's options
-                if grammar.renamed.get(name) == "":
+                new_name, unit = grammar.renamed.get(name, (normalised_name(name), ""))
+                if not new_name and name in grammar.renamed:
                     continue  # not read
-                name = grammar.renamed[name] if name in grammar.renamed else normalised_name(name)
+                name, raw = new_name, raw.removesuffix(unit) if unit else raw
             if percent and raw.endswith("%"):
                 name, value = name + percent, parse_float(raw[:-1])
                 if value is not None and value < 0:
@@ -410,12 +417,20 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
     pairs = dict(grammar.pair.findall(text[bracketed.end():] if bracketed is not None else text))
     step = bracketed or _pairs_step(grammar, pairs)
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
-    if step is None or (required and not any(name in pairs for name in required)):
+    if (step is None or (required and not any(name in pairs for name in required))
+            or (grammar.marks and not any(name in pairs for name in grammar.marks))):
         return None
-    values, named = _values(grammar, table[6], ((name, raw) for name, raw in pairs.items()
+    values, named = _values(grammar, table[6], ((name, _listed(grammar, raw)) for name, raw in pairs.items()
                                                 if bracketed is not None or name not in grammar.step_names))
     total = step.group(2)
     return Record(int(step.group(1)), None if total is None else int(total), values, named)
+
+
+def _listed(grammar: _Grammar, raw: str) -> str:
+    """A value printed as a list (the pairs grammar's value brackets): its first item."""
+    if not grammar.value_brackets or not raw.startswith(grammar.value_brackets[0]):
+        return raw
+    return raw[1:].removesuffix(grammar.value_brackets[1])
 
 
 def _pairs_step(grammar: _Grammar, pairs: dict[str, str]) -> re.Match[str] | None:
@@ -452,30 +467,36 @@ class _Grammar(NamedTuple):
     segments: tuple[str, str, str, str, str, str, str] | None = None
     pair_separator: str = ""
     name_separator: str = ""
-    # The pairs grammar's options: the step's pattern when bracketed, the named values renamed (None: no options).
+    # The pairs grammar's options: the step's pattern when bracketed, the named values renamed (None: no options)
+    # with the unit their values drop, the value brackets ("": none), names of which a record prints one.
     step_brackets: re.Pattern[str] | None = None
-    renamed: dict[str, str] | None = None
+    renamed: dict[str, tuple[str, str]] | None = None
+    value_brackets: str = ""
+    marks: tuple[str, ...] = ()
 
 
 def _punctuation(part: bytes) -> bool:
     return len(part) == 1 and part[0] < 0x80 and part not in _SPACES and not _NAME_BYTE.match(part)
 
 
-def _options(options: object, separators: list[bytes]) -> tuple[bytes, bytes, tuple[tuple[bytes, bytes], ...]]:
-    """The pairs grammar's options checked: (step_brackets, name_bytes, renamed)."""
-    if not (type(options) is tuple and len(options) == 3 and all(type(part) is bytes for part in options[:2])
-            and type(options[2]) is tuple):
-        raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed)")
-    brackets, name_bytes, renamed = options
-    own = [byte for byte in brackets + name_bytes if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
-    if len(brackets) not in (0, 2) or own:
-        raise ValueError("a step's brackets and a name's further bytes are punctuation, no separator")
-    if len(renamed) > MAX_RENAMED or not all(type(entry) is tuple and len(entry) == 2
+def _options(options: object, separators: list[bytes]) -> tuple:
+    """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks)."""
+    if not (type(options) is tuple and len(options) == 5 and all(type(options[i]) is bytes for i in (0, 1, 3))
+            and type(options[2]) is tuple and type(options[4]) is tuple):
+        raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks)")
+    brackets, name_bytes, renamed, value_brackets, marks = options
+    own = [byte for byte in brackets + name_bytes + value_brackets
+           if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
+    if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or own:
+        raise ValueError("brackets and a name's further bytes are punctuation, no separator")
+    if len(renamed) > MAX_RENAMED or not all(type(entry) is tuple and len(entry) == 3
                                              and all(type(name) is bytes for name in entry) for entry in renamed):
-        raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name) pairs of bytes")
-    if any(not printed or len(name) > MAX_NAME for printed, name in renamed):
+        raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
+    if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
         raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
-    return brackets, name_bytes, renamed
+    if len(marks) > MAX_MARKS or not all(type(name) is bytes and name for name in marks):
+        raise ValueError(f"at most {MAX_MARKS} names, each a name, mark a record")
+    return brackets, name_bytes, renamed, value_brackets, marks
 
 
 @lru_cache(maxsize=16)
@@ -534,7 +555,8 @@ def _grammar(table: tuple) -> _Grammar:
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
-        brackets, name_bytes, renamed = _options(options, separators + [name_separator]) if options else (b"", b"", ())
+        brackets, name_bytes, renamed, value_brackets, marks = (_options(options, separators + [name_separator])
+                                                                if options else (b"", b"", (), b"", ()))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
@@ -547,7 +569,10 @@ def _grammar(table: tuple) -> _Grammar:
         return _Grammar(None, pair, tagged, field_index, True, names,
                         column_of, tuple(columns[number] for number in range(len(columns))), column_names, required,
                         step_brackets=bracketed,
-                        renamed={old.decode("ascii"): new.decode("ascii") for old, new in renamed} if options else None)
+                        renamed={old.decode("ascii"): (new.decode("ascii"), unit.decode("ascii"))
+                                 for old, new, unit in renamed} if options else None,
+                        value_brackets=value_brackets.decode("ascii"),
+                        marks=tuple(name.decode("ascii") for name in marks))
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

@@ -1010,7 +1010,8 @@ class LineParser:
 
         The first one whose line printed a loss is the file's format (training_info's label;
         until one did, the first one found that is not provisional); the first one with a field
-        table has its runs of step lines read by the kernel. Once a format is found, a candidate
+        table has its runs of step lines read by the kernel (a provisional one's until one that is not
+        has a table: Megatron-DeepSpeed's iteration lines, not DeepSpeed's). Once a format is found, a candidate
         without a byte literal (a user's pattern without ``contains``) is left out: it would send
         every line of the file through Python.
         """
@@ -1024,13 +1025,17 @@ class LineParser:
             routing = tuple(other for other in self._candidates if other.prefilter or other is fmt)
             if len(routing) < len(self._routing):
                 self._routing, self._scanner = routing, scanner_for(routing)
-        if fmt.step_table is not None and self._kernel_format is None:
+        kernel = self._kernel_format
+        if fmt.step_table is not None and (kernel is None or (kernel.provisional and not fmt.provisional)):
             self._kernel_format = fmt
             table = fmt.step_table
             kernel_table = (table.kernel_table if self._series_fields == SERIES_FIELDS
                             else table.kernel_table_keeping(self._series_fields))
             self._kernel_table = kernel_table
             self._read_by_kernel(self._builder(None))
+            for builder in self._batches.values():  # rank streams' runs read by the table before
+                if builder.reads_runs:
+                    self._read_by_kernel(builder)
 
     def _read_by_kernel(self, builder: StepBatchBuilder) -> None:
         """The builder's runs of step lines come through the kernel, by the table of the file's kernel format."""

@@ -78,11 +78,15 @@ class StepTable:
     step_close: str = ""  # the segments grammar: the byte after a step printed without its total (nanoGPT's ``:``)
     percent: str = ""  # the segments grammar: the suffix of a named value printed as a percent (``_percent``)
     # The pairs grammar's options (native/step_fields.py): the step printed ``Iter(train) [10/270]`` before the pairs
-    # (the brackets), further bytes of names (``decode.loss_ce``), named values printed under another name
-    # (``memory``: ``memory_mb``; "": not read); with any of them, every other named value's name normalised.
+    # (the brackets), further bytes of names (``decode.loss_ce``), named values printed under another name and
+    # without a unit (``MemAllocated=3.96GB``: ``mem_allocated_gb``, "GB"; the name "": not read), a value printed
+    # as a list its first item (``lr=[0.01, 0.01]``: the brackets), names of which a record prints one; with any of
+    # them, every other named value's name normalised.
     step_brackets: str = ""
     name_bytes: str = ""
-    renamed: tuple[tuple[str, str], ...] = ()
+    renamed: tuple[tuple[str, str, str], ...] = ()
+    value_brackets: str = ""
+    marks: tuple[str, ...] = ()
 
     @cached_property
     def columns(self) -> tuple[KernelColumn, ...]:
@@ -105,13 +109,15 @@ class StepTable:
                                                       self.lead, self.lead_name, self.step_close, self.percent)),)
                     if self.segments else ())
         options = ((self.step_brackets.encode(), self.name_bytes.encode(),
-                    tuple((printed.encode(), name.encode()) for printed, name in self.renamed)),)
+                    tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
+                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks)),)
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
                        item.default_unit.encode(), column)
                       for column, item in enumerate(self.fields) for name in (item.name, *item.aliases)),
-                required, *(segments or (options if self.step_brackets or self.name_bytes or self.renamed else ())))
+                required, *(segments or (options if any((self.step_brackets, self.name_bytes, self.renamed,
+                                                         self.value_brackets, self.marks)) else ())))
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""

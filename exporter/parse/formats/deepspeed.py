@@ -6,40 +6,28 @@ RunningAvgSamplesPerSec=58.7, CurrSamplesPerSec=59.6, MemAllocated=6.01GB, MaxMe
 (deepspeed/utils/timer.py). Both name the same step on separate lines; state merges them.
 The engine never prints the loss, so a DeepSpeed file keeps looking for a format that does
 (Megatron-DeepSpeed prints Megatron iteration lines next to these).
+
+The grammar is a field table (the pairs grammar, ``name=value`` pairs ended by a comma or a
+``/``): runs of these lines are read by the step-field kernel, any other line by the same
+table. A line is a record with its step (``step`` or ``global_step``) and ``skipped`` or
+``CurrSamplesPerSec``; the lr printed per parameter group is the first group's.
 """
 
 from __future__ import annotations
 
-from exporter.parse.fields import set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
-_PROGRESS = lazy(r"\bstep=(\d+), skipped=(\d+), lr=\[([^\],]*)")
-_TIMER = lazy(
-    r"\bepoch=(\d+)/micro_step=(\d+)/global_step=(\d+), RunningAvgSamplesPerSec=([^,\s]+), CurrSamplesPerSec=([^,\s]+)"
-    r"(?:, MemAllocated=([\d.]+)GB, MaxMemAllocated=([\d.]+)GB)?")
+RECORD = StepTable((
+    StepField("lr", Kind.FLOAT, "learning_rate"),
+    StepField("CurrSamplesPerSec", Kind.FLOAT, "throughput", unit="samples/s"),
+), opener="", closer="", pair_separator=",/", name_separator="=", step="step", step_aliases=("global_step",),
+    renamed=(("skipped", "skipped_steps", ""), ("mom", "", ""),
+             ("RunningAvgSamplesPerSec", "running_avg_samples_per_sec", ""),
+             ("MemAllocated", "mem_allocated_gb", "GB"), ("MaxMemAllocated", "max_mem_allocated_gb", "GB")),
+    value_brackets="[]", marks=("skipped", "CurrSamplesPerSec"))
 
+parse = RECORD.read_line
 
-def parse(text: str) -> StepLine | None:
-    """An lr report or a throughput line; None when the line holds neither."""
-    match = _PROGRESS.search(text)
-    if match is not None:
-        line = StepLine(int(match.group(1)), named={"skipped_steps": int(match.group(2))})
-        set_value(line, "learning_rate", parse_float(match.group(3)))
-        return line
-    match = _TIMER.search(text)
-    if match is None:
-        return None
-    epoch, micro_step, step, running_avg, current, allocated, max_allocated = match.groups()
-    line = StepLine(int(step), units={"throughput": "samples/s"})
-    set_value(line, "throughput", parse_float(current))
-    named = {"epoch": parse_float(epoch), "micro_step": parse_float(micro_step),
-             "running_avg_samples_per_sec": parse_float(running_avg),
-             "mem_allocated_gb": parse_float(allocated or ""), "max_mem_allocated_gb": parse_float(max_allocated or "")}
-    line.named.update({name: value for name, value in named.items() if value is not None})
-    return line
-
-
-FORMAT = register(Format("deepspeed", "deepspeed", b"step=", parse, detection_order=60, provisional=True))
+FORMAT = register(Format("deepspeed", "deepspeed", b"step=", parse, detection_order=60, provisional=True,
+                         step_table=RECORD))

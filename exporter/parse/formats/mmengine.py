@@ -35,7 +35,7 @@ RECORD = StepTable((
     StepField("grad_norm", Kind.FLOAT, "grad_norm"),
     StepField("time", Kind.DURATION, "step_time_seconds", unit=WINDOW_UNIT.format(steps=WINDOW)),
 ), opener="", closer="", pair_separator=",", name_separator=": ", step="Iter(train)", step_aliases=("Iter",),
-    step_brackets="[]", name_bytes="./-", renamed=tuple(_RENAMED.items()))
+    step_brackets="[]", name_bytes="./-", renamed=tuple((printed, name, "") for printed, name in _RENAMED.items()))
 
 _EPOCH = lazy(r"\bEpoch(?:\(train\))?\s*\[\s*(?P<epoch>\d+)\]\[\s*(?P<inner>\d+)/\s*(?P<per_epoch>\d+)\]")
 _FIELD = lazy(r"([\w./-]+):\s+([^,\s]+)")
