@@ -57,16 +57,29 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
                                     for spec in formats.FORMATS if spec.format in _TABLE_FORMATS),
             ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False),
-            ("mmcv_continued", _continued_log(_MMCV, 300), False))
+            ("mmcv_continued", _continued_log(_MMCV, 300), False), ("jsonl_mixed", _jsonl_mixed(), False))
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
-_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed")
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed", "jsonl")
 # mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
 _MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
 # line) after the launcher's unprefixed lines, a step line a hundred lines or so.
 _TORCHTITAN = next(spec for spec in formats.FORMATS if spec.format == "torchtitan")
+
+
+def _jsonl_mixed() -> bytes:
+    """JSON lines the kernel reads (LLaMA-Factory's, continued) among ones it leaves to the per-line parser: MMEngine's
+    scalars.json records (``data_time``), an escape, a nested value, two aliases of the loss; and a string step, a
+    negative zero, a NaN, a null total, which it reads."""
+    spec = next(spec for spec in formats.FORMATS if spec.format == "jsonl")
+    read = _continued_log(spec, 40).splitlines(keepends=True)
+    scalars = (FIXTURES / "real" / "mmengine_runner_scalars.log").read_bytes().splitlines(keepends=True)
+    others = [b'{"step": "20", "loss": 2.5, "tps": 1200}\n', b'{"step": 21, "loss": 2.5, "note": "a\\"b"}\n',
+              b'{"step": 22, "loss": 2.5, "lr": {"group": 0.1}}\n', b'{"step": 23, "loss": 2.5, "train_loss": 2.4}\n',
+              b'{"step": 24, "loss": -0, "grad_norm": NaN, "total_steps": null}\n']
+    return b"".join(scalars + others + read)  # steps going up: 1-12, 20-24, 3200 on
 
 
 def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:

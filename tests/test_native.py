@@ -33,6 +33,7 @@ from exporter.native.step_fields import Kind
 from exporter.parse.formats import (
     BUILTIN_FORMATS,
     deepspeed,
+    jsonl,
     keyvalue,
     megatron,
     mindformers,
@@ -875,6 +876,124 @@ def test_both_refuse_pairs_options_they_cannot_read_alike(options):
             reader(table)
     with pytest.raises(ValueError):
         _step_fields.StepReader((b"{", b"}", *table[2:8], (b"[]", b"", ())))
+
+
+# The JSON grammar (``{"current_steps": 10, "total_steps": 30, "loss": 2.5}``): the JSON lines format's table, and
+# another with other names, a prefix of its own dropped and a name left to the per-line reader.
+JSONL = jsonl.RECORD.kernel_table
+OTHER_JSON = (b"", b"", b",", b":", (b"it", b"iter"), (b"<", b">|"),
+              ((b"l", Kind.FLOAT, 1, b"", b"", 0), (b"loss", Kind.FLOAT, 1, b"", b"", 0),
+               (b"t", Kind.DURATION, 0, b"", b"ms", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 0, b"", b"", 2)), 0,
+              ((b"of",), b"x/", (b"skip",)))
+JSON_TABLES = [JSONL, OTHER_JSON]
+JSON_IDS = ["jsonl", "other-json"]
+JSON_KEYS = ["step", "iteration", "global_step", "current_steps", "num_updates", "total_steps", "max_steps", "loss",
+             "train_loss", "train/loss", "Train/Loss", "lr", "learning_rate", "train/learning_rate", "grad_norm",
+             "gnorm", "step_time", "iteration_time", "tps", "tokens_per_sec", "throughput", "data_time", "eval_loss",
+             "epoch", "elapsed_time", "percentage", "a b", "x/loss", "_", "MTP-1 Loss (x)", "it", "iter", "of", "l",
+             "t", "tok", "skip", "x" * 130, "caf\u00e9", "e\\x", ""]
+JSON_VALUES = ["3200", "0", "-1", "01", "4.4671", "1e-05", "1E+5", "-0", "1.", ".5", "+1", "2.5e", "1" + "0" * 310,
+               "1" + "0" * 20, "NaN", "Infinity", "-Infinity", "nan", "null", "true", "false", "nul", '"10"', '"1,234"',
+               '"5:13:22"', '" 1.5"', '"nan"', '"x\\ny"', '"\t"', '""', '"12s"', '"2.5T"', "{}", "[1, 2]", '"é"']
+
+
+# What JSON reads (besides the step's and the total's), for lines most of which a run reads.
+JSON_READ = ["3200", "0", "-1", "4.4671", "1e-05", "1E+5", "-0", "1" + "0" * 20, "NaN", "Infinity", "-Infinity",
+             "null", "true", "false", '"10"', '"1,234"', '"5:13:22"', '" 1.5"', '"nan"', '""', '"12s"', '"2.5T"']
+
+
+def _fuzzed_json_line(rng: random.Random, read: bool = False) -> str:
+    """A line of a JSON object, or of what looks like one; ``read``: one JSON reads, most of the time."""
+    gap = ["", " ", "  ", "\t"]
+    members = []
+    for key in (rng.sample(JSON_KEYS, rng.randint(0, 5)) if read else rng.choices(JSON_KEYS, k=rng.randint(0, 9))):
+        value = rng.choice(JSON_READ if read and rng.random() < 0.98 else JSON_VALUES)
+        if key in ("step", "current_steps", "it", "of", "total_steps"):
+            value = rng.choice([f"{rng.randrange(10**6)}", f'"{rng.randrange(10**6)}"', "null", value])
+        members.append(f'"{key}"{rng.choice(gap)}:{rng.choice(gap)}{value}')
+    breaks = [","] if read else [","] * 12 + [";", ", ,", ""]
+    body = "".join(f"{rng.choice(gap)}{member}{rng.choice(gap)}{rng.choice(breaks)}" for member in members).rstrip(",")
+    before = rng.choice(["", "", "[INFO] "] if read else ["", "", "[INFO] ", "{", "x{", "\r", "{\"a\": {"])
+    after = rng.choice(["", "", " ", "\t"] if read else ["", "", " ", "\t", "\r", "x", "}", ","])
+    return f"{before}{{{body}}}{after}"
+
+
+def _json_lines(seed: int) -> list[bytes]:
+    rng = random.Random(seed)
+    real = [line for name in ("llamafactory_trainer_log.log", "mmengine_runner_scalars.log")
+            for line in (REPO / "tests" / "fixtures" / "real" / name).read_bytes().splitlines()]
+    lines = [_fuzzed_json_line(rng).encode("utf-8") for _ in range(12000)] + real
+    rng.shuffle(lines)
+    # Runs: real lines at steps going up, fuzzed ones with a step and a loss first.
+    lines += [re.sub(rb'"current_steps": \d+', b'"current_steps": %d' % step, real[step % 4]) for step in range(2000)]
+    for step in range(3000):
+        line = _fuzzed_json_line(rng, read=True)
+        name = rng.choice(["step", "current_steps", "it", "of"])
+        lines.append(line.replace("{", f'{{"{name}": {step // 3}, "loss": 1.5, ', 1).replace(", }", "}").encode())
+    return lines
+
+
+@pytest.mark.parametrize("table", JSON_TABLES, ids=JSON_IDS)
+def test_json_lines_read_in_runs_match_the_twin(table):
+    runs, rows, takes = _read_in_runs_by_both(table, _json_lines(seed=3))
+    assert runs > 30 and rows > 300 and takes > 50
+
+
+@pytest.mark.parametrize("table", JSON_TABLES, ids=JSON_IDS)
+def test_a_json_run_reads_a_line_as_the_per_line_reader_does(table):
+    read, _ = _each_line_read_alone(table, _json_lines(seed=6), lambda text, record: False)
+    assert read > 600
+
+
+def test_a_json_record_the_kernel_reads_is_the_one_the_format_parses():
+    """The JSON lines format parses a line with json.loads and its aliases; the kernel reads by the format's table
+    only what gives the same step line (gauges, units, named values in order), and leaves the rest to it."""
+    read = declined = 0
+    for line in _json_lines(seed=9):
+        text = line.decode("utf-8", "replace")
+        reader = _step_fields.StepReader(JSONL)
+        if not reader.read(line + b"\n", [0], 0, 1):
+            declined += 1
+            continue
+        kernel, parsed = jsonl.RECORD.read_line(text), jsonl.parse(text)
+        assert kernel is not None and parsed is not None, text
+        assert (kernel.step, _bits(sorted(kernel.values.items())), kernel.units, _bits(kernel.named)) == (
+            parsed.step, _bits(sorted(parsed.values.items())), parsed.units, _bits(parsed.named)), text
+        read += 1
+    assert read > 2000 and declined > 3000
+
+
+def test_the_llamafactory_reference_line():
+    line = (b'{"current_steps": 3200, "total_steps": 3235, "loss": 4.4671, "eval_loss": null, "predict_loss": null, '
+            b'"reward": null, "learning_rate": 1.4439610072863874e-08, "epoch": 0.99, "percentage": 98.92, '
+            b'"elapsed_time": "5:13:22", "remaining_time": "0:03:25"}')
+    for reader in (_step_fields.StepReader(JSONL), step_fields_twin.StepReader(JSONL)):
+        assert reader.read(line, [0], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        assert (steps, total, [field[0] for field in fields]) == ([3200], 3235, [4.4671, 1.4439610072863874e-08, None,
+                                                                                 None, None])
+        assert [(name, value) for name, value, *_ in named] == [("epoch", 0.99), ("percentage", 98.92)]
+        assert reader.read(b'{"step": 1, "loss": 2, "data_time": 0.1, "time": 0.5}', [0], 0, 1) == 0
+        assert reader.read(b'{"step": 1, "train/loss": 2, "loss": 3}', [0], 0, 1) == 0
+        assert reader.read(b'{"step": 1, "loss": {"a": 2}}', [0], 0, 1) == 0
+        assert reader.read(b'{"step": "7", "loss": 2, "total_steps": null} ', [0], 0, 1) == 1
+        assert reader.take()[:2] == ([7], None)
+
+
+@pytest.mark.parametrize("json", [
+    ((b"of",), b"x/"), ((b"",), b"", ()), ((b"of",), "x", ()), ((b"of",), b"", (b"",)), (("of",), b"", ()),
+    (tuple(b"t%d" % i for i in range(9)), b"", ()), ((b"of",), b"", tuple(b"d%d" % i for i in range(9))),
+])
+def test_both_refuse_a_json_table_they_cannot_read_alike(json):
+    table = (*OTHER_JSON[:8], json)
+    for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+        with pytest.raises((ValueError, TypeError)):
+            reader(table)
+    for other in ((*OTHER_JSON[:2], b";", *OTHER_JSON[3:]), (*OTHER_JSON[:3], b"=", *OTHER_JSON[4:]),
+                  (*OTHER_JSON[:4], (), *OTHER_JSON[5:]), (b"{", b"}", *OTHER_JSON[2:])):
+        for reader in (_step_fields.StepReader, step_fields_twin.StepReader):
+            with pytest.raises((ValueError, TypeError)):
+                reader(other)
 
 
 # The segments grammar (``iteration 5/ 90 | lm loss: 2.5 |``): Megatron-LM's table, and another with other punctuation.

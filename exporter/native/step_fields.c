@@ -34,6 +34,7 @@ enum { KIND_FLOAT = 1, KIND_DURATION = 2, KIND_NUMBER_WITH_UNIT = 3, KIND_RECIPR
 #define MAX_PERCENT 32 /* the segments grammar: the longest suffix of a percent's name */
 #define MAX_RENAMED 16 /* the pairs grammar's options: names read under another name */
 #define MAX_MARKS 8 /* the pairs grammar's options: names of which a record prints one */
+#define MAX_JSON_INTEGER 300 /* the JSON grammar: a line printing a longer integer is declined (float() of it fails) */
 
 typedef struct {
     const uint8_t *at;
@@ -51,6 +52,11 @@ typedef struct {
     uint8_t opener, closer, pair_separator, name_separator;
     int pairs;        /* the pairs grammar (``step=1 loss=2``): no opener, no closer */
     int segments;     /* the segments grammar (``iteration 5/ 9 | lm loss: 2.5 |``) */
+    int json;         /* the JSON grammar (``{"step": 5, "loss": 2.5}``) */
+    /* The JSON grammar: the total's names, names whose lines the per-line reader reads (``dropped``: the prefix
+     * dropped from a key before it is normalised). */
+    Text total_names[MAX_STEP_NAMES], declines[MAX_MARKS];
+    Py_ssize_t total_name_count, decline_count;
     /* The segments grammar: a prefix dropped from names, a named value that must be 0, the name of a segment giving
      * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value. */
     Text dropped, counted, step_segment, lead, lead_name;
@@ -60,10 +66,10 @@ typedef struct {
     Text percent;
     uint8_t separator[256]; /* the pairs grammar: 1 for each byte besides spaces that ends a value */
     int spaced;             /* the pairs grammar: spaces may follow the name separator (``loss: 2.5``) */
-    /* The pairs grammar's options (``options``: given): the step printed ``step_name \\s* open \\s* digits / \\s* digits
-     * shut`` before the pairs (open 0: as a pair), named values under normalised names, some under names of their
-     * own (an empty one: not read) and without a unit their values print, a value printed as a list its first item
-     * (value_open 0: none), names of which a record prints one. */
+    /* The pairs grammar's options (``options``: given): the step printed ``step_name \\s* open \\s* digits /
+     * \\s* digits shut`` before the pairs (open 0: as a pair), named values under normalised names, some under names
+     * of their own (an empty one: not read) and without a unit their values print, a value printed as a list its
+     * first item (value_open 0: none), names of which a record prints one. */
     int options;
     uint8_t step_open, step_shut, value_open, value_shut;
     Text renamed_from[MAX_RENAMED], renamed_to[MAX_RENAMED], renamed_unit[MAX_RENAMED];
@@ -229,6 +235,24 @@ plain_decimal(const uint8_t *at, const uint8_t *end)
     return at == end;
 }
 
+/* float() reads no token holding an ASCII byte other than these (digits, signs, a point, an exponent, underscores,
+ * spaces and the letters of inf, infinity and nan): a token holding another is told no number without the
+ * interpreter (whose float() would raise, and be caught). Bytes from 0x80 on are float()'s to judge. */
+static const uint8_t float_bytes[256] = {
+    ['0' ... '9'] = 1, ['+'] = 1, ['-'] = 1, ['.'] = 1, ['_'] = 1, ['e'] = 1, ['E'] = 1, ['i'] = 1, ['I'] = 1,
+    ['n'] = 1, ['N'] = 1, ['f'] = 1, ['F'] = 1, ['t'] = 1, ['T'] = 1, ['y'] = 1, ['Y'] = 1, ['a'] = 1, ['A'] = 1,
+    [' '] = 1, ['\t' ... '\r'] = 1, [0x1c ... 0x1f] = 1, [0x80 ... 0xff] = 1,
+};
+
+static int
+may_be_float(const uint8_t *at, const uint8_t *end)
+{
+    for (; at < end; at++) {
+        if (!float_bytes[*at]) return 0;
+    }
+    return 1;
+}
+
 /* A line read without the interpreter (StepsAhead's thread) holds a number only float()'s own function reads. */
 #define NEEDS_INTERPRETER (-2)
 
@@ -239,6 +263,7 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value, int interpr
 {
     if (length == 0) return 0;
     if (simple_decimal(token, token + length, value)) return 1;
+    if (!may_be_float(token, token + length)) return 0;
     if (length < MAX_NUMBER_TEXT) {
         char text[MAX_NUMBER_TEXT];
         memcpy(text, token, (size_t)length);
@@ -473,6 +498,27 @@ is_punctuation(const Table *table, uint8_t byte)
     return byte < 0x80 && !is_space(byte) && !is_name(byte) && !table->separator[byte] && byte != table->name_separator;
 }
 
+/* A tuple of at most ``most`` non-empty names into ``names``; -1 on error. */
+static int
+read_names(PyObject *object, Text *names, Py_ssize_t *count, Py_ssize_t most, const char *what)
+{
+    PyObject *tuple = tuple_of(object, -1);
+    if (tuple == NULL) return -1;
+    *count = PyTuple_GET_SIZE(tuple);
+    if (*count > most) {
+        PyErr_Format(PyExc_ValueError, "at most %zd names %s", most, what);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < *count; i++) {
+        if (text_of(PyTuple_GET_ITEM(tuple, i), &names[i]) < 0) return -1;
+        if (names[i].length == 0) {
+            PyErr_Format(PyExc_ValueError, "names %s are names", what);
+            return -1;
+        }
+    }
+    return 0;
+}
+
 /* Brackets: none, or two bytes of punctuation. */
 static int
 read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut)
@@ -493,13 +539,12 @@ read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
-    PyObject *options = tuple_of(object, 5), *renamed, *marks;
+    PyObject *options = tuple_of(object, 5), *renamed;
     Text name_bytes;
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
         || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0
         || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL
-        || read_brackets(table, PyTuple_GET_ITEM(options, 3), &table->value_open, &table->value_shut) < 0
-        || (marks = tuple_of(PyTuple_GET_ITEM(options, 4), -1)) == NULL) {
+        || read_brackets(table, PyTuple_GET_ITEM(options, 3), &table->value_open, &table->value_shut) < 0) {
         return -1;
     }
     for (Py_ssize_t i = 0; i < name_bytes.length; i++) {
@@ -526,18 +571,7 @@ read_pairs_options(PyObject *object, Table *table)
             return -1;
         }
     }
-    table->mark_count = PyTuple_GET_SIZE(marks);
-    if (table->mark_count > MAX_MARKS) {
-        PyErr_Format(PyExc_ValueError, "at most %d names mark a record", MAX_MARKS);
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < table->mark_count; i++) {
-        if (text_of(PyTuple_GET_ITEM(marks, i), &table->marks[i]) < 0) return -1;
-        if (table->marks[i].length == 0) {
-            PyErr_SetString(PyExc_ValueError, "a name marking a record is a name");
-            return -1;
-        }
-    }
+    if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
     table->options = 1;
     return 0;
 }
@@ -631,6 +665,35 @@ read_segments_table(PyObject *tuple, Table *table)
     return 0;
 }
 
+/* The JSON grammar's step names and (total_names, dropped, declines); -1 on error. */
+static int
+read_json_table(PyObject *tuple, Table *table)
+{
+    PyObject *json = tuple_of(PyTuple_GET_ITEM(tuple, 8), 3);
+    Text separator, name_separator;
+    if (json == NULL || text_of(PyTuple_GET_ITEM(tuple, 2), &separator) < 0
+        || text_of(PyTuple_GET_ITEM(tuple, 3), &name_separator) < 0
+        || read_names(PyTuple_GET_ITEM(tuple, 4), table->step_names, &table->step_name_count, MAX_STEP_NAMES,
+                      "give the step") < 0
+        || read_names(PyTuple_GET_ITEM(json, 0), table->total_names, &table->total_name_count, MAX_STEP_NAMES,
+                      "give the total") < 0
+        || text_of(PyTuple_GET_ITEM(json, 1), &table->dropped) < 0
+        || read_names(PyTuple_GET_ITEM(json, 2), table->declines, &table->decline_count, MAX_MARKS,
+                      "decline a line") < 0) {
+        return -1;
+    }
+    if (separator.length != 1 || separator.at[0] != ',' || name_separator.length != 1 || name_separator.at[0] != ':') {
+        PyErr_SetString(PyExc_ValueError, "the JSON grammar's punctuation is JSON's, b\",\" and b\":\"");
+        return -1;
+    }
+    if (table->step_name_count == 0) {
+        PyErr_SetString(PyExc_ValueError, "a field table's step names are names");
+        return -1;
+    }
+    table->json = 1;
+    return 0;
+}
+
 /* The first field entry of ``column``; -1 when none sets it. */
 static Py_ssize_t
 first_of_column(const Table *table, Py_ssize_t column)
@@ -693,6 +756,9 @@ read_table(PyObject *object, Table *table)
     PyObject *ninth = size == 9 ? PyTuple_GET_ITEM(tuple, 8) : NULL;
     if (ninth && PyTuple_Check(ninth) && PyTuple_GET_SIZE(ninth) == 7) { /* else the pairs grammar's options */
         if (read_segments_table(tuple, table) < 0) return -1;
+    }
+    else if (ninth && PyTuple_Check(ninth) && PyTuple_GET_SIZE(ninth) == 3) {
+        if (read_json_table(tuple, table) < 0) return -1;
     }
     else if (opener.length == 0 && closer.length == 0) {
         if (read_pairs_table(tuple, table) < 0) return -1;
@@ -771,8 +837,8 @@ typedef struct {
 
 #define SHAPE_BYTES 256
 
-/* The segments grammar: a name as the line before printed it at one place, and what it is. Lines print the same
- * names in the same order: a name found again at its place needs no normalising and no lookup. */
+/* The segments and JSON grammars: a name as the line before printed it at one place, and what it is. Lines print
+ * the same names in the same order: a name found again at its place needs no normalising and no lookup. */
 #define MAX_HEAD (2 * MAX_NAME)
 
 typedef struct {
@@ -783,7 +849,8 @@ typedef struct {
     Py_ssize_t field;       /* its field entry, -1: a named value */
     double bare_per_second; /* a DURATION's bare unit the name holds, 0: the field's */
     Py_ssize_t named;       /* where the run's named values last held it, -1: not yet */
-    int is_step, is_counted; /* the table's step segment, its counted named value */
+    int is_step, is_counted; /* the table's step segment (JSON: a step name), its counted named value */
+    int is_total, declines;  /* JSON: a total's name, a name the run leaves to the per-line reader */
 } SegmentName;
 
 /* The pairs grammar: the names the last line read printed, in order. A line printing the same names one space apart
@@ -807,7 +874,8 @@ typedef struct {
     Named *named;
     Py_ssize_t named_count, named_capacity;
     Py_ssize_t line_named; /* distinct named values of the line being read */
-    SegmentName *segment_names; /* the segments grammar: the names of the last line read, by their place */
+    SegmentName *segment_names; /* the segments and JSON grammars: the names of the last line read, by their place */
+    Py_ssize_t checked; /* JSON: the first names of segment_names, checked one against the other */
 } Run;
 
 /* A run's memory is the raw allocator's and a failure raises nothing: a run may be read on a thread that does not
@@ -1209,12 +1277,14 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         at = value_end;
     }
     /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart. */
-    if (!shaped && step_pair >= 0 && required_printed && marked && !table->spaced) keep_shape(run, pairs, count, step_pair);
     if (!required_printed || !marked) return 0;
-    if (!table->step_open
-        && (step_pair < 0 || read_step_value(pairs[step_pair].value, pairs[step_pair].value + pairs[step_pair].value_length,
-                                             &step, &has_total, &total) != 1)) {
-        return 0;
+    if (!shaped && step_pair >= 0 && !table->spaced) keep_shape(run, pairs, count, step_pair);
+    if (!table->step_open) {
+        const Pair *printed = step_pair >= 0 ? &pairs[step_pair] : NULL;
+        if (printed == NULL || read_step_value(printed->value, printed->value + printed->value_length, &step,
+                                               &has_total, &total) != 1) {
+            return 0;
+        }
     }
     /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
     if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
@@ -1465,6 +1535,200 @@ read_segments_line(Run *run, const uint8_t *line, const uint8_t *end)
     return commit(run, step, !table->step_segment.length && !table->step_close, total) < 0 ? -1 : 1;
 }
 
+/* The JSON grammar: a value's kind (JSON_STRING its bytes between the quotes), 0 for one the kernel does not read. */
+enum { JSON_STRING = 1, JSON_INTEGER = 2, JSON_NUMBER = 3, JSON_LITERAL = 4 };
+
+/* JSON's whitespace but the line breaks: a line holding ``\r`` is the per-line reader's. */
+static const uint8_t *
+json_space(const uint8_t *at, const uint8_t *end)
+{
+    while (at < end && (*at == ' ' || *at == '\t')) at++;
+    return at;
+}
+
+/* The string whose opening quote is at ``*at``: its bytes, *at past its closing quote; 0 when it holds an escape or
+ * a control byte, or is not closed. */
+static int
+json_string(const uint8_t **at, const uint8_t *end, Text *text)
+{
+    const uint8_t *start = *at + 1, *byte = start;
+    while (byte < end && *byte != '"') {
+        if (*byte == '\\' || *byte < 0x20) return 0;
+        byte++;
+    }
+    if (byte == end) return 0;
+    *text = (Text){start, byte - start};
+    *at = byte + 1;
+    return 1;
+}
+
+/* The value at ``*at``: its kind and bytes, *at past it; 0 for an object, an array, a string holding an escape or
+ * anything JSON does not read. */
+static int
+json_value(const uint8_t **at, const uint8_t *end, Text *value)
+{
+    static const char *const literals[] = {"null", "true", "false", "NaN", "Infinity", "-Infinity"};
+    const uint8_t *start = *at, *byte = start;
+    if (byte == end) return 0;
+    if (*byte == '"') return json_string(at, end, value) ? JSON_STRING : 0;
+    for (size_t i = 0; i < sizeof literals / sizeof *literals; i++) {
+        size_t length = strlen(literals[i]);
+        if ((size_t)(end - byte) >= length && memcmp(byte, literals[i], length) == 0) {
+            *value = (Text){byte, (Py_ssize_t)length};
+            *at = byte + length;
+            return JSON_LITERAL;
+        }
+    }
+    int kind = JSON_INTEGER;
+    if (*byte == '-') byte++;
+    if (byte == end || !is_digit(*byte)) return 0;
+    if (*byte++ != '0') {
+        while (byte < end && is_digit(*byte)) byte++;
+    }
+    if (byte < end && *byte == '.') {
+        if (++byte == end || !is_digit(*byte)) return 0;
+        while (byte < end && is_digit(*byte)) byte++;
+        kind = JSON_NUMBER;
+    }
+    if (byte < end && (*byte == 'e' || *byte == 'E')) {
+        if (++byte < end && (*byte == '+' || *byte == '-')) byte++;
+        if (byte == end || !is_digit(*byte)) return 0;
+        while (byte < end && is_digit(*byte)) byte++;
+        kind = JSON_NUMBER;
+    }
+    *value = (Text){start, byte - start};
+    *at = byte;
+    return kind;
+}
+
+typedef struct {
+    SegmentName *name;
+    Text value;
+    int kind;
+} Member;
+
+static int
+is_one_of(Text name, const Text *names, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (same_text(name.at, name.length, names[i])) return 1;
+    }
+    return 0;
+}
+
+/* The key printed at ``key`` as the member ``place`` of a line: its entry of the run's names, normalised and looked
+ * up when the line before printed another key there. */
+static SegmentName *
+member_name(Run *run, Py_ssize_t place, Text key)
+{
+    const Table *table = run->table;
+    SegmentName *known = &run->segment_names[place];
+    if (known->printed_length == key.length && memcmp(known->printed, key.at, (size_t)key.length) == 0) return known;
+    if (run->checked > place) run->checked = place;
+    memcpy(known->printed, key.at, (size_t)key.length);
+    known->printed_length = key.length;
+    if (key.length >= table->dropped.length && same_text(key.at, table->dropped.length, table->dropped)) {
+        key = (Text){key.at + table->dropped.length, key.length - table->dropped.length};
+    }
+    known->name_length = normalise_name(key.at, key.at + key.length, known->name);
+    Text name = {known->name, known->name_length};
+    known->field = field_named(table, name.at, name.length);
+    known->named = -1;
+    known->is_step = is_one_of(name, table->step_names, table->step_name_count);
+    known->is_total = is_one_of(name, table->total_names, table->total_name_count);
+    known->declines = is_one_of(name, table->declines, table->decline_count);
+    return known;
+}
+
+/* A member's value as a step or a total: 1 with it, for digits (at most MAX_DIGITS) printed as an integer or a
+ * string. */
+static int
+json_count(const Member *member, long long *count)
+{
+    const uint8_t *at = member->value.at, *end = at + member->value.length;
+    int too_long = 0;
+    return (member->kind == JSON_INTEGER || member->kind == JSON_STRING) && read_digits(&at, end, count, &too_long)
+           && at == end && !too_long;
+}
+
+/* The JSON grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
+static int
+read_json_line(Run *run, const uint8_t *line, const uint8_t *end)
+{
+    const Table *table = run->table;
+    const uint8_t *at = memchr(line, '{', (size_t)(end - line));
+    if (at == NULL || memchr(line, '\r', (size_t)(end - line)) != NULL) return 0;
+    at = json_space(at + 1, end);
+    Member members[MAX_PAIRS];
+    Py_ssize_t count = 0, step_member = -1, total_member = -1;
+    int required_printed = table->required < 0;
+    if (at < end && *at == '}') {
+        at++;
+    }
+    else for (;;) {
+        Text key, value;
+        if (at == end || *at != '"' || !json_string(&at, end, &key) || key.length > MAX_NAME) return 0;
+        at = json_space(at, end);
+        if (!expect_byte(&at, end, ':')) return 0;
+        at = json_space(at, end);
+        int kind = json_value(&at, end, &value);
+        if (kind == 0 || count == MAX_PAIRS || (kind == JSON_INTEGER && value.length > MAX_JSON_INTEGER)) return 0;
+        if (kind == JSON_STRING && value.length && (value.at[0] == ' ' || value.at[value.length - 1] == ' ')) {
+            return 0; /* the kinds' readers do not all strip: the per-line reader's */
+        }
+        if (kind == JSON_INTEGER && value.length == 2 && value.at[0] == '-' && value.at[1] == '0') {
+            value = (Text){value.at + 1, 1}; /* json.loads reads an int: no negative zero */
+        }
+        SegmentName *name = member_name(run, count, key);
+        members[count] = (Member){name, value, kind};
+        /* A name twice, two names of one column, two step or total names: the dict reading is the per-line
+         * reader's; so are the lines the table leaves to it. Names the line before printed alike were checked. */
+        for (Py_ssize_t before = count < run->checked ? count : 0; before < count; before++) {
+            const SegmentName *other = members[before].name;
+            if (same_text(name->name, name->name_length, (Text){other->name, other->name_length})) return 0;
+            if (name->field >= 0 && other->field >= 0
+                && table->fields[name->field].column == table->fields[other->field].column) {
+                return 0;
+            }
+            if ((name->is_step && other->is_step) || (name->is_total && other->is_total)) return 0;
+        }
+        if (name->declines) return 0;
+        if (run->checked == count) run->checked = count + 1;
+        if (name->is_step) step_member = count;
+        if (name->is_total) total_member = count;
+        if (name->field >= 0 && table->fields[name->field].column == table->required) required_printed = 1;
+        count++;
+        at = json_space(at, end);
+        if (at < end && *at == ',') {
+            at = json_space(at + 1, end);
+            continue;
+        }
+        if (!expect_byte(&at, end, '}')) return 0;
+        break;
+    }
+    if (json_space(at, end) != end || !required_printed || step_member < 0) return 0;
+    /* The step and the total: digits (a literal total: none); others the per-line reader's. */
+    long long step, total = 0;
+    int has_total = 0;
+    if (!json_count(&members[step_member], &step)) return 0;
+    if (total_member >= 0) { /* a literal: none */
+        has_total = members[total_member].kind != JSON_LITERAL;
+        if (has_total && !json_count(&members[total_member], &total)) return 0;
+    }
+    /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
+    if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
+    memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
+    run->line_named = 0;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (i == step_member || i == total_member) continue;
+        SegmentName *name = members[i].name;
+        int applied = apply_pair(run, name->field, name->name, name->name_length, members[i].value.at,
+                                 members[i].value.length, 0, &name->named);
+        if (applied < 0) return applied;
+    }
+    return commit(run, step, has_total, total) < 0 ? -1 : 1;
+}
+
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran
  * out); NEEDS_INTERPRETER: a number of it is float()'s to read (the run holds the line's named values in part). */
 static int
@@ -1474,6 +1738,7 @@ read_line(Run *run, const uint8_t *line, const uint8_t *end)
     if (!is_ascii(line, end) || is_tagged(table, line, end)) return 0;
     if (table->pairs) return read_pairs_line(run, line, end);
     if (table->segments) return read_segments_line(run, line, end);
+    if (table->json) return read_json_line(run, line, end);
     const uint8_t *opener = line;
     while ((opener = memchr(opener, table->opener, (size_t)(end - opener))) != NULL) {
         long long step, total;
@@ -1629,7 +1894,11 @@ new_run(Run *run, const Table *table, int interpreter)
     run->columns = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Column));
     run->slots = PyMem_RawCalloc((size_t)table->columns + 1, sizeof(Slot));
     if (run->columns == NULL || run->slots == NULL) return -1;
-    if (table->segments && (run->segment_names = PyMem_RawCalloc(MAX_PAIRS, sizeof(SegmentName))) == NULL) return -1;
+    if ((table->segments || table->json)
+        && (run->segment_names = PyMem_RawCalloc(MAX_PAIRS, sizeof(SegmentName))) == NULL) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; run->segment_names && i < MAX_PAIRS; i++) run->segment_names[i].printed_length = -1; /* none */
     for (Py_ssize_t i = 0; i < table->columns; i++) run->columns[i].series = table->fields[first_of_column(table, i)].series;
     return 0;
 }

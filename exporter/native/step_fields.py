@@ -4,7 +4,7 @@ A field table is a step record's grammar as plain data, built by the format modu
 owns the grammar (parse/ turns its declaration into this tuple; nothing here knows a
 framework or a field):
 
-    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required[, segments | options]])
+    (opener, closer, pair_separator, name_separator, step_name, line_tag, fields[, required[, grammar]])
 
 - ``opener``, ``closer``, ``pair_separator``, ``name_separator``: one byte each
   (``b"{"``, ``b"}"``, ``b","``, ``b":"``);
@@ -20,9 +20,9 @@ framework or a field):
   entry is its own column, in order. Entries of one column agree on kind, series, absent
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
-- ``segments``: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the segments grammar
-  (below); ``options``: ``(step_brackets, name_bytes, renamed, value_brackets, marks)``, the pairs grammar's
-  options (below).
+- ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
+  segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks)``, the pairs grammar's options;
+  ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -62,6 +62,22 @@ is a list, its first item: that byte dropped, and the second at its end where pr
 record prints one (empty: none needed). Every other named value is kept under its name normalised
 (``decode.loss_ce``: ``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the
 above, a line printing a name longer than MAX_NAME.
+
+JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
+``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
+2.5}``): the record is the flat JSON object from the line's first ``{`` to its end (JSON's spaces and tabs around its
+tokens), each member ``"key": value``, the key without ``dropped`` at its start (``b"train/"``) and normalised
+(``normalised_name``): table names, step names (a tuple, as the pairs grammar's), ``total_names`` and ``declines``
+are normalised ones. A value is a string (its bytes, read by ``parse_float``), a JSON number, ``null``, ``true``,
+``false``, ``NaN``, ``Infinity`` or ``-Infinity`` (each read by ``parse_float``: the last three are numbers; an
+integer ``-0`` is 0, as json.loads reads an int); the step's (one step name) and the total's (one total name; a
+literal: none) are digits, printed as an integer or a string. Pairs apply as in the pairs grammar; a record prints its
+step and its required column. The run declines, besides what it declines of any grammar: a string holding an escape
+or a control byte or beginning or ending with a space, an object or an array as a value, anything JSON does not read
+(then json.loads does not either), a carriage return, a key longer than MAX_NAME, more than MAX_PAIRS members, two
+keys of one normalised name, two names of one column, two step or total names, a name of ``declines`` (lines the
+per-line reader reads its own way: MMEngine's ``data_time``), a step or total not digits (at most MAX_DIGITS), an
+integer of more than MAX_JSON_INTEGER digits (float() of its int fails).
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
 ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
@@ -125,6 +141,7 @@ MAX_NAME = 128  # the segments grammar: a longer name goes to the per-line parse
 MAX_PERCENT = 32  # the segments grammar: the longest suffix of a percent's name
 MAX_RENAMED = 16  # the pairs grammar's options: names read under another name
 MAX_MARKS = 8  # the pairs grammar's options: names of which a record prints one
+MAX_JSON_INTEGER = 300  # the JSON grammar: a line printing a longer integer goes to the per-line parser
 _SPACES = b" \t\n\r\x0b\x0c\x1c\x1d\x1e\x1f"  # str.isspace() of ASCII: what \s sees
 _NAME_BYTE = re.compile(rb"[A-Za-z0-9_]")
 
@@ -237,6 +254,8 @@ class StepReader:
 
 def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
     """The record of an ASCII line as a run reads it; None when it holds none or the run declines it."""
+    if grammar.json:
+        return _json_record(table, grammar, text)
     if grammar.segments is not None:
         match = grammar.record.search(text) if grammar.record is not None else None
         if match is None or any(len(digits or "") > MAX_DIGITS for digits in match.groups()):
@@ -270,6 +289,8 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
 def read_record(table: tuple, text: str) -> Record | None:
     """The first record of one line of any text; None when it holds none."""
     grammar = _grammar(table)
+    if grammar.json:
+        return _json_record(table, grammar, text)
     if grammar.record is None:
         return _pairs_record(table, text)
     match = grammar.record.search(text)
@@ -450,6 +471,78 @@ def _ambiguous_pairs(grammar: _Grammar, text: str) -> bool:
 
 
 _STEP_OF_TOTAL = re.compile(r"(\d+)(?:/(\d+))?")
+_JSON_SPACE = re.compile(r"[ \t]*")
+_JSON_STRING = re.compile(r'"([^"\\\x00-\x1f]*)"')
+_JSON_LITERAL = re.compile(r"null|true|false|NaN|Infinity|-Infinity")
+_JSON_NUMBER = re.compile(r"-?(?:0|[1-9][0-9]*)(\.[0-9]+)?([eE][+-]?[0-9]+)?")
+
+
+def _json_members(text: str) -> list[tuple[str, str, str]] | None:
+    """The (key, value, kind) of each member of the line's flat JSON object (a string's value its text; kind
+    "string", "integer", "number" or "literal"); None when the JSON grammar reads none (module docstring)."""
+    at = text.find("{")
+    if at < 0:
+        return None
+    at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]  # it matches anywhere
+    members = []
+    if text.startswith("}", at):
+        at += 1
+    else:
+        while True:
+            key = _JSON_STRING.match(text, at)
+            if key is None:
+                return None
+            at = _JSON_SPACE.match(text, key.end()).end()  # type: ignore[union-attr]
+            if not text.startswith(":", at):
+                return None
+            at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+            value = _JSON_STRING.match(text, at) or _JSON_LITERAL.match(text, at) or _JSON_NUMBER.match(text, at)
+            if value is None:
+                return None
+            kind = ("string" if value.re is _JSON_STRING else "literal" if value.re is _JSON_LITERAL
+                    else "number" if any(value.groups()) else "integer")
+            raw = value.group(1) if kind == "string" else value.group()
+            members.append((key.group(1), "0" if kind == "integer" and raw == "-0" else raw, kind))  # an int: no -0
+            at = _JSON_SPACE.match(text, value.end()).end()  # type: ignore[union-attr]
+            if text.startswith(",", at):
+                at = _JSON_SPACE.match(text, at + 1).end()  # type: ignore[union-attr]
+                continue
+            if not text.startswith("}", at):
+                return None
+            at += 1
+            break
+    return members if _JSON_SPACE.match(text, at).end() == len(text) else None  # type: ignore[union-attr]
+
+
+def _json_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
+    """The JSON grammar's record of a line; None when it holds none or the run declines it (module docstring)."""
+    members = _json_members(text) if "\r" not in text else None
+    if (members is None or len(members) > MAX_PAIRS or any(len(key) > MAX_NAME for key, _, _ in members)
+            or any(kind == "integer" and len(raw) > MAX_JSON_INTEGER for _, raw, kind in members)
+            or any(kind == "string" and raw != raw.strip(" ") for _, raw, kind in members)):
+        return None
+    names = [normalised_name(key.removeprefix(grammar.dropped)) for key, _, _ in members]
+    columns = [grammar.column_of[grammar.field_index[name]] for name in names if name in grammar.field_index]
+    steps = [number for number, name in enumerate(names) if name in grammar.step_names]
+    totals = [number for number, name in enumerate(names) if name in grammar.total_names]
+    required = grammar.required < 0 or any(name in grammar.column_names[grammar.required] for name in names)
+    if (len(set(names)) != len(names) or len(set(columns)) != len(columns) or len(steps) != 1 or len(totals) > 1
+            or not required or any(name in grammar.declines for name in names)):
+        return None
+    step = _json_count(members[steps[0]])
+    total = _json_count(members[totals[0]]) if totals and members[totals[0]][2] != "literal" else None
+    if step is None or (totals and members[totals[0]][2] != "literal" and total is None):
+        return None
+    values, named = _values(grammar, table[6], ((name, raw) for number, (name, (_, raw, _)) in
+                                                enumerate(zip(names, members, strict=True))
+                                                if number not in steps and number not in totals))
+    return Record(step, total, values, named)
+
+
+def _json_count(member: tuple[str, str, str]) -> int | None:
+    """A member's value as a step or a total: digits (at most MAX_DIGITS) printed as an integer or a string."""
+    _, raw, kind = member
+    return int(raw) if kind in ("integer", "string") and _DIGITS.fullmatch(raw) and len(raw) <= MAX_DIGITS else None
 
 
 class _Grammar(NamedTuple):
@@ -473,10 +566,67 @@ class _Grammar(NamedTuple):
     renamed: dict[str, tuple[str, str]] | None = None
     value_brackets: str = ""
     marks: tuple[str, ...] = ()
+    # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
+    json: bool = False
+    total_names: tuple[str, ...] = ()
+    dropped: str = ""
+    declines: tuple[str, ...] = ()
 
 
 def _punctuation(part: bytes) -> bool:
     return len(part) == 1 and part[0] < 0x80 and part not in _SPACES and not _NAME_BYTE.match(part)
+
+
+def _columns(fields: tuple, required: int) -> tuple[tuple[int, ...], tuple[int, ...], tuple[frozenset[str], ...]]:
+    """The fields checked: each entry's column, each column's first entry, each column's names."""
+    if len({name for name, *_ in fields}) != len(fields):
+        raise ValueError("a field table names each field once")
+    column_of = tuple(entry[5] if len(entry) == 6 else index for index, entry in enumerate(fields))
+    columns: dict[int, int] = {}
+    for index, (entry, column) in enumerate(zip(fields, column_of, strict=True)):
+        if len(entry) not in (5, 6):
+            raise ValueError("a field is five or six items")
+        _, kind, _, _, default_unit, *_ = entry
+        Kind(kind)  # ValueError for a kind the kernel does not know
+        if kind == Kind.DURATION and default_unit.decode("ascii").lower() not in ("", *_DURATION_UNITS):
+            raise ValueError(f"unknown duration unit {default_unit!r}")
+        first = columns.setdefault(column, index)
+        if tuple(fields[first][1:5]) != tuple(entry[1:5]):
+            raise ValueError("the fields of one column agree on kind, series, absent and unit")
+    if sorted(columns) != list(range(len(columns))) or not -1 <= required < len(columns):
+        raise ValueError("a field table's columns are numbered from 0, one after the other")
+    column_names = tuple(frozenset(fields[index][0].decode("ascii") for index, column in enumerate(column_of)
+                                   if column == number) for number in range(len(columns)))
+    return column_of, tuple(columns[number] for number in range(len(columns))), column_names
+
+
+def _names(names: object, most: int, what: str) -> tuple[str, ...]:
+    """A tuple of at most ``most`` non-empty names of bytes, as text."""
+    if type(names) is not tuple or not all(type(name) is bytes for name in names):
+        raise TypeError(f"names {what} are a tuple of bytes")
+    if len(names) > most or not all(names):
+        raise ValueError(f"at most {most} names {what}, each a name")
+    return tuple(name.decode("ascii") for name in names)
+
+
+def _json_grammar(table: tuple, json: tuple) -> _Grammar:
+    """The JSON grammar's table checked (module docstring)."""
+    _, _, pair_separator, name_separator, step_names, (tag_open, tag_close), fields = table[:7]
+    required = table[7]
+    totals, dropped, declines = json
+    if type(dropped) is not bytes:
+        raise TypeError("a field table holds bytes")
+    if (pair_separator, name_separator) != (b",", b":"):
+        raise ValueError("the JSON grammar's punctuation is JSON's, b',' and b':'")
+    names = _names(step_names, MAX_STEP_NAMES, "give the step")
+    if not names:
+        raise ValueError("a field table's step names are names")
+    column_of, columns, column_names = _columns(fields, required)
+    tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
+    field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
+    return _Grammar(None, _JSON_NUMBER, tagged, field_index, False, names, column_of, columns, column_names, required,
+                    json=True, total_names=_names(totals, MAX_STEP_NAMES, "give the total"),
+                    dropped=dropped.decode("ascii"), declines=_names(declines, MAX_MARKS, "decline a line"))
 
 
 def _options(options: object, separators: list[bytes]) -> tuple:
@@ -508,9 +658,12 @@ def _grammar(table: tuple) -> _Grammar:
     required = table[7] if len(table) >= 8 else -1
     ninth = table[8] if len(table) == 9 else None
     segments = ninth if type(ninth) is tuple and len(ninth) == 7 else None
-    options = ninth if ninth is not None and segments is None else None
+    json = ninth if type(ninth) is tuple and len(ninth) == 3 else None
+    options = ninth if ninth is not None and segments is None and json is None else None
     if ninth is not None and (opener or closer):
         raise ValueError("the segments grammar and the pairs grammar's options have no opener and no closer")
+    if json is not None:
+        return _json_grammar(table, json)
     pairs = opener == b"" and closer == b"" and segments is None
     spaced = pairs and type(name_separator) is bytes and len(name_separator) == 2 and name_separator[1:] == b" "
     name_separator = name_separator[:1] if spaced else name_separator  # b": ": spaces may follow the colon
@@ -533,24 +686,7 @@ def _grammar(table: tuple) -> _Grammar:
     if (pairs or segments) and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
             type(name) is bytes and re.match(rb"[A-Za-z_]", name) for name in step_names)):
         raise ValueError("a field table's step names are names")
-    if len({name for name, *_ in fields}) != len(fields):
-        raise ValueError("a field table names each field once")
-    column_of = tuple(entry[5] if len(entry) == 6 else index for index, entry in enumerate(fields))
-    columns: dict[int, int] = {}
-    for index, (entry, column) in enumerate(zip(fields, column_of, strict=True)):
-        if len(entry) not in (5, 6):
-            raise ValueError("a field is five or six items")
-        _, kind, _, _, default_unit, *_ = entry
-        Kind(kind)  # ValueError for a kind the kernel does not know
-        if kind == Kind.DURATION and default_unit.decode("ascii").lower() not in ("", *_DURATION_UNITS):
-            raise ValueError(f"unknown duration unit {default_unit!r}")
-        first = columns.setdefault(column, index)
-        if tuple(fields[first][1:5]) != tuple(entry[1:5]):
-            raise ValueError("the fields of one column agree on kind, series, absent and unit")
-    if sorted(columns) != list(range(len(columns))) or not -1 <= required < len(columns):
-        raise ValueError("a field table's columns are numbered from 0, one after the other")
-    column_names = tuple(frozenset(fields[index][0].decode("ascii") for index, column in enumerate(column_of)
-                                   if column == number) for number in range(len(columns)))
+    column_of, columns, column_names = _columns(fields, required)
     n = re.escape(name_separator.decode("ascii"))
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
@@ -567,7 +703,7 @@ def _grammar(table: tuple) -> _Grammar:
         bracketed = re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))})\s*{open_}\s*(\d+)/\s*(\d+)"
                                rf"{shut}") if brackets else None
         return _Grammar(None, pair, tagged, field_index, True, names,
-                        column_of, tuple(columns[number] for number in range(len(columns))), column_names, required,
+                        column_of, columns, column_names, required,
                         step_brackets=bracketed,
                         renamed={old.decode("ascii"): (new.decode("ascii"), unit.decode("ascii"))
                                  for old, new, unit in renamed} if options else None,
@@ -581,7 +717,7 @@ def _grammar(table: tuple) -> _Grammar:
         record = re.compile(rf"{lead}\s+(?P<step>\d+)\s*{close}(?P<total>)" if close
                             else rf"{lead}\s+(?P<step>\d+)/\s*(?P<total>\d+)\s*{p}")
         return _Grammar(record, record, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
-                        tuple(columns[number] for number in range(len(columns))), column_names, required,
+                        columns, column_names, required,
                         tuple(part.decode("ascii") for part in segments), pair_separator.decode("ascii"),
                         name_separator.decode("ascii"))
     record = re.compile(rf"{o}\s*{step}{n}\s*\[\s*(\d+)\s*/\s*(\d+)\s*\]\s*{p}(?P<body>[^{o}{c}]*){c}")
@@ -589,4 +725,4 @@ def _grammar(table: tuple) -> _Grammar:
     thousands = r"|,(?=[0-9]{3}(?![0-9]))" if p == "," else ""
     pair = re.compile(rf"([A-Za-z_][A-Za-z0-9_]*)\s*{n}\s*((?:[^{p}{c}]{thousands})+)")
     return _Grammar(record, pair, tagged, field_index, False, (step_name.decode("ascii"),), column_of,
-                    tuple(columns[number] for number in range(len(columns))), column_names, required)
+                    columns, column_names, required)

@@ -56,6 +56,10 @@ class StepTable:
     (nanoGPT's ``iter 10: loss 3.2, time 893.76ms``), a ``percent`` names a value printed as one
     (``mfu 16.68%``: ``mfu`` and the suffix; below 0, none) (native/step_fields.py).
 
+    With ``json``, the JSON grammar: the record is the line's flat JSON object, its keys normalised
+    (``train/`` dropped where ``dropped`` says), the step under ``step`` or an alias, the total
+    under one of ``total_names``; the kernel leaves what it does not read to the per-line parser.
+
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
     gauge (loss, grad_norm: the detectors need each) and the latest of the others.
@@ -70,7 +74,7 @@ class StepTable:
     step_aliases: tuple[str, ...] = ()  # the pairs grammar: further names of the step, after ``step``
     required: str = ""  # a field a record prints (by any of its names): the pairs grammar's ``loss``
     segments: bool = False
-    dropped: str = ""  # the segments grammar: a prefix its names print that is no part of them (``number of ``)
+    dropped: str = ""  # the segments and JSON grammars: a prefix names print that is no part of them (``number of ``)
     unprinted_nonfinite: str = ""  # the segments grammar: see above
     step_segment: str = ""  # the segments grammar: a segment whose value is the step (NeMo's ``global_step``)
     lead: str = ""  # the segments grammar: words before the step, then a counter and a comma (``Training epoch``)
@@ -87,6 +91,11 @@ class StepTable:
     renamed: tuple[tuple[str, str, str], ...] = ()
     value_brackets: str = ""
     marks: tuple[str, ...] = ()
+    # The JSON grammar (``{"step": 5, "loss": 2.5}``): the total's names, the names whose lines the per-line parser
+    # reads (its own rules: MMEngine's ``data_time``); ``dropped``: the prefix a key drops (``train/``).
+    json: bool = False
+    total_names: tuple[str, ...] = ()
+    declines: tuple[str, ...] = ()
 
     @cached_property
     def columns(self) -> tuple[KernelColumn, ...]:
@@ -105,19 +114,26 @@ class StepTable:
         step = (tuple(name.encode() for name in (self.step, *self.step_aliases)) if not self.opener
                 and not self.segments else self.step.encode())
         required = next((column for column, item in enumerate(self.fields) if item.name == self.required), -1)
-        segments = ((tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
-                                                      self.lead, self.lead_name, self.step_close, self.percent)),)
-                    if self.segments else ())
-        options = ((self.step_brackets.encode(), self.name_bytes.encode(),
-                    tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
-                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks)),)
         return (self.opener.encode(), self.closer.encode(), self.pair_separator.encode(), self.name_separator.encode(),
                 step, LINE_TAG,
                 tuple((name.encode(), int(item.kind), int(item.sets in series), item.absent.encode(),
                        item.default_unit.encode(), column)
                       for column, item in enumerate(self.fields) for name in (item.name, *item.aliases)),
-                required, *(segments or (options if any((self.step_brackets, self.name_bytes, self.renamed,
-                                                         self.value_brackets, self.marks)) else ())))
+                required, *self._grammar_item())
+
+    def _grammar_item(self) -> tuple[tuple, ...]:
+        """The table's ninth item, its grammar's (none: the record grammar's or the plain pairs grammar's)."""
+        if self.json:
+            return ((tuple(name.encode() for name in self.total_names), self.dropped.encode(),
+                     tuple(name.encode() for name in self.declines)),)
+        if self.segments:
+            return (tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
+                                                     self.lead, self.lead_name, self.step_close, self.percent)),)
+        if any((self.step_brackets, self.name_bytes, self.renamed, self.value_brackets, self.marks)):
+            return ((self.step_brackets.encode(), self.name_bytes.encode(),
+                     tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
+                     self.value_brackets.encode(), tuple(name.encode() for name in self.marks)),)
+        return ()
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""

@@ -6,6 +6,11 @@ behind a logger prefix. Python's ``json.dumps`` writes ``NaN``/``Infinity``, whi
 Step aliases cover the trainers that write such files: LLaMA-Factory's ``trainer_log.jsonl``
 (``current_steps``/``total_steps``) and fairseq's ``--log-format json`` (``num_updates``,
 values as strings).
+
+The same reading is a field table (the JSON grammar): runs of flat dicts are read by the
+step-field kernel, which leaves to ``parse`` below every line it does not read alike (escapes,
+nesting, two aliases of one value, a step that is no integer, MMEngine's ``data_time``
+records, a unitless ``throughput``).
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from exporter.parse.formats.mmengine import WINDOW as MMENGINE_WINDOW
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
 _STEP_KEYS = ("step", "iteration", "global_step", "current_steps", "num_updates")
 _TOTAL_KEYS = ("total_steps", "total_iterations", "max_steps")
@@ -25,6 +31,18 @@ _LR_KEYS = ("lr", "learning_rate")
 _GRAD_NORM_KEYS = ("grad_norm", "gnorm")
 _TIME_KEYS = ("step_time", "iteration_time")  # seconds
 _THROUGHPUT_UNITS = {"throughput": None, "tokens_per_sec": "tokens/s", "tps": "tokens/s"}
+_TRAIN_PREFIX = "train/"
+
+RECORD = StepTable((
+    StepField(_LOSS_KEYS[0], Kind.FLOAT, "loss", aliases=_LOSS_KEYS[1:]),
+    StepField(_LR_KEYS[0], Kind.FLOAT, "learning_rate", aliases=_LR_KEYS[1:]),
+    StepField(_GRAD_NORM_KEYS[0], Kind.FLOAT, "grad_norm", aliases=_GRAD_NORM_KEYS[1:]),
+    StepField(_TIME_KEYS[0], Kind.FLOAT, "step_time_seconds", aliases=_TIME_KEYS[1:]),
+    # One column a unit: the unitless ``throughput`` key's lines are parse's.
+    StepField("tokens_per_sec", Kind.FLOAT, "throughput", aliases=("tps",), unit="tokens/s"),
+), opener="", closer="", pair_separator=",", name_separator=":", step=_STEP_KEYS[0], step_aliases=_STEP_KEYS[1:],
+    required=_LOSS_KEYS[0], json=True, total_names=_TOTAL_KEYS, dropped=_TRAIN_PREFIX,
+    declines=("data_time", "throughput"))
 
 
 def parse(text: str) -> StepLine | None:
@@ -38,7 +56,7 @@ def parse(text: str) -> StepLine | None:
         return None
     if not isinstance(loaded, dict):
         return None
-    values = {metric_name(str(key).removeprefix("train/")): _number(value) for key, value in loaded.items()}
+    values = {metric_name(str(key).removeprefix(_TRAIN_PREFIX)): _number(value) for key, value in loaded.items()}
     loss_key = next((key for key in _LOSS_KEYS if key in values), None)
     if loss_key is None:
         return None
@@ -88,4 +106,4 @@ def _number(value: object) -> float | None:
 
 
 # A convention many training loops follow, no framework's.
-FORMAT = register(Format("jsonl", "", b'loss"', parse, detection_order=70))
+FORMAT = register(Format("jsonl", "", b'loss"', parse, detection_order=70, step_table=RECORD))
