@@ -644,9 +644,7 @@ def _options(options: object, separators: list[bytes]) -> tuple:
         raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
     if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
         raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
-    if len(marks) > MAX_MARKS or not all(type(name) is bytes and name for name in marks):
-        raise ValueError(f"at most {MAX_MARKS} names, each a name, mark a record")
-    return brackets, name_bytes, renamed, value_brackets, marks
+    return brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record")
 
 
 @lru_cache(maxsize=16)
@@ -707,8 +705,7 @@ def _grammar(table: tuple) -> _Grammar:
                         step_brackets=bracketed,
                         renamed={old.decode("ascii"): (new.decode("ascii"), unit.decode("ascii"))
                                  for old, new, unit in renamed} if options else None,
-                        value_brackets=value_brackets.decode("ascii"),
-                        marks=tuple(name.decode("ascii") for name in marks))
+                        value_brackets=value_brackets.decode("ascii"), marks=marks)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

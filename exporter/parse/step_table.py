@@ -135,8 +135,15 @@ class StepTable:
                      self.value_brackets.encode(), tuple(name.encode() for name in self.marks)),)
         return ()
 
+    @cached_property
+    def _marked(self) -> tuple[str, ...]:
+        """What a line holding a record holds one of: a mark and its name separator (none: no marks)."""
+        return tuple(mark + self.name_separator[:1] for mark in self.marks)
+
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""
+        if self._marked and not any(marked in text for marked in self._marked):
+            return None  # told without the grammar: a format tried on another's lines (DeepSpeed's on key=value's)
         record = native.read_record(self.kernel_table, text)
         if record is None:
             return None
