@@ -47,6 +47,9 @@ FORMATS = (
     FormatLog("paddlenlp", "paddlenlp.log", rb"(global_step: )(\d+)()()", "global_step: "),
     FormatLog("jsonl", "llamafactory_trainer_log.log", rb'("current_steps": )(\d+)(, "total_steps": )(\d+)',
               'loss"'),
+    # MindFormers' MFLossMonitor (static graph mode, and MindFormers 2.1 on msrun): a real worker log, its records
+    # among msrun's and MindSpore's lines.
+    FormatLog("mindformers_static", "msrun_nan_worker_1.log", rb"(step:\[ *)(\d+)(/ *)(\d+)", "Epoch:"),
 )
 
 
