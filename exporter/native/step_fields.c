@@ -158,6 +158,15 @@ same_text(const uint8_t *at, Py_ssize_t length, Text text)
 }
 
 static int
+is_one_of(Text name, const Text *names, Py_ssize_t count)
+{
+    for (Py_ssize_t i = 0; i < count; i++) {
+        if (same_text(name.at, name.length, names[i])) return 1;
+    }
+    return 0;
+}
+
+static int
 expect(const uint8_t **at, const uint8_t *end, Text text)
 {
     if (end - *at < text.length || !same_text(*at, text.length, text)) return 0;
@@ -749,8 +758,8 @@ read_table(PyObject *object, Table *table)
         table->required = required;
     }
     if (size == 9 && (opener.length || closer.length)) {
-        PyErr_SetString(PyExc_ValueError, "the segments grammar and the pairs grammar's options have no opener and no "
-                                          "closer");
+        PyErr_SetString(PyExc_ValueError, "a grammar of a ninth item (segments, the pairs grammar's options, JSON) has "
+                                          "no opener and no closer");
         return -1;
     }
     PyObject *ninth = size == 9 ? PyTuple_GET_ITEM(tuple, 8) : NULL;
@@ -1270,9 +1279,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             step_pair = count;
         }
         if (pair->field >= 0 && table->fields[pair->field].column == table->required) required_printed = 1;
-        for (Py_ssize_t i = 0; !marked && i < table->mark_count; i++) {
-            marked = same_text(pair->name, pair->name_length, table->marks[i]);
-        }
+        marked = marked || is_one_of((Text){pair->name, pair->name_length}, table->marks, table->mark_count);
         count++;
         at = value_end;
     }
@@ -1606,15 +1613,6 @@ typedef struct {
     Text value;
     int kind;
 } Member;
-
-static int
-is_one_of(Text name, const Text *names, Py_ssize_t count)
-{
-    for (Py_ssize_t i = 0; i < count; i++) {
-        if (same_text(name.at, name.length, names[i])) return 1;
-    }
-    return 0;
-}
 
 /* The key printed at ``key`` as the member ``place`` of a line: its entry of the run's names, normalised and looked
  * up when the line before printed another key there. */

@@ -659,7 +659,8 @@ def _grammar(table: tuple) -> _Grammar:
     json = ninth if type(ninth) is tuple and len(ninth) == 3 else None
     options = ninth if ninth is not None and segments is None and json is None else None
     if ninth is not None and (opener or closer):
-        raise ValueError("the segments grammar and the pairs grammar's options have no opener and no closer")
+        raise ValueError("a grammar of a ninth item (segments, the pairs grammar's options, JSON) has no opener and "
+                         "no closer")
     if json is not None:
         return _json_grammar(table, json)
     pairs = opener == b"" and closer == b"" and segments is None
