@@ -1,9 +1,11 @@
-"""Each format's step lines at catch-up: a kept real log of it, continued copy after copy.
+"""Each format's step lines at catch-up: a kept real log of it, its training part continued copy after copy.
 
 Issue 29 asks for every format's step lines at block speed, not only MindFormers' and the
 two consoles'. Each format here has a real log kept in tests/fixtures (SOURCES.md says where
-it came from); its step counters are renumbered copy after copy, so a copy goes on from the
-one before instead of restarting the run. The exporter's catch-up (the serve loop's path,
+it came from); the lines from its first step line to its last are copied again and again, their
+step counters renumbered, so a copy goes on from the one before instead of restarting the run,
+and the lines before and after them (the run's start and end) are kept once, as a long run
+prints them. The exporter's catch-up (the serve loop's path,
 ``benchmarks.catchup_exporter``) reads the file, its steps are checked, and ``grep -c`` of
 the format's anchor beside it gives the read limit of the same file.
 
@@ -49,19 +51,28 @@ FORMATS = (
               'loss"'),
     # MindFormers' MFLossMonitor (static graph mode, and MindFormers 2.1 on msrun): a real worker log, its records
     # among msrun's and MindSpore's lines.
-    FormatLog("mindformers_static", "msrun_nan_worker_1.log", rb"(step:\[ *)(\d+)(/ *)(\d+)", "Epoch:"),
+    FormatLog("mindformers_static", "msrun_oom_worker_1.log", rb"(step:\[ *)(\d+)(/ *)(\d+)", "Epoch:"),
 )
 
 
 def continued(text: bytes, counter: re.Pattern[bytes], copies: int) -> bytes:
-    """``text`` ``copies`` times, each copy's steps after the copy before's last by the log's own interval."""
-    steps = sorted({int(found.group(2)) for found in counter.finditer(text)})
+    """``text`` with its training part ``copies`` times, each copy's steps after the copy before's last by the log's
+    own interval. The training part runs from the line of the first step to the line of the last: a long run prints
+    its start (and its end) once, so the lines before and after it are kept once."""
+    begins, ends = training_part(text, counter)
+    steps = sorted({int(match.group(2)) for match in counter.finditer(text)})
     interval = min((later - earlier for earlier, later in zip(steps, steps[1:], strict=False)), default=1)
     offset = steps[-1] - steps[0] + interval
     total = steps[0] + offset * copies
+    training = text[begins:ends]
+    return text[:begins] + b"".join(counter.sub(functools.partial(_renumbered, shift=copy * offset, total=total),
+                                                training) for copy in range(copies)) + text[ends:]
 
-    return b"".join(counter.sub(functools.partial(_renumbered, shift=copy * offset, total=total), text)
-                    for copy in range(copies))
+
+def training_part(text: bytes, counter: re.Pattern[bytes]) -> tuple[int, int]:
+    """Where the lines from the first step's to the last step's begin and end."""
+    found = list(counter.finditer(text))
+    return text.rfind(b"\n", 0, found[0].start()) + 1, text.find(b"\n", found[-1].end()) + 1 or len(text)
 
 
 def _renumbered(found: re.Match[bytes], shift: int, total: int) -> bytes:
@@ -76,12 +87,15 @@ def write_log(directory: Path, spec: FormatLog, lines: int) -> tuple[Path, int, 
     text = (FIXTURES / spec.fixture).read_bytes()
     text = text if text.endswith(b"\n") else text + b"\n"
     counter = re.compile(spec.counter)
-    copies = max(1, -(-lines // text.count(b"\n")))
+    begins, ends = training_part(text, counter)
+    training_lines = text.count(b"\n", begins, ends)
+    copies = max(1, -(-(lines - text.count(b"\n") + training_lines) // training_lines))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "train.log"
-    path.write_bytes(continued(text, counter, copies))
+    data = continued(text, counter, copies)
+    path.write_bytes(data)
     steps = len({found.group(2) for found in counter.finditer(text)})
-    return path, text.count(b"\n") * copies, steps * copies
+    return path, data.count(b"\n"), steps * copies
 
 
 def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:

@@ -37,6 +37,7 @@ from exporter.parse.formats import (
     keyvalue,
     megatron,
     mindformers,
+    mindformers_static,
     mmengine,
     nanogpt,
     nemo,
@@ -744,12 +745,20 @@ OTHER_BRACKETS = (b"", b"", b"|;", b"=", (b"at", b"at(x)"), (b"<", b">|"),
                   ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1),
                    (b"m.x", Kind.FLOAT, 0, b"", b"", 2)), -1,
                   (b"<>", b"./-", ((b"skip", b"", b""), (b"m", b"m_mb", b"MB")), b"{}", ()))
-BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS]
-BRACKET_IDS = ["mmengine", "other-brackets"]
+MINDFORMERS_STATIC = mindformers_static.RECORD.kernel_table
+# The further options with other punctuation: an outer count, second items, words, names left to the per-line reader.
+OTHER_OUTER = (*OTHER_BRACKETS[:8], (*OTHER_BRACKETS[8], b"Epoch", (b"epoch", b"", b"inner", b"per"),
+                                     ((b"loss", b"loss_mean"), (b"m", b"m_second")), ((b"False", 0.0), (b"yes", 1.5)),
+                                     (b"local", b"x_y")))
+BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS, MINDFORMERS_STATIC, OTHER_OUTER]
+BRACKET_IDS = ["mmengine", "other-brackets", "mindformers-static", "other-outer"]
 BRACKET_NAMES = ["loss", "lr", "grad_norm", "time", "t", "m.x", "eta", "memory", "skip", "m", "data_time",
                  "decode.loss_ce", "aux.acc_seg", "a-b", "x/y", "Loss_CLS", "_", "__x__", "a__b", "x.", "1bad", "Iter",
-                 "at", "n" * 130]
-BRACKET_VALUES = [*TOKENS, "0:00:27", "8 days, 4:44:34", "1,234", "22159", "", "{1.5", "{2}", "{", "3MB", "{4MB}"]
+                 "at", "n" * 130, "cond", "global_norm", "per_step_time", "device_local_norm", "local_norm/x.w",
+                 "micro_local_loss", "x_y_z", "epoch", "loss_mean"]
+BRACKET_VALUES = [*TOKENS, "0:00:27", "8 days, 4:44:34", "1,234", "22159", "", "{1.5", "{2}", "{", "3MB", "{4MB}",
+                  "[1.5/2.5]", "[  nan/  nan]", "[1, 2]", "[1,234.5/7]", "[ 3 ]", "[", "[]", "[/4]", "[4/]", "False",
+                  "True", "yes", "{1/2}", "{ 1 , 2 }", "[1.5 ms]", "{3MB/4}", "[2/3/4]"]
 
 
 def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
@@ -759,6 +768,12 @@ def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
     gap = ["", " ", "  ", "\t"]
     step = (f"{rng.choice([*names, 'Epoch', 'x' + names[0]])}{rng.choice(gap)}{open_}{rng.choice(gap)}"
             f"{rng.choice(STEPS)}{rng.choice([shut] * 6 + ['', shut + shut])}")
+    outer = table[8][5].decode() if len(table[8]) == 10 else ""
+    if outer and rng.random() < 0.8:  # the outer count before the step, or after it
+        counted = (f"{rng.choice([outer] * 6 + ['x' + outer, outer.lower()])}{rng.choice(gap)}{open_}{rng.choice(gap)}"
+                   f"{rng.choice([*STEPS, *['1/2', '0/3', '2/2', '3/ 4'] * 4])}{rng.choice([shut] * 6 + [''])}"
+                   f"{rng.choice([', ', ' ', ''])}")
+        step = counted + step if rng.random() < 0.9 else step + " " + counted
     pairs = []
     for _ in range(rng.randint(0, 8)):
         joint = rng.choice([separator + " "] * 6 + [separator, separator + "  ", separator + "\t", "", " "])
@@ -774,30 +789,60 @@ def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
 
 def _bracket_lines(table: tuple, seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    real = [line for name in ("mmengine_iter.log", "mmcv_iter.log", "mmengine_runner_iter.log", "mmcv_epoch.log")
+    real = [line for name in ("mmengine_iter.log", "mmcv_iter.log", "mmengine_runner_iter.log", "mmcv_epoch.log",
+                              "msrun_nan_worker_1.log", "mindformers_legacy.log", "mindvision_lossmonitor.log")
             for line in (REPO / "tests" / "fixtures" / "real" / name).read_bytes().splitlines()]
     lines = [_fuzzed_bracket_line(rng, table).encode("utf-8") for _ in range(8000)] + real
     rng.shuffle(lines)
     # Runs: real lines renumbered at steps going up, fuzzed ones with a step after them going up.
     open_, shut = table[8][0][:1], table[8][0][1:]
     lines += [re.sub(rb"\[\s*\d+/", b"[%d/" % step, rng.choice(real)) for step in range(1, 2000)]
-    lines += [_fuzzed_bracket_line(rng, table).encode("utf-8").replace(open_, b"(", 1) + b" " + table[4][0] + open_
-              + b"%d/9%s " % (step // 3, shut) + table[3][:1] + b" " + rng.choice(BRACKET_VALUES).encode()
+    outer = table[8][5] + open_ + b"1/2" + shut + b", " if len(table[8]) == 10 else b""
+    lines += [_fuzzed_bracket_line(rng, table).encode("utf-8").replace(open_, b"(", 1) + b" " + outer + table[4][0]
+              + open_ + b"%d/9%s " % (step // 3, shut) + table[3][:1] + b" " + rng.choice(BRACKET_VALUES).encode()
               for step in range(3000)]
     return lines
 
 
 @pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
 def test_a_bracketed_run_reads_a_line_as_the_per_line_reader_does(table):
-    """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME: that is all."""
+    """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME, a name the options leave
+    to the per-line reader, or an outer count whose step or total is 2**63 or more: that is all."""
     grammar = step_fields_twin._grammar(table)
 
-    def declinable(text: str, _) -> bool:
+    def declinable(text: str, record: step_fields_twin.Record) -> bool:
         step = grammar.step_brackets.search(text)
-        return step_fields_twin._ambiguous_pairs(grammar, text[step.end():])
+        return (step_fields_twin._ambiguous_pairs(grammar, text[step.end():])
+                or step_fields_twin._per_line(grammar, text[step.end():])
+                or (grammar.outer is not None and max(record.step, record.total or 0) >= 2**63))
 
     read, declined = _each_line_read_alone(table, _bracket_lines(table, seed=6), declinable)
     assert read > 1000 and declined > 20
+
+
+def test_the_mindformers_static_reference_lines():
+    """Real MFLossMonitor and TrainingStateMonitor lines (tests/fixtures/real/msrun_nan_worker_1.log, mindformers 2.1):
+    the step counted within the epoch, the loss pair's second item, ``overflow cond`` a word, a rank's own value the
+    per-line reader's."""
+    prefix = (b"2026-12-03 08:38:49,550 - mindformers/tmp/w27/inc_nan/output/log"
+              b"[mindformers/core/callback/callback.py:747] ")
+    record = (prefix + b"- INFO - { Epoch:[  2/  3], step:[    8/   16], loss:[  nan/  2.5], per_step_time: 894ms, "
+              b"lr: 0.029411765, overflow cond: True, loss_scale: 1.0, global_norm [nan]")
+    for reader in (_step_fields.StepReader(MINDFORMERS_STATIC), step_fields_twin.StepReader(MINDFORMERS_STATIC)):
+        assert reader.read(record, [0], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        assert (steps, total) == ([24], 48)
+        assert _bits([field[:2] for field in fields]) == _bits([(math.nan, None), (0.894, None), (0.029411765, None),
+                                                                (math.nan, None), (None, None)])
+        assert _bits([(name, value) for name, value, *_ in named]) == _bits([
+            ("epoch", 2.0), ("total_epochs", 3.0), ("epoch_step", 8.0), ("steps_per_epoch", 16.0),
+            ("loss_epoch_mean", 2.5), ("overflow", 1.0), ("loss_scale", 1.0)])
+        monitor = prefix + b"- INFO - Epoch:[  1/  1], step:[    8/   16] weight_norm: 5.95"
+        assert reader.read(monitor, [0], 0, 1) == 1
+        assert [(name, value) for name, value, *_ in reader.take()[3]][-1] == ("weight_norm", 5.95)
+        assert reader.read(monitor.replace(b"weight_norm", b"device_local_norm"), [0], 0, 1) == 0
+        assert reader.read(b"Epoch:[999999999999999999/2], step:[999999999999999999/9]", [0], 0, 1) == 0
+        assert reader.read(b"step:[    8/   16] weight_norm: 5.95", [0], 0, 1) == 0  # no epoch: no record
 
 
 def test_the_mmcv_reference_line():
@@ -853,6 +898,10 @@ def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
     assert told > 300
 
 
+_LISTED = (b"[]", b"", (), b"[]", ())  # the first five options, the value brackets given
+_FOUR = (b"epoch", b"", b"", b"")
+
+
 @pytest.mark.parametrize("options", [
     (b"[", b"", (), b"", ()), (b"[ ]", b"", (), b"", ()), (b"[a", b"", (), b"", ()), (b"[|", b"", (), b"", ()),
     (b"[:", b"", (), b"", ()), (b"", b"x", (), b"", ()), (b"", b" ", (), b"", ()), (b"", b",", (), b"", ()),
@@ -862,6 +911,16 @@ def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
     (b"", b"", (), b"[,", ()), (b"", b"", (), b"", (b"",)), (b"", b"", (), b"", ("x",)),
     (b"", b"", (), b"", tuple(b"m%d" % i for i in range(9))), (b"", b"", (), b"", b"x"),
     (b"[]", b"", [], b"", ()), ("[]", b"", (), b"", ()), (b"[]", b"", ()), (b"[]", b"", (), b""),
+    # The five further options (outer, outer_names, seconds, words, per_line).
+    (*_LISTED, b"Epoch:", (), (), (), ()), (b"", b"", (), b"[]", (), b"Epoch:", _FOUR, (), (), ()),
+    (*_LISTED, b":x", _FOUR, (), (), ()), (*_LISTED, b"", (b"e",), (), (), ()), (*_LISTED, "Epoch:", _FOUR, (), (), ()),
+    (b"[]", b"", (), b"", (), b"", (), ((b"loss", b"m"),), (), ()), (*_LISTED, b"", (), ((b"loss", b"Mean"),), (), ()),
+    (*_LISTED, b"", (), ((b"loss", b"loss"),), (), ()), (*_LISTED, b"", (), ((b"", b"m"),), (), ()),
+    (b"[]", b"", ((b"m", b"z", b""),), b"[]", (), b"", (), ((b"loss", b"m"),), (), ()),
+    (*_LISTED, b"", (), tuple((b"x%d" % i, b"m") for i in range(17)), (), ()), (*_LISTED, b"", (), ((b"x",),), (), ()),
+    (*_LISTED, b"", (), (), ((b"False", 0),), ()), (*_LISTED, b"", (), (), ((b"", 0.0),), ()),
+    (*_LISTED, b"", (), (), ((b"False",),), ()), (*_LISTED, b"", (), (), (), (b"",)),
+    (*_LISTED, b"", (), (), (), tuple(b"p%d" % i for i in range(9))), (*_LISTED, b"", (), (), ()),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

@@ -76,6 +76,17 @@ typedef struct {
     Py_ssize_t renamed_count;
     Text marks[MAX_MARKS];
     Py_ssize_t mark_count;
+    /* The pairs grammar's further options: a count printed before the step that the step counts within (length 0:
+     * none) and its four named values (length 0: not kept), the second items of lists kept as named values, words
+     * read as numbers, parts of names whose lines are the per-line reader's. */
+    Text outer, outer_names[4];
+    Text seconds_from[MAX_RENAMED], seconds_to[MAX_RENAMED];
+    Py_ssize_t second_count;
+    Text words[MAX_RENAMED];
+    double word_numbers[MAX_RENAMED];
+    Py_ssize_t word_count;
+    Text per_line[MAX_MARKS];
+    Py_ssize_t per_line_count;
     uint8_t name_byte[256]; /* the pairs grammar: the bytes of a name after its first */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
@@ -544,12 +555,76 @@ read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut
     return 0;
 }
 
-/* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks); -1 on error. */
+static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
+
+/* The pairs grammar's five further options (outer, outer_names, seconds, words, per_line); -1 on error. */
+static int
+read_outer_options(PyObject *options, Table *table)
+{
+    PyObject *names = tuple_of(PyTuple_GET_ITEM(options, 6), -1);
+    PyObject *seconds = names ? tuple_of(PyTuple_GET_ITEM(options, 7), -1) : NULL;
+    PyObject *words = seconds ? tuple_of(PyTuple_GET_ITEM(options, 8), -1) : NULL;
+    if (words == NULL || text_of(PyTuple_GET_ITEM(options, 5), &table->outer) < 0) return -1;
+    if ((table->outer.length && (!table->step_open || !is_name_start(table->outer.at[0])))
+        || PyTuple_GET_SIZE(names) != (table->outer.length ? 4 : 0)) {
+        PyErr_SetString(PyExc_ValueError, "an outer count is a name printed with the step's brackets, with four names "
+                                          "(b'': not kept)");
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < PyTuple_GET_SIZE(names); i++) {
+        if (text_of(PyTuple_GET_ITEM(names, i), &table->outer_names[i]) < 0) return -1;
+    }
+    table->second_count = PyTuple_GET_SIZE(seconds);
+    table->word_count = PyTuple_GET_SIZE(words);
+    if (table->second_count > MAX_RENAMED || table->word_count > MAX_RENAMED) {
+        PyErr_Format(PyExc_ValueError, "at most %d seconds and %d words", MAX_RENAMED, MAX_RENAMED);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->second_count; i++) {
+        PyObject *entry = tuple_of(PyTuple_GET_ITEM(seconds, i), 2);
+        if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->seconds_from[i]) < 0
+            || text_of(PyTuple_GET_ITEM(entry, 1), &table->seconds_to[i]) < 0) {
+            return -1;
+        }
+        const Text name = table->seconds_to[i];
+        uint8_t normalised[MAX_NAME];
+        if (!table->value_open || !table->seconds_from[i].length || !name.length || name.length > MAX_NAME
+            || normalise_name(name.at, name.at + name.length, normalised) != name.length
+            || memcmp(normalised, name.at, (size_t)name.length) != 0
+            || is_one_of(name, table->renamed_from, table->renamed_count)) {
+            PyErr_SetString(PyExc_ValueError, "a second item needs value brackets; its name is a normalised name, no "
+                                              "renamed one");
+            return -1;
+        }
+    }
+    for (Py_ssize_t i = 0; i < table->word_count; i++) {
+        PyObject *entry = tuple_of(PyTuple_GET_ITEM(words, i), 2);
+        if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->words[i]) < 0) return -1;
+        if (!PyFloat_CheckExact(PyTuple_GET_ITEM(entry, 1))) {
+            PyErr_SetString(PyExc_TypeError, "a word's number is a float");
+            return -1;
+        }
+        table->word_numbers[i] = PyFloat_AS_DOUBLE(PyTuple_GET_ITEM(entry, 1));
+        if (!table->words[i].length) {
+            PyErr_SetString(PyExc_ValueError, "a word is a word");
+            return -1;
+        }
+    }
+    return read_names(PyTuple_GET_ITEM(options, 9), table->per_line, &table->per_line_count, MAX_MARKS,
+                      "leave a line to the per-line reader");
+}
+
+/* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
+ * seconds, words, per_line]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
-    PyObject *options = tuple_of(object, 5), *renamed;
+    PyObject *options = tuple_of(object, -1), *renamed;
     Text name_bytes;
+    if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five or ten items");
+        return -1;
+    }
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
         || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0
         || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL
@@ -581,6 +656,7 @@ read_pairs_options(PyObject *object, Table *table)
         }
     }
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
+    if (PyTuple_GET_SIZE(options) == 10 && read_outer_options(options, table) < 0) return -1;
     table->options = 1;
     return 0;
 }
@@ -799,6 +875,10 @@ read_table(PyObject *object, Table *table)
                 PyErr_SetString(PyExc_ValueError, "a field table names each field once");
                 return -1;
             }
+        }
+        if (is_one_of(table->fields[i].name, table->seconds_to, table->second_count)) {
+            PyErr_SetString(PyExc_ValueError, "a second item's name is no field's");
+            return -1;
         }
     }
     return read_columns(table);
@@ -1124,6 +1204,16 @@ value_end_of_pair(const Table *table, const uint8_t *value, const uint8_t *end)
     return value_end;
 }
 
+/* The pairs grammar's value brackets: where a whole list beginning at ``at`` ends (after its shut), NULL when none
+ * begins there. */
+static const uint8_t *
+list_end(const Table *table, const uint8_t *at, const uint8_t *end)
+{
+    if (!table->value_open || at == end || *at != table->value_open) return NULL;
+    const uint8_t *shut = memchr(at + 1, table->value_shut, (size_t)(end - at - 1));
+    return shut ? shut + 1 : NULL;
+}
+
 /* The pairs of a line that prints the shape's names one space apart and nothing else (what the loop of
  * read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is not such a line. */
 static Py_ssize_t
@@ -1138,7 +1228,8 @@ shaped_pairs(const Run *run, const uint8_t *line, const uint8_t *end, Pair *pair
         if (end - at < length + 2 || memcmp(at, name, (size_t)length) != 0) return 0;
         const uint8_t *name_end = at + length;
         if (*name_end != table->name_separator || is_name(*name_end) || ends_value(table, name_end + 1, end)) return 0;
-        const uint8_t *value_end = value_end_of_pair(table, name_end + 1, end);
+        const uint8_t *value_end = list_end(table, name_end + 1, end);
+        if (value_end == NULL) value_end = value_end_of_pair(table, name_end + 1, end);
         pairs[i] = (Pair){at, name_end + 1, length, value_end - name_end - 1, shape->fields[i]};
         at = value_end;
         name += length;
@@ -1164,17 +1255,17 @@ keep_shape(Run *run, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
     shape->count = count;
 }
 
-/* The pairs grammar's options: the first ``step_name \\s* open \\s* digits / \\s* digits shut`` of the line,
- * ``step_name`` not after a name byte (the earliest, the first name of the table's at one place): 1 with the step,
- * the total and where the pairs begin; 0 none; 2 a number too long. */
+/* The pairs grammar's options: the first ``name \\s* open \\s* digits / \\s* digits shut`` of the line (a step, an
+ * outer count), ``name`` one of ``names`` not after a name byte (the earliest, the first of ``names`` at one place):
+ * 1 with the count, the total, where it begins and where what follows it does; 0 none; 2 a number too long. */
 static int
-find_bracketed_step(const Table *table, const uint8_t *line, const uint8_t *end, long long *step, long long *total,
-                    const uint8_t **rest)
+find_fraction(const Table *table, const Text *names, Py_ssize_t name_count, const uint8_t *line, const uint8_t *end,
+              long long *step, long long *total, const uint8_t **begins, const uint8_t **rest)
 {
     const uint8_t *earliest = end;
     int found_as = 0;
-    for (Py_ssize_t i = 0; i < table->step_name_count; i++) {
-        const Text name = table->step_names[i];
+    for (Py_ssize_t i = 0; i < name_count; i++) {
+        const Text name = names[i];
         for (const uint8_t *at = line; end - at >= name.length && at < earliest;) {
             const uint8_t *found = memchr(at, name.at[0], (size_t)(end - at - name.length + 1));
             if (found == NULL || found >= earliest) break;
@@ -1193,6 +1284,7 @@ find_bracketed_step(const Table *table, const uint8_t *line, const uint8_t *end,
             earliest = found;
             *step = step_found;
             *total = total_found;
+            *begins = found;
             *rest = digits;
             found_as = too_long ? 2 : 1;
             break;
@@ -1200,8 +1292,6 @@ find_bracketed_step(const Table *table, const uint8_t *line, const uint8_t *end,
     }
     return found_as;
 }
-
-static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
 
 /* The name a named value of the pairs grammar's options is kept under: 1 with it in ``*name`` (``out`` room for
  * MAX_NAME bytes holding it where normalised) and ``*value`` without the unit its renaming drops, 0 not read (renamed
@@ -1231,6 +1321,68 @@ named_as(const Table *table, Text *name, Text *value, uint8_t *out)
     return 1;
 }
 
+/* The bytes up to the first list item break at or after ``at`` (a ``/``, a comma but a thousands comma). */
+static const uint8_t *
+item_end(const uint8_t *at, const uint8_t *end)
+{
+    while (at < end && *at != '/' && (*at != ',' || is_thousands_separator(at, end))) at++;
+    return at;
+}
+
+static Text
+stripped(const uint8_t *at, const uint8_t *end)
+{
+    at = skip_spaces(at, end);
+    while (end > at && is_space(end[-1])) end--;
+    return (Text){at, end - at};
+}
+
+/* A value printed as a list: ``*value`` its first item, ``*second`` its second (length -1: none), stripped. */
+static void
+list_items(const Table *table, Text *value, Text *second)
+{
+    const uint8_t *at = value->at + 1, *end = value->at + value->length;
+    if (end > at && end[-1] == table->value_shut) end--;
+    const uint8_t *cut = item_end(at, end);
+    *value = stripped(at, cut);
+    if (cut < end) *second = stripped(cut + 1, item_end(cut + 1, end));
+}
+
+/* The pairs grammar's options: a named value kept under a name holding one of ``per_line``, whose line is the per-line
+ * reader's. */
+static int
+is_per_line(const Table *table, Text name)
+{
+    uint8_t normalised[MAX_NAME];
+    Text value = {name.at, 0};
+    if (!named_as(table, &name, &value, normalised)) return 0;
+    for (Py_ssize_t i = 0; i < table->per_line_count; i++) {
+        const Text part = table->per_line[i];
+        for (Py_ssize_t at = 0; at + part.length <= name.length; at++) {
+            if (memcmp(name.at + at, part.at, (size_t)part.length) == 0) return 1;
+        }
+    }
+    return 0;
+}
+
+/* The pairs grammar: a pair whose value is no list (or a list's item): its field set, or its named value (renamed,
+ * normalised, a word's number); 0, or -1 on error. */
+static int
+apply_listed_pair(Run *run, Py_ssize_t field, Text name, Text value)
+{
+    const Table *table = run->table;
+    uint8_t normalised[MAX_NAME];
+    if (table->options && field < 0) {
+        if (!named_as(table, &name, &value, normalised)) return 0;
+        for (Py_ssize_t i = 0; i < table->word_count; i++) {
+            if (same_text(value.at, value.length, table->words[i])) {
+                return note_named(run, name.at, name.length, table->word_numbers[i], NULL);
+            }
+        }
+    }
+    return apply_pair(run, field, name.at, name.length, value.at, value.length, 0, NULL);
+}
+
 /* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
 static int
 read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
@@ -1238,10 +1390,18 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     const Table *table = run->table;
     long long step = 0, total = 0;
     int has_total = 0;
-    const uint8_t *from = line;
+    const uint8_t *from = line, *step_at = line, *outer_at, *outer_end;
+    long long count_printed = 0, counts = 0;
     if (table->step_open) {
-        if (find_bracketed_step(table, line, end, &step, &total, &from) != 1) return 0;
+        if (find_fraction(table, table->step_names, table->step_name_count, line, end, &step, &total, &step_at, &from)
+            != 1) {
+            return 0;
+        }
         has_total = 1;
+        if (table->outer.length && find_fraction(table, &table->outer, 1, line, step_at, &count_printed, &counts,
+                                                 &outer_at, &outer_end) != 1) {
+            return 0;
+        }
     }
     Pair pairs[MAX_PAIRS];
     Py_ssize_t count = run->shape.count ? shaped_pairs(run, line, end, pairs) : 0, shaped = count > 0;
@@ -1255,13 +1415,22 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         }
         const uint8_t *name_end = at;
         while (name_end < end && name_byte[*name_end]) name_end++;
-        const uint8_t *value = name_end + 1;
-        while (table->spaced && value < end && *value == ' ') value++;
-        if (name_end == end || *name_end != table->name_separator || value == end || ends_value(table, value, end)) {
+        const uint8_t *value = end, *listed_end = NULL;
+        if (name_end < end && *name_end == table->name_separator) {
+            value = name_end + 1;
+            while (table->spaced && value < end && *value == ' ') value++;
+            listed_end = list_end(table, value, end);
+        }
+        else if (table->value_open && table->spaced) { /* ``name [1.5]``: ``name: [1.5]`` without its colon */
+            const uint8_t *listed = skip_spaces(name_end, end);
+            listed_end = list_end(table, listed, end);
+            if (listed_end) value = listed;
+        }
+        if (value == end || ends_value(table, value, end)) {
             at++;
             continue;
         }
-        const uint8_t *value_end = value_end_of_pair(table, value, end);
+        const uint8_t *value_end = listed_end ? listed_end : value_end_of_pair(table, value, end);
         if (count == MAX_PAIRS || (table->options && name_end - at > MAX_NAME)) return 0;
         Pair *pair = &pairs[count];
         *pair = (Pair){at, value, name_end - at, value_end - value, field_named(table, at, name_end - at)};
@@ -1293,20 +1462,35 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             return 0;
         }
     }
+    const long long printed[4] = {count_printed, counts, step, total};
+    if (table->outer.length) { /* the step counts within the outer count: 2**63 and beyond is the per-line reader's */
+        long long before;
+        if (__builtin_mul_overflow(count_printed > 1 ? count_printed - 1 : 0, total, &before)
+            || __builtin_add_overflow(before, step, &step) || __builtin_mul_overflow(counts, total, &total)) {
+            return 0;
+        }
+    }
     /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
     if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
+    for (Py_ssize_t i = 0; table->per_line_count && i < count; i++) {
+        if (pairs[i].field < 0 && is_per_line(table, (Text){pairs[i].name, pairs[i].name_length})) return 0;
+    }
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
+    for (int i = 0; table->outer.length && i < 4; i++) {
+        const Text name = table->outer_names[i];
+        if (name.length && note_named(run, name.at, name.length, (double)printed[i], NULL) < 0) return -1;
+    }
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == step_pair) continue;
-        Text name = {pairs[i].name, pairs[i].name_length}, value = {pairs[i].value, pairs[i].value_length};
-        uint8_t normalised[MAX_NAME];
-        if (table->value_open && value.at[0] == table->value_open) { /* a list: its first item */
-            value = (Text){value.at + 1, value.length - 1};
-            if (value.length && value.at[value.length - 1] == table->value_shut) value.length--;
+        Text value = {pairs[i].value, pairs[i].value_length}, second = {NULL, -1};
+        if (table->value_open && value.at[0] == table->value_open) list_items(table, &value, &second);
+        int applied = apply_listed_pair(run, pairs[i].field, (Text){pairs[i].name, pairs[i].name_length}, value);
+        for (Py_ssize_t kept = 0; applied == 0 && second.length >= 0 && kept < table->second_count; kept++) {
+            if (same_text(pairs[i].name, pairs[i].name_length, table->seconds_from[kept])) {
+                applied = apply_listed_pair(run, -1, table->seconds_to[kept], second);
+            }
         }
-        if (table->options && pairs[i].field < 0 && !named_as(table, &name, &value, normalised)) continue;
-        int applied = apply_pair(run, pairs[i].field, name.at, name.length, value.at, value.length, 0, NULL);
         if (applied < 0) return applied;
     }
     return commit(run, step, has_total, total) < 0 ? -1 : 1;

@@ -21,8 +21,9 @@ framework or a field):
   and unit;
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
-  segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks)``, the pairs grammar's options;
-  ``(total_names, dropped, declines)``, the JSON grammar (each below).
+  segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
+  words, per_line])``, the pairs grammar's options (five or ten items); ``(total_names, dropped, declines)``, the JSON
+  grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -49,7 +50,7 @@ its column; the line holds a record only with its step and its required column p
 what it declines of any grammar, a line printing a name twice, two names of one column or
 two step names (their dict reading is the per-line reader's), or more than MAX_PAIRS pairs.
 
-The pairs grammar's options (a ninth item of five; MMEngine's ``Iter(train) [ 10/270]  lr: 1.0e-02  memory: 0``,
+The pairs grammar's options (a ninth item of five or ten; MMEngine's ``Iter(train) [ 10/270]  lr: 1.0e-02  memory: 0``,
 DeepSpeed's ``step=10, skipped=6, lr=[9.6e-06, 9.6e-06]`` and ``global_step=10, MemAllocated=3.96GB``): with
 ``step_brackets`` (two bytes of punctuation, ``b"[]"``; b"": none) the step is no pair but the first
 ``step_name \\s* open \\s* digits / \\s* digits shut`` of the line (``step_name`` any of the tuple's, as printed, not
@@ -58,10 +59,23 @@ it (a name at its start not after anything); ``name_bytes``: further bytes a nam
 (``b"./-"``: ``decode.loss_ce``); ``renamed``: ``((printed, name, unit), ...)``, a named value printed under
 ``printed`` kept under ``name`` (b"": not read), its value without ``unit`` at its end where it prints it (b"":
 none); ``value_brackets`` (two bytes of punctuation; b"": none): a value (but the step's) beginning with the first
-is a list, its first item: that byte dropped, and the second at its end where printed; ``marks``: names of which a
-record prints one (empty: none needed). Every other named value is kept under its name normalised
-(``decode.loss_ce``: ``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the
-above, a line printing a name longer than MAX_NAME.
+is a list, running to the first second byte after it (spaces and separators in it) where the line prints one, else
+as any value, its items cut at each ``/`` and each comma but a thousands comma, and stripped: the value is its first
+item; with a name separator of two bytes (``b": "``) a name followed by spaces (or none) and a whole list is a pair
+too (``global_norm [1.5]``); ``marks``: names of
+which a record prints one (empty: none needed). The five further options (MindFormers' static-graph records, ``{
+Epoch:[  1/  2], step:[    3/   19], loss:[9.673/9.802], ..., overflow cond: False``): ``outer`` (b"": none), a
+name printed before the step with a fraction in the step's brackets that the step counts within, which a record
+then prints (the first such, not after a name byte): the step is ``max(outer - 1, 0) * total + step`` and the total
+``outer_total * total``, and ``outer_names``, four names or b"" (not kept), are the named values of the outer count,
+its total, the step and the total as printed, first of the line's; ``seconds``: ``((printed, name), ...)``, a list
+value of ``printed`` whose second item is the named value ``name`` (a normalised name, neither a field's nor a
+renamed one), after it; ``words``: ``((word, number), ...)``, a named value printed as ``word`` is ``number``
+(``False`` 0); ``per_line``: parts of names (at most MAX_MARKS), a line printing a pair whose named value's name
+(renamed or normalised) holds one of them is the per-line reader's (values of which the caller needs every one, where
+a run keeps the latest). Every other named value is kept under its name normalised (``decode.loss_ce``:
+``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the above, a line printing a
+name longer than MAX_NAME, or whose step or total with an outer count is more than 2**63 - 1.
 
 JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
@@ -273,12 +287,18 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
     if grammar.pairs:
         bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
         pairs_text = text[bracketed.end():] if bracketed is not None else text
-        if _ambiguous_pairs(grammar, pairs_text):
+        if _ambiguous_pairs(grammar, pairs_text) or _per_line(grammar, pairs_text):
             return None
         step = bracketed or _pairs_step(grammar, dict(grammar.pair.findall(text)))
         if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
             return None
-        return _pairs_record(table, text)
+        outer = grammar.outer.search(text, 0, step.start()) if grammar.outer is not None else None
+        if outer is not None and any(len(digits) > MAX_DIGITS for digits in outer.groups()):
+            return None
+        pairs_record = _pairs_record(table, text)
+        if pairs_record is not None and outer is not None and max(pairs_record.step, pairs_record.total or 0) >= 2**63:
+            return None  # beyond an int64: the per-line reader's
+        return pairs_record
     assert grammar.record is not None  # the record grammar's
     match = grammar.record.search(text)
     if match is None or len(match.group(1)) > MAX_DIGITS or len(match.group(2)) > MAX_DIGITS:
@@ -373,16 +393,16 @@ def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]], 
         field = grammar.field_index.get(name)
         if field is None:
             if grammar.renamed is not None:  # the pairs grammar's options
-                new_name, unit = grammar.renamed.get(name, (normalised_name(name), ""))
-                if not new_name and name in grammar.renamed:
+                kept = _kept_as(grammar, name, raw)
+                if kept is None:
                     continue  # not read
-                name, raw = new_name, raw.removesuffix(unit) if unit else raw
+                name, raw = kept
             if percent and raw.endswith("%"):
                 name, value = name + percent, parse_float(raw[:-1])
                 if value is not None and value < 0:
                     continue  # a sentinel: not estimated yet
             else:
-                value = parse_float(raw)
+                value = grammar.words[raw] if grammar.words and raw in grammar.words else parse_float(raw)
             if value is not None:
                 named[name] = value
             continue
@@ -390,6 +410,15 @@ def _values(grammar: _Grammar, fields: tuple, pairs: Iterable[tuple[str, str]], 
         if converted is not None:
             values[grammar.column_of[field]] = converted
     return values, named
+
+
+def _kept_as(grammar: _Grammar, name: str, raw: str) -> tuple[str, str] | None:
+    """The pairs grammar's options: the (name, raw value) a named value is kept as, None when it is not read."""
+    assert grammar.renamed is not None
+    new_name, unit = grammar.renamed.get(name, (normalised_name(name), ""))
+    if not new_name and name in grammar.renamed:
+        return None
+    return new_name, raw.removesuffix(unit) if unit else raw
 
 
 def _segments(grammar: _Grammar, rest: str) -> list[tuple[str, str]]:
@@ -435,23 +464,42 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
     bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
     if grammar.step_brackets is not None and bracketed is None:
         return None
+    outer = grammar.outer.search(text, 0, bracketed.start()) if grammar.outer is not None and bracketed else None
+    if grammar.outer is not None and outer is None:
+        return None
     pairs = dict(grammar.pair.findall(text[bracketed.end():] if bracketed is not None else text))
     step = bracketed or _pairs_step(grammar, pairs)
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
     if (step is None or (required and not any(name in pairs for name in required))
             or (grammar.marks and not any(name in pairs for name in grammar.marks))):
         return None
-    values, named = _values(grammar, table[6], ((name, _listed(grammar, raw)) for name, raw in pairs.items()
-                                                if bracketed is not None or name not in grammar.step_names))
-    total = step.group(2)
-    return Record(int(step.group(1)), None if total is None else int(total), values, named)
+    values, named = _values(grammar, table[6], _listed(grammar, ((name, raw) for name, raw in pairs.items()
+                                                                 if bracketed is not None
+                                                                 or name not in grammar.step_names)))
+    number, total = int(step.group(1)), None if step.group(2) is None else int(step.group(2))
+    if outer is None:
+        return Record(number, total, values, named)
+    count, counts = int(outer.group(1)), int(outer.group(2))
+    assert total is not None  # a bracketed step prints its total
+    counted = dict(zip(grammar.outer_names, (count, counts, number, total), strict=True))
+    return Record(max(count - 1, 0) * total + number, counts * total, values,
+                  {**{name: float(value) for name, value in counted.items() if name}, **named})
 
 
-def _listed(grammar: _Grammar, raw: str) -> str:
-    """A value printed as a list (the pairs grammar's value brackets): its first item."""
-    if not grammar.value_brackets or not raw.startswith(grammar.value_brackets[0]):
-        return raw
-    return raw[1:].removesuffix(grammar.value_brackets[1])
+def _listed(grammar: _Grammar, pairs: Iterable[tuple[str, str]]) -> Iterable[tuple[str, str]]:
+    """The pairs with each value printed as a list (the pairs grammar's value brackets) its first item, followed by
+    its second item's pair where the options keep it."""
+    for name, raw in pairs:
+        if not grammar.value_brackets or not raw.startswith(grammar.value_brackets[0]):
+            yield name, raw
+            continue
+        items = _LIST_ITEM_BREAK.split(raw[1:].removesuffix(grammar.value_brackets[1]), maxsplit=2)
+        yield name, items[0].strip()
+        if grammar.seconds and name in grammar.seconds and len(items) > 1:
+            yield grammar.seconds[name], items[1].strip()
+
+
+_LIST_ITEM_BREAK = re.compile(r"/|,(?![0-9]{3}(?![0-9]))")
 
 
 def _pairs_step(grammar: _Grammar, pairs: dict[str, str]) -> re.Match[str] | None:
@@ -468,6 +516,15 @@ def _ambiguous_pairs(grammar: _Grammar, text: str) -> bool:
     return (len(names) > MAX_PAIRS or len(set(names)) != len(names) or len(set(columns)) != len(columns)
             or (grammar.step_brackets is None and sum(name in grammar.step_names for name in names) > 1)
             or (grammar.renamed is not None and any(len(name) > MAX_NAME for name in names)))
+
+
+def _per_line(grammar: _Grammar, text: str) -> bool:
+    """A line printing a named value whose name holds one of the options' ``per_line`` parts. The run declines it."""
+    for name, raw in grammar.pair.findall(text) if grammar.per_line else ():
+        kept = _kept_as(grammar, name, raw) if name not in grammar.field_index else None
+        if kept is not None and any(part in kept[0] for part in grammar.per_line):
+            return True
+    return False
 
 
 _STEP_OF_TOTAL = re.compile(r"(\d+)(?:/(\d+))?")
@@ -566,6 +623,13 @@ class _Grammar(NamedTuple):
     renamed: dict[str, tuple[str, str]] | None = None
     value_brackets: str = ""
     marks: tuple[str, ...] = ()
+    # Its further options: the outer count's pattern and names, second items' names, words' numbers, parts of the
+    # names whose lines are the per-line reader's.
+    outer: re.Pattern[str] | None = None
+    outer_names: tuple[str, ...] = ()
+    seconds: dict[str, str] | None = None
+    words: dict[str, float] | None = None
+    per_line: tuple[str, ...] = ()
     # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
     json: bool = False
     total_names: tuple[str, ...] = ()
@@ -630,11 +694,14 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 
 def _options(options: object, separators: list[bytes]) -> tuple:
-    """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks)."""
-    if not (type(options) is tuple and len(options) == 5 and all(type(options[i]) is bytes for i in (0, 1, 3))
+    """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
+    outer_names, seconds, words, per_line), the last five as text and dicts."""
+    if not (type(options) is tuple and len(options) in (5, 10) and all(type(options[i]) is bytes for i in (0, 1, 3))
             and type(options[2]) is tuple and type(options[4]) is tuple):
-        raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks)")
-    brackets, name_bytes, renamed, value_brackets, marks = options
+        raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
+                        "[, outer, outer_names, seconds, words, per_line])")
+    brackets, name_bytes, renamed, value_brackets, marks = options[:5]
+    outer, outer_names, seconds, words, per_line = options[5:] if len(options) == 10 else (b"", (), (), (), ())
     own = [byte for byte in brackets + name_bytes + value_brackets
            if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
     if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or own:
@@ -644,7 +711,36 @@ def _options(options: object, separators: list[bytes]) -> tuple:
         raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
     if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
         raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
-    return brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record")
+    return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
+            *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets, renamed),
+            _names(per_line, MAX_MARKS, "leave a line to the per-line reader"))
+
+
+def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
+                   value_brackets: bytes, renamed: tuple) -> tuple[str, tuple[str, ...], dict[str, str],
+                                                                   dict[str, float]]:
+    """The pairs grammar's further options checked (module docstring): all but per_line."""
+    if not (type(outer) is bytes and type(outer_names) is tuple and all(type(name) is bytes for name in outer_names)
+            and type(seconds) is tuple and all(type(entry) is tuple and len(entry) == 2
+                                               and all(type(name) is bytes for name in entry) for entry in seconds)
+            and type(words) is tuple and all(type(entry) is tuple and len(entry) == 2 and type(entry[0]) is bytes
+                                             and type(entry[1]) is float for entry in words)):
+        raise TypeError("outer is bytes, outer_names a tuple of bytes, seconds ((printed, name), ...) of bytes, "
+                        "words ((word, float), ...)")
+    if (outer and (not brackets or not re.match(rb"[A-Za-z_]", outer))) or len(outer_names) != (4 if outer else 0):
+        raise ValueError("an outer count is a name printed with the step's brackets, with four names (b'': not kept)")
+    if len(seconds) > MAX_RENAMED or len(words) > MAX_RENAMED:
+        raise ValueError(f"at most {MAX_RENAMED} seconds and {MAX_RENAMED} words")
+    kept = {printed for printed, _, _ in renamed}
+    if seconds and not value_brackets or any(
+            not printed or not name or len(name) > MAX_NAME or normalised_name(name.decode("ascii")) != name.decode()
+            or name in kept for printed, name in seconds):
+        raise ValueError("a second item needs value brackets; its name is a normalised name, no renamed one")
+    if any(not word for word, _ in words):
+        raise ValueError("a word is a word")
+    return (outer.decode("ascii"), tuple(name.decode("ascii") for name in outer_names),
+            {printed.decode("ascii"): name.decode("ascii") for printed, name in seconds},
+            {word.decode("ascii"): number for word, number in words})
 
 
 @lru_cache(maxsize=16)
@@ -690,23 +786,35 @@ def _grammar(table: tuple) -> _Grammar:
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
-        brackets, name_bytes, renamed, value_brackets, marks = (_options(options, separators + [name_separator])
-                                                                if options else (b"", b"", (), b"", ()))
+        brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line = (
+            _options(options, separators + [name_separator]) if options else (b"", b"", (), b"", (), "", (), {}, {},
+                                                                              ()))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
-        pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*){n}{' *' if spaced else ''}"
-                          rf"((?:[^\s{breaks}]{thousands})+)")
+        value = rf"(?:[^\s{breaks}]{thousands})+"
+        if value_brackets:  # a whole list first (spaces and separators in it); spaced, a name before one needs no colon
+            listed = "{0}[^{1}]*{1}".format(*(re.escape(chr(byte)) for byte in value_brackets))
+            unseparated = rf"|\s*(?={listed})" if spaced else ""
+            pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*)(?:{n}{' *' if spaced else ''}"
+                              rf"{unseparated})({listed}|{value})")
+        else:
+            pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*){n}{' *' if spaced else ''}({value})")
+        if any(name in field_index for name in seconds.values()):
+            raise ValueError("a second item's name is no field's")
         names = tuple(name.decode("ascii") for name in step_names)
         open_, shut = (re.escape(chr(byte)) for byte in brackets) if brackets else ("", "")
-        bracketed = re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))})\s*{open_}\s*(\d+)/\s*(\d+)"
-                               rf"{shut}") if brackets else None
+        fraction = rf"\s*{open_}\s*(\d+)/\s*(\d+){shut}"
+        bracketed = (re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))}){fraction}") if brackets
+                     else None)
         return _Grammar(None, pair, tagged, field_index, True, names,
                         column_of, columns, column_names, required,
                         step_brackets=bracketed,
                         renamed={old.decode("ascii"): (new.decode("ascii"), unit.decode("ascii"))
                                  for old, new, unit in renamed} if options else None,
-                        value_brackets=value_brackets.decode("ascii"), marks=marks)
+                        value_brackets=value_brackets.decode("ascii"), marks=marks,
+                        outer=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(outer)}{fraction}") if outer else None,
+                        outer_names=outer_names, seconds=seconds, words=words, per_line=per_line)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

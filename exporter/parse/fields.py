@@ -62,7 +62,10 @@ def is_rank_value(name: str) -> bool:
     """A value the rank computed for itself, not for the whole model (MindFormers' TrainingStateMonitor:
     ``device_local_norm``, ``local_norm/<parameter>``, ``micro_local_loss``, ``device_accum_local_loss``):
     exported as ``training_rank_value`` and watched for rank divergence."""
-    return "local_norm" in name or "local_loss" in name
+    return any(part in name for part in RANK_VALUE_PARTS)
+
+
+RANK_VALUE_PARTS = ("local_norm", "local_loss")
 
 
 # A step time that is the mean of the last N steps (MMEngine's LogProcessor, window_size 10 by default): its

@@ -85,12 +85,21 @@ class StepTable:
     # (the brackets), further bytes of names (``decode.loss_ce``), named values printed under another name and
     # without a unit (``MemAllocated=3.96GB``: ``mem_allocated_gb``, "GB"; the name "": not read), a value printed
     # as a list its first item (``lr=[0.01, 0.01]``: the brackets), names of which a record prints one; with any of
-    # them, every other named value's name normalised.
+    # them, every other named value's name normalised. Further: a count printed before the step that the step counts
+    # within (``Epoch:[ 1/ 2], step:[ 3/ 19]``: ``Epoch:``) with the named values of its four numbers ("": not kept),
+    # a list's second item kept as a named value (``loss:[9.6/9.8]``: ``("loss", "loss_epoch_mean")``), words read
+    # as numbers (``overflow cond: False``: ``("False", 0.0)``), parts of the names of named values whose lines the
+    # per-line reader reads (a run keeps a named value's latest: fields.RANK_VALUE_PARTS need every one).
     step_brackets: str = ""
     name_bytes: str = ""
     renamed: tuple[tuple[str, str, str], ...] = ()
     value_brackets: str = ""
     marks: tuple[str, ...] = ()
+    outer: str = ""
+    outer_names: tuple[str, ...] = ()
+    seconds: tuple[tuple[str, str], ...] = ()
+    words: tuple[tuple[str, float], ...] = ()
+    per_line: tuple[str, ...] = ()
     # The JSON grammar (``{"step": 5, "loss": 2.5}``): the total's names, the names whose lines the per-line parser
     # reads (its own rules: MMEngine's ``data_time``); ``dropped``: the prefix a key drops (``train/``).
     json: bool = False
@@ -129,11 +138,15 @@ class StepTable:
         if self.segments:
             return (tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
                                                      self.lead, self.lead_name, self.step_close, self.percent)),)
-        if any((self.step_brackets, self.name_bytes, self.renamed, self.value_brackets, self.marks)):
-            return ((self.step_brackets.encode(), self.name_bytes.encode(),
-                     tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
-                     self.value_brackets.encode(), tuple(name.encode() for name in self.marks)),)
-        return ()
+        options = (self.step_brackets.encode(), self.name_bytes.encode(),
+                   tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
+                   self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
+        if any((self.outer, self.seconds, self.words, self.per_line)):
+            return ((*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
+                     tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
+                     tuple((word.encode(), float(number)) for word, number in self.words),
+                     tuple(part.encode() for part in self.per_line)),)
+        return (options,) if any(options) else ()
 
     @cached_property
     def _marked(self) -> tuple[str, ...]:
