@@ -55,11 +55,11 @@ FORMATS = (
 )
 
 
-def continued(text: bytes, counter: re.Pattern[bytes], copies: int) -> bytes:
+def continued(text: bytes, counter: re.Pattern[bytes], copies: int, *, whole: bool = False) -> bytes:
     """``text`` with its training part ``copies`` times, each copy's steps after the copy before's last by the log's
     own interval. The training part runs from the line of the first step to the line of the last: a long run prints
-    its start (and its end) once, so the lines before and after it are kept once."""
-    begins, ends = training_part(text, counter)
+    its start (and its end) once, so the lines before and after it are kept once. ``whole``: the whole text a copy."""
+    begins, ends = training_part(text, counter) if not whole else (0, len(text))
     steps = sorted({int(match.group(2)) for match in counter.finditer(text)})
     interval = min((later - earlier for earlier, later in zip(steps, steps[1:], strict=False)), default=1)
     offset = steps[-1] - steps[0] + interval

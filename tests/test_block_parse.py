@@ -56,12 +56,12 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
     return (("generated", generated, False), ("tricky", TRICKY, False), *fixtures, *examples, *_prefixed_logs(),
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
                                     for spec in formats.FORMATS if spec.format in _TABLE_FORMATS),
-            ("torchtitan_continued", _continued_log(_TORCHTITAN, 12), False),
+            ("torchtitan_continued", _continued_log(_TORCHTITAN, 12, whole=True), False),
             ("mmcv_continued", _continued_log(_MMCV, 300), False), ("jsonl_mixed", _jsonl_mixed(), False))
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
-_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed", "jsonl")
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed", "jsonl", "mindformers_static")
 # mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
 _MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
@@ -82,9 +82,11 @@ def _jsonl_mixed() -> bytes:
     return b"".join(scalars + others + read)  # steps going up: 1-12, 20-24, 3200 on
 
 
-def _continued_log(spec: formats.FormatLog, copies: int) -> bytes:
-    """A format's real log, its steps renumbered copy after copy (benchmarks/formats.py): long runs of its lines."""
-    return formats.continued((FIXTURES / "real" / spec.fixture).read_bytes(), re.compile(spec.counter), copies)
+def _continued_log(spec: formats.FormatLog, copies: int, *, whole: bool = False) -> bytes:
+    """A format's real log, its steps renumbered copy after copy (benchmarks/formats.py): long runs of its lines;
+    ``whole``: the whole log a copy, its start too."""
+    return formats.continued((FIXTURES / "real" / spec.fixture).read_bytes(), re.compile(spec.counter), copies,
+                             whole=whole)
 
 
 def _prefixed(prefix: bytes, data: bytes) -> bytes:
@@ -484,7 +486,7 @@ def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(mon
     for path in ("_parse_lines", "_parse_interleaved", "_count_streams"):
         monkeypatch.setattr(LineParser, path, functools.partialmethod(_noted, paths, path, getattr(LineParser, path)))
     seen: list[bytes] = []
-    log = _continued_log(_TORCHTITAN, 8)
+    log = _continued_log(_TORCHTITAN, 8, whole=True)
     lines = log.splitlines(keepends=True)
     discovering, discovered = b"".join(lines[:256 * 4]), b"".join(lines[256 * 4:])
     parser = _Recording(seen)
