@@ -62,13 +62,13 @@ none); ``value_brackets`` (two bytes of punctuation; b"": none): a value (but th
 is a list, running to the first second byte after it (spaces and separators in it) where the line prints one, else
 as any value, its items cut at each ``/`` and each comma but a thousands comma, and stripped: the value is its first
 item; with a name separator of two bytes (``b": "``) a name followed by spaces (or none) and a whole list is a pair
-too (``global_norm [1.5]``); ``marks``: names of
-which a record prints one (empty: none needed). The five further options (MindFormers' static-graph records, ``{
-Epoch:[  1/  2], step:[    3/   19], loss:[9.673/9.802], ..., overflow cond: False``): ``outer`` (b"": none), a
-name printed before the step with a fraction in the step's brackets that the step counts within, which a record
-then prints (the first such, not after a name byte): the step is ``max(outer - 1, 0) * total + step`` and the total
-``outer_total * total``, and ``outer_names``, four names or b"" (not kept), are the named values of the outer count,
-its total, the step and the total as printed, first of the line's; ``seconds``: ``((printed, name), ...)``, a list
+too (``global_norm [1.5]``); ``marks``: names of which a record prints one (empty: none needed). The five further
+options (MindFormers' static-graph records, ``{ Epoch:[  1/  2], step:[    3/   19], loss:[9.673/9.802], ...,
+overflow cond: False``): ``outer`` (b"": none), a name printed before the step with a fraction in the step's
+brackets that the step counts within, which a record then prints (the first such, not after a name byte): the step
+is ``max(outer - 1, 0) * total + step`` and the total ``outer_total * total``, and ``outer_names``, four names or b""
+(not kept), are the named values of the outer count, its total, the step and the total as printed, first of the
+line's; ``seconds``: ``((printed, name), ...)``, a list
 value of ``printed`` whose second item is the named value ``name`` (a normalised name, neither a field's nor a
 renamed one), after it; ``words``: ``((word, number), ...)``, a named value printed as ``word`` is ``number``
 (``False`` 0); ``per_line``: parts of names (at most MAX_MARKS), a line printing a pair whose named value's name
@@ -732,7 +732,7 @@ def _outer_options(outer: object, outer_names: object, seconds: object, words: o
     if len(seconds) > MAX_RENAMED or len(words) > MAX_RENAMED:
         raise ValueError(f"at most {MAX_RENAMED} seconds and {MAX_RENAMED} words")
     kept = {printed for printed, _, _ in renamed}
-    if seconds and not value_brackets or any(
+    if (seconds and not value_brackets) or any(
             not printed or not name or len(name) > MAX_NAME or normalised_name(name.decode("ascii")) != name.decode()
             or name in kept for printed, name in seconds):
         raise ValueError("a second item needs value brackets; its name is a normalised name, no renamed one")
@@ -792,14 +792,11 @@ def _grammar(table: tuple) -> _Grammar:
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
-        value = rf"(?:[^\s{breaks}]{thousands})+"
+        value, separator = rf"(?:[^\s{breaks}]{thousands})+", rf"{n}{' *' if spaced else ''}"
         if value_brackets:  # a whole list first (spaces and separators in it); spaced, a name before one needs no colon
             listed = "{0}[^{1}]*{1}".format(*(re.escape(chr(byte)) for byte in value_brackets))
-            unseparated = rf"|\s*(?={listed})" if spaced else ""
-            pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*)(?:{n}{' *' if spaced else ''}"
-                              rf"{unseparated})({listed}|{value})")
-        else:
-            pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*){n}{' *' if spaced else ''}({value})")
+            value, separator = rf"{listed}|{value}", rf"(?:{separator}|\s*(?={listed}))" if spaced else separator
+        pair = re.compile(rf"(?<![\w.{extra}])([A-Za-z_][A-Za-z0-9_{extra}]*){separator}({value})")
         if any(name in field_index for name in seconds.values()):
             raise ValueError("a second item's name is no field's")
         names = tuple(name.decode("ascii") for name in step_names)

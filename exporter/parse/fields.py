@@ -58,14 +58,14 @@ def is_aux_loss(name: str) -> bool:
     return name.endswith("_loss") and not name.startswith(_EVALUATION_PREFIXES) and "local_loss" not in name
 
 
+RANK_VALUE_PARTS = ("local_norm", "local_loss")  # what a rank's own value's name holds (is_rank_value)
+
+
 def is_rank_value(name: str) -> bool:
     """A value the rank computed for itself, not for the whole model (MindFormers' TrainingStateMonitor:
     ``device_local_norm``, ``local_norm/<parameter>``, ``micro_local_loss``, ``device_accum_local_loss``):
     exported as ``training_rank_value`` and watched for rank divergence."""
     return any(part in name for part in RANK_VALUE_PARTS)
-
-
-RANK_VALUE_PARTS = ("local_norm", "local_loss")
 
 
 # A step time that is the mean of the last N steps (MMEngine's LogProcessor, window_size 10 by default): its
