@@ -1329,11 +1329,18 @@ item_end(const uint8_t *at, const uint8_t *end)
     return at;
 }
 
+static void
+strip(const uint8_t **at, const uint8_t **end)
+{
+    *at = skip_spaces(*at, *end);
+    while (*end > *at && is_space((*end)[-1])) (*end)--;
+}
+
+/* The bytes from ``at`` to ``end`` stripped. */
 static Text
 stripped(const uint8_t *at, const uint8_t *end)
 {
-    at = skip_spaces(at, end);
-    while (end > at && is_space(end[-1])) end--;
+    strip(&at, &end);
     return (Text){at, end - at};
 }
 
@@ -1357,10 +1364,7 @@ is_per_line(const Table *table, Text name)
     Text value = {name.at, 0};
     if (!named_as(table, &name, &value, normalised)) return 0;
     for (Py_ssize_t i = 0; i < table->per_line_count; i++) {
-        const Text part = table->per_line[i];
-        for (Py_ssize_t at = 0; at + part.length <= name.length; at++) {
-            if (memcmp(name.at + at, part.at, (size_t)part.length) == 0) return 1;
-        }
+        if (find_literal(name.at, name.length, table->per_line[i].at, table->per_line[i].length)) return 1;
     }
     return 0;
 }
@@ -1575,13 +1579,6 @@ unit_in_name(const uint8_t *at, const uint8_t *end)
     const uint8_t *open = memchr(at, '(', (size_t)(end - at));
     const uint8_t *close = open ? memchr(open, ')', (size_t)(end - open)) : NULL;
     return close ? duration_unit(open + 1, close - open - 1) : 0;
-}
-
-static void
-strip(const uint8_t **at, const uint8_t **end)
-{
-    *at = skip_spaces(*at, *end);
-    while (*end > *at && is_space((*end)[-1])) (*end)--;
 }
 
 /* The name printed at ``at`` as the segment ``place`` of a line: its entry of the run's names, normalised and looked
