@@ -3,6 +3,7 @@ in batches: it must give exactly what parsing every line alone, a batch per step
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import io
 import json
@@ -478,10 +479,13 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
 
 
 def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(monkeypatch):
-    # torchtitan's console (no field table): while formats are discovered, its lines are counted by rank from their
-    # prefixes and only those holding an anchor reach the line parser, in order; once discovered, it is read stream
-    # by stream, only the lines holding its literal read. Either gives what every line alone gives.
+    # torchtitan's console, its format without its field table (as fairseq's and Lightning's are): while formats are
+    # discovered, its lines are counted by rank from their prefixes and only those holding an anchor reach the line
+    # parser, in order; once discovered, it is read stream by stream, only the lines holding its literal read. Either
+    # gives what every line alone gives.
     monkeypatch.setattr(line_parser, "DISCOVERY_STEP_LINES", 6)
+    without_table = tuple(dataclasses.replace(fmt, step_table=None) if fmt.name == "torchtitan" else fmt
+                          for fmt in BUILTIN_FORMATS)
     paths: list[tuple[str, bool]] = []
     for path in ("_parse_lines", "_parse_interleaved", "_count_streams"):
         monkeypatch.setattr(LineParser, path, functools.partialmethod(_noted, paths, path, getattr(LineParser, path)))
@@ -489,9 +493,9 @@ def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(mon
     log = _continued_log(_TORCHTITAN, 8, whole=True)
     lines = log.splitlines(keepends=True)
     discovering, discovered = b"".join(lines[:256 * 4]), b"".join(lines[256 * 4:])
-    parser = _Recording(seen)
+    parser = _Recording(seen, candidates=without_table)
     parsed = [parser.parse_block(discovering)]
-    assert not parser._discovering
+    assert not parser._discovering and parser._kernel_format is None
     step_lines = [line for line in discovering.splitlines() if b"loss:" in line]
     assert [line for line in seen if b"loss:" in line] == step_lines
     assert len(seen) < len(discovering.splitlines()) // 10

@@ -42,6 +42,7 @@ from exporter.parse.formats import (
     nanogpt,
     nemo,
     paddlenlp,
+    torchtitan,
 )
 from exporter.parse.formats.hf_trainer import segment_shape
 from exporter.parse.ranks import PREFIX_ANCHORS
@@ -407,13 +408,22 @@ OTHER_SPACED = (b"", b"", b";&", b"= ", (b"it", b"iter"), (b"<", b">|"),
                  (b"t", Kind.DURATION, 0, b"", b"us", 2), (b"l", Kind.FLOAT, 1, b"", b"", 0)), 0)
 # DeepSpeed's: ``/`` ends a value, values printed as lists, a unit renamed away, names of which a record prints one.
 DEEPSPEED = deepspeed.RECORD.kernel_table
-PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED]
-PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed"]
+# torchtitan's: no separator (values end at spaces), ANSI escapes, a value's second item in parentheses, ``validate``
+# before a step making no record; and the last options with other punctuation.
+TORCHTITAN = torchtitan.RECORD.kernel_table
+OTHER_LAST = (b"", b"", b";", b"=", (b"it", b"iter"), (b"<", b">|"),
+              ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1)), 0,
+              (b"", b"", ((b"mem", b"mem_mb", b"MB"), (b"pct", b"pct", b"%")), b"", (), b"", (), ((b"mem", b"pct"),),
+               (), (), 1, b"{}", (b"eval", b"val")))
+PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED, TORCHTITAN, OTHER_LAST]
+PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed", "torchtitan", "other-last"]
 PAIR_NAMES = ["step", "global_step", "iteration", "it", "iter", "loss", "l", "lr", "learning_rate", "grad_norm",
               "interval_steps_per_second", "interval_samples_per_second", "rate", "epoch",
               "gnorm", "step_time", "per_step_time", "time_per_step", "throughput", "t", "tok", "gn", "mtp_1_loss",
               "acc", "_x", "a1", "1bad", "x.step", "xstep", "skipped", "CurrSamplesPerSec", "MemAllocated", "mom",
-              "RunningAvgSamplesPerSec", "micro_step"]
+              "RunningAvgSamplesPerSec", "micro_step", "memory", "memory_percent", "mfu", "tps", "wps", "tflops",
+              "mem", "pct"]
+ESCAPES = ["\x1b[31m", "\x1b[38;2;180;60;0m", "\x1b[m", "\x1b[39m", "\x1b[", "\x1b", "\x1bx", "\x1b[3", "\x1b[1;m"]
 STEPS = ["1", "42", "007", "3/30", "12/", "/3", "x", "1.5", "999999999999999999", "1234567890123456789",
          "5/1" + "0" * 19, "1,000", " 5", "  6"]
 
@@ -422,23 +432,36 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     separator = table[3].decode()
     breaks = [" ", "  ", "\t", *table[2].decode(), ", ", "=", ":"]
     step_name, loss_name = table[4][0].decode(), table[6][0][0].decode()
-    pairs = [f"{step_name}{separator}{rng.choice(STEPS)}", f"{loss_name}{separator}{rng.choice(TOKENS)}"]
+    last = table[8][10:] if len(table) == 9 and len(table[8]) == 13 else (0, b"", ())  # escapes, item brackets, ...
+    words = [word.decode() for word in last[2]]
+    before_step = rng.choice(["", ""] + [f"{word} " for word in words] + [f"x{word} " for word in words]
+                             + [f"{word}  " for word in words] + [f"{word}." for word in words][:1])
+    pairs = [f"{before_step}{step_name}{separator}{rng.choice(STEPS)}", f"{loss_name}{separator}{rng.choice(TOKENS)}"]
     pairs = pairs if rng.random() < 0.6 else []  # a record's step and required field, most of the time
+    open_, shut = (last[1].decode() or "()")[:1], (last[1].decode() or "()")[1:]
     for _ in range(rng.randint(0, 6)):
         name = rng.choice(PAIR_NAMES)
         value = rng.choice(STEPS) if name in ("step", "global_step", "iteration", "it", "iter") else rng.choice(TOKENS)
         value = rng.choice([value] * 6 + [f"[{value}, {value}]", f"[{value}]", f"[({value}", "[", "[]", f"{value}GB",
-                                          f"[{value}GB]", "GB"])
+                                          f"[{value}GB]", "GB", f"{value}GiB{open_}{value}%{shut}",
+                                          f"{value}MB{open_}{value}%{shut}", f"{value}{open_}{value}{shut}",
+                                          f"{open_}{value}{shut}", f"5{open_}{shut}", f"5{open_}3{shut}x",
+                                          f"5{open_}{open_}3{shut}{shut}"])
         joint = rng.choice([separator] * 8 + ["", " ", separator * 2, separator[0], separator + "  ", separator + "\t"])
         pairs.append(f"{name}{joint}{value}")
     line = "".join(f"{pair}{rng.choice(breaks)}" for pair in pairs)
     prefix = rng.choice(["", "[INFO] ", "[default3]:", "<rank1>|", "é ", "Epoch 1 ", "."])
-    return prefix + line + rng.choice(["", " trailing", ",", "|x"])
+    line = prefix + line + rng.choice(["", " trailing", ",", "|x"])
+    for _ in range(rng.randint(0, 4) if last[0] or rng.random() < 0.1 else 0):  # escapes anywhere, a few broken
+        cut = rng.randint(0, len(line))
+        line = line[:cut] + rng.choice(ESCAPES) + line[cut:]
+    return line
 
 
 def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     rng = random.Random(seed)
-    real = {id(PADDLENLP): "paddlenlp.log", id(DEEPSPEED): "healthy/deepspeed_dschat_sft_opt1.3b.log"}
+    real = {id(PADDLENLP): "paddlenlp.log", id(DEEPSPEED): "healthy/deepspeed_dschat_sft_opt1.3b.log",
+            id(TORCHTITAN): "healthy/torchtitan_qwen3_14b_run54.log"}
     path = REPO / "tests" / "fixtures" / "real" / real.get(id(table), "torchrun_ddp_nan.log")
     console = path.read_bytes().splitlines()
     lines = [_fuzzed_pairs_line(rng, table).encode("utf-8") for _ in range(8000)]
@@ -489,8 +512,12 @@ def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
     must take: not ASCII, tagged, a step beyond 18 digits, a name twice, two names of a column, two step names,
     more than 64 pairs."""
     grammar = step_fields_twin._grammar(table)
-    read, declined = _each_line_read_alone(table, _pairs_lines(table, seed=6),
-                                           lambda text, _: step_fields_twin._ambiguous_pairs(grammar, text))
+
+    def declinable(text: str, _: object) -> bool:
+        unescaped = step_fields_twin._unescaped(grammar, text)  # a step's digits may be printed around an escape
+        return step_fields_twin._ambiguous_pairs(grammar, unescaped) or re.search(r"\d{19}", unescaped) is not None
+
+    read, declined = _each_line_read_alone(table, _pairs_lines(table, seed=6), declinable)
     assert read > 300 and declined > 100
 
 
@@ -724,7 +751,6 @@ def test_rows_ahead_holds_no_number_of_the_columns(tmp_path):
 
 
 @pytest.mark.parametrize("table", [
-    (b"", b"", b"", b"=", (b"step",), (b"[", b"]:"), ()),
     (b"", b"", b",=", b"=", (b"step",), (b"[", b"]:"), ()),
     (b"", b"", b",", b"=", (), (b"[", b"]:"), ()),
     (b"", b"", b",", b"=", (b"1x",), (b"[", b"]:"), ()),
@@ -845,6 +871,26 @@ def test_the_mindformers_static_reference_lines():
         assert reader.read(b"step:[    8/   16] weight_norm: 5.95", [0], 0, 1) == 0  # no epoch: no record
 
 
+def test_the_torchtitan_reference_lines():
+    """A real torchtitan line (tests/fixtures/real/healthy/torchtitan_qwen3_14b_run54.log, its rank prefix cut off):
+    colored by ANSI escapes, the memory's percent in parentheses after it, the throughput with a thousands comma; a
+    validation line (``validate step:``, as torchtitan's validator prints it) is no training step."""
+    line = (b"[titan] 2026-05-19 15:23:46,006 - root - INFO - \x1b[31mstep: 10  \x1b[32mloss:  9.00300  "
+            b"\x1b[38;2;180;60;0mgrad_norm: 33.0000  \x1b[38;2;54;234;195mmemory: 171.79GiB(96.32%)  "
+            b"\x1b[34mtps: 4,816  \x1b[36mtflops: 452.73  \x1b[35mmfu: 20.12%\x1b[39m")
+    for reader in (_step_fields.StepReader(TORCHTITAN), step_fields_twin.StepReader(TORCHTITAN)):
+        assert reader.read(line, [0], 0, 1) == 1
+        steps, total, fields, named = reader.take()
+        assert (steps, total) == ([10], None)
+        assert [field[0] for field in fields] == [9.003, 33.0, 4816.0, None, 452.73]
+        assert [(name, value) for name, value, *_ in named] == [("memory_gib", 171.79), ("memory_percent", 96.32),
+                                                                ("mfu_percent", 20.12)]
+        validation = line.replace(b"\x1b[31mstep:", b"\x1b[33mvalidate step:")
+        assert reader.read(validation, [0], 0, 1) == 0
+        assert reader.read(line.replace(b"\x1b", b""), [0], 0, 1) == 0  # an escape's rest is no escape
+    assert torchtitan.RECORD.read_line(validation.decode()) is None
+
+
 def test_the_mmcv_reference_line():
     """A real mmcv line (tests/fixtures/real/mmcv_iter.log): its step in brackets, dotted names normalised, ``eta``
     not read (a duration), ``memory`` renamed, ``time`` a duration of its field."""
@@ -900,6 +946,7 @@ def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
 
 _LISTED = (b"[]", b"", (), b"[]", ())  # the first five options, the value brackets given
 _FOUR = (b"epoch", b"", b"", b"")
+_TEN = (*_LISTED, b"", (), (), (), ())  # the first ten options
 
 
 @pytest.mark.parametrize("options", [
@@ -916,11 +963,15 @@ _FOUR = (b"epoch", b"", b"", b"")
     (*_LISTED, b":x", _FOUR, (), (), ()), (*_LISTED, b"", (b"e",), (), (), ()), (*_LISTED, "Epoch:", _FOUR, (), (), ()),
     (b"[]", b"", (), b"", (), b"", (), ((b"loss", b"m"),), (), ()), (*_LISTED, b"", (), ((b"loss", b"Mean"),), (), ()),
     (*_LISTED, b"", (), ((b"loss", b"loss"),), (), ()), (*_LISTED, b"", (), ((b"", b"m"),), (), ()),
-    (b"[]", b"", ((b"m", b"z", b""),), b"[]", (), b"", (), ((b"loss", b"m"),), (), ()),
     (*_LISTED, b"", (), tuple((b"x%d" % i, b"m") for i in range(17)), (), ()), (*_LISTED, b"", (), ((b"x",),), (), ()),
     (*_LISTED, b"", (), (), ((b"False", 0),), ()), (*_LISTED, b"", (), (), ((b"", 0.0),), ()),
     (*_LISTED, b"", (), (), ((b"False",),), ()), (*_LISTED, b"", (), (), (), (b"",)),
     (*_LISTED, b"", (), (), (), tuple(b"p%d" % i for i in range(9))), (*_LISTED, b"", (), (), ()),
+    # The last three (escapes, item_brackets, not_after).
+    (*_TEN, 2, b"", ()), (*_TEN, True, b"", ()), (*_TEN, b"", b"", ()), (*_TEN, 0, b"(", ()), (*_TEN, 0, b"[]", ()),
+    (*_TEN, 0, b"(a", ()), (*_TEN, 0, b",)", ()), (*_TEN, 0, "()", ()), (*_TEN, 0, b"", (b"",)),
+    (*_TEN, 0, b"", (b"1x",)), (*_TEN, 0, b"", (b"a b",)), (*_TEN, 0, b"", tuple(b"w%d" % i for i in range(9))),
+    (*_TEN, 0, b"", "x"), (*_TEN, 0, b""), (b"", b"", (), b"", (), b"", (), ((b"loss", b"m"),), (), (), 0, b"", ()),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

@@ -87,6 +87,12 @@ typedef struct {
     Py_ssize_t word_count;
     Text per_line[MAX_MARKS];
     Py_ssize_t per_line_count;
+    /* The pairs grammar's last options: ANSI SGR escapes read as absent, a value's second item printed in brackets
+     * after its first (item_open 0: none), words that, printed right before a step's name, make a line no record. */
+    int escapes;
+    uint8_t item_open, item_shut;
+    Text not_after[MAX_MARKS];
+    Py_ssize_t not_after_count;
     uint8_t name_byte[256]; /* the pairs grammar: the bytes of a name after its first */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
     Text step_name, tag_open, tag_close;
@@ -588,12 +594,12 @@ read_outer_options(PyObject *options, Table *table)
         }
         const Text name = table->seconds_to[i];
         uint8_t normalised[MAX_NAME];
-        if (!table->value_open || !table->seconds_from[i].length || !name.length || name.length > MAX_NAME
+        if ((!table->value_open && !table->item_open) || !table->seconds_from[i].length || !name.length
+            || name.length > MAX_NAME
             || normalise_name(name.at, name.at + name.length, normalised) != name.length
-            || memcmp(normalised, name.at, (size_t)name.length) != 0
-            || is_one_of(name, table->renamed_from, table->renamed_count)) {
-            PyErr_SetString(PyExc_ValueError, "a second item needs value brackets; its name is a normalised name, no "
-                                              "renamed one");
+            || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+            PyErr_SetString(PyExc_ValueError, "a second item needs value or item brackets; its name is a normalised "
+                                              "name");
             return -1;
         }
     }
@@ -614,15 +620,50 @@ read_outer_options(PyObject *options, Table *table)
                       "leave a line to the per-line reader");
 }
 
+/* The pairs grammar's last three options (escapes, item_brackets, not_after); -1 on error. */
+static int
+read_last_options(PyObject *options, Table *table)
+{
+    if (!PyLong_CheckExact(PyTuple_GET_ITEM(options, 10))) {
+        PyErr_SetString(PyExc_TypeError, "escapes is an int");
+        return -1;
+    }
+    if (int_of(PyTuple_GET_ITEM(options, 10), &table->escapes) < 0) return -1;
+    if (table->escapes != 0 && table->escapes != 1) {
+        PyErr_SetString(PyExc_ValueError, "escapes is 0 or 1");
+        return -1;
+    }
+    if (read_brackets(table, PyTuple_GET_ITEM(options, 11), &table->item_open, &table->item_shut) < 0) return -1;
+    if (table->item_open && table->item_open == table->value_open) {
+        PyErr_SetString(PyExc_ValueError, "item brackets are no value brackets");
+        return -1;
+    }
+    if (read_names(PyTuple_GET_ITEM(options, 12), table->not_after, &table->not_after_count, MAX_MARKS,
+                   "before a step's name") < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->not_after_count; i++) {
+        const Text word = table->not_after[i];
+        for (Py_ssize_t at = 0; at < word.length; at++) {
+            if (!table->name_byte[word.at[at]] || (at == 0 && !is_name_start(word.at[0]))) {
+                PyErr_SetString(PyExc_ValueError, "a word before a step's name is a name");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
 /* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, per_line]); -1 on error. */
+ * seconds, words, per_line[, escapes, item_brackets, not_after]]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
     PyObject *options = tuple_of(object, -1), *renamed;
     Text name_bytes;
-    if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10) {
-        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five or ten items");
+    if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
+        && PyTuple_GET_SIZE(options) != 13) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten or thirteen items");
         return -1;
     }
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
@@ -656,7 +697,9 @@ read_pairs_options(PyObject *object, Table *table)
         }
     }
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
-    if (PyTuple_GET_SIZE(options) == 10 && read_outer_options(options, table) < 0) return -1;
+    /* The item brackets first: the seconds they allow are read with the outer options. */
+    if (PyTuple_GET_SIZE(options) == 13 && read_last_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) >= 10 && read_outer_options(options, table) < 0) return -1;
     table->options = 1;
     return 0;
 }
@@ -675,7 +718,7 @@ read_pairs_table(PyObject *tuple, Table *table)
     int read = byte_of(separator_byte ? separator_byte : PyTuple_GET_ITEM(tuple, 3), &table->name_separator);
     Py_XDECREF(separator_byte);
     if (read < 0) return -1;
-    if (separators.length == 0 || memchr(separators.at, table->name_separator, (size_t)separators.length)) {
+    if (memchr(separators.at, table->name_separator, (size_t)separators.length)) { /* none: values end at spaces */
         PyErr_SetString(PyExc_ValueError, "the pairs grammar needs value separators other than its name separator");
         return -1;
     }
@@ -965,6 +1008,8 @@ typedef struct {
     Py_ssize_t line_named; /* distinct named values of the line being read */
     SegmentName *segment_names; /* the segments and JSON grammars: the names of the last line read, by their place */
     Py_ssize_t checked; /* JSON: the first names of segment_names, checked one against the other */
+    uint8_t *unescaped; /* the pairs grammar's escapes: the line being read without them */
+    Py_ssize_t unescaped_capacity;
 } Run;
 
 /* A run's memory is the raw allocator's and a failure raises nothing: a run may be read on a thread that does not
@@ -1387,6 +1432,77 @@ apply_listed_pair(Run *run, Py_ssize_t field, Text name, Text value)
     return apply_pair(run, field, name.at, name.length, value.at, value.length, 0, NULL);
 }
 
+/* An ANSI SGR escape at ``at`` (``ESC [ digits-or-semicolons m``): where it ends, NULL when none is there. */
+static const uint8_t *
+escape_end(const uint8_t *at, const uint8_t *end)
+{
+    if (end - at < 3 || at[0] != 0x1b || at[1] != '[') return NULL;
+    for (at += 2; at < end && (is_digit(*at) || *at == ';'); at++);
+    return at < end && *at == 'm' ? at + 1 : NULL;
+}
+
+/* The pairs grammar's escapes: the line in the run's own buffer without its SGR escapes (*line and *end moved there);
+ * -1 when memory ran out (nothing raised: own_text). */
+static int
+unescape(Run *run, const uint8_t **line, const uint8_t **end)
+{
+    const uint8_t *at = memchr(*line, 0x1b, (size_t)(*end - *line));
+    if (at == NULL) return 0;
+    Py_ssize_t length = *end - *line;
+    if (length > run->unescaped_capacity) {
+        uint8_t *grown = PyMem_RawRealloc(run->unescaped, (size_t)length);
+        if (grown == NULL) return -1;
+        run->unescaped = grown;
+        run->unescaped_capacity = length;
+    }
+    uint8_t *out = run->unescaped;
+    memcpy(out, *line, (size_t)(at - *line));
+    out += at - *line;
+    while (at < *end) {
+        const uint8_t *after = escape_end(at, *end);
+        if (after != NULL) {
+            at = after;
+            continue;
+        }
+        const uint8_t *next = memchr(at + 1, 0x1b, (size_t)(*end - at - 1));
+        if (next == NULL) next = *end;
+        memcpy(out, at, (size_t)(next - at));
+        out += next - at;
+        at = next;
+    }
+    *line = run->unescaped;
+    *end = out;
+    return 0;
+}
+
+/* The pairs grammar's not_after: the name at ``name`` follows one of those words and one space. */
+static int
+after_word(const Table *table, const uint8_t *line, const uint8_t *name)
+{
+    for (Py_ssize_t i = 0; i < table->not_after_count; i++) {
+        const Text word = table->not_after[i];
+        if (name - line < word.length + 1) continue;
+        const uint8_t *begins = name - 1 - word.length;
+        if (name[-1] == ' ' && memcmp(begins, word.at, (size_t)word.length) == 0
+            && (begins == line || (!table->name_byte[begins[-1]] && begins[-1] != '.'))) {
+            return 1;
+        }
+    }
+    return 0;
+}
+
+/* The pairs grammar's item brackets: a value (no list) printing its second item in them after its first
+ * (``171.79GiB(96.32%)``): ``*value`` its first item, ``*second`` the second, stripped; else left as they are. */
+static void
+bracketed_item(const Table *table, Text *value, Text *second)
+{
+    const uint8_t *at = value->at, *end = value->at + value->length;
+    const uint8_t *open = value->length > 2 ? memchr(at + 1, table->item_open, (size_t)(value->length - 2)) : NULL;
+    if (open == NULL || end[-1] != table->item_shut) return;
+    *second = stripped(open + 1, end - 1);
+    *value = stripped(at, open);
+}
+
 /* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
 static int
 read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
@@ -1394,6 +1510,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     const Table *table = run->table;
     long long step = 0, total = 0;
     int has_total = 0;
+    if (table->escapes && unescape(run, &line, &end) < 0) return -1;
     const uint8_t *from = line, *step_at = line, *outer_at, *outer_end;
     long long count_printed = 0, counts = 0;
     if (table->step_open) {
@@ -1402,6 +1519,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             return 0;
         }
         has_total = 1;
+        if (table->not_after_count && after_word(table, line, step_at)) return 0;
         if (table->outer.length && find_fraction(table, &table->outer, 1, line, step_at, &count_printed, &counts,
                                                  &outer_at, &outer_end) != 1) {
             return 0;
@@ -1412,7 +1530,16 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
     int marked = shaped || table->mark_count == 0; /* a shape is kept of a marked line */
     const uint8_t *name_byte = table->name_byte;
+    /* A pair's name ends at a name separator: the words before the next one are no names, jumped over (but a name
+     * printed before a list without its colon). */
+    const int jumps = !(table->value_open && table->spaced);
     for (const uint8_t *at = shaped ? end : from; at < end;) {
+        if (jumps) {
+            const uint8_t *separator = memchr(at, table->name_separator, (size_t)(end - at)), *word = separator;
+            if (separator == NULL) break;
+            while (word > at && name_byte[word[-1]]) word--;
+            at = word < separator ? word : separator;
+        }
         if (!is_name_start(*at) || (at > from && (name_byte[at[-1]] || at[-1] == '.'))) {
             at++;
             continue;
@@ -1448,7 +1575,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         }
         for (Py_ssize_t i = 0; !table->step_open && i < table->step_name_count; i++) {
             if (!same_text(pair->name, pair->name_length, table->step_names[i])) continue;
-            if (step_pair >= 0) return 0;
+            if (step_pair >= 0 || (table->not_after_count && after_word(table, line, pair->name))) return 0;
             step_pair = count;
         }
         if (pair->field >= 0 && table->fields[pair->field].column == table->required) required_printed = 1;
@@ -1489,6 +1616,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (i == step_pair) continue;
         Text value = {pairs[i].value, pairs[i].value_length}, second = {NULL, -1};
         if (table->value_open && value.at[0] == table->value_open) list_items(table, &value, &second);
+        else if (table->item_open) bracketed_item(table, &value, &second);
         int applied = apply_listed_pair(run, pairs[i].field, (Text){pairs[i].name, pairs[i].name_length}, value);
         for (Py_ssize_t kept = 0; applied == 0 && second.length >= 0 && kept < table->second_count; kept++) {
             if (same_text(pairs[i].name, pairs[i].name_length, table->seconds_from[kept])) {
@@ -2062,6 +2190,7 @@ free_run(Run *run)
     PyMem_RawFree(run->steps);
     PyMem_RawFree(run->named);
     PyMem_RawFree(run->segment_names);
+    PyMem_RawFree(run->unescaped);
     *run = (Run){0};
 }
 

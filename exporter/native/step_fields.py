@@ -22,8 +22,8 @@ framework or a field):
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
-  words, per_line])``, the pairs grammar's options (five or ten items); ``(total_names, dropped, declines)``, the JSON
-  grammar (each below).
+  words, per_line[, escapes, item_brackets, not_after]])``, the pairs grammar's options (five, ten or thirteen
+  items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -41,7 +41,7 @@ Pairs grammar (``opener`` and ``closer`` both ``b""``): the record is the whole 
 ``name name_separator value`` (a ``name_separator`` of two bytes, the second a space: ``b": "``, the first byte and
 any spaces after it) wherever the name is not preceded by a name byte or ``.``
 (``name``: as above; ``value``: one byte at least, up to a space or one of the
-``pair_separator`` bytes, a thousands comma as above being part of it). ``step_name`` is a
+``pair_separator`` bytes (none: a space only), a thousands comma as above being part of it). ``step_name`` is a
 tuple of names, the first printed in that order giving the step, ``digits[/digits]``: the
 total is None when not printed. The pairs are read as a dict (a later pair of a name
 replaces the earlier, at the earlier's place); a field's value that does not convert unsets
@@ -69,13 +69,21 @@ brackets that the step counts within, which a record then prints (the first such
 is ``max(outer - 1, 0) * total + step`` and the total ``outer_total * total``, and ``outer_names``, four names or b""
 (not kept), are the named values of the outer count, its total, the step and the total as printed, first of the
 line's; ``seconds``: ``((printed, name), ...)``, a list
-value of ``printed`` whose second item is the named value ``name`` (a normalised name, neither a field's nor a
-renamed one), after it; ``words``: ``((word, number), ...)``, a named value printed as ``word`` is ``number``
+value of ``printed`` whose second item is the named value ``name`` (a normalised name, no field's; read as a named
+value printed under it: renamed where ``renamed`` says), after it; ``words``: ``((word, number), ...)``, a named
+value printed as ``word`` is ``number``
 (``False`` 0); ``per_line``: parts of names (at most MAX_MARKS), a line printing a pair whose named value's name
 (renamed or normalised) holds one of them is the per-line reader's (values of which the caller needs every one, where
 a run keeps the latest). Every other named value is kept under its name normalised (``decode.loss_ce``:
-``decode_loss_ce``); a field is known by its name as printed. The run declines, besides the above, a line printing a
-name longer than MAX_NAME, or whose step or total with an outer count is more than 2**63 - 1.
+``decode_loss_ce``); a field is known by its name as printed. The last three (torchtitan's ``\x1b[31mstep: 10
+\x1b[32mloss: 9.0  \x1b[36mmemory: 171.79GiB(96.32%)``): ``escapes`` (1 or 0), the line is read as if each ANSI SGR
+escape, ``ESC [ digits-or-semicolons m``, were not there; ``item_brackets`` (two bytes of punctuation, not the value
+brackets' first; b"": none), a value (not a list) holding the first after its first byte and ending with the second
+is a list of two items, the bytes before the first and those between, stripped (``seconds`` names its second);
+``not_after``: words (names, at most MAX_MARKS), a line printing a step's name right after one of them and one space
+(the word not after a name byte or ``.``) holds no record (``validate step: 10``). The run declines, besides the
+above, a line printing a name longer than MAX_NAME, or whose step or total with an outer count is more than 2**63 -
+1.
 
 JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
@@ -285,6 +293,7 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         record = _segments_record(table, match, segments)
         return None if counted and record.named.get(counted, 0.0) != 0.0 else record
     if grammar.pairs:
+        text = _unescaped(grammar, text)
         bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
         pairs_text = text[bracketed.end():] if bracketed is not None else text
         if _ambiguous_pairs(grammar, pairs_text) or _per_line(grammar, pairs_text):
@@ -312,7 +321,7 @@ def read_record(table: tuple, text: str) -> Record | None:
     if grammar.json:
         return _json_record(table, grammar, text)
     if grammar.record is None:
-        return _pairs_record(table, text)
+        return _pairs_record(table, _unescaped(grammar, text))
     match = grammar.record.search(text)
     if match is None:
         return None
@@ -469,6 +478,8 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
         return None
     pairs = dict(grammar.pair.findall(text[bracketed.end():] if bracketed is not None else text))
     step = bracketed or _pairs_step(grammar, pairs)
+    if grammar.not_after and _after_word(grammar, text, bracketed):
+        return None
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
     if (step is None or (required and not any(name in pairs for name in required))
             or (grammar.marks and not any(name in pairs for name in grammar.marks))):
@@ -487,16 +498,37 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
 
 
 def _listed(grammar: _Grammar, pairs: Iterable[tuple[str, str]]) -> Iterable[tuple[str, str]]:
-    """The pairs with each value printed as a list (the pairs grammar's value brackets) its first item, followed by
-    its second item's pair where the options keep it."""
+    """The pairs with each value printed as a list (the pairs grammar's value brackets) or with its second item in
+    the item brackets its first item, followed by its second item's pair where the options keep it."""
     for name, raw in pairs:
-        if not grammar.value_brackets or not raw.startswith(grammar.value_brackets[0]):
+        if grammar.value_brackets and raw.startswith(grammar.value_brackets[0]):
+            items = _LIST_ITEM_BREAK.split(raw[1:].removesuffix(grammar.value_brackets[1]), maxsplit=2)
+        elif grammar.item_brackets and len(raw) > 2 and raw.endswith(grammar.item_brackets[1]) and (
+                opened := raw.find(grammar.item_brackets[0], 1, len(raw) - 1)) > 0:
+            items = [raw[:opened], raw[opened + 1:-1]]
+        else:
             yield name, raw
             continue
-        items = _LIST_ITEM_BREAK.split(raw[1:].removesuffix(grammar.value_brackets[1]), maxsplit=2)
         yield name, items[0].strip()
         if grammar.seconds and name in grammar.seconds and len(items) > 1:
             yield grammar.seconds[name], items[1].strip()
+
+
+def _unescaped(grammar: _Grammar, text: str) -> str:
+    """The pairs grammar's escapes: the text without its SGR escapes (``ESC[31m``)."""
+    return _SGR_ESCAPE.sub("", text) if grammar.escapes and "\x1b" in text else text
+
+
+def _after_word(grammar: _Grammar, text: str, bracketed: re.Match[str] | None) -> bool:
+    """A step's name printed right after one of the options' ``not_after`` words and one space (the word not after a
+    name byte or ``.``)."""
+    assert grammar.not_after is not None
+    starts = ([bracketed.start()] if bracketed is not None
+              else [found.start() for found in grammar.pair.finditer(text) if found.group(1) in grammar.step_names])
+    return any(grammar.not_after.search(text, 0, start) for start in starts)
+
+
+_SGR_ESCAPE = re.compile(r"\x1b\[[0-9;]*m")
 
 
 _LIST_ITEM_BREAK = re.compile(r"/|,(?![0-9]{3}(?![0-9]))")
@@ -630,6 +662,11 @@ class _Grammar(NamedTuple):
     seconds: dict[str, str] | None = None
     words: dict[str, float] | None = None
     per_line: tuple[str, ...] = ()
+    # Its last options: SGR escapes read as absent, a value's second item in brackets after its first ("": none),
+    # words before a step's name that make a line no record.
+    escapes: bool = False
+    item_brackets: str = ""
+    not_after: re.Pattern[str] | None = None  # one of the words and a space, ending where a step's name begins
     # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
     json: bool = False
     total_names: tuple[str, ...] = ()
@@ -695,29 +732,39 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 def _options(options: object, separators: list[bytes]) -> tuple:
     """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
-    outer_names, seconds, words, per_line), the last five as text and dicts."""
-    if not (type(options) is tuple and len(options) in (5, 10) and all(type(options[i]) is bytes for i in (0, 1, 3))
+    outer_names, seconds, words, per_line, escapes, item_brackets, not_after), from the marks on as text and dicts."""
+    if not (type(options) is tuple and len(options) in (5, 10, 13) and all(type(options[i]) is bytes for i in (0, 1, 3))
             and type(options[2]) is tuple and type(options[4]) is tuple):
         raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
-                        "[, outer, outer_names, seconds, words, per_line])")
+                        "[, outer, outer_names, seconds, words, per_line[, escapes, item_brackets, not_after]])")
     brackets, name_bytes, renamed, value_brackets, marks = options[:5]
-    outer, outer_names, seconds, words, per_line = options[5:] if len(options) == 10 else (b"", (), (), (), ())
-    own = [byte for byte in brackets + name_bytes + value_brackets
+    outer, outer_names, seconds, words, per_line = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
+    escapes, item_brackets, not_after = options[10:] if len(options) == 13 else (0, b"", ())
+    if type(escapes) is not int or type(item_brackets) is not bytes:
+        raise TypeError("escapes is an int, item brackets bytes")
+    own = [byte for byte in brackets + name_bytes + value_brackets + item_brackets
            if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
-    if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or own:
+    if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or len(item_brackets) not in (0, 2) or own:
         raise ValueError("brackets and a name's further bytes are punctuation, no separator")
+    if escapes not in (0, 1) or (item_brackets and item_brackets[:1] == value_brackets[:1]):
+        raise ValueError("escapes is 0 or 1; item brackets are no value brackets")
+    words_before = _names(not_after, MAX_MARKS, "before a step's name")
+    name = re.compile(rf"[A-Za-z_][A-Za-z0-9_{re.escape(name_bytes.decode('ascii'))}]*")
+    if not all(name.fullmatch(word) for word in words_before):
+        raise ValueError("a word before a step's name is a name")
     if len(renamed) > MAX_RENAMED or not all(type(entry) is tuple and len(entry) == 3
                                              and all(type(name) is bytes for name in entry) for entry in renamed):
         raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
     if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
         raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
     return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
-            *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets, renamed),
-            _names(per_line, MAX_MARKS, "leave a line to the per-line reader"))
+            *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
+            _names(per_line, MAX_MARKS, "leave a line to the per-line reader"), bool(escapes),
+            item_brackets.decode("ascii"), words_before)
 
 
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
-                   value_brackets: bytes, renamed: tuple) -> tuple[str, tuple[str, ...], dict[str, str],
+                   item_brackets: bytes) -> tuple[str, tuple[str, ...], dict[str, str],
                                                                    dict[str, float]]:
     """The pairs grammar's further options checked (module docstring): all but per_line."""
     if not (type(outer) is bytes and type(outer_names) is tuple and all(type(name) is bytes for name in outer_names)
@@ -731,11 +778,10 @@ def _outer_options(outer: object, outer_names: object, seconds: object, words: o
         raise ValueError("an outer count is a name printed with the step's brackets, with four names (b'': not kept)")
     if len(seconds) > MAX_RENAMED or len(words) > MAX_RENAMED:
         raise ValueError(f"at most {MAX_RENAMED} seconds and {MAX_RENAMED} words")
-    kept = {printed for printed, _, _ in renamed}
-    if (seconds and not value_brackets) or any(
+    if (seconds and not item_brackets) or any(
             not printed or not name or len(name) > MAX_NAME or normalised_name(name.decode("ascii")) != name.decode()
-            or name in kept for printed, name in seconds):
-        raise ValueError("a second item needs value brackets; its name is a normalised name, no renamed one")
+            for printed, name in seconds):
+        raise ValueError("a second item needs value or item brackets; its name is a normalised name")
     if any(not word for word, _ in words):
         raise ValueError("a word is a word")
     return (outer.decode("ascii"), tuple(name.decode("ascii") for name in outer_names),
@@ -775,7 +821,7 @@ def _grammar(table: tuple) -> _Grammar:
     for punctuation in (*((name_separator,) if pairs or segments else (opener, closer, name_separator)), *separators):
         if not _punctuation(punctuation):
             raise ValueError("a field table's punctuation is one ASCII byte each, neither a space nor a name byte")
-    if (pairs or segments) and (not separators or name_separator in separators):
+    if (pairs or segments) and name_separator in separators:  # the pairs grammar's none: values end at spaces
         raise ValueError("the pairs grammar needs value separators other than its name separator")
     step_names = tuple(step_name) if pairs else (step_name,)
     if (pairs or segments) and (not step_names or len(step_names) > MAX_STEP_NAMES or not all(
@@ -786,9 +832,9 @@ def _grammar(table: tuple) -> _Grammar:
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
-        brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line = (
-            _options(options, separators + [name_separator]) if options else (b"", b"", (), b"", (), "", (), {}, {},
-                                                                              ()))
+        (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line, escapes,
+         item_brackets, not_after) = (_options(options, separators + [name_separator]) if options
+                                      else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", ()))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
@@ -811,7 +857,10 @@ def _grammar(table: tuple) -> _Grammar:
                                  for old, new, unit in renamed} if options else None,
                         value_brackets=value_brackets.decode("ascii"), marks=marks,
                         outer=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(outer)}{fraction}") if outer else None,
-                        outer_names=outer_names, seconds=seconds, words=words, per_line=per_line)
+                        outer_names=outer_names, seconds=seconds, words=words, per_line=per_line, escapes=escapes,
+                        item_brackets=item_brackets,
+                        not_after=re.compile(rf"(?<![\w.{extra}])(?:{'|'.join(map(re.escape, not_after))}) \Z")
+                        if not_after else None)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

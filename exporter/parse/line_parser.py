@@ -307,7 +307,8 @@ class LineParser:
             else:
                 self._first_run = 0
                 parsed.unparsed = lines - self._parse_anchored(data, starts, parsed)
-                # Reading ahead costs a pass over the block on the second core: worth it where step lines are most.
+                # Reading ahead costs a pass over the block on the second core: worth it where step lines are most
+                # (a rank's own prefixed lines too: _parse_one_stream).
                 self._runs_whole = self._first_run == len(starts) and 2 * len(starts) >= lines
                 unprefixed = lines - sum(parsed.lines_by_rank.values())
                 if unprefixed:
@@ -625,8 +626,10 @@ class LineParser:
         width = len(prefix)
         first_record = len(parsed.records)
         self._stream = (prefix, rank)
+        self._first_run = 0
         try:
             recognized = self._parse_anchored(data, [start + width for start in starts], parsed)
+            self._runs_whole = self._first_run == len(starts) and 2 * len(starts) >= lines
             # The block's batches end here, while their lines' offsets are still where their prefix ends.
             self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1 + width
             for builder in self._batches.values():
@@ -865,7 +868,7 @@ class LineParser:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
         taken, ended = builder.read_run(data, starts, index, limit, self._passes.steps(data) if index == 0 else None)
-        if index == 0 and self._stream is None:
+        if index == 0:  # the block's first run (a rank stream's, when read stream by stream)
             self._first_run = taken
         if ended is not None:  # the run's first step went back below a line read one by one: a restart
             self._append(ended, parsed)

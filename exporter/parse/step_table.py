@@ -89,7 +89,10 @@ class StepTable:
     # within (``Epoch:[ 1/ 2], step:[ 3/ 19]``: ``Epoch:``) with the named values of its four numbers ("": not kept),
     # a list's second item kept as a named value (``loss:[9.6/9.8]``: ``("loss", "loss_epoch_mean")``), words read
     # as numbers (``overflow cond: False``: ``("False", 0.0)``), parts of the names of named values whose lines the
-    # per-line reader reads (a run keeps a named value's latest: fields.RANK_VALUE_PARTS need every one).
+    # per-line reader reads (a run keeps a named value's latest: fields.RANK_VALUE_PARTS need every one). Last: ANSI
+    # SGR escapes read as absent (torchtitan's colours), brackets of a value's second item printed after its first
+    # (``memory: 61.20GiB(77.39%)``: ``"()"``, its name by ``seconds``), words that make a line whose step's name
+    # follows one of them no record (``validate step: 10``).
     step_brackets: str = ""
     name_bytes: str = ""
     renamed: tuple[tuple[str, str, str], ...] = ()
@@ -100,6 +103,9 @@ class StepTable:
     seconds: tuple[tuple[str, str], ...] = ()
     words: tuple[tuple[str, float], ...] = ()
     per_line: tuple[str, ...] = ()
+    escapes: bool = False
+    item_brackets: str = ""
+    not_after: tuple[str, ...] = ()
     # The JSON grammar (``{"step": 5, "loss": 2.5}``): the total's names, the names whose lines the per-line parser
     # reads (its own rules: MMEngine's ``data_time``); ``dropped``: the prefix a key drops (``train/``).
     json: bool = False
@@ -141,11 +147,13 @@ class StepTable:
         options = (self.step_brackets.encode(), self.name_bytes.encode(),
                    tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
-        if any((self.outer, self.seconds, self.words, self.per_line)):
-            return ((*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
-                     tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
-                     tuple((word.encode(), float(number)) for word, number in self.words),
-                     tuple(part.encode() for part in self.per_line)),)
+        last = (int(self.escapes), self.item_brackets.encode(), tuple(word.encode() for word in self.not_after))
+        if any((self.outer, self.seconds, self.words, self.per_line, *last)):
+            further = (*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
+                       tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
+                       tuple((word.encode(), float(number)) for word, number in self.words),
+                       tuple(part.encode() for part in self.per_line))
+            return ((*further, *last),) if any(last) else (further,)
         return (options,) if any(options) else ()
 
     @cached_property
