@@ -1673,9 +1673,11 @@ def test_group_lines_matches_the_twin():
     assert scan_twin.group_lines(blocks[-1], b"step=", b"[", b"]:", b"") is None
     grouped = _scan.group_lines(b"[default1]:step=1\nlaunch\n[default0]:[rank0]: x [rank2]: y\n 3: z\n",
                                 b"step=", b"[", b"]:", b" ")
-    assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1], [[11], [], []], 1, 1)
+    # The starts of a group are an array of int64 (a console's every step line: no int object each).
+    assert grouped == ([b"[default1]:", b"", b"[default0]:[rank0]: "], [1, 2, 1],
+                       [array("q", [11]), array("q"), array("q")], 1, 1)
     counted = _scan.group_lines(b"[default1]:step=1\nlaunch\n", b"", b"[", b"]:", b" ")  # no literal: counts only
-    assert counted == ([b"[default1]:", b""], [1, 1], [[], []], 0, 0)
+    assert counted == ([b"[default1]:", b""], [1, 1], [array("q"), array("q")], 0, 0)
 
 
 def test_count_starts_matches_the_twin():
@@ -1924,10 +1926,15 @@ def test_steps_ahead_are_taken_only_by_an_empty_reader_of_their_table_for_their_
         reader.read(block, starts, 0, len(starts), given)
     assert repr(busy.take()) == repr(alone.take())
     other_lines = [*starts[:-1], starts[-2]]  # as many lines from the same first one, not the stream's
-    for reader, given in ((busy, ahead), (alone, None)):
-        reader.read(block, other_lines, 0, len(other_lines), given)
-    assert repr(busy.take()) == repr(alone.take())
+    for lines in (other_lines, array("q", other_lines)):  # a list, an array (compared as bytes)
+        for reader, given in ((busy, ahead), (alone, None)):
+            reader.read(block, lines, 0, len(lines), given)
+        assert repr(busy.take()) == repr(alone.take())
     assert ahead.pending == pending
+    for wrong in (tuple(starts), array("i", starts), array("d", starts), memoryview(starts).cast("B"), b"\0" * 8):
+        for reader in (_step_fields.StepReader(KEYVALUE), step_fields_twin.StepReader(KEYVALUE)):
+            with pytest.raises(TypeError, match="starts"):
+                reader.read(block, wrong, 0, 1)
     reader = _step_fields.StepReader(KEYVALUE)
     assert reader.read(block, starts, 0, len(starts), ahead) == len(starts) and ahead.pending == pending - 1
     with pytest.raises(TypeError):

@@ -51,8 +51,9 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 from __future__ import annotations
 
 import functools
+from array import array
 from collections.abc import Callable, Iterable, Sequence
-from typing import Any, Protocol
+from typing import Any, Protocol, TypeAlias
 
 from exporter.native import detectors as _detectors_twin
 from exporter.native import scan as _scan_twin
@@ -155,8 +156,12 @@ class _Scanners:
         return newlines, starts, prefixed
 
 
+# Where lines start, as StepReader.read takes them: a list, or group_lines' array of int64 (no int object a line).
+Starts: TypeAlias = "list[int] | array[int]"
+
+
 class StepReader(Protocol):
-    def read(self, data: bytes, starts: list[int], index: int, limit: int, ahead: Any = None) -> int: ...
+    def read(self, data: bytes, starts: Starts, index: int, limit: int, ahead: Any = None) -> int: ...
 
     def take(self) -> _step_fields_twin.Run: ...
 
@@ -201,7 +206,7 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, 
 
 
 def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
-                loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None:
+                loose_starts: bytes) -> tuple[list[bytes], list[int], list[array[int]], int, int] | None:
     """A block's lines grouped by their prefix of tags (an interleaved console's streams): exporter/native/scan.py."""
     if _scan is not None:
         return _scan.group_lines(data, literal, tag_open, tag_close, loose_starts)

@@ -194,6 +194,34 @@ find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_
     return 0;
 }
 
+/* array.array (each kernel's module imports it: import_array_type): offsets and values leave as an array, copied at
+ * once, not as an int or float object each. */
+static PyObject *array_type;
+
+static int
+import_array_type(void)
+{
+    if (array_type != NULL) return 0;
+    PyObject *array_module = PyImport_ImportModule("array");
+    array_type = array_module ? PyObject_GetAttrString(array_module, "array") : NULL;
+    Py_XDECREF(array_module);
+    return array_type == NULL ? -1 : 0;
+}
+
+/* An array of ``typecode`` holding ``size`` bytes of items at ``items``. */
+static PyObject *
+items_array(const char *typecode, const void *items, Py_ssize_t size)
+{
+    PyObject *array = PyObject_CallFunction(array_type, "s", typecode);
+    if (array == NULL || size == 0) return array;
+    PyObject *memory = PyMemoryView_FromMemory((char *)items, size, PyBUF_READ);
+    PyObject *done = memory ? PyObject_CallMethod(array, "frombytes", "O", memory) : NULL;
+    Py_XDECREF(memory);
+    if (done == NULL) Py_CLEAR(array);
+    Py_XDECREF(done);
+    return array;
+}
+
 static PyObject *
 groups_result(const Groups *found)
 {
@@ -204,7 +232,9 @@ groups_result(const Groups *found)
     for (Py_ssize_t group = 0; group < found->groups; group++) {
         PyObject *prefix = PyBytes_FromStringAndSize(found->texts[group], found->lengths[group]);
         PyObject *count = PyLong_FromSsize_t(found->counts[group]);
-        PyObject *offsets = offsets_list(&found->starts[group]);
+        /* A console's every step line: its start in an array('q'), no int object each. */
+        PyObject *offsets = items_array("q", found->starts[group].items,
+                                        found->starts[group].count * (Py_ssize_t)sizeof(int64_t));
         if (prefix) PyList_SET_ITEM(prefixes, group, prefix);
         if (count) PyList_SET_ITEM(lines, group, count);
         if (offsets) PyList_SET_ITEM(starts, group, offsets);

@@ -1669,7 +1669,7 @@ PyInit__scan(void)
     __builtin_cpu_init();
     have_avx2 = __builtin_cpu_supports("avx2");
 #endif
-    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&AheadType) < 0) return NULL;
+    if (PyType_Ready(&ScannerType) < 0 || PyType_Ready(&AheadType) < 0 || import_array_type() < 0) return NULL;
     PyObject *module = PyModule_Create(&scan_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "Scanner", (PyObject *)&ScannerType) < 0

@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import itertools
 import re
+from array import array
 from collections.abc import Callable
 
 try:
@@ -271,18 +272,18 @@ _TAG_NAME = frozenset(b"ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz0123
 
 
 def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
-                loose_starts: bytes) -> tuple[list[bytes], list[int], list[list[int]], int, int] | None:
+                loose_starts: bytes) -> tuple[list[bytes], list[int], list[array[int]], int, int] | None:
     """The newline-terminated lines of ``data`` grouped by their prefix (tags ``open name close``, each with one
     space after it, stacked; ``b""``: none), groups in order of first appearance: ``(prefixes, lines, starts, loose,
     tagged)``, each group's line count and where the text after the prefix starts on its lines holding
-    ``literal`` there (none when it is empty: the counts only); ``loose``: lines without a prefix beginning with a
-    byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix. None: more than MAX_PREFIXES
-    prefixes."""
+    ``literal`` there (an array of int64; none when it is empty: the counts only); ``loose``: lines without a prefix
+    beginning with a byte of ``loose_starts``; ``tagged``: lines holding a tag after their prefix. None: more than
+    MAX_PREFIXES prefixes."""
     if not tag_open or not tag_close:
         raise ValueError("tags must not be empty")
     groups: dict[bytes, int] = {}
     lines: list[int] = []
-    starts: list[list[int]] = []
+    starts: list[array[int]] = []
     loose = tagged = 0
     line = 0
     while (newline := data.find(b"\n", line)) >= 0:
@@ -296,7 +297,7 @@ def group_lines(data: bytes, literal: bytes, tag_open: bytes, tag_close: bytes,
                 return None
             group = groups[prefix] = len(groups)
             lines.append(0)
-            starts.append([])
+            starts.append(array("q"))
         lines[group] += 1
         body = line + width
         if not width and body < newline and data[body] in loose_starts:

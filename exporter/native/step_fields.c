@@ -2086,30 +2086,15 @@ text_or_none(Text text)
     return text.length ? PyUnicode_DecodeASCII((const char *)text.at, text.length, NULL) : Py_NewRef(Py_None);
 }
 
-/* array.array: a series' values leave as an array('d'), copied at once, not as a float object each (the detectors
- * and the rows' writer read its buffer). */
-static PyObject *array_type;
-
-static PyObject *
-doubles_array(const double *values, Py_ssize_t count)
-{
-    PyObject *array = PyObject_CallFunction(array_type, "s", "d");
-    if (array == NULL || count == 0) return array;
-    PyObject *memory = PyMemoryView_FromMemory((char *)values, count * (Py_ssize_t)sizeof(double), PyBUF_READ);
-    PyObject *done = memory ? PyObject_CallMethod(array, "frombytes", "O", memory) : NULL;
-    Py_XDECREF(memory);
-    if (done == NULL) Py_CLEAR(array);
-    Py_XDECREF(done);
-    return array;
-}
-
 static PyObject *
 column_result(const Column *column, int series, PyObject *steps)
 {
     PyObject *latest = column->has ? PyFloat_FromDouble(column->value) : Py_NewRef(Py_None);
     PyObject *unit = text_or_none(text_of_owned(&column->unit));
     PyObject *series_steps = series ? PyList_New(column->count) : Py_NewRef(Py_None);
-    PyObject *series_values = series ? doubles_array(column->values, column->count) : Py_NewRef(Py_None);
+    /* The values as an array('d'), not a float object each: the detectors and the rows' writer read its buffer. */
+    PyObject *series_values = series ? items_array("d", column->values, column->count * (Py_ssize_t)sizeof(double))
+                                     : Py_NewRef(Py_None);
     PyObject *result = NULL;
     if (latest && unit && series_steps && series_values) {
         for (Py_ssize_t i = 0; series && i < column->count; i++) {
@@ -2429,12 +2414,61 @@ static PyTypeObject StepsAheadType = {
     .tp_getset = StepsAhead_getset,
 };
 
+/* The line starts StepReader.read is given: a list of ints, or an array of int64 (native.group_lines' starts) read
+ * through its buffer. */
+typedef struct {
+    PyObject *list;
+    Py_buffer view;
+    const int64_t *items; /* the array's, NULL for a list */
+    Py_ssize_t count;
+} Starts;
+
+/* 0, or -1 with TypeError when ``object`` is neither. */
+static int
+starts_of(PyObject *object, Starts *starts)
+{
+    *starts = (Starts){0};
+    if (PyList_Check(object)) {
+        starts->list = object;
+        starts->count = PyList_GET_SIZE(object);
+        return 0;
+    }
+    if (PyObject_CheckBuffer(object) && !PyBytes_Check(object) && !PyByteArray_Check(object)
+        && PyObject_GetBuffer(object, &starts->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
+        const char *format = starts->view.format;
+        if (format != NULL && (strcmp(format, "q") == 0 || strcmp(format, "l") == 0)
+            && starts->view.itemsize == (Py_ssize_t)sizeof(int64_t)) {
+            starts->items = starts->view.buf;
+            starts->count = starts->view.len / (Py_ssize_t)sizeof(int64_t);
+            return 0;
+        }
+        PyBuffer_Release(&starts->view);
+    }
+    PyErr_Clear();
+    PyErr_SetString(PyExc_TypeError, "starts are a list of ints or an array of int64");
+    return -1;
+}
+
+/* The start at ``index`` (< count); -1 with an exception when a list's item is no int. */
+static Py_ssize_t
+start_at(const Starts *starts, Py_ssize_t index)
+{
+    return starts->items ? (Py_ssize_t)starts->items[index] : PyLong_AsSsize_t(PyList_GET_ITEM(starts->list, index));
+}
+
+static void
+starts_release(Starts *starts)
+{
+    if (starts->items) PyBuffer_Release(&starts->view);
+    *starts = (Starts){0};
+}
+
 /* The run ``ahead`` read for the stream whose lines start at ``starts`` (all of them, from ``data``'s buffer), into
  * ``self``'s empty run: how many lines it holds (0: none to take, at most ``limit``), -1 with an exception. */
 static Py_ssize_t
-take_stream(StepReader *self, StepsAhead *ahead, const Py_buffer *data, PyObject *starts, Py_ssize_t limit)
+take_stream(StepReader *self, StepsAhead *ahead, const Py_buffer *data, const Starts *starts, Py_ssize_t limit)
 {
-    Py_ssize_t count = PyList_GET_SIZE(starts);
+    Py_ssize_t count = starts->count;
     if (ahead->groups == NULL || self->run.count || self->run.named_count || count == 0
         || ((StepReader *)ahead->reader)->table_object != self->table_object || ahead->data.buf != data->buf
         || ahead->data.len != data->len) {
@@ -2442,14 +2476,17 @@ take_stream(StepReader *self, StepsAhead *ahead, const Py_buffer *data, PyObject
     }
     worker_wait(&ahead->worker);
     if (ahead->failed || ahead->streams == NULL) return 0;
-    Py_ssize_t first = PyLong_AsSsize_t(PyList_GET_ITEM(starts, 0));
+    Py_ssize_t first = start_at(starts, 0);
     if (first == -1 && PyErr_Occurred()) return -1;
     for (Py_ssize_t group = 0; group < ahead->groups->groups; group++) {
         const Offsets *offsets = &ahead->groups->starts[group];
         Stream *stream = &ahead->streams[group];
         if (offsets->count != count || offsets->items[0] != first || stream->taken == 0 || stream->taken > limit) continue;
-        for (Py_ssize_t i = 1; i < count; i++) {
-            Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+        if (starts->items) { /* the group's own starts, as group_lines gave them */
+            if (memcmp(starts->items, offsets->items, (size_t)count * sizeof(int64_t)) != 0) return 0;
+        }
+        for (Py_ssize_t i = 1; !starts->items && i < count; i++) {
+            Py_ssize_t start = start_at(starts, i);
             if (start == -1 && PyErr_Occurred()) return -1;
             if (start != offsets->items[i]) return 0;
         }
@@ -2477,9 +2514,8 @@ static PyObject *
 StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
 {
     if (ready(self) < 0) return NULL;
-    if (nargs < 4 || nargs > 5 || !PyList_Check(args[1])
-        || (nargs == 5 && args[4] != Py_None && !PyObject_TypeCheck(args[4], &StepsAheadType))) {
-        PyErr_SetString(PyExc_TypeError, "read(data, starts: list, index, limit, ahead: StepsAhead | None = None)");
+    if (nargs < 4 || nargs > 5 || (nargs == 5 && args[4] != Py_None && !PyObject_TypeCheck(args[4], &StepsAheadType))) {
+        PyErr_SetString(PyExc_TypeError, "read(data, starts, index, limit, ahead: StepsAhead | None = None)");
         return NULL;
     }
     Py_ssize_t index = PyLong_AsSsize_t(args[2]);
@@ -2490,17 +2526,21 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_ValueError, "index and limit must not be negative");
         return NULL;
     }
+    Starts starts;
+    if (starts_of(args[1], &starts) < 0) return NULL;
     Py_buffer view;
-    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) return NULL;
+    if (PyObject_GetBuffer(args[0], &view, PyBUF_SIMPLE) < 0) {
+        starts_release(&starts);
+        return NULL;
+    }
     const uint8_t *data = view.buf, *data_end = data + view.len;
-    PyObject *starts = args[1];
     Py_ssize_t taken = 0;
     if (nargs == 5 && args[4] != Py_None && index == 0) { /* the stream's run read ahead, taken whole */
-        taken = take_stream(self, (StepsAhead *)args[4], &view, starts, limit);
+        taken = take_stream(self, (StepsAhead *)args[4], &view, &starts, limit);
         if (taken < 0) goto error;
     }
-    for (Py_ssize_t i = index + taken; i < PyList_GET_SIZE(starts) && taken < limit; i++, taken++) {
-        Py_ssize_t start = PyLong_AsSsize_t(PyList_GET_ITEM(starts, i));
+    for (Py_ssize_t i = index + taken; i < starts.count && taken < limit; i++, taken++) {
+        Py_ssize_t start = start_at(&starts, i);
         if (start == -1 && PyErr_Occurred()) goto error;
         if (start < 0 || start > view.len) break;
         const uint8_t *end = memchr(data + start, '\n', (size_t)(view.len - start));
@@ -2512,9 +2552,11 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
         if (read == 0) break;
     }
     PyBuffer_Release(&view);
+    starts_release(&starts);
     return PyLong_FromSsize_t(taken);
 error:
     PyBuffer_Release(&view);
+    starts_release(&starts);
     return NULL;
 }
 
@@ -3182,12 +3224,7 @@ PyInit__step_fields(void)
     if (PyType_Ready(&StepReaderType) < 0 || PyType_Ready(&StepsAheadType) < 0 || PyType_Ready(&RowsAheadType) < 0) {
         return NULL;
     }
-    if (array_type == NULL) {
-        PyObject *array_module = PyImport_ImportModule("array");
-        array_type = array_module ? PyObject_GetAttrString(array_module, "array") : NULL;
-        Py_XDECREF(array_module);
-        if (array_type == NULL) return NULL;
-    }
+    if (import_array_type() < 0) return NULL;
     PyObject *module = PyModule_Create(&step_fields_module);
     if (module == NULL) return NULL;
     if (PyModule_AddObjectRef(module, "StepReader", (PyObject *)&StepReaderType) < 0

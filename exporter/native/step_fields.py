@@ -209,9 +209,12 @@ class StepReader:
     def __len__(self) -> int:
         return len(self._steps)
 
-    def read(self, data: bytes, starts: Sequence[int], index: int, limit: int, ahead: object = None) -> int:
+    def read(self, data: bytes, starts: list[int] | array[int], index: int, limit: int, ahead: object = None) -> int:
         """Read the run of step lines at ``starts[index:]`` (at most ``limit``); how many lines were read.
         ``ahead`` (the kernel's StepsAhead: runs read on a thread of their own) is the kernel's: the twin reads."""
+        if type(starts) is not list and not (type(starts) is array and starts.typecode in "ql"
+                                             and starts.itemsize == 8):
+            raise TypeError("starts are a list of ints or an array of int64")
         if index < 0 or limit < 0:
             raise ValueError("index and limit must not be negative")
         grammar = self._grammar

@@ -24,6 +24,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import operator
+from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
@@ -691,7 +692,7 @@ class LineParser:
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
         return True
 
-    def _stream_ranks(self, grouped: tuple[list[bytes], list[int], list[list[int]], int, int] | None
+    def _stream_ranks(self, grouped: tuple[list[bytes], list[int], list[array[int]], int, int] | None
                       ) -> list[tuple[int | None, bytes]] | None:
         """Each group's rank (and what its prefix leaves, empty), when a block's lines grouped by native.group_lines
         are several rank streams, one a rank, as the line-by-line path would count them: None when they may not be
@@ -757,7 +758,7 @@ class LineParser:
             self._line_start = after
             self._take_redrawn(parsed)
 
-    def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: list[int],
+    def _read_stream(self, data: bytes, prefix: bytes, rank: int | None, starts: native.Starts,
                      parsed: ParsedBlock) -> int:
         """One rank stream's lines at ``starts`` (after its ``prefix``), the kernel's runs into the rank's batch, a
         line it declines read with its prefix by the line parser; ends the rank's batch. How many were recognized."""
@@ -788,7 +789,7 @@ class LineParser:
             self._stream = None
         return recognized
 
-    def _reads_alone(self, data: bytes, starts: list[int], index: int) -> bool:
+    def _reads_alone(self, data: bytes, starts: native.Starts, index: int) -> bool:
         """True when the kernel reads the line at ``starts[index]`` into an empty run."""
         probe = self._probe_reader()
         taken = probe.read(data, starts, index, 1)
@@ -854,7 +855,7 @@ class LineParser:
                 parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
         return recognized
 
-    def _read_step_run(self, data: bytes, starts: list[int], index: int, parsed: ParsedBlock) -> int:
+    def _read_step_run(self, data: bytes, starts: native.Starts, index: int, parsed: ParsedBlock) -> int:
         """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
         kernel_format = self._kernel_format
         if kernel_format is None:

@@ -80,7 +80,7 @@ class StepBatchBuilder:
         self._gauges = tuple(column.gauge for column in columns)
         self._rows_table, self._row_readers = table, {}
 
-    def read_run(self, data: bytes, starts: list[int], index: int, limit: int,
+    def read_run(self, data: bytes, starts: native.Starts, index: int, limit: int,
                  ahead: object = None) -> tuple[int, StepBatch | None]:
         """Read the run of step lines at ``starts[index]`` (at most ``limit``): how many lines it took, and the
         batch of the lines before it when its first step goes back below theirs (a restart: the run starts
@@ -108,7 +108,7 @@ class StepBatchBuilder:
             self._line_starts += starts[index : index + taken]
         return taken, ended
 
-    def _add_run_rows(self, run: Run, data: bytes, starts: list[int], index: int) -> bool:
+    def _add_run_rows(self, run: Run, data: bytes, starts: native.Starts, index: int) -> bool:
         """The rows of a run its columns give; False when they do not (a series gauge or an aux loss that some
         lines lack, in a run printing a step twice)."""
         steps, _, fields, named = run
@@ -143,7 +143,7 @@ class StepBatchBuilder:
         self._rows.extend(len(steps), columns, aux)
         return True
 
-    def _read_rows(self, data: bytes, starts: list[int], index: int, count: int) -> None:
+    def _read_rows(self, data: bytes, starts: native.Starts, index: int, count: int) -> None:
         """Each of the ``count`` lines at ``starts[index]``, just read as a run, read again alone: its own values
         and aux losses, its row."""
         table, gauges, rows = self._rows_table, self._gauges, self._rows
