@@ -490,16 +490,21 @@ class TrainingState:
     def _step_events(applying: _Applying, found: Found) -> list[Event]:
         """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
         their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
-        batch_steps, line_time = applying.batch.steps, applying.line_time
-        position, context_at, kind, key = applying.position, applying.context_at, found.kind, applying.key
+        batch_steps, line_time, now = applying.batch.steps, applying.line_time, applying.now
+        position, around_in, contexts, kind, key = (applying.position, applying.around_in, applying.contexts,
+                                                   found.kind, applying.key)
         last = len(batch_steps) - 1
         subject = applying.source(found.subject) if found.subject is not None else None
+        fields = [(name, applying.source(name)) for name in CONTEXT_FIELDS]  # context_at's, looked up once
         events = []
         for step in found.steps or ():
             index = position(batch_steps, step)
-            value = applying.around_in(subject, step, index) if subject is not None else (None, None)
-            time = applying.now if line_time is None else line_time(last if index is None else index)
-            events.append(Event(kind, key, step, time, 1, value, context_at(step, index), {}))
+            value = around_in(subject, step, index) if subject is not None else (None, None)
+            time = now if line_time is None else line_time(last if index is None else index)
+            context = contexts.get(step)
+            if context is None:
+                context = contexts[step] = {name: around_in(source, step, index) for name, source in fields}
+            events.append(Event(kind, key, step, time, 1, value, context, {}))
         return events
 
     @staticmethod
