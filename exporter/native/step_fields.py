@@ -75,8 +75,8 @@ value printed as ``word`` is ``number``
 (``False`` 0); ``per_line``: parts of names (at most MAX_MARKS), a line printing a pair whose named value's name
 (renamed or normalised) holds one of them is the per-line reader's (values of which the caller needs every one, where
 a run keeps the latest). Every other named value is kept under its name normalised (``decode.loss_ce``:
-``decode_loss_ce``); a field is known by its name as printed. The last three (torchtitan's ``\x1b[31mstep: 10
-\x1b[32mloss: 9.0  \x1b[36mmemory: 171.79GiB(96.32%)``): ``escapes`` (1 or 0), the line is read as if each ANSI SGR
+``decode_loss_ce``); a field is known by its name as printed. The last three (torchtitan's ``ESC[31mstep: 10
+ESC[32mloss: 9.0  ESC[36mmemory: 171.79GiB(96.32%)``): ``escapes`` (1 or 0), the line is read as if each ANSI SGR
 escape, ``ESC [ digits-or-semicolons m``, were not there; ``item_brackets`` (two bytes of punctuation, not the value
 brackets' first; b"": none), a value (not a list) holding the first after its first byte and ending with the second
 is a list of two items, the bytes before the first and those between, stripped (``seconds`` names its second);
