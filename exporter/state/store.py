@@ -479,7 +479,7 @@ class TrainingState:
             return Event(found.kind, applying.key, step, self._line_time(applying, step), found.count,
                          detail=detail, continued=found.continued)
         index = applying.position(applying.batch.steps, step)
-        context = applying.context_at(step, index)
+        context = applying.context_at(step, index, applying.context_fields())
         value = found.value
         if value is None and found.subject is not None:
             value = applying.around(found.subject, step, index)
@@ -491,20 +491,17 @@ class TrainingState:
         """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
         their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
         batch_steps, line_time, now = applying.batch.steps, applying.line_time, applying.now
-        position, around_in, contexts, kind, key = (applying.position, applying.around_in, applying.contexts,
-                                                   found.kind, applying.key)
+        position, around_in, context_at, kind, key = (applying.position, applying.around_in, applying.context_at,
+                                                     found.kind, applying.key)
         last = len(batch_steps) - 1
         subject = applying.source(found.subject) if found.subject is not None else None
-        fields = [(name, applying.source(name)) for name in CONTEXT_FIELDS]  # context_at's, looked up once
+        fields = applying.context_fields()
         events = []
         for step in found.steps or ():
             index = position(batch_steps, step)
             value = around_in(subject, step, index) if subject is not None else (None, None)
             time = now if line_time is None else line_time(last if index is None else index)
-            context = contexts.get(step)
-            if context is None:
-                context = contexts[step] = {name: around_in(source, step, index) for name, source in fields}
-            events.append(Event(kind, key, step, time, 1, value, context, {}))
+            events.append(Event(kind, key, step, time, 1, value, context_at(step, index, fields), {}))
         return events
 
     @staticmethod
@@ -728,12 +725,17 @@ class _Applying(NamedTuple):
         """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
         return self.around_in(self.source(name), step, index)
 
-    def context_at(self, step: int | None, index: int | None) -> dict[str, tuple[float | None, float | None]]:
-        """The values around ``step`` of each of CONTEXT_FIELDS, made once a step: a loss spike and a grad norm spike
-        at one step share them."""
+    def context_fields(self) -> list[tuple[str, _Source]]:
+        """Each of CONTEXT_FIELDS and where the batch's values of it are (context_at's, found once for many)."""
+        return [(name, self.source(name)) for name in CONTEXT_FIELDS]
+
+    def context_at(self, step: int | None, index: int | None,
+                   fields: list[tuple[str, _Source]]) -> dict[str, tuple[float | None, float | None]]:
+        """The values around ``step`` of each of ``fields`` (context_fields), made once a step: a loss spike and a grad
+        norm spike at one step share them."""
         context = self.contexts.get(step)
         if context is None:
-            context = self.contexts[step] = {name: self.around(name, step, index) for name in CONTEXT_FIELDS}
+            context = self.contexts[step] = {name: self.around_in(source, step, index) for name, source in fields}
         return context
 
     def source(self, name: str) -> _Source:
