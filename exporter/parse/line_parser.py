@@ -308,9 +308,7 @@ class LineParser:
             else:
                 self._first_run = 0
                 parsed.unparsed = lines - self._parse_anchored(data, starts, parsed)
-                # Reading ahead costs a pass over the block on the second core: worth it where step lines are most
-                # (a rank's own prefixed lines too: _parse_one_stream).
-                self._runs_whole = self._first_run == len(starts) and 2 * len(starts) >= lines
+                self._note_runs_whole(len(starts), lines)
                 unprefixed = lines - sum(parsed.lines_by_rank.values())
                 if unprefixed:
                     parsed.lines_by_rank[None] = unprefixed
@@ -630,7 +628,7 @@ class LineParser:
         self._first_run = 0
         try:
             recognized = self._parse_anchored(data, [start + width for start in starts], parsed)
-            self._runs_whole = self._first_run == len(starts) and 2 * len(starts) >= lines
+            self._note_runs_whole(len(starts), lines)
             # The block's batches end here, while their lines' offsets are still where their prefix ends.
             self._line_start = data.rfind(b"\n", 0, len(data) - 1) + 1 + width
             for builder in self._batches.values():
@@ -642,6 +640,12 @@ class LineParser:
         if parsed.offsets is not None:
             _line_starts_before(width, parsed, first_record)
         return True
+
+    def _note_runs_whole(self, anchored: int, lines: int) -> None:
+        """Whether the blocks to come have their run read ahead (prepare): reading ahead costs a pass over the block
+        on the second core, worth it where the block's first run took its every anchored line and they are most of
+        its lines (an unprefixed block, a rank's own prefixed one)."""
+        self._runs_whole = self._first_run == anchored and 2 * anchored >= lines
 
     def _parse_interleaved(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of several rank streams' lines interleaved (torchrun's ``--tee`` console) read stream by stream;
