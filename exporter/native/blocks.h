@@ -52,7 +52,7 @@ worker_wait(Worker *worker)
 
 /* ------------------------------------------------------------------------------------------ */
 /* Growable arrays: a pass collects its findings in them without the interpreter (it may run on a
- * thread of its own), and they become Python lists only once it is done. */
+ * thread of its own), and they become Python lists or arrays only once it is done. */
 
 typedef struct {
     int64_t *items;
@@ -92,21 +92,6 @@ push_double(Doubles *array, double value)
     return 0;
 }
 
-static PyObject *
-offsets_list(const Offsets *array)
-{
-    PyObject *list = PyList_New(array->count);
-    if (list == NULL) return NULL;
-    for (Py_ssize_t i = 0; i < array->count; i++) {
-        PyObject *number = PyLong_FromLongLong(array->items[i]);
-        if (number == NULL) {
-            Py_DECREF(list);
-            return NULL;
-        }
-        PyList_SET_ITEM(list, i, number);
-    }
-    return list;
-}
 /* The first ``literal`` (not empty) in at[0:size], NULL when none: its first byte by memchr, then the rest (glibc's
  * memmem reads a long block at a few instructions a byte, and a short one after a setup of its own). */
 static const void *

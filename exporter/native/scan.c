@@ -27,6 +27,23 @@
 
 #include "blocks.h"
 
+/* The offsets as a list of ints (scan.c's passes: a block's anchored lines, few beside its step lines). */
+static PyObject *
+offsets_list(const Offsets *array)
+{
+    PyObject *list = PyList_New(array->count);
+    if (list == NULL) return NULL;
+    for (Py_ssize_t i = 0; i < array->count; i++) {
+        PyObject *number = PyLong_FromLongLong(array->items[i]);
+        if (number == NULL) {
+            Py_DECREF(list);
+            return NULL;
+        }
+        PyList_SET_ITEM(list, i, number);
+    }
+    return list;
+}
+
 #define BUCKETS 16 /* two AVX2 table sets of eight: a bucket is a bit of a byte */
 
 #define FINGERPRINT 3

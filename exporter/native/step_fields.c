@@ -2433,18 +2433,11 @@ starts_of(PyObject *object, Starts *starts)
         starts->count = PyList_GET_SIZE(object);
         return 0;
     }
-    if (PyObject_CheckBuffer(object) && !PyBytes_Check(object) && !PyByteArray_Check(object)
-        && PyObject_GetBuffer(object, &starts->view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) == 0) {
-        const char *format = starts->view.format;
-        if (format != NULL && (strcmp(format, "q") == 0 || strcmp(format, "l") == 0)
-            && starts->view.itemsize == (Py_ssize_t)sizeof(int64_t)) {
-            starts->items = starts->view.buf;
-            starts->count = starts->view.len / (Py_ssize_t)sizeof(int64_t);
-            return 0;
-        }
-        PyBuffer_Release(&starts->view);
+    if (typed_view(object, &starts->view, "ql", (Py_ssize_t)sizeof(int64_t))) {
+        starts->items = starts->view.buf;
+        starts->count = starts->view.len / (Py_ssize_t)sizeof(int64_t);
+        return 0;
     }
-    PyErr_Clear();
     PyErr_SetString(PyExc_TypeError, "starts are a list of ints or an array of int64");
     return -1;
 }
