@@ -196,7 +196,9 @@ INCIDENT_RULES = RULES_DIR / "trainlog-incidents.yml"
 INCIDENT_MUTATIONS = {
     "slowdown judged per rank": ("count by (run, node) (increase(training_anomalies_total{kind=\"slowdown\"}",
                                  "count by (run, node, rank) (increase(training_anomalies_total{kind=\"slowdown\"}"),
-    "restart loop count": ("[1h]) >= 3", "[1h]) >= 2"),
+    "restart loop count": ("    ) >= 3\n", "    ) >= 2\n"),
+    "restart loop extrapolates": ("training_restarts_total{rank!=\"\"}\n              - min_over_time(",
+                                  "0 * training_restarts_total{rank!=\"\"}\n              + increase("),
     "restart loop ignores progress": ("(training_step <= max_over_time(training_step[1h] offset 2m))",
                                       "(training_step >= 0)"),
     "goodput ratio": ("goodput:ratio < 0.5", "goodput:ratio < 0.3"),
