@@ -295,42 +295,46 @@ class Analysis:
 
     def _event(self, event: Event) -> None:
         """A finding for each event a person should read about; repeats merged into the first."""
-        kind = kinds.KINDS.get(event.kind)
+        name = event.kind
+        kind = kinds.KINDS.get(name)
         if kind is None or (kind.family == kinds.SCHEDULER and kind.alert is None):
             return  # a worker registering, the cluster forming: no finding
         track = self._tracks.get(event.key)
         if track is None:
             return
-        if kind.family == kinds.ANOMALY:
-            if event.kind.startswith("loss") and (track.first_anomaly_step is None
-                                                  or (event.step or 0) < track.first_anomaly_step):
-                track.first_anomaly_step = event.step
-            running = track.open_nonfinite.get(event.kind)
-            if event.continued and running is not None:
+        run, node, rank = event.key
+        family, step, detail = kind.family, event.step, event.detail
+        if family == kinds.ANOMALY:
+            if name.startswith("loss") and (track.first_anomaly_step is None or (step or 0) < track.first_anomaly_step):
+                track.first_anomaly_step = step
+            running = track.open_nonfinite.get(name) if event.continued else None
+            if running is not None:
                 running.count += event.count
                 running.last_step = _last_step(event)
                 return
-        elif kind.family == kinds.ERROR:
-            seen = track.errors.get(event.kind)
+        elif family == kinds.ERROR:
+            seen = track.errors.get(name)
             if seen is not None:
                 seen.count += 1
-                seen.last_step = event.step
+                seen.last_step = step
                 return
-        rank = event.rank
-        if event.kind == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
-            rank = str(event.detail.get("node_rank", ""))
-        said = self._said(event, track) if event.kind == "restart" else None
-        finding = Finding(event.kind, event.step, rank, event.node, event.time, said,
-                          context=_context(event) if kind.family == kinds.ANOMALY else {},
-                          count=event.count, last_step=_last_step(event) if event.detail else event.step,
-                          fault=_fault(event.detail) if kind.family == kinds.ERROR else None, value=event.value,
-                          detail=event.detail)
-        if event.kind.endswith("_nonfinite"):
-            track.open_nonfinite[event.kind] = finding
-        elif kind.family == kinds.ERROR:
-            track.errors[event.kind] = finding
-        self._findings.setdefault(event.run, []).append(finding)
-        if event.kind in kinds.INCIDENT_KINDS:  # the cause model holds it: its finding is looked up by it
+        if name == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
+            rank = str(detail.get("node_rank", ""))
+        said = self._said(event, track) if name == "restart" else None
+        # Positional: a repeated console's spikes make findings by the ten thousand (keywords take twice as long).
+        finding = Finding(name, step, rank, node, event.time, said, False,
+                          _context(event) if family == kinds.ANOMALY else {}, event.count,
+                          _last_step(event) if detail else step, (),
+                          _fault(detail) if family == kinds.ERROR else None, event.value, detail)
+        if name.endswith("_nonfinite"):
+            track.open_nonfinite[name] = finding
+        elif family == kinds.ERROR:
+            track.errors[name] = finding
+        findings = self._findings.get(run)
+        if findings is None:
+            findings = self._findings[run] = []
+        findings.append(finding)
+        if name in kinds.INCIDENT_KINDS:  # the cause model holds it: its finding is looked up by it
             self._finding_of[id(event)] = (event, finding)
 
     @staticmethod

@@ -129,7 +129,7 @@ class RunReport:
     steps_total: int
     loss: LossSummary
     ranks: list[RankReport]
-    findings: list[Finding]
+    findings: list[Finding]  # earliest first (finding_order)
     median_step_time: float | None = None
     planned_steps: int | None = None  # the total the step lines print (step:[ 100/ 1000]), as training_total_steps
 
@@ -140,7 +140,7 @@ class RunReport:
     @property
     def first_incident(self) -> Finding | None:
         """Where the trouble started: the earliest finding by its time (by step when it has none)."""
-        return min(self.findings, key=finding_order, default=None)
+        return self.findings[0] if self.findings else None
 
     def to_json(self) -> dict[str, object]:
         return {"run": self.run,

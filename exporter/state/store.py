@@ -489,20 +489,18 @@ class TrainingState:
     @staticmethod
     def _step_events(applying: _Applying, found: Found) -> list[Event]:
         """For the listener, _step_event's event at each of ``found.steps`` (a kind and subject, no value or detail of
-        their own): a repeated console's batch holds spikes by the thousand, each field's values looked up once."""
-        batch_steps, line_time, now = applying.batch.steps, applying.line_time, applying.now
-        position, around_in, context_at, kind, key = (applying.position, applying.around_in, applying.context_at,
-                                                     found.kind, applying.key)
-        last = len(batch_steps) - 1
-        subject = applying.source(found.subject) if found.subject is not None else None
-        fields = applying.context_fields()
-        events = []
-        for step in found.steps or ():
-            index = position(batch_steps, step)
-            value = around_in(subject, step, index) if subject is not None else (None, None)
-            time = now if line_time is None else line_time(last if index is None else index)
-            events.append(Event(kind, key, step, time, 1, value, context_at(step, index, fields), {}))
-        return events
+        their own): a repeated console's batch holds spikes by the thousand, each column of values read in one go."""
+        steps = found.steps or ()
+        indexes = applying.indexes_of(applying.batch.steps, steps)
+        values = (applying.around_each(applying.source(found.subject), steps, indexes) if found.subject is not None
+                  else [(None, None)] * len(steps))
+        contexts = applying.contexts_at(steps, indexes, applying.context_fields())
+        line_time, last = applying.line_time, len(applying.batch.steps) - 1
+        times = ([applying.now] * len(steps) if line_time is None
+                 else [line_time(last if index is None else index) for index in indexes])
+        kind, key = found.kind, applying.key
+        return [Event(kind, key, step, time, 1, value, context, {})
+                for step, time, value, context in zip(steps, times, values, contexts, strict=True)]
 
     @staticmethod
     def _line_time(applying: _Applying, step: int | None) -> float | None:
@@ -731,12 +729,22 @@ class _Applying(NamedTuple):
 
     def context_at(self, step: int | None, index: int | None,
                    fields: list[tuple[str, _Source]]) -> dict[str, tuple[float | None, float | None]]:
-        """The values around ``step`` of each of ``fields`` (context_fields), made once a step: a loss spike and a grad
-        norm spike at one step share them."""
-        context = self.contexts.get(step)
-        if context is None:
-            context = self.contexts[step] = {name: self.around_in(source, step, index) for name, source in fields}
-        return context
+        """The values around ``step`` of each of ``fields`` (context_fields): contexts_at's of one step."""
+        return self.contexts_at((step,), (index,), fields)[0]
+
+    def contexts_at(self, steps: Sequence[int | None], indexes: Sequence[int | None],
+                    fields: list[tuple[str, _Source]]) -> list[dict[str, tuple[float | None, float | None]]]:
+        """The values around each of ``steps`` (at ``indexes`` of the batch's steps) of each of ``fields``, made once a
+        step: a loss spike and a grad norm spike at one step share them."""
+        names = [name for name, _source in fields]
+        columns = [self.around_each(source, steps, indexes) for _name, source in fields]
+        contexts, made = self.contexts, []
+        for step, *pairs in zip(steps, *columns, strict=True):
+            context = contexts.get(step)
+            if context is None:
+                context = contexts[step] = dict(zip(names, pairs, strict=True))
+            made.append(context)
+        return made
 
     def source(self, name: str) -> _Source:
         """Where the batch's values of ``name`` are (``sources``)."""
@@ -750,27 +758,39 @@ class _Applying(NamedTuple):
 
     def around_in(self, source: _Source, step: int | None, index: int | None) -> tuple[float | None, float | None]:
         """around's values, of a field's ``source``."""
-        values, steps, previous = source
+        return self.around_each(source, (step,), (index,))[0]
+
+    def around_each(self, source: _Source, steps: Sequence[int | None],
+                    indexes: Sequence[int | None]) -> list[tuple[float | None, float | None]]:
+        """around_in's values at each of ``steps`` (at ``indexes`` of the batch's steps)."""
+        values, own_steps, previous = source
         if values is None:
-            return previous, None
-        if steps is not None:
-            index = self.position(steps, step)
-        if index is None:
-            return previous, None
-        return (values[index - 1] if index > 0 else previous), values[index]
+            return [(previous, None)] * len(steps)
+        if own_steps is not None:
+            indexes = self.indexes_of(own_steps, steps)
+        return [(previous, None) if index is None else ((values[index - 1] if index > 0 else previous), values[index])
+                for index in indexes]
 
     def position(self, steps: Sequence[int | None], step: int | None) -> int | None:
         """The index of the first line at ``step`` in ``steps`` (a list of the batch), None when none is."""
+        return self.indexes_of(steps, (step,))[0]
+
+    def indexes_of(self, steps: Sequence[int | None], wanted: Sequence[int | None]) -> list[int | None]:
+        """position's index of each of ``wanted``."""
         found = self.positions.get(id(steps))
         if found is None:
             found = self.positions[id(steps)] = _step_finder(steps)
         if not isinstance(found, int):
-            return found.get(step)
-        if step is None:
-            return 0 if found else None
-        index = bisect.bisect_left(cast("Sequence[int]", steps), step, found)
-        return index if index < len(steps) and steps[index] == step else None
-
+            return [found.get(step) for step in wanted]
+        first, size, known = found, len(steps), cast("Sequence[int]", steps)
+        indexes: list[int | None] = []
+        for step in wanted:
+            if step is None:
+                indexes.append(0 if first else None)
+                continue
+            index = bisect.bisect_left(known, step, first)
+            indexes.append(index if index < size and known[index] == step else None)
+        return indexes
 
 def _step_finder(steps: Sequence[int | None]) -> int | dict[int | None, int]:
     """How many lines lead printing no step, when no other line printed none; else each step's first index."""
