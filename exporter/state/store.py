@@ -792,6 +792,7 @@ class _Applying(NamedTuple):
             indexes.append(index if index < size and known[index] == step else None)
         return indexes
 
+
 def _step_finder(steps: Sequence[int | None]) -> int | dict[int | None, int]:
     """How many lines lead printing no step, when no other line printed none; else each step's first index."""
     unprinted = next((index for index, step in enumerate(steps) if step is not None), len(steps))
