@@ -65,6 +65,18 @@ def _bits(value):
     return value
 
 
+def _both_readers(table):
+    """The compiled reader of ``table`` and its twin: a reference line each reads alike."""
+    return _step_fields.StepReader(table), step_fields_twin.StepReader(table)
+
+
+def _taken_latest(reader):
+    """The run a reader holds, taken: its steps, its total, each field's latest and each named value's name and
+    value."""
+    steps, total, fields, named = reader.take()
+    return steps, total, [field[0] for field in fields], [(name, value) for name, value, *_ in named]
+
+
 def test_every_kernel_is_built_here():
     # A test run without them would compare the twins with themselves: CI builds them.
     assert native.available() == {"scan": True, "step_fields": True, "detectors": True}
@@ -377,7 +389,7 @@ def test_a_thousands_separator_is_part_of_the_value(reader):
 
 def test_named_values_count_lines_and_remember_where_they_first_appeared():
     data = b"{ step:[1/9], a: 1, b: 2, a: 3 }\n{ step:[2/9], c: 4, b: 5 }\n{ step:[3/9], zz: junk }\n"
-    for reader in (_step_fields.StepReader(MINDFORMERS), step_fields_twin.StepReader(MINDFORMERS)):
+    for reader in _both_readers(MINDFORMERS):
         assert reader.read(data, [0, 33], 0, 9) == 2 and reader.read(data, [0, 33, 60], 2, 9) == 1
         assert reader.take()[3] == [("a", 3.0, 1, 0, 0), ("b", 5.0, 2, 0, 1), ("c", 4.0, 1, 1, 0)]
 
@@ -548,7 +560,7 @@ def _each_line_read_alone(table: tuple, lines: list[bytes], declinable: Callable
 def test_the_keyvalue_reference_line():
     line = (b"[default1]:step=12/30 loss=nan lr=0.03225806451612903 grad_norm=nan step_time=0.20997321600043506 "
             b"mtp_1_loss=1,234.5")
-    for reader in (_step_fields.StepReader(KEYVALUE), step_fields_twin.StepReader(KEYVALUE)):
+    for reader in _both_readers(KEYVALUE):
         assert reader.read(line, [11], 0, 1) == 1
         steps, total, fields, named = reader.take()
         loss, lr, grad_norm, step_time, throughput = fields
@@ -854,7 +866,7 @@ def test_the_mindformers_static_reference_lines():
               b"[mindformers/core/callback/callback.py:747] ")
     record = (prefix + b"- INFO - { Epoch:[  2/  3], step:[    8/   16], loss:[  nan/  2.5], per_step_time: 894ms, "
               b"lr: 0.029411765, overflow cond: True, loss_scale: 1.0, global_norm [nan]")
-    for reader in (_step_fields.StepReader(MINDFORMERS_STATIC), step_fields_twin.StepReader(MINDFORMERS_STATIC)):
+    for reader in _both_readers(MINDFORMERS_STATIC):
         assert reader.read(record, [0], 0, 1) == 1
         steps, total, fields, named = reader.take()
         assert (steps, total) == ([24], 48)
@@ -878,13 +890,10 @@ def test_the_torchtitan_reference_lines():
     line = (b"[titan] 2026-05-19 15:23:46,006 - root - INFO - \x1b[31mstep: 10  \x1b[32mloss:  9.00300  "
             b"\x1b[38;2;180;60;0mgrad_norm: 33.0000  \x1b[38;2;54;234;195mmemory: 171.79GiB(96.32%)  "
             b"\x1b[34mtps: 4,816  \x1b[36mtflops: 452.73  \x1b[35mmfu: 20.12%\x1b[39m")
-    for reader in (_step_fields.StepReader(TORCHTITAN), step_fields_twin.StepReader(TORCHTITAN)):
+    for reader in _both_readers(TORCHTITAN):
         assert reader.read(line, [0], 0, 1) == 1
-        steps, total, fields, named = reader.take()
-        assert (steps, total) == ([10], None)
-        assert [field[0] for field in fields] == [9.003, 33.0, 4816.0, None, 452.73]
-        assert [(name, value) for name, value, *_ in named] == [("memory_gib", 171.79), ("memory_percent", 96.32),
-                                                                ("mfu_percent", 20.12)]
+        assert _taken_latest(reader) == ([10], None, [9.003, 33.0, 4816.0, None, 452.73], [
+            ("memory_gib", 171.79), ("memory_percent", 96.32), ("mfu_percent", 20.12)])
         validation = line.replace(b"\x1b[31mstep:", b"\x1b[33mvalidate step:")
         assert reader.read(validation, [0], 0, 1) == 0
         assert reader.read(line.replace(b"\x1b", b""), [0], 0, 1) == 0  # an escape's rest is no escape
@@ -896,13 +905,10 @@ def test_the_mmcv_reference_line():
     not read (a duration), ``memory`` renamed, ``time`` a duration of its field."""
     line = (b"2020-07-24 22:05:29,408 - mmseg - INFO - Iter [4200/40000]\tlr: 9.060e-03, eta: 11:32:31, time: 1.138, "
             b"data_time: 0.011, memory: 6840, decode.loss_seg: 2.5972, eta: 8 days, aux.acc_seg: 3.0267, loss: 3.6536")
-    for reader in (_step_fields.StepReader(MMENGINE), step_fields_twin.StepReader(MMENGINE)):
+    for reader in _both_readers(MMENGINE):
         assert reader.read(line.replace(b", eta: 8 days", b""), [0], 0, 1) == 1
-        steps, total, fields, named = reader.take()
-        assert (steps, total) == ([4200], 40000)
-        assert [field[0] for field in fields] == [3.6536, 9.060e-03, None, 1.138]
-        assert [(name, value) for name, value, *_ in named] == [("data_time", 0.011), ("memory_mb", 6840.0),
-                                                                ("decode_loss_seg", 2.5972), ("aux_acc_seg", 3.0267)]
+        assert _taken_latest(reader) == ([4200], 40000, [3.6536, 9.060e-03, None, 1.138], [
+            ("data_time", 0.011), ("memory_mb", 6840.0), ("decode_loss_seg", 2.5972), ("aux_acc_seg", 3.0267)])
         assert reader.read(line, [0], 0, 1) == 0  # eta twice: the per-line reader's dict reading
         assert reader.read(b"Epoch [3][50/2500]\tlr: 0.02000, time: 1.090, loss: 0.0394", [0], 0, 1) == 0
         assert reader.read(b"Iter(train) [ 10/270]  lr: 1e-2  loss: 5.3", [0], 0, 1) == 1
@@ -918,7 +924,7 @@ def test_the_deepspeed_reference_lines():
     timer = (b"[2023-04-18 01:46:59,171] [INFO] [timer.py:199:stop] epoch=0/micro_step=10/global_step=10, "
              b"RunningAvgSamplesPerSec=173.4455644119137, CurrSamplesPerSec=171.97903593624417, MemAllocated=3.96GB, "
              b"MaxMemAllocated=22.95GB")
-    for reader in (_step_fields.StepReader(DEEPSPEED), step_fields_twin.StepReader(DEEPSPEED)):
+    for reader in _both_readers(DEEPSPEED):
         assert reader.read(report + b"\n" + timer, [0, len(report) + 1], 0, 2) == 2
         steps, total, fields, named = reader.take()
         assert (steps, total, [field[0] for field in fields]) == ([10, 10], None, [9.649992967150629e-06,
@@ -1065,12 +1071,10 @@ def test_the_llamafactory_reference_line():
     line = (b'{"current_steps": 3200, "total_steps": 3235, "loss": 4.4671, "eval_loss": null, "predict_loss": null, '
             b'"reward": null, "learning_rate": 1.4439610072863874e-08, "epoch": 0.99, "percentage": 98.92, '
             b'"elapsed_time": "5:13:22", "remaining_time": "0:03:25"}')
-    for reader in (_step_fields.StepReader(JSONL), step_fields_twin.StepReader(JSONL)):
+    for reader in _both_readers(JSONL):
         assert reader.read(line, [0], 0, 1) == 1
-        steps, total, fields, named = reader.take()
-        assert (steps, total, [field[0] for field in fields]) == ([3200], 3235, [4.4671, 1.4439610072863874e-08, None,
-                                                                                 None, None])
-        assert [(name, value) for name, value, *_ in named] == [("epoch", 0.99), ("percentage", 98.92)]
+        assert _taken_latest(reader) == ([3200], 3235, [4.4671, 1.4439610072863874e-08, None, None, None], [
+            ("epoch", 0.99), ("percentage", 98.92)])
         assert reader.read(b'{"step": 1, "loss": 2, "data_time": 0.1, "time": 0.5}', [0], 0, 1) == 0
         assert reader.read(b'{"step": 1, "train/loss": 2, "loss": 3}', [0], 0, 1) == 0
         assert reader.read(b'{"step": 1, "loss": {"a": 2}}', [0], 0, 1) == 0
@@ -1932,7 +1936,7 @@ def test_steps_ahead_are_taken_only_by_an_empty_reader_of_their_table_for_their_
         assert repr(busy.take()) == repr(alone.take())
     assert ahead.pending == pending
     for wrong in (tuple(starts), array("i", starts), array("d", starts), memoryview(starts).cast("B"), b"\0" * 8):
-        for reader in (_step_fields.StepReader(KEYVALUE), step_fields_twin.StepReader(KEYVALUE)):
+        for reader in _both_readers(KEYVALUE):
             with pytest.raises(TypeError, match="starts"):
                 reader.read(block, wrong, 0, 1)
     reader = _step_fields.StepReader(KEYVALUE)
