@@ -448,10 +448,10 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
 
 
 def test_a_failed_write_of_the_rows_is_raised():
-    """A full device's ENOSPC reaches analyze, for a batch's rows (written on the kernel's thread: told by the next
-    write or the flush, which wait for it) and for single rows' texts (joined, written at TEXT_CHUNK characters or at
-    the end)."""
-    from exporter.analyze.csv_out import TEXT_CHUNK, _RowWriter
+    """A full device's ENOSPC reaches analyze, for a batch's rows (written on the kernel's threads, ROWS_AHEAD at a
+    time: told by the flush, or by the put that waits for the oldest) and for single rows' texts (joined, written at
+    TEXT_CHUNK characters or at the end)."""
+    from exporter.analyze.csv_out import ROWS_AHEAD, TEXT_CHUNK, _RowWriter
     batch = ((list(range(100)), [0.5] * 100), 100, "run,,0,")
     with open("/dev/full", "wb") as full:
         writer = _RowWriter(full.fileno())
@@ -459,9 +459,11 @@ def test_a_failed_write_of_the_rows_is_raised():
         with pytest.raises(OSError) as failed:
             writer.flush()
         assert failed.value.errno == errno.ENOSPC
-        writer.put(batch)
+        for _ in range(ROWS_AHEAD):
+            writer.put(batch)
         with pytest.raises(OSError):
             writer.put(batch)
+        writer.stop()  # the writings after the failed one fail too: each waited for
         writer.flush()  # the batch the failed put did not start was not taken: nothing is pending
         writer.put("run,,0,1,,0.5\r\n")
         with pytest.raises(OSError):

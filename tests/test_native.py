@@ -748,6 +748,47 @@ def test_rows_ahead_writes_what_the_jobs_held_when_given(tmp_path):
     assert (tmp_path / "dropped").read_bytes().count(b"\n") == 100_000
 
 
+def test_rows_ahead_after_another_writes_in_the_order_made(tmp_path):
+    """Writings each following the one before write in the order they were made, whatever each thread's pace: a
+    writing whose rows wait() finishes (1e-300, which only repr writes) keeps the ones after it behind it; a failed
+    write fails the ones after it, which write nothing; a chain dropped unwaited is written whole."""
+    def chain(handle: object, count: int, rows: int, odd: int | None = None) -> list:
+        writings: list = []
+        for number in range(count):
+            values = [float(number)] * rows
+            if number == odd:
+                values[rows // 2] = 1e-300
+            writings.append(_step_fields.RowsAhead(handle.fileno(), [((values,), rows, f"{number},")],
+                                                   writings[-1] if writings else None))
+        return writings
+
+    def expected(count: int, rows: int, odd: int | None = None) -> list[str]:
+        return [f"{number},{1e-300 if number == odd and row == rows // 2 else float(number)!r}"
+                for number in range(count) for row in range(rows)]
+
+    for odd in (None, 0, 3):
+        path = tmp_path / f"chain-{odd}"
+        with path.open("wb") as handle:
+            for writing in chain(handle, 8, 20_000, odd):
+                writing.wait()
+        assert path.read_bytes().decode().split("\r\n")[:-1] == expected(8, 20_000, odd)
+    with (tmp_path / "newest first").open("wb") as handle:  # the writings before it are waited for by it
+        chain(handle, 5, 1_000, odd=1)[-1].wait()
+    assert (tmp_path / "newest first").read_bytes().decode().split("\r\n")[:-1] == expected(5, 1_000, odd=1)
+    with open("/dev/full", "wb") as full:
+        writings = chain(full, 3, 100_000)
+        for writing in writings:
+            with pytest.raises(OSError) as failed:
+                writing.wait()
+            assert failed.value.errno == errno.ENOSPC
+    with (tmp_path / "dropped").open("wb") as handle:
+        chain(handle, 6, 50_000, odd=2)
+    gc.collect()
+    assert (tmp_path / "dropped").read_bytes().decode().split("\r\n")[:-1] == expected(6, 50_000, odd=2)
+    with (tmp_path / "refused").open("wb") as handle, pytest.raises(TypeError, match="after"):
+        _step_fields.RowsAhead(handle.fileno(), ["x"], "not a writing")
+
+
 def test_rows_ahead_holds_no_number_of_the_columns(tmp_path):
     """The job's numbers are read when it is given: a float of a column is freed with its list while the thread
     writes (its last reference), not after the writing; only an int beyond 64 bits, which repr writes, is held."""

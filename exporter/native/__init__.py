@@ -299,12 +299,13 @@ class RowsWriting(Protocol):
     def wait(self) -> None: ...
 
 
-def rows_ahead(fd: int, jobs: list) -> RowsWriting | None:
-    """write_rows(fd, jobs) on a thread of its own, its ``wait()`` ending it (the jobs read, and refused, here); None
-    where the kernel is not built."""
+def rows_ahead(fd: int, jobs: list, after: RowsWriting | None = None) -> RowsWriting | None:
+    """write_rows(fd, jobs) on a thread of its own once ``after`` (a writing of rows_ahead's) has written, its
+    ``wait()`` ending it (the jobs read, and refused, here); None where the kernel is not built."""
     if _step_fields is None:
         return None
-    return _step_fields.RowsAhead(fd, jobs)
+    assert after is None or isinstance(after, _step_fields.RowsAhead)
+    return _step_fields.RowsAhead(fd, jobs, after)
 
 
 def check_series(config: tuple, spikes: Any, plateau: Any, steps: Sequence[int | None],

@@ -3114,60 +3114,122 @@ write_rows(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     Py_RETURN_NONE;
 }
 
-/* write_rows on a thread of its own. */
-typedef struct {
+/* write_rows on a thread of its own, after the writing it was given to follow (``after``): the writings of one file
+ * run ahead of the interpreter several at a time, and still write in the order they were made. */
+typedef struct RowsAhead {
     PyObject_HEAD
     Writing writing;
     Worker worker;
+    struct RowsAhead *after; /* a reference, dropped by wait(): its thread ended before this one writes */
+    pthread_mutex_t lock;
+    pthread_cond_t ended_signal;
+    int synced; /* lock and ended_signal made */
     int started;
+    /* Set by the thread, under the lock, and kept until the next init: the thread's part is over, it wrote every
+     * job, or else how it failed (0, 0: it left jobs to wait()). */
+    int ended, clean, error, no_memory;
 } RowsAhead;
 
 static void *
 RowsAhead_thread(void *argument)
 {
-    write_jobs(&((RowsAhead *)argument)->writing, 0);
+    RowsAhead *self = argument, *after = self->after;
+    Writing *writing = &self->writing;
+    int clean = 1;
+    if (after != NULL) {
+        pthread_mutex_lock(&after->lock);
+        while (!after->ended) pthread_cond_wait(&after->ended_signal, &after->lock);
+        clean = after->clean;
+        if (!clean) { /* its failure is this one's; what it left to wait() comes before any of this one's rows */
+            writing->error = after->error;
+            writing->no_memory = after->no_memory;
+            writing->interpreter = !writing->error && !writing->no_memory;
+        }
+        pthread_mutex_unlock(&after->lock);
+    }
+    if (clean) clean = write_jobs(writing, 0) == 0;
+    pthread_mutex_lock(&self->lock);
+    self->ended = 1;
+    self->clean = clean;
+    self->error = writing->error;
+    self->no_memory = writing->no_memory;
+    pthread_cond_broadcast(&self->ended_signal);
+    pthread_mutex_unlock(&self->lock);
     return NULL;
+}
+
+/* The thread's part over: those of the writings before it first (one that could start no thread runs here). */
+static void
+RowsAhead_settle(RowsAhead *self)
+{
+    if (self->after != NULL) RowsAhead_settle(self->after);
+    if (self->started) worker_wait(&self->worker);
 }
 
 static void
 RowsAhead_clear(RowsAhead *self)
 {
-    worker_join(&self->worker);
+    RowsAhead_settle(self);
     self->worker = (Worker){0};
     writing_free(&self->writing);
+    Py_CLEAR(self->after);
     self->started = 0;
 }
 
 static int
 RowsAhead_init(RowsAhead *self, PyObject *args, PyObject *kwargs)
 {
-    static char *keywords[] = {"fd", "jobs", NULL};
-    PyObject *fd, *jobs;
-    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO", keywords, &fd, &jobs)) return -1;
+    static char *keywords[] = {"fd", "jobs", "after", NULL};
+    PyObject *fd, *jobs, *after = Py_None;
+    if (!PyArg_ParseTupleAndKeywords(args, kwargs, "OO|O", keywords, &fd, &jobs, &after)) return -1;
+    if (after != Py_None && !PyObject_TypeCheck(after, Py_TYPE(self))) {
+        PyErr_SetString(PyExc_TypeError, "RowsAhead: after is a RowsAhead or None");
+        return -1;
+    }
     RowsAhead_clear(self);
+    if (!self->synced) {
+        if (pthread_mutex_init(&self->lock, NULL) != 0) {
+            PyErr_NoMemory();
+            return -1;
+        }
+        if (pthread_cond_init(&self->ended_signal, NULL) != 0) {
+            pthread_mutex_destroy(&self->lock);
+            PyErr_NoMemory();
+            return -1;
+        }
+        self->synced = 1;
+    }
     if (read_jobs(&self->writing, fd, jobs) < 0) {
         writing_free(&self->writing);
         return -1;
     }
+    self->after = after == Py_None ? NULL : (RowsAhead *)Py_NewRef(after);
     self->started = 1;
+    self->ended = self->clean = self->error = self->no_memory = 0;
     worker_start(&self->worker, RowsAhead_thread, self);
     return 0;
 }
 
 PyDoc_STRVAR(RowsAhead_wait_doc,
 "wait() -> None\n\n"
-"Until every job is written (the interpreter free meanwhile; a cell only repr() writes, and the rest after it,\n"
-"written here); OSError when a write failed. A second wait returns at once.");
+"Until every job is written, the writing it follows waited for first (the interpreter free meanwhile; a cell only\n"
+"repr() writes, and the rest after it, written here); OSError when a write failed, its own or one before it. A\n"
+"second wait returns at once.");
 
 static PyObject *
 RowsAhead_wait(RowsAhead *self, PyObject *unused)
 {
     if (!self->started) Py_RETURN_NONE;
-    worker_wait(&self->worker);
-    Writing *writing = &self->writing;
     int failed = 0;
+    if (self->after != NULL) { /* what it left to the interpreter is written before this one's rows */
+        PyObject *waited = RowsAhead_wait(self->after, NULL);
+        failed = waited == NULL;
+        Py_XDECREF(waited);
+    }
+    RowsAhead_settle(self);
+    Writing *writing = &self->writing;
     while (!failed && writing->interpreter) failed = write_jobs(writing, 1) < 0;
-    failed = writing_failed(writing) < 0 || failed;
+    failed = (!PyErr_Occurred() && writing_failed(writing) < 0) || failed;
     RowsAhead_clear(self);
     if (failed) return NULL;
     Py_RETURN_NONE;
@@ -3176,7 +3238,19 @@ RowsAhead_wait(RowsAhead *self, PyObject *unused)
 static void
 RowsAhead_dealloc(RowsAhead *self)
 {
+    if (self->started) { /* dropped unwaited: written all the same, its cells only repr() writes included */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        PyObject *waited = RowsAhead_wait(self, NULL);
+        if (waited == NULL) PyErr_WriteUnraisable((PyObject *)self);
+        Py_XDECREF(waited);
+        PyErr_Restore(type, value, traceback);
+    }
     RowsAhead_clear(self);
+    if (self->synced) {
+        pthread_cond_destroy(&self->ended_signal);
+        pthread_mutex_destroy(&self->lock);
+    }
     Py_TYPE(self)->tp_free((PyObject *)self);
 }
 
@@ -3188,8 +3262,9 @@ static PyMethodDef RowsAhead_methods[] = {
 static PyTypeObject RowsAheadType = {
     PyVarObject_HEAD_INIT(NULL, 0)
     .tp_name = "exporter.native._step_fields.RowsAhead",
-    .tp_doc = PyDoc_STR("RowsAhead(fd, jobs): write_rows(fd, jobs) on a thread of its own that never takes the "
-                        "interpreter; the jobs are read (and refused) here, wait() ends the writing."),
+    .tp_doc = PyDoc_STR("RowsAhead(fd, jobs, after=None): write_rows(fd, jobs) on a thread of its own that never "
+                        "takes the interpreter, once the RowsAhead ``after`` has written; the jobs are read (and "
+                        "refused) here, wait() ends the writing."),
     .tp_basicsize = sizeof(RowsAhead),
     .tp_flags = Py_TPFLAGS_DEFAULT,
     .tp_new = PyType_GenericNew,
