@@ -20,6 +20,7 @@ from array import array
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
+from typing import BinaryIO
 
 import pytest
 
@@ -752,7 +753,7 @@ def test_rows_ahead_after_another_writes_in_the_order_made(tmp_path):
     """Writings each following the one before write in the order they were made, whatever each thread's pace: a
     writing whose rows wait() finishes (1e-300, which only repr writes) keeps the ones after it behind it; a failed
     write fails the ones after it, which write nothing; a chain dropped unwaited is written whole."""
-    def chain(handle: object, count: int, rows: int, odd: int | None = None) -> list:
+    def chain(handle: BinaryIO, count: int, rows: int, odd: int | None = None) -> list:
         writings: list = []
         for number in range(count):
             values = [float(number)] * rows
