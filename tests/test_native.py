@@ -1494,6 +1494,29 @@ def test_first_bytes_native_matches_the_twin():
         assert first_bytes(b"", []) == b""
 
 
+def test_shift_offsets_native_matches_the_twin():
+    """Each offset moved by delta, in place; one that would leave 64 bits refuses the whole shift, and only an
+    array('q') is taken."""
+    rng = random.Random(8)
+    for _ in range(100):
+        offsets = [rng.randrange(-2**40, 2**40) for _ in range(rng.randint(0, 300))]
+        delta = rng.randrange(-2**40, 2**40)
+        compiled, twin = array("q", offsets), array("q", offsets)
+        _scan.shift_offsets(compiled, delta)
+        scan_twin.shift_offsets(twin, delta)
+        assert compiled == twin == array("q", [offset + delta for offset in offsets])
+    for shift_offsets in (_scan.shift_offsets, scan_twin.shift_offsets):
+        edge = array("q", [5, 2**63 - 1])
+        with pytest.raises(OverflowError):
+            shift_offsets(edge, 1)
+        assert edge == array("q", [5, 2**63 - 1])
+        shift_offsets(edge, -5)
+        assert edge == array("q", [0, 2**63 - 6])
+        for bad in ([1, 2], array("l" if array("l").itemsize != 8 else "d", [1])):
+            with pytest.raises(TypeError):
+                shift_offsets(bad, 1)
+
+
 @pytest.mark.parametrize("seed", range(6))
 def test_consecutive_native_matches_the_twin(seed):
     rng = random.Random(seed)

@@ -13,6 +13,7 @@ import bisect
 import calendar
 import re
 import time
+from collections.abc import Sequence
 
 from exporter import native
 
@@ -56,7 +57,7 @@ class LineClock:
         match = _GLOG.search(prefix)
         return (self._glog(match) if match is not None else None), prefix, None
 
-    def times(self, data: bytes, starts: list[int]) -> list[float | None]:
+    def times(self, data: bytes, starts: Sequence[int]) -> list[float | None]:
         """The timestamps of the lines starting at ``starts`` (ascending). In a block with few ``:dd:`` (step
         lines seldom print a time; a launcher's lines between them may), only the lines whose prefix holds one are
         searched; in one with many (a logger's every line), one search over all the lines' prefixes tells that
@@ -81,7 +82,7 @@ class LineClock:
                 index += 1
         return found
 
-    def _each_line_at(self, data: bytes, starts: list[int]) -> list[float | None]:
+    def _each_line_at(self, data: bytes, starts: Sequence[int]) -> list[float | None]:
         """at() of each line. A logger begins its lines alike: where the bytes before a line's date-time (no digit
         among them: no date-time can start in them) begin the next line too, its date-time is looked for right after
         them first."""

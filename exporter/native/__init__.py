@@ -15,6 +15,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``group_lines(data, literal, tag_open, tag_close, loose_starts)`` -> ``(prefixes, lines, starts,
   loose, tagged)``: a block's lines grouped by their prefix of tags, each group's line count and
   the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
+- ``shift_offsets(offsets, delta)``: ``delta`` added to each of an ``array('q')`` of offsets, in place (the line
+  starts of a rank stream's batch, read after their prefix).
 - ``segment_records(data, pieces, close)`` -> ``(newlines, continued, starts, lines, steps, totals,
   columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
   segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), and where their lines start.
@@ -196,6 +198,13 @@ def first_bytes(data: bytes, offsets: list[int]) -> bytes:
     if _scan is not None:
         return _scan.first_bytes(data, offsets)
     return _scan_twin.first_bytes(data, offsets)
+
+
+def shift_offsets(offsets: array[int], delta: int) -> None:
+    """Add ``delta`` to each of ``offsets`` (an array('q')), in place (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.shift_offsets(offsets, delta)
+    return _scan_twin.shift_offsets(offsets, delta)
 
 
 def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, int]:

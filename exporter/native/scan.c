@@ -1661,7 +1661,44 @@ first_bytes(PyObject *module, PyObject *args)
     return PyBytes_FromStringAndSize(found, count);
 }
 
+PyDoc_STRVAR(shift_offsets_doc,
+"shift_offsets(offsets, delta) -> None\n\n"
+"Add delta to each offset of offsets (an array('q')), in place; OverflowError, nothing changed, when one would\n"
+"leave 64 bits.");
+
+static PyObject *
+shift_offsets(PyObject *module, PyObject *args)
+{
+    Py_buffer view;
+    PyObject *given;
+    long long delta;
+    if (!PyArg_ParseTuple(args, "OL:shift_offsets", &given, &delta)) return NULL;
+    if (PyObject_GetBuffer(given, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
+        PyErr_SetString(PyExc_TypeError, "shift_offsets: offsets is an array('q')");
+        return NULL;
+    }
+    if (view.itemsize != (Py_ssize_t)sizeof(int64_t) || view.format == NULL || strcmp(view.format, "q") != 0) {
+        PyBuffer_Release(&view);
+        PyErr_SetString(PyExc_TypeError, "shift_offsets: offsets is an array('q')");
+        return NULL;
+    }
+    int64_t *offsets = view.buf;
+    Py_ssize_t count = view.len / (Py_ssize_t)sizeof(int64_t);
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t shifted;
+        if (__builtin_add_overflow(offsets[i], (int64_t)delta, &shifted)) {
+            PyBuffer_Release(&view);
+            PyErr_SetString(PyExc_OverflowError, "shift_offsets: an offset beyond 64 bits");
+            return NULL;
+        }
+    }
+    for (Py_ssize_t i = 0; i < count; i++) offsets[i] += delta;
+    PyBuffer_Release(&view);
+    Py_RETURN_NONE;
+}
+
 static PyMethodDef module_methods[] = {
+    {"shift_offsets", shift_offsets, METH_VARARGS, shift_offsets_doc},
     {"first_bytes", first_bytes, METH_VARARGS, first_bytes_doc},
     {"find_shape", find_shape, METH_VARARGS, find_shape_doc},
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},

@@ -130,6 +130,14 @@ def first_bytes(data: bytes, offsets: list[int]) -> bytes:
     return bytes(sorted({data[at] for at in offsets}))
 
 
+def shift_offsets(offsets: array[int], delta: int) -> None:
+    """Add ``delta`` to each offset of ``offsets`` (an array('q')), in place; OverflowError, nothing changed, when one
+    would leave 64 bits."""
+    if not isinstance(offsets, array) or offsets.typecode != "q":
+        raise TypeError("shift_offsets: offsets is an array('q')")
+    offsets[:] = array("q", [offset + delta for offset in offsets])
+
+
 # A value of a segment record: a run of these bytes, one to MAX_VALUE_BYTES long, read by float().
 VALUE_BYTES = frozenset(b"0123456789ABCDEFGHIJKLMNOPQRSTUVWXYZabcdefghijklmnopqrstuvwxyz.+-")
 MAX_VALUE_BYTES = 64

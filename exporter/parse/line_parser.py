@@ -1211,7 +1211,7 @@ def _line_starts_before(width: int, parsed: ParsedBlock, first_record: int) -> N
     offsets[first_record:] = [offset - width for offset in offsets[first_record:]]
     for record in parsed.records[first_record:]:
         if type(record) is StepBatch and record.line_starts:
-            record.line_starts[:] = [start - width for start in record.line_starts]
+            native.shift_offsets(record.line_starts, -width)
 
 
 def _last_line(data: bytes) -> int:

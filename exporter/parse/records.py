@@ -124,7 +124,7 @@ class StepBatch:
     unprinted_nonfinite_losses: int = 0
     rank: int | None = None
     # Where each line starts in the block it was read from (LineParser(line_offsets=True)), else None.
-    line_starts: list[int] | None = None
+    line_starts: array[int] | None = None
     # Each line's own values, with LineParser(step_rows=True) (analyze's CSV), else None.
     rows: StepRows | None = None
 

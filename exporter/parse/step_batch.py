@@ -10,6 +10,7 @@ value becomes an aux loss or a plain gauge (fields.is_aux_loss).
 from __future__ import annotations
 
 import math
+from array import array
 from collections.abc import Sequence
 from typing import NamedTuple, cast
 
@@ -43,7 +44,7 @@ class StepBatchBuilder:
     _units: dict[str, str]
     _named: dict[str, tuple[float, int]]  # name -> (latest value, lines)
     _unprinted_nonfinite_losses: int
-    _line_starts: list[int]
+    _line_starts: array[int]  # array('q'): a block's runs of lines copied in, not an int object each
     _rows: StepRows
 
     def __init__(self, rank: int | None, series_fields: tuple[str, ...] = SERIES_FIELDS,
@@ -105,7 +106,7 @@ class StepBatchBuilder:
                 self._read_rows(data, starts, index, taken)
             self._merge_run(run)
         if taken and self._keep_starts:
-            self._line_starts += starts[index : index + taken]
+            self._line_starts.extend(starts[index : index + taken])
         return taken, ended
 
     def _add_run_rows(self, run: Run, data: bytes, starts: native.Starts, index: int) -> bool:
@@ -209,7 +210,7 @@ class StepBatchBuilder:
         self._steps += steps
         self._known_step = steps[-1]
         if self._keep_starts:
-            self._line_starts += starts or [0] * count
+            self._line_starts.extend(starts or [0] * count)
         order = sorted(named, key=lambda name: not is_aux_loss(name))
         if self._keep_rows:
             self._rows.extend(count, {name: column for name, column in values.items() if name in self._series_fields},
@@ -294,7 +295,7 @@ class StepBatchBuilder:
         self._named[name] = (value, lines + (seen[1] if seen else 0))
 
     def _clear(self) -> None:
-        self._steps, self._known_step, self._line_starts, self._rows = [], None, [], StepRows()
+        self._steps, self._known_step, self._line_starts, self._rows = [], None, array("q"), StepRows()
         self._latest, self._series, self._units, self._named = {}, {}, {}, {}
         self._unprinted_nonfinite_losses = 0
 
