@@ -126,7 +126,7 @@ def test_a_batchs_spikes_are_counted_at_once_and_each_an_event_for_a_listener():
     def applied(batches: list, listener: bool) -> tuple[TrainingState, list]:
         state, events = TrainingState(), list[Event]()
         if listener:
-            state.listener = events.append
+            state.listener = events.extend
         for records in batches:
             state.ingest(key, len(records), records, None, 0.0)
         return state, [(event.step, event.value) for event in events if event.kind == "loss_spike"]

@@ -192,7 +192,7 @@ def test_anomalies_counted_alike_with_a_listener_and_without():
     # Without a listener, a spike is counted and no event made of it: the counts and last steps are the listener's.
     rng = random.Random(7)
     heard: list = []
-    quiet, listened = TrainingState(), TrainingState(listener=heard.append)
+    quiet, listened = TrainingState(), TrainingState(listener=heard.extend)
     for batch in range(40):
         lines = []
         for number in range(batch * 25, batch * 25 + 25):

@@ -86,7 +86,7 @@ class Analysis:
     def __init__(self, detectors: DetectorConfig | None = None, *, rows: RowSink | None = None,
                  points: PointSink | None = None, max_line_bytes: int = 1 << 20,
                  formats: FormatSelection | None = None) -> None:
-        self._state = TrainingState(detectors, listener=self._event)
+        self._state = TrainingState(detectors, listener=self._heard)
         self._formats = formats or FormatSelection()
         self._rows = rows
         self._points = points
@@ -293,6 +293,24 @@ class Analysis:
 
     # ----- events to findings
 
+    def _heard(self, events: Sequence[Event]) -> None:
+        """The state's events (Listener): a detector's anomalies at many steps of a batch (spikes) as findings at once,
+        each other event by _event."""
+        first = events[0]
+        name = first.kind
+        kind = kinds.KINDS.get(name)
+        track = self._tracks.get(first.key)
+        if (len(events) == 1 or kind is None or kind.family != kinds.ANOMALY or name in kinds.INCIDENT_KINDS
+                or name.endswith("_nonfinite") or track is None or any(event.continued for event in events)):
+            for event in events:
+                self._event(event)
+            return
+        if name.startswith("loss"):
+            for event in events:
+                _note_anomaly_step(track, event.step)
+        run, node, rank = first.key
+        self._run_findings(run).extend([_finding(event, kinds.ANOMALY, rank, node, None) for event in events])
+
     def _event(self, event: Event) -> None:
         """A finding for each event a person should read about; repeats merged into the first."""
         name = event.kind
@@ -305,8 +323,8 @@ class Analysis:
         run, node, rank = event.key
         family, step, detail = kind.family, event.step, event.detail
         if family == kinds.ANOMALY:
-            if name.startswith("loss") and (track.first_anomaly_step is None or (step or 0) < track.first_anomaly_step):
-                track.first_anomaly_step = step
+            if name.startswith("loss"):
+                _note_anomaly_step(track, step)
             running = track.open_nonfinite.get(name) if event.continued else None
             if running is not None:
                 running.count += event.count
@@ -320,22 +338,20 @@ class Analysis:
                 return
         if name == "node_timeout":  # scheduler.log's series has no rank: the finding is the timed-out rank's
             rank = str(detail.get("node_rank", ""))
-        said = self._said(event, track) if name == "restart" else None
-        # Positional: a repeated console's spikes make findings by the ten thousand (keywords take twice as long).
-        finding = Finding(name, step, rank, node, event.time, said, False,
-                          _context(event) if family == kinds.ANOMALY else {}, event.count,
-                          _last_step(event) if detail else step, (),
-                          _fault(detail) if family == kinds.ERROR else None, event.value, detail)
+        finding = _finding(event, family, rank, node, self._said(event, track) if name == "restart" else None)
         if name.endswith("_nonfinite"):
             track.open_nonfinite[name] = finding
         elif family == kinds.ERROR:
             track.errors[name] = finding
+        self._run_findings(run).append(finding)
+        if name in kinds.INCIDENT_KINDS:  # the cause model holds it: its finding is looked up by it
+            self._finding_of[id(event)] = (event, finding)
+
+    def _run_findings(self, run: str) -> list[Finding]:
         findings = self._findings.get(run)
         if findings is None:
             findings = self._findings[run] = []
-        findings.append(finding)
-        if name in kinds.INCIDENT_KINDS:  # the cause model holds it: its finding is looked up by it
-            self._finding_of[id(event)] = (event, finding)
+        return findings
 
     @staticmethod
     def _said(event: Event, track: _Track) -> str | None:
@@ -445,6 +461,24 @@ class Analysis:
 def _at(when: float | None) -> Callable[[int], float | None]:
     """The line time of a record's one line."""
     return lambda _line: when
+
+
+def _note_anomaly_step(track: _Track, step: int | None) -> None:
+    """A loss anomaly at ``step`` of the batch being applied: its losses from the earliest such step on stay out of
+    the normal range (_note_losses)."""
+    if track.first_anomaly_step is None or (step or 0) < track.first_anomaly_step:
+        track.first_anomaly_step = step
+
+
+def _finding(event: Event, family: str, rank: str, node: str, said: str | None) -> Finding:
+    """The finding of an event of a kind of ``family``, at ``rank`` on ``node``; ``said``: its message, where the
+    event's words are not all of it."""
+    step, detail = event.step, event.detail
+    # Positional: a repeated console's spikes make findings by the ten thousand (keywords take twice as long).
+    return Finding(event.kind, step, rank, node, event.time, said, False,
+                   _context(event) if family == kinds.ANOMALY else {}, event.count,
+                   _last_step(event) if detail else step, (),
+                   _fault(detail) if family == kinds.ERROR else None, event.value, detail)
 
 
 def _context(event: Event) -> dict[str, tuple[float | None, float | None]]:

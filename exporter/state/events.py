@@ -8,7 +8,7 @@ so no reader decides on its own what happened.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 
 SeriesKey = tuple[str, str, str]  # (run, node, rank)
@@ -48,4 +48,6 @@ class Event:
         return self.key[2]
 
 
-Listener = Callable[[Event], None]
+# Hears the events the state applied, in order: one at a time, or the events of one detector's finding in one batch
+# at once (one kind, one rank, many steps: a repeated console's spikes come by the thousand).
+Listener = Callable[[Sequence[Event]], None]
