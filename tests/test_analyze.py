@@ -447,6 +447,57 @@ def test_csv_cells_are_the_csv_modules_own(tmp_path, run):
     assert path.read_bytes().decode() == expected.getvalue()
 
 
+def test_a_batchs_spikes_heard_at_once_make_the_report_their_events_alone_make(tmp_path, monkeypatch):
+    """Analysis._heard makes a detector's spikes of one batch findings at once: the report is what each of their
+    events heard alone gives (the findings, their contexts and values, the loss's normal range, which the earliest
+    loss anomaly of a batch bounds). The real torchrun console of the benchmark, its copies' steps going on: three
+    spikes a copy and rank."""
+    from benchmarks.real_console import CONSOLES, write_console
+    from exporter.analyze.command import run_analyze
+    from exporter.analyze.engine import Analysis
+
+    log = write_console(tmp_path / "logs", CONSOLES[0], 20_000).path
+
+    def report() -> dict:
+        out = io.StringIO()
+        assert run_analyze([str(log)], "json", stdout=out, stderr=io.StringIO()) == 0
+        return json.loads(out.getvalue())
+
+    at_once = report()
+    assert sum(finding["kind"].endswith("_spike") for run in at_once["runs"] for finding in run["findings"]) > 300
+    heard: list[int] = []
+    hear = Analysis._heard
+
+    def one_at_a_time(self: Analysis, events: list) -> None:
+        heard.append(len(events))
+        for event in events:
+            hear(self, (event,))
+
+    monkeypatch.setattr(Analysis, "_heard", one_at_a_time)
+    assert report() == at_once
+    assert max(heard) > 10  # the spikes of a batch came at once, and were each heard alone here
+
+
+def test_spikes_heard_at_once_are_the_findings_of_each_heard_alone():
+    """_heard's findings of a detector's spikes heard at once, and the earliest loss anomaly it notes (where the
+    losses' normal range ends), are those _event makes of each alone: the first of a run's anomalies may come in a
+    batch of several."""
+    from exporter.analyze.engine import Analysis
+    from exporter.state.events import Event
+
+    key = ("run", "node", "3")
+    events = [Event("loss_spike", key, step, 100.0 + step, 1, (1.0, 9.0), {"learning_rate": (0.1, 0.1)}, {})
+              for step in (40, 12, 77)]
+    made = []
+    for hear in (lambda analysis: analysis._heard(events), lambda analysis: [analysis._event(e) for e in events]):
+        analysis = Analysis()
+        analysis._track(key, "worker")
+        hear(analysis)
+        made.append((analysis._findings, analysis._tracks[key].first_anomaly_step))
+    assert made[0] == made[1]
+    assert made[0][1] == 12 and [finding.step for finding in made[0][0]["run"]] == [40, 12, 77]
+
+
 def test_a_failed_write_of_the_rows_is_raised():
     """A full device's ENOSPC reaches analyze, for a batch's rows (written on the kernel's threads, ROWS_AHEAD at a
     time: told by the flush, or by the put that waits for the oldest) and for single rows' texts (joined, written at
