@@ -721,7 +721,7 @@ class _Applying(NamedTuple):
 
     def around(self, name: str, step: int | None, index: int | None) -> tuple[float | None, float | None]:
         """The batch's value of ``name`` before ``step`` and at it (``index``: the step's in the batch's steps)."""
-        return self.around_in(self.source(name), step, index)
+        return self.around_each(self.source(name), (step,), (index,))[0]
 
     def context_at(self, step: int | None, index: int | None) -> dict[str, tuple[float | None, float | None]]:
         """The values around ``step`` of each of CONTEXT_FIELDS: contexts_at's of one step."""
@@ -749,13 +749,9 @@ class _Applying(NamedTuple):
                                            self.printed_before.get(name))
         return source
 
-    def around_in(self, source: _Source, step: int | None, index: int | None) -> tuple[float | None, float | None]:
-        """around's values, of a field's ``source``."""
-        return self.around_each(source, (step,), (index,))[0]
-
     def around_each(self, source: _Source, steps: Sequence[int | None],
                     indexes: Sequence[int | None]) -> list[tuple[float | None, float | None]]:
-        """around_in's values at each of ``steps`` (at ``indexes`` of the batch's steps)."""
+        """around's values at each of ``steps`` (at ``indexes`` of the batch's steps), of a field's ``source``."""
         values, own_steps, previous = source
         if values is None:
             return [(previous, None)] * len(steps)
