@@ -47,6 +47,7 @@ FORMATS = (
     FormatLog("mmengine", "mmengine_iter.log", rb"(Iter\(train\) \[)(\d+)(/)(\d+)", "lr: "),
     FormatLog("nanogpt", "nanogpt.log", rb"(iter )(\d+)()()", "iter "),
     FormatLog("paddlenlp", "paddlenlp.log", rb"(global_step: )(\d+)()()", "global_step: "),
+    FormatLog("fairseq", "fairseq_plain.log", rb"(num_updates=)(\d+)()()", "loss="),
     FormatLog("jsonl", "llamafactory_trainer_log.log", rb'("current_steps": )(\d+)(, "total_steps": )(\d+)',
               'loss"'),
     # MindFormers' MFLossMonitor (static graph mode, and MindFormers 2.1 on msrun): a real worker log, its records

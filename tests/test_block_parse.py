@@ -62,7 +62,8 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
-_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed", "jsonl", "mindformers_static")
+_TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deepspeed", "jsonl", "mindformers_static",
+                  "fairseq")
 # mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
 _MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
@@ -479,7 +480,7 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
 
 
 def test_a_console_of_a_format_without_a_table_is_read_by_its_anchored_lines(monkeypatch):
-    # torchtitan's console, its format without its field table (as fairseq's and Lightning's are): while formats are
+    # torchtitan's console, its format without its field table (as Lightning's is): while formats are
     # discovered, its lines are counted by rank from their prefixes and only those holding an anchor reach the line
     # parser, in order; once discovered, it is read stream by stream, only the lines holding its literal read. Either
     # gives what every line alone gives.

@@ -34,6 +34,7 @@ from exporter.native.step_fields import Kind
 from exporter.parse.formats import (
     BUILTIN_FORMATS,
     deepspeed,
+    fairseq,
     jsonl,
     keyvalue,
     megatron,
@@ -428,9 +429,18 @@ OTHER_LAST = (b"", b"", b";", b"=", (b"it", b"iter"), (b"<", b">|"),
               ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1)), 0,
               (b"", b"", ((b"mem", b"mem_mb", b"MB"), (b"pct", b"pct", b"%")), b"", (), b"", (), ((b"mem", b"pct"),),
                (), (), 1, b"{}", (b"eval", b"val")))
-PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED, TORCHTITAN, OTHER_LAST]
-PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed", "torchtitan", "other-last"]
+# fairseq's: a lead (``| epoch 001:``) before the pairs, its counter a named value; and a lead with other punctuation,
+# spaced pairs and words before a step's name.
+FAIRSEQ = fairseq.RECORD.kernel_table
+OTHER_PAIRS_LEAD = (b"", b"", b";|", b": ", (b"it", b"iter"), (b"<", b">|"),
+                    ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1)), 0,
+                    (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", (b"eval",), b"Round", b"round_no"))
+PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED, TORCHTITAN, OTHER_LAST, FAIRSEQ,
+                OTHER_PAIRS_LEAD]
+PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed", "torchtitan", "other-last",
+             "fairseq", "other-pairs-lead"]
 PAIR_NAMES = ["step", "global_step", "iteration", "it", "iter", "loss", "l", "lr", "learning_rate", "grad_norm",
+              "num_updates", "nll_loss", "clip", "Round", "round_no",
               "interval_steps_per_second", "interval_samples_per_second", "rate", "epoch",
               "gnorm", "step_time", "per_step_time", "time_per_step", "throughput", "t", "tok", "gn", "mtp_1_loss",
               "acc", "_x", "a1", "1bad", "x.step", "xstep", "skipped", "CurrSamplesPerSec", "MemAllocated", "mom",
@@ -445,7 +455,8 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     separator = table[3].decode()
     breaks = [" ", "  ", "\t", *table[2].decode(), ", ", "=", ":"]
     step_name, loss_name = table[4][0].decode(), table[6][0][0].decode()
-    last = table[8][10:] if len(table) == 9 and len(table[8]) == 13 else (0, b"", ())  # escapes, item brackets, ...
+    last = table[8][10:13] if len(table) == 9 and len(table[8]) >= 13 else (0, b"", ())  # escapes, item brackets, ...
+    lead = table[8][13].decode() if len(table) == 9 and len(table[8]) == 15 else ""
     words = [word.decode() for word in last[2]]
     before_step = rng.choice(["", ""] + [f"{word} " for word in words] + [f"x{word} " for word in words]
                              + [f"{word}  " for word in words] + [f"{word}." for word in words][:1])
@@ -464,6 +475,12 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
         pairs.append(f"{name}{joint}{value}")
     line = "".join(f"{pair}{rng.choice(breaks)}" for pair in pairs)
     prefix = rng.choice(["", "[INFO] ", "[default3]:", "<rank1>|", "é ", "Epoch 1 ", "."])
+    if lead and rng.random() < 0.9:  # the lead, most often before the pairs (fairseq's), or a lead that is none
+        counter = rng.choice(["001", "1", "0", "12", "9" * 19, "x", ""])
+        printed = rng.choice([f"| {lead} {counter}:    550 / 1891 ", f"{lead} {counter} ", f"{lead}\t{counter},",
+                              f"{lead}{counter} ", f"x{lead} {counter} ", f"{lead}  {counter}"])
+        cut = 0 if rng.random() < 0.8 else rng.randint(0, len(line))
+        line = line[:cut] + printed + line[cut:]
     line = prefix + line + rng.choice(["", " trailing", ",", "|x"])
     for _ in range(rng.randint(0, 4) if last[0] or rng.random() < 0.1 else 0):  # escapes anywhere, a few broken
         cut = rng.randint(0, len(line))
@@ -471,10 +488,15 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     return line
 
 
+def _lead(table: tuple) -> bytes:
+    """A lead the table reads (none: the table has none), printed before a line's pairs."""
+    return b"| " + table[8][13] + b" 001: " if len(table) == 9 and len(table[8]) == 15 else b""
+
+
 def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     rng = random.Random(seed)
     real = {id(PADDLENLP): "paddlenlp.log", id(DEEPSPEED): "healthy/deepspeed_dschat_sft_opt1.3b.log",
-            id(TORCHTITAN): "healthy/torchtitan_qwen3_14b_run54.log"}
+            id(TORCHTITAN): "healthy/torchtitan_qwen3_14b_run54.log", id(FAIRSEQ): "fairseq_plain.log"}
     path = REPO / "tests" / "fixtures" / "real" / real.get(id(table), "torchrun_ddp_nan.log")
     console = path.read_bytes().splitlines()
     lines = [_fuzzed_pairs_line(rng, table).encode("utf-8") for _ in range(8000)]
@@ -483,7 +505,8 @@ def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
     rng.shuffle(lines)
     # Runs: fuzzed lines at steps going up, the real console's lines in order with their prefix and without.
     step_name, separator = table[4][0], table[3]
-    lines += [_fuzzed_pairs_line(rng, table).encode("utf-8").replace(step_name + separator, b"_" + step_name, 1)
+    lines += [_lead(table) + _fuzzed_pairs_line(rng, table).encode("utf-8").replace(step_name + separator,
+                                                                                    b"_" + step_name, 1)
               + b" " + step_name + separator + b"%d" % (step // 3) for step in range(3000)]
     return lines + [line.split(b"]:", 1)[-1] for line in console] * 5 + console
 
@@ -492,8 +515,10 @@ def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
 def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_it(table):
     """The kernel reads a line printing the names of the line before it, one space apart, without looking its names
     up again: each line here follows such a line and differs from it by a little (a pair more, a name longer, a space
-    more, a value missing, a separator), so a shortcut taken where the line is not of the same shape shows."""
+    more, a value missing, a separator), so a shortcut taken where the line is not of the same shape shows. (A table
+    with a lead: its lines print it first.)"""
     step_name, separator = table[4][0], table[3]
+    lead = _lead(table)
     names = [step_name, table[6][0][0], *(field[0] for field in table[6][1:4]), b"mtp_1_loss"]
     rng = random.Random(7)
     variants = [b"", b" extra" + separator + b"1", b" " + names[1] + separator + b"3", b" ", b"\t", b",", b"|x",
@@ -502,7 +527,7 @@ def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_
     for step in range(1, 2500):
         pairs = [name + separator + (b"%d" % step if name == step_name else rng.choice(TOKENS).encode())
                  for name in names[: rng.randint(2, len(names))]]
-        lines.append(b" ".join(pairs))
+        lines.append(lead + b" ".join(pairs))
         changed = list(pairs)
         where = rng.randrange(len(changed))
         change = rng.randrange(5)
@@ -514,7 +539,7 @@ def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_
             changed[where] = changed[where].split(separator)[0] + separator  # no value
         elif change == 3:
             changed[where] = b" " + changed[where]  # two spaces before a pair
-        lines.append(b" ".join(changed) + rng.choice(variants))
+        lines.append(lead + b" ".join(changed) + rng.choice(variants))
     runs, rows, _ = _read_in_runs_by_both(table, lines)
     assert runs > 100 and rows > 1000
 
@@ -528,7 +553,8 @@ def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
 
     def declinable(text: str, _: object) -> bool:
         unescaped = step_fields_twin._unescaped(grammar, text)  # a step's digits may be printed around an escape
-        return step_fields_twin._ambiguous_pairs(grammar, unescaped) or re.search(r"\d{19}", unescaped) is not None
+        pairs = unescaped[step_fields_twin._before_pairs(grammar, unescaped)[2]:]  # after a lead
+        return step_fields_twin._ambiguous_pairs(grammar, pairs) or re.search(r"\d{19}", unescaped) is not None
 
     read, declined = _each_line_read_alone(table, _pairs_lines(table, seed=6), declinable)
     assert read > 300 and declined > 100
@@ -980,6 +1006,27 @@ def test_the_deepspeed_reference_lines():
         assert reader.read(b"step=3 loss=2.5 lr=0.1", [0], 0, 1) == 0  # no name marking a DeepSpeed line
 
 
+def test_the_fairseq_reference_lines():
+    """Real fairseq progress records (tests/fixtures/real/fairseq_plain.log): the lead's counter the named value
+    ``epoch``, the step ``num_updates``, ``clip=0%`` no number; its valid line, and a record of fairseq before 0.6 (no
+    ``num_updates``), no record."""
+    line = (b"| epoch 001:    550 / 1891 loss=11.186, nll_loss=10.492, ppl=1440.01, wps=53627, ups=0.5, wpb=104800, "
+            b"bsz=5311, num_updates=545, lr=0.000109086, gnorm=1.469, clip=0%, oom=0, loss_scale=2.000, wall=1065, "
+            b"train_wall=925")
+    for reader in _both_readers(FAIRSEQ):
+        assert reader.read(line, [0], 0, 1) == 1
+        assert _taken_latest(reader) == ([545], None, [11.186, 0.000109086, 1.469, 53627.0], [
+            ("epoch", 1.0), ("nll_loss", 10.492), ("ppl", 1440.01), ("ups", 0.5), ("wpb", 104800.0), ("bsz", 5311.0),
+            ("oom", 0.0), ("loss_scale", 2.0), ("wall", 1065.0), ("train_wall", 925.0)])
+        valid = b"| epoch 001 | valid on 'valid' subset | valid_loss 8.11425 | valid_nll_loss 6.8834 | num_updates 600"
+        assert reader.read(valid, [0], 0, 1) == 0
+        assert reader.read(line.replace(b" num_updates=545,", b""), [0], 0, 1) == 0
+        assert reader.read(line.replace(b"| epoch 001:", b"|"), [0], 0, 1) == 0  # no lead: no record
+        assert reader.read(line.replace(b"epoch 001", b"epoch " + b"1" * 19), [0], 0, 1) == 0  # the per-line reader's
+    long_lead = fairseq.RECORD.read_line(line.replace(b"epoch 001", b"epoch " + b"1" * 19).decode())
+    assert long_lead is not None and long_lead.step == 545 and long_lead.named["epoch"] == float(int("1" * 19))
+
+
 def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
     """StepTable.read_line declines a line holding no mark followed by the name separator before reading it: the
     grammar finds no record in such a line either."""
@@ -995,6 +1042,7 @@ def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
 _LISTED = (b"[]", b"", (), b"[]", ())  # the first five options, the value brackets given
 _FOUR = (b"epoch", b"", b"", b"")
 _TEN = (*_LISTED, b"", (), (), (), ())  # the first ten options
+_THIRTEEN = (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", ())  # the first thirteen, no step brackets
 
 
 @pytest.mark.parametrize("options", [
@@ -1020,6 +1068,11 @@ _TEN = (*_LISTED, b"", (), (), (), ())  # the first ten options
     (*_TEN, 0, b"(a", ()), (*_TEN, 0, b",)", ()), (*_TEN, 0, "()", ()), (*_TEN, 0, b"", (b"",)),
     (*_TEN, 0, b"", (b"1x",)), (*_TEN, 0, b"", (b"a b",)), (*_TEN, 0, b"", tuple(b"w%d" % i for i in range(9))),
     (*_TEN, 0, b"", "x"), (*_TEN, 0, b""), (b"", b"", (), b"", (), b"", (), ((b"loss", b"m"),), (), (), 0, b"", ()),
+    # The lead (lead, lead_name).
+    (*_THIRTEEN, b"epoch"), (*_THIRTEEN, b"epoch", b""), (*_THIRTEEN, b"", b"epoch"), (*_THIRTEEN, b"1x", b"e"),
+    (*_THIRTEEN, b"ep och", b"e"), (*_THIRTEEN, b"epoch", b"Epoch"), (*_THIRTEEN, b"epoch", b"e" * 129),
+    (*_THIRTEEN, "epoch", b"e"), (*_THIRTEEN, b"epoch", "e"), (*_TEN, 0, b"", (), b"epoch", b"epoch"),
+    (*_THIRTEEN, b"epoch", b"e", b""),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

@@ -58,7 +58,8 @@ typedef struct {
     Text total_names[MAX_STEP_NAMES], declines[MAX_MARKS];
     Py_ssize_t total_name_count, decline_count;
     /* The segments grammar: a prefix dropped from names, a named value that must be 0, the name of a segment giving
-     * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value. */
+     * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value (the pairs
+     * grammar's options: a word and digits before the pairs, fairseq's ``epoch 001:``, and their named value). */
     Text dropped, counted, step_segment, lead, lead_name;
     /* The segments grammar: the byte closing a step printed without its total (nanoGPT's ``iter 10:``; 0: the step
      * prints ``N/TOTAL`` and the pair separator), the suffix of a percent's named value (length 0: none). */
@@ -654,16 +655,38 @@ read_last_options(PyObject *options, Table *table)
     return 0;
 }
 
+/* The pairs grammar's lead options (lead, lead_name); -1 on error. */
+static int
+read_lead_options(PyObject *options, Table *table)
+{
+    if (text_of(PyTuple_GET_ITEM(options, 13), &table->lead) < 0
+        || text_of(PyTuple_GET_ITEM(options, 14), &table->lead_name) < 0) {
+        return -1;
+    }
+    const Text lead = table->lead, name = table->lead_name;
+    int lead_ok = lead.length == 0 || (!table->step_open && is_name_start(lead.at[0]));
+    for (Py_ssize_t at = 1; at < lead.length; at++) lead_ok = lead_ok && is_name(lead.at[at]);
+    uint8_t normalised[MAX_NAME];
+    if (!lead_ok || (lead.length == 0) != (name.length == 0) || name.length > MAX_NAME
+        || normalise_name(name.at, name.at + name.length, normalised) != name.length
+        || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+        PyErr_SetString(PyExc_ValueError, "a lead is a name printed without the step's brackets, with a normalised "
+                                          "name");
+        return -1;
+    }
+    return 0;
+}
+
 /* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, per_line[, escapes, item_brackets, not_after]]); -1 on error. */
+ * seconds, words, per_line[, escapes, item_brackets, not_after[, lead, lead_name]]]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
     PyObject *options = tuple_of(object, -1), *renamed;
     Text name_bytes;
     if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
-        && PyTuple_GET_SIZE(options) != 13) {
-        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten or thirteen items");
+        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 15) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen or fifteen items");
         return -1;
     }
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
@@ -698,7 +721,8 @@ read_pairs_options(PyObject *object, Table *table)
     }
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
     /* The item brackets first: the seconds they allow are read with the outer options. */
-    if (PyTuple_GET_SIZE(options) == 13 && read_last_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) >= 13 && read_last_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) == 15 && read_lead_options(options, table) < 0) return -1;
     if (PyTuple_GET_SIZE(options) >= 10 && read_outer_options(options, table) < 0) return -1;
     table->options = 1;
     return 0;
@@ -1503,6 +1527,26 @@ bracketed_item(const Table *table, Text *value, Text *second)
     *value = stripped(at, open);
 }
 
+/* The pairs grammar's lead: the first ``lead \\s+ digits`` of the line, ``lead`` not after a name byte: 1 with the
+ * digits and where the pairs begin; 0 none; 2 a number too long. */
+static int
+find_lead(const Table *table, const uint8_t *line, const uint8_t *end, long long *lead, const uint8_t **rest)
+{
+    const Text word = table->lead;
+    for (const uint8_t *at = line; end - at >= word.length;) {
+        const uint8_t *found = memchr(at, word.at[0], (size_t)(end - at - word.length + 1));
+        if (found == NULL) return 0;
+        at = found + 1;
+        if (memcmp(found, word.at, (size_t)word.length) != 0 || (found > line && is_name(found[-1]))) continue;
+        const uint8_t *after = found + word.length, *digits = skip_spaces(after, end);
+        int too_long = 0;
+        if (digits == after || !read_digits(&digits, end, lead, &too_long)) continue;
+        *rest = digits;
+        return too_long ? 2 : 1;
+    }
+    return 0;
+}
+
 /* The pairs grammar's line (step_fields.py): 1 read, 0 none or declined, -1 error. */
 static int
 read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
@@ -1512,7 +1556,8 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     int has_total = 0;
     if (table->escapes && unescape(run, &line, &end) < 0) return -1;
     const uint8_t *from = line, *step_at = line, *outer_at, *outer_end;
-    long long count_printed = 0, counts = 0;
+    long long count_printed = 0, counts = 0, lead = 0;
+    if (table->lead.length && find_lead(table, line, end, &lead, &from) != 1) return 0;
     if (table->step_open) {
         if (find_fraction(table, table->step_names, table->step_name_count, line, end, &step, &total, &step_at, &from)
             != 1) {
@@ -1526,7 +1571,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         }
     }
     Pair pairs[MAX_PAIRS];
-    Py_ssize_t count = run->shape.count ? shaped_pairs(run, line, end, pairs) : 0, shaped = count > 0;
+    Py_ssize_t count = run->shape.count ? shaped_pairs(run, from, end, pairs) : 0, shaped = count > 0;
     Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
     int marked = shaped || table->mark_count == 0; /* a shape is kept of a marked line */
     const uint8_t *name_byte = table->name_byte;
@@ -1608,6 +1653,9 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
+    if (table->lead.length && note_named(run, table->lead_name.at, table->lead_name.length, (double)lead, NULL) < 0) {
+        return -1;
+    }
     for (int i = 0; table->outer.length && i < 4; i++) {
         const Text name = table->outer_names[i];
         if (name.length && note_named(run, name.at, name.length, (double)printed[i], NULL) < 0) return -1;

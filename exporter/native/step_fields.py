@@ -22,8 +22,8 @@ framework or a field):
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
-  words, per_line[, escapes, item_brackets, not_after]])``, the pairs grammar's options (five, ten or thirteen
-  items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
+  words, per_line[, escapes, item_brackets, not_after[, lead, lead_name]]])``, the pairs grammar's options (five,
+  ten, thirteen or fifteen items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -81,9 +81,12 @@ escape, ``ESC [ digits-or-semicolons m``, were not there; ``item_brackets`` (two
 brackets' first; b"": none), a value (not a list) holding the first after its first byte and ending with the second
 is a list of two items, the bytes before the first and those between, stripped (``seconds`` names its second);
 ``not_after``: words (names, at most MAX_MARKS), a line printing a step's name right after one of them and one space
-(the word not after a name byte or ``.``) holds no record (``validate step: 10``). The run declines, besides the
-above, a line printing a name longer than MAX_NAME, or whose step or total with an outer count is more than 2**63 -
-1.
+(the word not after a name byte or ``.``) holds no record (``validate step: 10``). The lead (fairseq's ``| epoch 001:
+   550 / 1891 loss=11.186, ...``): ``lead``, a name (b"": none; not with ``step_brackets``), printed before the pairs
+and followed by spaces and digits, the first such not after a name byte, which a record then prints; the digits are the
+line's first named value, ``lead_name`` (a normalised name), and the pairs those after them. The run declines, besides
+the above, a line printing a name longer than MAX_NAME, a lead of more than MAX_DIGITS digits, or whose step or total
+with an outer count is more than 2**63 - 1.
 
 JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
@@ -297,11 +300,13 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         return None if counted and record.named.get(counted, 0.0) != 0.0 else record
     if grammar.pairs:
         text = _unescaped(grammar, text)
-        bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
-        pairs_text = text[bracketed.end():] if bracketed is not None else text
+        bracketed, lead, begin = _before_pairs(grammar, text)
+        pairs_text = text[begin:]
         if _ambiguous_pairs(grammar, pairs_text) or _per_line(grammar, pairs_text):
             return None
-        step = bracketed or _pairs_step(grammar, dict(grammar.pair.findall(text)))
+        if lead is not None and len(lead.group(1)) > MAX_DIGITS:
+            return None
+        step = bracketed or _pairs_step(grammar, dict(grammar.pair.findall(pairs_text)))
         if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
             return None
         outer = grammar.outer.search(text, 0, step.start()) if grammar.outer is not None else None
@@ -473,15 +478,15 @@ def _segments_record(table: tuple, match: re.Match[str], segments: list[tuple[st
 def _pairs_record(table: tuple, text: str) -> Record | None:
     """The pairs grammar's record of a line, its pairs read as a dict (module docstring)."""
     grammar = _grammar(table)
-    bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
-    if grammar.step_brackets is not None and bracketed is None:
+    bracketed, lead, begin = _before_pairs(grammar, text)
+    if (grammar.step_brackets is not None and bracketed is None) or (grammar.lead is not None and lead is None):
         return None
     outer = grammar.outer.search(text, 0, bracketed.start()) if grammar.outer is not None and bracketed else None
     if grammar.outer is not None and outer is None:
         return None
-    pairs = dict(grammar.pair.findall(text[bracketed.end():] if bracketed is not None else text))
+    pairs = dict(grammar.pair.findall(text[begin:]))
     step = bracketed or _pairs_step(grammar, pairs)
-    if grammar.not_after and _after_word(grammar, text, bracketed):
+    if grammar.not_after and _after_word(grammar, text, bracketed, begin):
         return None
     required = grammar.column_names[grammar.required] if grammar.required >= 0 else ()
     if (step is None or (required and not any(name in pairs for name in required))
@@ -491,6 +496,8 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
                                                                  if bracketed is not None
                                                                  or name not in grammar.step_names)))
     number, total = int(step.group(1)), None if step.group(2) is None else int(step.group(2))
+    if lead is not None:
+        named = {grammar.lead_name: float(int(lead.group(1))), **named}
     if outer is None:
         return Record(number, total, values, named)
     count, counts = int(outer.group(1)), int(outer.group(2))
@@ -522,12 +529,22 @@ def _unescaped(grammar: _Grammar, text: str) -> str:
     return _SGR_ESCAPE.sub("", text) if grammar.escapes and "\x1b" in text else text
 
 
-def _after_word(grammar: _Grammar, text: str, bracketed: re.Match[str] | None) -> bool:
+def _before_pairs(grammar: _Grammar, text: str) -> tuple[re.Match[str] | None, re.Match[str] | None, int]:
+    """The step in brackets and the lead the pairs grammar's options read before a line's pairs (None: the options
+    have none or the line does not print it), and where its pairs begin."""
+    bracketed = grammar.step_brackets.search(text) if grammar.step_brackets is not None else None
+    lead = grammar.lead.search(text) if grammar.lead is not None else None
+    before = bracketed or lead
+    return bracketed, lead, before.end() if before is not None else 0
+
+
+def _after_word(grammar: _Grammar, text: str, bracketed: re.Match[str] | None, begin: int) -> bool:
     """A step's name printed right after one of the options' ``not_after`` words and one space (the word not after a
-    name byte or ``.``)."""
+    name byte or ``.``); the pairs begin at ``begin``."""
     assert grammar.not_after is not None
     starts = ([bracketed.start()] if bracketed is not None
-              else [found.start() for found in grammar.pair.finditer(text) if found.group(1) in grammar.step_names])
+              else [begin + found.start() for found in grammar.pair.finditer(text[begin:])
+                    if found.group(1) in grammar.step_names])
     return any(grammar.not_after.search(text, 0, start) for start in starts)
 
 
@@ -670,6 +687,8 @@ class _Grammar(NamedTuple):
     escapes: bool = False
     item_brackets: str = ""
     not_after: re.Pattern[str] | None = None  # one of the words and a space, ending where a step's name begins
+    lead: re.Pattern[str] | None = None  # the lead and its digits (a group)
+    lead_name: str = ""
     # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
     json: bool = False
     total_names: tuple[str, ...] = ()
@@ -735,16 +754,25 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 def _options(options: object, separators: list[bytes]) -> tuple:
     """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
-    outer_names, seconds, words, per_line, escapes, item_brackets, not_after), from the marks on as text and dicts."""
-    if not (type(options) is tuple and len(options) in (5, 10, 13) and all(type(options[i]) is bytes for i in (0, 1, 3))
-            and type(options[2]) is tuple and type(options[4]) is tuple):
+    outer_names, seconds, words, per_line, escapes, item_brackets, not_after, lead, lead_name), from the marks on as
+    text and dicts."""
+    if not (type(options) is tuple and len(options) in (5, 10, 13, 15)
+            and all(type(options[i]) is bytes for i in (0, 1, 3)) and type(options[2]) is tuple
+            and type(options[4]) is tuple):
         raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
-                        "[, outer, outer_names, seconds, words, per_line[, escapes, item_brackets, not_after]])")
+                        "[, outer, outer_names, seconds, words, per_line[, escapes, item_brackets, not_after"
+                        "[, lead, lead_name]]])")
     brackets, name_bytes, renamed, value_brackets, marks = options[:5]
     outer, outer_names, seconds, words, per_line = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
-    escapes, item_brackets, not_after = options[10:] if len(options) == 13 else (0, b"", ())
+    escapes, item_brackets, not_after = options[10:13] if len(options) >= 13 else (0, b"", ())
+    lead, lead_name = options[13:] if len(options) == 15 else (b"", b"")
     if type(escapes) is not int or type(item_brackets) is not bytes:
         raise TypeError("escapes is an int, item brackets bytes")
+    if type(lead) is not bytes or type(lead_name) is not bytes:
+        raise TypeError("a lead and its name are bytes")
+    if (bool(lead) != bool(lead_name) or (lead and (brackets or not re.fullmatch(rb"[A-Za-z_][A-Za-z0-9_]*", lead)))
+            or len(lead_name) > MAX_NAME or normalised_name(lead_name.decode("ascii")) != lead_name.decode()):
+        raise ValueError("a lead is a name printed without the step's brackets, with a normalised name")
     own = [byte for byte in brackets + name_bytes + value_brackets + item_brackets
            if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
     if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or len(item_brackets) not in (0, 2) or own:
@@ -763,7 +791,7 @@ def _options(options: object, separators: list[bytes]) -> tuple:
     return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
             *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
             _names(per_line, MAX_MARKS, "leave a line to the per-line reader"), bool(escapes),
-            item_brackets.decode("ascii"), words_before)
+            item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"))
 
 
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
@@ -836,8 +864,9 @@ def _grammar(table: tuple) -> _Grammar:
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
         (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line, escapes,
-         item_brackets, not_after) = (_options(options, separators + [name_separator]) if options
-                                      else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", ()))
+         item_brackets, not_after, lead, lead_name) = (_options(options, separators + [name_separator]) if options
+                                                      else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (),
+                                                            "", ""))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
@@ -863,7 +892,9 @@ def _grammar(table: tuple) -> _Grammar:
                         outer_names=outer_names, seconds=seconds, words=words, per_line=per_line, escapes=escapes,
                         item_brackets=item_brackets,
                         not_after=re.compile(rf"(?<![\w.{extra}])(?:{'|'.join(map(re.escape, not_after))}) \Z")
-                        if not_after else None)
+                        if not_after else None,
+                        lead=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(lead)}\s+(\d+)") if lead else None,
+                        lead_name=lead_name)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

@@ -77,7 +77,9 @@ class StepTable:
     dropped: str = ""  # the segments and JSON grammars: a prefix names print that is no part of them (``number of ``)
     unprinted_nonfinite: str = ""  # the segments grammar: see above
     step_segment: str = ""  # the segments grammar: a segment whose value is the step (NeMo's ``global_step``)
-    lead: str = ""  # the segments grammar: words before the step, then a counter and a comma (``Training epoch``)
+    # The segments grammar: words before the step, then a counter and a comma (``Training epoch``); the pairs grammar:
+    # a name before the pairs, then a counter (fairseq's ``epoch 001:``), which a record prints.
+    lead: str = ""
     lead_name: str = ""  # the lead counter's named value (``epoch``)
     step_close: str = ""  # the segments grammar: the byte after a step printed without its total (nanoGPT's ``:``)
     percent: str = ""  # the segments grammar: the suffix of a named value printed as a percent (``_percent``)
@@ -148,12 +150,13 @@ class StepTable:
                    tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
         last = (int(self.escapes), self.item_brackets.encode(), tuple(word.encode() for word in self.not_after))
-        if any((self.outer, self.seconds, self.words, self.per_line, *last)):
+        lead = (self.lead.encode(), self.lead_name.encode())
+        if any((self.outer, self.seconds, self.words, self.per_line, *last, *lead)):
             further = (*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
                        tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
                        tuple((word.encode(), float(number)) for word, number in self.words),
                        tuple(part.encode() for part in self.per_line))
-            return ((*further, *last),) if any(last) else (further,)
+            return ((*further, *last, *lead),) if any(lead) else ((*further, *last),) if any(last) else (further,)
         return (options,) if any(options) else ()
 
     @cached_property

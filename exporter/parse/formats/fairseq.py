@@ -6,40 +6,26 @@ loss_scale=2.000, wall=882, train_wall=756`` (newer versions put a logger prefix
 ``2021-03-02 10:00:00 | INFO | train_inner |`` in front). The ``450 / 1891`` counts batches
 within the epoch; ``num_updates`` is the step. ``wps`` (words per second) is the throughput.
 ``--log-format json`` records are read by ``jsonl``.
+
+The grammar is a field table (the pairs grammar, ``name=value`` pairs after the lead ``epoch 001``,
+whose counter is the named value ``epoch``): runs of progress records are read by the step-field
+kernel, any other line by the same table. A line is a record with its lead, its ``num_updates``
+(fairseq before 0.6 prints none: no step, no record) and its ``loss``.
 """
 
 from __future__ import annotations
 
-from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
+from exporter.parse.step_table import Kind, StepField, StepTable
 
-_ANCHOR = lazy(r"\bepoch (\d+):\s+\d+ / \d+ (?=loss=)")
-_PAIR = lazy(r"(\w+)=([^,\s]+)")
-_UPDATES = lazy(r"\bnum_updates=(\d+)")
-_GAUGES = {"loss": "loss", "lr": "learning_rate", "gnorm": "grad_norm", "wps": "throughput"}
+RECORD = StepTable((
+    StepField("loss", Kind.FLOAT, "loss"),
+    StepField("lr", Kind.FLOAT, "learning_rate"),
+    StepField("gnorm", Kind.FLOAT, "grad_norm"),
+    StepField("wps", Kind.FLOAT, "throughput", unit="words/s"),
+), opener="", closer="", pair_separator=",", name_separator="=", step="num_updates", required="loss",
+    lead="epoch", lead_name="epoch")
 
+parse = RECORD.read_line
 
-def parse(text: str) -> StepLine | None:
-    """One progress record with its update count; None otherwise."""
-    match = _ANCHOR.search(text)
-    if match is None:
-        return None
-    updates = _UPDATES.search(text, match.end())
-    if updates is None:  # fairseq before 0.6: no update count, no step (docs/formats.md)
-        return None
-    line = StepLine(int(updates.group(1)), named={"epoch": int(match.group(1))})
-    for key, raw in _PAIR.findall(text, match.end()):
-        value = parse_float(raw)
-        if key in _GAUGES:
-            set_value(line, _GAUGES[key], value)
-        elif key != "num_updates":
-            add_named(line, metric_name(key), value)
-    if "throughput" in line.values:
-        line.units["throughput"] = "words/s"
-    return line
-
-
-FORMAT = register(Format("fairseq", "fairseq", b" loss=", parse, detection_order=65))
+FORMAT = register(Format("fairseq", "fairseq", b" loss=", parse, detection_order=65, step_table=RECORD))
