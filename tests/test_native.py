@@ -434,7 +434,7 @@ OTHER_LAST = (b"", b"", b";", b"=", (b"it", b"iter"), (b"<", b">|"),
 FAIRSEQ = fairseq.RECORD.kernel_table
 OTHER_PAIRS_LEAD = (b"", b"", b";|", b": ", (b"it", b"iter"), (b"<", b">|"),
                     ((b"loss", Kind.FLOAT, 1, b"", b"", 0), (b"t", Kind.DURATION, 0, b"", b"ms", 1)), 0,
-                    (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", (b"eval",), b"Round", b"round_no"))
+                    (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", (b"eval",), b"Round", b"round_no", b""))
 PAIRS_TABLES = [KEYVALUE, OTHER_PAIRS, PADDLENLP, OTHER_SPACED, DEEPSPEED, TORCHTITAN, OTHER_LAST, FAIRSEQ,
                 OTHER_PAIRS_LEAD]
 PAIRS_IDS = ["keyvalue", "other-punctuation", "paddlenlp", "other-spaced", "deepspeed", "torchtitan", "other-last",
@@ -456,7 +456,8 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     breaks = [" ", "  ", "\t", *table[2].decode(), ", ", "=", ":"]
     step_name, loss_name = table[4][0].decode(), table[6][0][0].decode()
     last = table[8][10:13] if len(table) == 9 and len(table[8]) >= 13 else (0, b"", ())  # escapes, item brackets, ...
-    lead = table[8][13].decode() if len(table) == 9 and len(table[8]) == 15 else ""
+    led = len(table) == 9 and len(table[8]) == 16
+    lead, close = (table[8][13].decode(), table[8][15].decode()) if led else ("", "")
     words = [word.decode() for word in last[2]]
     before_step = rng.choice(["", ""] + [f"{word} " for word in words] + [f"x{word} " for word in words]
                              + [f"{word}  " for word in words] + [f"{word}." for word in words][:1])
@@ -477,8 +478,11 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
     prefix = rng.choice(["", "[INFO] ", "[default3]:", "<rank1>|", "é ", "Epoch 1 ", "."])
     if lead and rng.random() < 0.9:  # the lead, most often before the pairs (fairseq's), or a lead that is none
         counter = rng.choice(["001", "1", "0", "12", "9" * 19, "x", ""])
-        printed = rng.choice([f"| {lead} {counter}:    550 / 1891 ", f"{lead} {counter} ", f"{lead}\t{counter},",
-                              f"{lead}{counter} ", f"x{lead} {counter} ", f"{lead}  {counter}"])
+        counted = close + rng.choice(["    550 / 1891 ", "1/2", " 3 /4", "   0%| | 50/11265 [", " x / 3 ", " 5 / ",
+                                      " 1 / " + "9" * 19 + " ", " " + "9" * 19 + " / 3 ", ""])
+        printed = rng.choice([f"| {lead} {counter}{counted}", f"{lead} {counter} ", f"{lead}\t{counter}{counted}",
+                              f"{lead}{counter}{counted} ", f"x{lead} {counter}{counted}", f"{lead}  {counter}",
+                              f"{lead} {counter},"])
         cut = 0 if rng.random() < 0.8 else rng.randint(0, len(line))
         line = line[:cut] + printed + line[cut:]
     line = prefix + line + rng.choice(["", " trailing", ",", "|x"])
@@ -490,7 +494,10 @@ def _fuzzed_pairs_line(rng: random.Random, table: tuple) -> str:
 
 def _lead(table: tuple) -> bytes:
     """A lead the table reads (none: the table has none), printed before a line's pairs."""
-    return b"| " + table[8][13] + b" 001: " if len(table) == 9 and len(table[8]) == 15 else b""
+    if len(table) != 9 or len(table[8]) != 16:
+        return b""
+    lead, _, close = table[8][13:16]
+    return b"| " + lead + b" 001" + (close + b"    550 / 1891 " if close else b" ")
 
 
 def _pairs_lines(table: tuple, seed: int) -> list[bytes]:
@@ -1008,8 +1015,8 @@ def test_the_deepspeed_reference_lines():
 
 def test_the_fairseq_reference_lines():
     """Real fairseq progress records (tests/fixtures/real/fairseq_plain.log): the lead's counter the named value
-    ``epoch``, the step ``num_updates``, ``clip=0%`` no number; its valid line, and a record of fairseq before 0.6 (no
-    ``num_updates``), no record."""
+    ``epoch``, the step ``num_updates``, ``clip=0%`` no number; its valid line, a record of fairseq before 0.6 (no
+    ``num_updates``) and a redraw of its tqdm bar (facebookresearch/fairseq issue #247), no record."""
     line = (b"| epoch 001:    550 / 1891 loss=11.186, nll_loss=10.492, ppl=1440.01, wps=53627, ups=0.5, wpb=104800, "
             b"bsz=5311, num_updates=545, lr=0.000109086, gnorm=1.469, clip=0%, oom=0, loss_scale=2.000, wall=1065, "
             b"train_wall=925")
@@ -1022,9 +1029,14 @@ def test_the_fairseq_reference_lines():
         assert reader.read(valid, [0], 0, 1) == 0
         assert reader.read(line.replace(b" num_updates=545,", b""), [0], 0, 1) == 0
         assert reader.read(line.replace(b"| epoch 001:", b"|"), [0], 0, 1) == 0  # no lead: no record
+        assert reader.read(line.replace(b"550 / 1891", b"550 /"), [0], 0, 1) == 0  # no count of a total after it
+        bar = (b"| epoch 001:   0%| | 50/11265 [02:25<9:05:31,  2.92s/it, loss=0.000, ppl=1.00, wps=0, ups=0.0, wpb=0, "
+               b"bsz=0, num_updates=0, lr=1e-07,")
+        assert reader.read(bar, [0], 0, 1) == 0
         assert reader.read(line.replace(b"epoch 001", b"epoch " + b"1" * 19), [0], 0, 1) == 0  # the per-line reader's
     long_lead = fairseq.RECORD.read_line(line.replace(b"epoch 001", b"epoch " + b"1" * 19).decode())
     assert long_lead is not None and long_lead.step == 545 and long_lead.named["epoch"] == float(int("1" * 19))
+    assert fairseq.RECORD.read_line(bar.decode()) is None
 
 
 def test_a_table_with_marks_tells_a_line_without_them_as_its_grammar_does():
@@ -1068,11 +1080,14 @@ _THIRTEEN = (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", ())  # the firs
     (*_TEN, 0, b"(a", ()), (*_TEN, 0, b",)", ()), (*_TEN, 0, "()", ()), (*_TEN, 0, b"", (b"",)),
     (*_TEN, 0, b"", (b"1x",)), (*_TEN, 0, b"", (b"a b",)), (*_TEN, 0, b"", tuple(b"w%d" % i for i in range(9))),
     (*_TEN, 0, b"", "x"), (*_TEN, 0, b""), (b"", b"", (), b"", (), b"", (), ((b"loss", b"m"),), (), (), 0, b"", ()),
-    # The lead (lead, lead_name).
-    (*_THIRTEEN, b"epoch"), (*_THIRTEEN, b"epoch", b""), (*_THIRTEEN, b"", b"epoch"), (*_THIRTEEN, b"1x", b"e"),
-    (*_THIRTEEN, b"ep och", b"e"), (*_THIRTEEN, b"epoch", b"Epoch"), (*_THIRTEEN, b"epoch", b"e" * 129),
-    (*_THIRTEEN, "epoch", b"e"), (*_THIRTEEN, b"epoch", "e"), (*_TEN, 0, b"", (), b"epoch", b"epoch"),
-    (*_THIRTEEN, b"epoch", b"e", b""),
+    # The lead (lead, lead_name, lead_close).
+    (*_THIRTEEN, b"epoch"), (*_THIRTEEN, b"epoch", b"epoch"), (*_THIRTEEN, b"epoch", b"", b""),
+    (*_THIRTEEN, b"", b"epoch", b""), (*_THIRTEEN, b"1x", b"e", b""), (*_THIRTEEN, b"ep och", b"e", b""),
+    (*_THIRTEEN, b"epoch", b"Epoch", b""), (*_THIRTEEN, b"epoch", b"e" * 129, b""), (*_THIRTEEN, "epoch", b"e", b""),
+    (*_THIRTEEN, b"epoch", "e", b""), (*_TEN, 0, b"", (), b"epoch", b"epoch", b""), (*_THIRTEEN, b"", b"", b"#"),
+    (*_THIRTEEN, b"epoch", b"e", b"#;"), (*_THIRTEEN, b"epoch", b"e", b"a"), (*_THIRTEEN, b"epoch", b"e", b" "),
+    (*_THIRTEEN, b"epoch", b"e", b":"), (*_THIRTEEN, b"epoch", b"e", b","), (*_THIRTEEN, b"epoch", b"e", "#"),
+    (*_THIRTEEN, b"epoch", b"e", b"#", b""),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

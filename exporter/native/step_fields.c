@@ -59,8 +59,10 @@ typedef struct {
     Py_ssize_t total_name_count, decline_count;
     /* The segments grammar: a prefix dropped from names, a named value that must be 0, the name of a segment giving
      * the step, a word before the step's counting another (NeMo's epoch) and that counter's named value (the pairs
-     * grammar's options: a word and digits before the pairs, fairseq's ``epoch 001:``, and their named value). */
+     * grammar's options: a word and digits before the pairs, fairseq's ``epoch 001:``, and their named value, and the
+     * byte after the digits before a count of a total, 0: none). */
     Text dropped, counted, step_segment, lead, lead_name;
+    uint8_t lead_close;
     /* The segments grammar: the byte closing a step printed without its total (nanoGPT's ``iter 10:``; 0: the step
      * prints ``N/TOTAL`` and the pair separator), the suffix of a percent's named value (length 0: none). */
     uint8_t step_close;
@@ -655,38 +657,42 @@ read_last_options(PyObject *options, Table *table)
     return 0;
 }
 
-/* The pairs grammar's lead options (lead, lead_name); -1 on error. */
+/* The pairs grammar's lead options (lead, lead_name, lead_close); -1 on error. */
 static int
 read_lead_options(PyObject *options, Table *table)
 {
+    Text close = {NULL, 0};
     if (text_of(PyTuple_GET_ITEM(options, 13), &table->lead) < 0
-        || text_of(PyTuple_GET_ITEM(options, 14), &table->lead_name) < 0) {
+        || text_of(PyTuple_GET_ITEM(options, 14), &table->lead_name) < 0
+        || text_of(PyTuple_GET_ITEM(options, 15), &close) < 0) {
         return -1;
     }
     const Text lead = table->lead, name = table->lead_name;
+    table->lead_close = close.length == 1 ? close.at[0] : 0;
     int lead_ok = lead.length == 0 || (!table->step_open && is_name_start(lead.at[0]));
     for (Py_ssize_t at = 1; at < lead.length; at++) lead_ok = lead_ok && is_name(lead.at[at]);
     uint8_t normalised[MAX_NAME];
     if (!lead_ok || (lead.length == 0) != (name.length == 0) || name.length > MAX_NAME
         || normalise_name(name.at, name.at + name.length, normalised) != name.length
-        || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+        || memcmp(normalised, name.at, (size_t)name.length) != 0
+        || (close.length && (!lead.length || close.length != 1 || !is_punctuation(table, close.at[0])))) {
         PyErr_SetString(PyExc_ValueError, "a lead is a name printed without the step's brackets, with a normalised "
-                                          "name");
+                                          "name and a close of punctuation, no separator");
         return -1;
     }
     return 0;
 }
 
 /* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, per_line[, escapes, item_brackets, not_after[, lead, lead_name]]]); -1 on error. */
+ * seconds, words, per_line[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
     PyObject *options = tuple_of(object, -1), *renamed;
     Text name_bytes;
     if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
-        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 15) {
-        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen or fifteen items");
+        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 16) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen or sixteen items");
         return -1;
     }
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
@@ -722,7 +728,7 @@ read_pairs_options(PyObject *object, Table *table)
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
     /* The item brackets first: the seconds they allow are read with the outer options. */
     if (PyTuple_GET_SIZE(options) >= 13 && read_last_options(options, table) < 0) return -1;
-    if (PyTuple_GET_SIZE(options) == 15 && read_lead_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) == 16 && read_lead_options(options, table) < 0) return -1;
     if (PyTuple_GET_SIZE(options) >= 10 && read_outer_options(options, table) < 0) return -1;
     table->options = 1;
     return 0;
@@ -1527,8 +1533,9 @@ bracketed_item(const Table *table, Text *value, Text *second)
     *value = stripped(at, open);
 }
 
-/* The pairs grammar's lead: the first ``lead \\s+ digits`` of the line, ``lead`` not after a name byte: 1 with the
- * digits and where the pairs begin; 0 none; 2 a number too long. */
+/* The pairs grammar's lead: the first ``lead \\s+ digits`` of the line (with a lead close, ``lead \\s+ digits close
+ * \\s* digits \\s* / \\s* digits``), ``lead`` not after a name byte: 1 with the digits and where the pairs begin; 0
+ * none; 2 a number too long. */
 static int
 find_lead(const Table *table, const uint8_t *line, const uint8_t *end, long long *lead, const uint8_t **rest)
 {
@@ -1541,6 +1548,16 @@ find_lead(const Table *table, const uint8_t *line, const uint8_t *end, long long
         const uint8_t *after = found + word.length, *digits = skip_spaces(after, end);
         int too_long = 0;
         if (digits == after || !read_digits(&digits, end, lead, &too_long)) continue;
+        if (table->lead_close) { /* a count of a total, not kept */
+            long long count, total;
+            if (!expect_byte(&digits, end, table->lead_close)) continue;
+            digits = skip_spaces(digits, end);
+            if (!read_digits(&digits, end, &count, &too_long)) continue;
+            digits = skip_spaces(digits, end);
+            if (!expect_byte(&digits, end, '/')) continue;
+            digits = skip_spaces(digits, end);
+            if (!read_digits(&digits, end, &total, &too_long)) continue;
+        }
         *rest = digits;
         return too_long ? 2 : 1;
     }

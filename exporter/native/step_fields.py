@@ -22,8 +22,8 @@ framework or a field):
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
-  words, per_line[, escapes, item_brackets, not_after[, lead, lead_name]]])``, the pairs grammar's options (five,
-  ten, thirteen or fifteen items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
+  words, per_line[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]])``, the pairs grammar's
+  options (five, ten, thirteen or sixteen items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -83,10 +83,11 @@ is a list of two items, the bytes before the first and those between, stripped (
 ``not_after``: words (names, at most MAX_MARKS), a line printing a step's name right after one of them and one space
 (the word not after a name byte or ``.``) holds no record (``validate step: 10``). The lead (fairseq's ``| epoch 001:
    550 / 1891 loss=11.186, ...``): ``lead``, a name (b"": none; not with ``step_brackets``), printed before the pairs
-and followed by spaces and digits, the first such not after a name byte, which a record then prints; the digits are the
-line's first named value, ``lead_name`` (a normalised name), and the pairs those after them. The run declines, besides
-the above, a line printing a name longer than MAX_NAME, a lead of more than MAX_DIGITS digits, or whose step or total
-with an outer count is more than 2**63 - 1.
+and followed by spaces and digits, and with a ``lead_close`` (one byte of punctuation, b"": none) by it and a count of
+a total, ``\\s* digits \\s* / \\s* digits`` (not kept), the first such not after a name byte, which a record then
+prints; its digits are the line's first named value, ``lead_name`` (a normalised name), and the pairs those after it.
+The run declines, besides the above, a line printing a name longer than MAX_NAME, a lead whose numbers have more than
+MAX_DIGITS digits, or whose step or total with an outer count is more than 2**63 - 1.
 
 JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
@@ -304,7 +305,7 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         pairs_text = text[begin:]
         if _ambiguous_pairs(grammar, pairs_text) or _per_line(grammar, pairs_text):
             return None
-        if lead is not None and len(lead.group(1)) > MAX_DIGITS:
+        if lead is not None and any(len(digits) > MAX_DIGITS for digits in lead.groups()):
             return None
         step = bracketed or _pairs_step(grammar, dict(grammar.pair.findall(pairs_text)))
         if step is None or any(len(digits or "") > MAX_DIGITS for digits in step.groups()):
@@ -687,7 +688,7 @@ class _Grammar(NamedTuple):
     escapes: bool = False
     item_brackets: str = ""
     not_after: re.Pattern[str] | None = None  # one of the words and a space, ending where a step's name begins
-    lead: re.Pattern[str] | None = None  # the lead and its digits (a group)
+    lead: re.Pattern[str] | None = None  # the lead, its digits (the first group) and a lead close's count of a total
     lead_name: str = ""
     # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
     json: bool = False
@@ -754,25 +755,27 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 def _options(options: object, separators: list[bytes]) -> tuple:
     """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
-    outer_names, seconds, words, per_line, escapes, item_brackets, not_after, lead, lead_name), from the marks on as
-    text and dicts."""
-    if not (type(options) is tuple and len(options) in (5, 10, 13, 15)
+    outer_names, seconds, words, per_line, escapes, item_brackets, not_after, lead, lead_name, lead_close), from the
+    marks on as text and dicts."""
+    if not (type(options) is tuple and len(options) in (5, 10, 13, 16)
             and all(type(options[i]) is bytes for i in (0, 1, 3)) and type(options[2]) is tuple
             and type(options[4]) is tuple):
         raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
                         "[, outer, outer_names, seconds, words, per_line[, escapes, item_brackets, not_after"
-                        "[, lead, lead_name]]])")
+                        "[, lead, lead_name, lead_close]]])")
     brackets, name_bytes, renamed, value_brackets, marks = options[:5]
     outer, outer_names, seconds, words, per_line = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
     escapes, item_brackets, not_after = options[10:13] if len(options) >= 13 else (0, b"", ())
-    lead, lead_name = options[13:] if len(options) == 15 else (b"", b"")
+    lead, lead_name, lead_close = options[13:] if len(options) == 16 else (b"", b"", b"")
     if type(escapes) is not int or type(item_brackets) is not bytes:
         raise TypeError("escapes is an int, item brackets bytes")
-    if type(lead) is not bytes or type(lead_name) is not bytes:
-        raise TypeError("a lead and its name are bytes")
+    if type(lead) is not bytes or type(lead_name) is not bytes or type(lead_close) is not bytes:
+        raise TypeError("a lead, its name and its close are bytes")
     if (bool(lead) != bool(lead_name) or (lead and (brackets or not re.fullmatch(rb"[A-Za-z_][A-Za-z0-9_]*", lead)))
-            or len(lead_name) > MAX_NAME or normalised_name(lead_name.decode("ascii")) != lead_name.decode()):
-        raise ValueError("a lead is a name printed without the step's brackets, with a normalised name")
+            or len(lead_name) > MAX_NAME or normalised_name(lead_name.decode("ascii")) != lead_name.decode()
+            or (lead_close and (not lead or not _punctuation(lead_close) or lead_close in separators))):
+        raise ValueError("a lead is a name printed without the step's brackets, with a normalised name and a close of "
+                         "punctuation, no separator")
     own = [byte for byte in brackets + name_bytes + value_brackets + item_brackets
            if not _punctuation(bytes([byte])) or bytes([byte]) in separators]
     if len(brackets) not in (0, 2) or len(value_brackets) not in (0, 2) or len(item_brackets) not in (0, 2) or own:
@@ -791,7 +794,8 @@ def _options(options: object, separators: list[bytes]) -> tuple:
     return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
             *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
             _names(per_line, MAX_MARKS, "leave a line to the per-line reader"), bool(escapes),
-            item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"))
+            item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"),
+            lead_close.decode("ascii"))
 
 
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
@@ -864,9 +868,9 @@ def _grammar(table: tuple) -> _Grammar:
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
         (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line, escapes,
-         item_brackets, not_after, lead, lead_name) = (_options(options, separators + [name_separator]) if options
-                                                      else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (),
-                                                            "", ""))
+         item_brackets, not_after, lead, lead_name, lead_close) = (
+            _options(options, separators + [name_separator]) if options
+            else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (), "", "", ""))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
@@ -893,7 +897,9 @@ def _grammar(table: tuple) -> _Grammar:
                         item_brackets=item_brackets,
                         not_after=re.compile(rf"(?<![\w.{extra}])(?:{'|'.join(map(re.escape, not_after))}) \Z")
                         if not_after else None,
-                        lead=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(lead)}\s+(\d+)") if lead else None,
+                        lead=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(lead)}\s+(\d+)"
+                                        + (rf"{re.escape(lead_close)}\s*(\d+)\s*/\s*(\d+)" if lead_close else ""))
+                        if lead else None,
                         lead_name=lead_name)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:

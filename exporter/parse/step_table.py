@@ -78,9 +78,11 @@ class StepTable:
     unprinted_nonfinite: str = ""  # the segments grammar: see above
     step_segment: str = ""  # the segments grammar: a segment whose value is the step (NeMo's ``global_step``)
     # The segments grammar: words before the step, then a counter and a comma (``Training epoch``); the pairs grammar:
-    # a name before the pairs, then a counter (fairseq's ``epoch 001:``), which a record prints.
+    # a name before the pairs, then a counter, which a record prints, with a ``lead_close`` then a count of a total
+    # (fairseq's ``epoch 001:    550 / 1891``).
     lead: str = ""
     lead_name: str = ""  # the lead counter's named value (``epoch``)
+    lead_close: str = ""
     step_close: str = ""  # the segments grammar: the byte after a step printed without its total (nanoGPT's ``:``)
     percent: str = ""  # the segments grammar: the suffix of a named value printed as a percent (``_percent``)
     # The pairs grammar's options (native/step_fields.py): the step printed ``Iter(train) [10/270]`` before the pairs
@@ -150,7 +152,7 @@ class StepTable:
                    tuple(tuple(part.encode() for part in entry) for entry in self.renamed),
                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
         last = (int(self.escapes), self.item_brackets.encode(), tuple(word.encode() for word in self.not_after))
-        lead = (self.lead.encode(), self.lead_name.encode())
+        lead = (self.lead.encode(), self.lead_name.encode(), self.lead_close.encode())
         if any((self.outer, self.seconds, self.words, self.per_line, *last, *lead)):
             further = (*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
                        tuple((printed.encode(), name.encode()) for printed, name in self.seconds),

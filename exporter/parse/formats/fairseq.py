@@ -7,10 +7,13 @@ loss_scale=2.000, wall=882, train_wall=756`` (newer versions put a logger prefix
 within the epoch; ``num_updates`` is the step. ``wps`` (words per second) is the throughput.
 ``--log-format json`` records are read by ``jsonl``.
 
-The grammar is a field table (the pairs grammar, ``name=value`` pairs after the lead ``epoch 001``,
-whose counter is the named value ``epoch``): runs of progress records are read by the step-field
-kernel, any other line by the same table. A line is a record with its lead, its ``num_updates``
-(fairseq before 0.6 prints none: no step, no record) and its ``loss``.
+The grammar is a field table (the pairs grammar, ``name=value`` pairs after the lead ``epoch 001:
+550 / 1891``, whose counter is the named value ``epoch``): runs of progress records are read by the
+step-field kernel, any other line by the same table. A line is a record with its lead, its
+``num_updates`` (fairseq before 0.6 prints none: no step, no record) and its ``loss``. The lead's
+batch count keeps out the tqdm bar (``--log-format tqdm`` on a terminal: ``| epoch 001:   0%| |
+50/11265 [02:25<9:05:31,  2.92s/it, loss=0.000, ...``), whose postfix tqdm cuts at the terminal's
+width, numbers too.
 """
 
 from __future__ import annotations
@@ -24,7 +27,7 @@ RECORD = StepTable((
     StepField("gnorm", Kind.FLOAT, "grad_norm"),
     StepField("wps", Kind.FLOAT, "throughput", unit="words/s"),
 ), opener="", closer="", pair_separator=",", name_separator="=", step="num_updates", required="loss",
-    lead="epoch", lead_name="epoch")
+    lead="epoch", lead_name="epoch", lead_close=":")
 
 parse = RECORD.read_line
 
