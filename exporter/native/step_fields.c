@@ -1015,12 +1015,14 @@ typedef struct {
     int is_total, declines;  /* JSON: a total's name, a name the run leaves to the per-line reader */
 } SegmentName;
 
-/* The pairs grammar: the names the last line read printed, in order. A line printing the same names one space apart
- * holds the same pairs, which then need no lookup and no check (read_pairs_line). */
+/* The pairs grammar: the names the last line read printed, in order, each after the bytes between it and the pair
+ * (or the line's pairs' start) before it, its joint. A line printing the same names after the same joints holds the
+ * same pairs, which then need no lookup and no check (read_pairs_line). */
 typedef struct {
     Py_ssize_t count, step_pair; /* count 0: none yet */
-    Py_ssize_t lengths[MAX_PAIRS], fields[MAX_PAIRS];
-    uint8_t names[SHAPE_BYTES];
+    Py_ssize_t lengths[MAX_PAIRS], joints[MAX_PAIRS], fields[MAX_PAIRS];
+    Py_ssize_t named[MAX_PAIRS]; /* where the run's named values last held each named value (note_named's hint) */
+    uint8_t names[SHAPE_BYTES];  /* each joint and its name */
 } Shape;
 
 typedef struct {
@@ -1289,42 +1291,49 @@ list_end(const Table *table, const uint8_t *at, const uint8_t *end)
     return shut ? shut + 1 : NULL;
 }
 
-/* The pairs of a line that prints the shape's names one space apart and nothing else (what the loop of
- * read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is not such a line. */
+/* The pairs of a line whose pairs, from ``from``, print the shape's joints and names and nothing after the last value
+ * (what the loop of read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is
+ * not such a line. */
 static Py_ssize_t
-shaped_pairs(const Run *run, const uint8_t *line, const uint8_t *end, Pair *pairs)
+shaped_pairs(const Run *run, const uint8_t *from, const uint8_t *end, Pair *pairs)
 {
     const Table *table = run->table;
     const Shape *shape = &run->shape;
-    const uint8_t *at = line, *name = shape->names;
+    const uint8_t *at = from, *kept = shape->names;
     for (Py_ssize_t i = 0; i < shape->count; i++) {
-        Py_ssize_t length = shape->lengths[i];
-        if (i > 0 && (at == end || *at++ != ' ')) return 0;
-        if (end - at < length + 2 || memcmp(at, name, (size_t)length) != 0) return 0;
+        Py_ssize_t joint = shape->joints[i], length = shape->lengths[i];
+        if (end - at < joint + length + 2 || memcmp(at, kept, (size_t)(joint + length)) != 0) return 0;
+        at += joint;
+        kept += joint + length;
         const uint8_t *name_end = at + length;
-        if (*name_end != table->name_separator || is_name(*name_end) || ends_value(table, name_end + 1, end)) return 0;
+        if (*name_end != table->name_separator || ends_value(table, name_end + 1, end)) return 0;
         const uint8_t *value_end = list_end(table, name_end + 1, end);
         if (value_end == NULL) value_end = value_end_of_pair(table, name_end + 1, end);
         pairs[i] = (Pair){at, name_end + 1, length, value_end - name_end - 1, shape->fields[i]};
         at = value_end;
-        name += length;
     }
     return at == end ? shape->count : 0;
 }
 
-/* The line's pairs as the shape of the lines after it (none when their names do not fit). */
+/* The line's pairs, from ``from``, as the shape of the lines after it (none when they do not fit). The loop finds the
+ * same names after the same joints: what it does in a joint depends on the joint's bytes alone (and on the byte
+ * before it, which ends a value: a space, a separator, a list's shut). */
 static void
-keep_shape(Run *run, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
+keep_shape(Run *run, const uint8_t *from, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
 {
     Shape *shape = &run->shape;
     Py_ssize_t used = 0;
     shape->count = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
-        if (used + pairs[i].name_length > SHAPE_BYTES) return;
-        memcpy(shape->names + used, pairs[i].name, (size_t)pairs[i].name_length);
-        used += pairs[i].name_length;
+        Py_ssize_t joint = pairs[i].name - from;
+        if (used + joint + pairs[i].name_length > SHAPE_BYTES) return;
+        memcpy(shape->names + used, from, (size_t)(joint + pairs[i].name_length)); /* the joint, then the name */
+        used += joint + pairs[i].name_length;
+        shape->joints[i] = joint;
         shape->lengths[i] = pairs[i].name_length;
         shape->fields[i] = pairs[i].field;
+        shape->named[i] = -1;
+        from = pairs[i].value + pairs[i].value_length;
     }
     shape->step_pair = step_pair;
     shape->count = count;
@@ -1445,9 +1454,9 @@ is_per_line(const Table *table, Text name)
 }
 
 /* The pairs grammar: a pair whose value is no list (or a list's item): its field set, or its named value (renamed,
- * normalised, a word's number); 0, or -1 on error. */
+ * normalised, a word's number; ``hint`` note_named's, or NULL); 0, or -1 on error. */
 static int
-apply_listed_pair(Run *run, Py_ssize_t field, Text name, Text value)
+apply_listed_pair(Run *run, Py_ssize_t field, Text name, Text value, Py_ssize_t *hint)
 {
     const Table *table = run->table;
     uint8_t normalised[MAX_NAME];
@@ -1455,11 +1464,11 @@ apply_listed_pair(Run *run, Py_ssize_t field, Text name, Text value)
         if (!named_as(table, &name, &value, normalised)) return 0;
         for (Py_ssize_t i = 0; i < table->word_count; i++) {
             if (same_text(value.at, value.length, table->words[i])) {
-                return note_named(run, name.at, name.length, table->word_numbers[i], NULL);
+                return note_named(run, name.at, name.length, table->word_numbers[i], hint);
             }
         }
     }
-    return apply_pair(run, field, name.at, name.length, value.at, value.length, 0, NULL);
+    return apply_pair(run, field, name.at, name.length, value.at, value.length, 0, hint);
 }
 
 /* An ANSI SGR escape at ``at`` (``ESC [ digits-or-semicolons m``): where it ends, NULL when none is there. */
@@ -1645,9 +1654,12 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         count++;
         at = value_end;
     }
-    /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart. */
     if (!required_printed || !marked) return 0;
-    if (!shaped && step_pair >= 0 && !table->spaced) keep_shape(run, pairs, count, step_pair);
+    /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart; nor
+     * is one of a table with words before a step's name (after_word looks before the step's pair). */
+    if (!shaped && step_pair >= 0 && !table->spaced && !table->not_after_count) {
+        keep_shape(run, from, pairs, count, step_pair);
+    }
     if (!table->step_open) {
         const Pair *printed = step_pair >= 0 ? &pairs[step_pair] : NULL;
         if (printed == NULL || read_step_value(printed->value, printed->value + printed->value_length, &step,
@@ -1682,10 +1694,11 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         Text value = {pairs[i].value, pairs[i].value_length}, second = {NULL, -1};
         if (table->value_open && value.at[0] == table->value_open) list_items(table, &value, &second);
         else if (table->item_open) bracketed_item(table, &value, &second);
-        int applied = apply_listed_pair(run, pairs[i].field, (Text){pairs[i].name, pairs[i].name_length}, value);
+        int applied = apply_listed_pair(run, pairs[i].field, (Text){pairs[i].name, pairs[i].name_length}, value,
+                                        shaped ? &run->shape.named[i] : NULL);
         for (Py_ssize_t kept = 0; applied == 0 && second.length >= 0 && kept < table->second_count; kept++) {
             if (same_text(pairs[i].name, pairs[i].name_length, table->seconds_from[kept])) {
-                applied = apply_listed_pair(run, -1, table->seconds_to[kept], second);
+                applied = apply_listed_pair(run, -1, table->seconds_to[kept], second, NULL);
             }
         }
         if (applied < 0) return applied;
