@@ -93,7 +93,8 @@ sanitize: system-deps setup
 	  tests/fixtures/real/hf_trainer_*.log tests/fixtures/real/megatron_*.log tests/fixtures/real/nemo2.log \
 	  tests/fixtures/real/paddlenlp.log tests/fixtures/real/nanogpt.log tests/fixtures/real/mmengine_*.log \
 	  tests/fixtures/real/mmcv_*.log tests/fixtures/real/llamafactory_trainer_log.log tests/fixtures/real/msrun_nan_worker_1.log \
-	  tests/fixtures/real/mindformers_legacy.log tests/fixtures/real/mindvision_lossmonitor.log $(SANITIZED)/tests/fixtures/real/
+	  tests/fixtures/real/mindformers_legacy.log tests/fixtures/real/mindvision_lossmonitor.log \
+	  tests/fixtures/real/fairseq_plain.log $(SANITIZED)/tests/fixtures/real/
 	cp tests/fixtures/real/healthy/deepspeed_dschat_sft_opt1.3b.log tests/fixtures/real/healthy/torchtitan_qwen3_14b_run54.log \
 	  $(SANITIZED)/tests/fixtures/real/healthy/
 	cp tests/fixtures/formats/megatron.log $(SANITIZED)/tests/fixtures/formats/
