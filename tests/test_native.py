@@ -523,8 +523,8 @@ def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_
     """The kernel reads a line printing the names of the line before it after the same bytes (its joints: a space, a
     separator and a space, ...) without looking its names up again: each line here follows such a line and differs
     from it by a little (a pair more, a name longer, a space more, a value missing, a separator, another joint), so a
-    shortcut taken where the line is not of the same shape shows. Joints the shortcut must not take (a name byte or a
-    ``.`` before a name) are among them. (A table with a lead: its lines print it first.)"""
+    shortcut taken where the line is not of the same shape shows. Joints after which the loop finds other names or
+    none (a name byte, a ``.``) are among them. (A table with a lead: its lines print it first.)"""
     step_name, separator = table[4][0], table[3]
     lead = _lead(table)
     names = [step_name, table[6][0][0], *(field[0] for field in table[6][1:4]), b"mtp_1_loss"]
