@@ -1339,6 +1339,20 @@ keep_shape(Run *run, const uint8_t *from, const Pair *pairs, Py_ssize_t count, P
     shape->count = count;
 }
 
+/* The next ``word`` (not empty) at or after ``*at`` and ending by ``end``, not after a name byte (``line``: where the
+ * line begins, after nothing): where it begins, NULL when there is none; ``*at`` is then past its first byte. */
+static const uint8_t *
+next_word(Text word, const uint8_t *line, const uint8_t **at, const uint8_t *end)
+{
+    while (end - *at >= word.length) {
+        const uint8_t *found = memchr(*at, word.at[0], (size_t)(end - *at - word.length + 1));
+        if (found == NULL) return NULL;
+        *at = found + 1;
+        if (memcmp(found, word.at, (size_t)word.length) == 0 && (found == line || !is_name(found[-1]))) return found;
+    }
+    return NULL;
+}
+
 /* The pairs grammar's options: the first ``name \\s* open \\s* digits / \\s* digits shut`` of the line (a step, an
  * outer count), ``name`` one of ``names`` not after a name byte (the earliest, the first of ``names`` at one place):
  * 1 with the count, the total, where it begins and where what follows it does; 0 none; 2 a number too long. */
@@ -1350,11 +1364,9 @@ find_fraction(const Table *table, const Text *names, Py_ssize_t name_count, cons
     int found_as = 0;
     for (Py_ssize_t i = 0; i < name_count; i++) {
         const Text name = names[i];
-        for (const uint8_t *at = line; end - at >= name.length && at < earliest;) {
-            const uint8_t *found = memchr(at, name.at[0], (size_t)(end - at - name.length + 1));
-            if (found == NULL || found >= earliest) break;
-            at = found + 1;
-            if (memcmp(found, name.at, (size_t)name.length) != 0 || (found > line && is_name(found[-1]))) continue;
+        /* Once one is found, another name counts only where it begins before it. */
+        const uint8_t *bound = end - earliest > name.length - 1 ? earliest + name.length - 1 : end, *at = line, *found;
+        while ((found = next_word(name, line, &at, bound)) != NULL) {
             const uint8_t *digits = skip_spaces(found + name.length, end);
             long long step_found, total_found;
             int too_long = 0;
@@ -1549,11 +1561,7 @@ static int
 find_lead(const Table *table, const uint8_t *line, const uint8_t *end, long long *lead, const uint8_t **rest)
 {
     const Text word = table->lead;
-    for (const uint8_t *at = line; end - at >= word.length;) {
-        const uint8_t *found = memchr(at, word.at[0], (size_t)(end - at - word.length + 1));
-        if (found == NULL) return 0;
-        at = found + 1;
-        if (memcmp(found, word.at, (size_t)word.length) != 0 || (found > line && is_name(found[-1]))) continue;
+    for (const uint8_t *at = line, *found; (found = next_word(word, line, &at, end)) != NULL;) {
         const uint8_t *after = found + word.length, *digits = skip_spaces(after, end);
         int too_long = 0;
         if (digits == after || !read_digits(&digits, end, lead, &too_long)) continue;
@@ -1715,11 +1723,7 @@ find_segments_record(const Table *table, const uint8_t *line, const uint8_t *end
                      long long *total, const uint8_t **rest)
 {
     const Text first = table->lead.length ? table->lead : table->step_name;
-    for (const uint8_t *at = line; end - at >= first.length;) {
-        const uint8_t *found = memchr(at, first.at[0], (size_t)(end - at - first.length + 1));
-        if (found == NULL) return 0;
-        at = found + 1;
-        if (memcmp(found, first.at, (size_t)first.length) != 0 || (found > line && is_name(found[-1]))) continue;
+    for (const uint8_t *at = line, *found; (found = next_word(first, line, &at, end)) != NULL;) {
         const uint8_t *after = found + first.length, *digits;
         int too_long = 0;
         if (table->lead.length) {
