@@ -20,6 +20,8 @@ from tests.test_block_parse import _blocks, _comparable, _every_line_alone, _lin
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 HEALTHY = (REAL / "hf_trainer_tqdm.log").read_bytes()
 NAN = (REAL / "hf_trainer_nan.log").read_bytes()
+# The Trainer without tqdm (``disable_tqdm``): its dicts on lines of their own, no step.
+NO_BAR = (REAL / "hf_trainer_no_bar.log").read_bytes()
 # Real consoles of other programs between the Trainer's: a torchrun traceback behind rank prefixes with a line
 # glued to another rank's, a DataLoader's bus error, a torchelastic failure (tests/fixtures/SOURCES.md).
 GLUED_RAISE = (REAL / "torchrun_ddp_raise_glued.log").read_bytes()
@@ -38,6 +40,11 @@ def _consoles() -> list[tuple[str, bytes]]:
         ("traceback_between", HEALTHY * (COPIES - 10) + GLUED_RAISE + HEALTHY * 5 + BUS_ERROR + HEALTHY * 5),
         ("elastic_between", HEALTHY * (COPIES - 4) + ELASTIC + HEALTHY * 4),
         ("crlf_lines", HEALTHY * (COPIES - 2) + HEALTHY.replace(b"\n", b"\r\n") + HEALTHY),
+        # A dict naming its step among them (as PaddleNLP's do): the records after it are at that step.
+        ("no_bar", NO_BAR * (COPIES // 10) + NO_BAR.replace(b"'epoch': '0.0625'}", b"'epoch': '0.0625', 'step': '2'}")
+         + NO_BAR * (COPIES // 10 - 1)),
+        # A run started again with its bar, then without: blocks of records after a bar, of records alone, of both.
+        ("no_bar_between", HEALTHY * (COPIES // 2) + NO_BAR * (COPIES // 10) + HEALTHY * (COPIES // 2)),
     ]
 
 
@@ -46,7 +53,7 @@ def _tailer_cuts(data: bytes, rng: random.Random, count: int) -> list[bytes]:
     carriage return, with a newline added, and its rest in the next block; other reads end at lines."""
     returns = [index for index, byte in enumerate(data) if byte == 0x0D and data[index + 1:index + 2] != b"\n"]
     blocks, begin = [], 0
-    for cut in sorted(rng.sample(returns, count)):
+    for cut in sorted(rng.sample(returns, min(count, len(returns)))):
         if cut < begin:
             continue
         blocks.append(data[begin:cut + 1] + b"\n")
@@ -65,8 +72,11 @@ def _cuttings(name: str, data: bytes) -> list[list[bytes]]:
 def segment_kernel(request, monkeypatch):
     """The kernels and their twins must give the same records."""
     if request.param == "twin":
-        monkeypatch.setattr(native, "segment_records", scan_twin.segment_records)
-        monkeypatch.setattr(native, "line_prefixes", scan_twin.line_prefixes)
+        # The parser runs them as block passes (native.run_pass, or ahead on the second core): those too.
+        for name in ("segment_records", "line_prefixes"):
+            monkeypatch.setattr(native, name, getattr(scan_twin, name))
+            monkeypatch.setitem(native._PASSES, name, getattr(scan_twin, name))
+        monkeypatch.setattr(native, "ahead", native._Later)
     elif not native.available()["scan"]:
         pytest.skip("the scan kernel is not built here")
     return request.param
@@ -78,8 +88,8 @@ def block_path_runs(monkeypatch):
     read: list[bool] = []
     original = LineParser._parse_carriage
 
-    def recording(self, data, parsed):
-        read.append(original(self, data, parsed))
+    def recording(self, data, parsed, bare=False):
+        read.append(original(self, data, parsed, bare))
         return read[-1]
 
     monkeypatch.setattr(LineParser, "_parse_carriage", recording)
@@ -102,8 +112,9 @@ def test_blocks_give_what_every_segment_gives(name, data, segment_kernel, block_
     assert sum(block_path_runs) >= 10, "the block path hardly ran: the comparison would prove little"
 
 
-@pytest.mark.parametrize("name", ["healthy", "nan", "traceback_between"])
-def test_blocks_give_the_offsets_and_rows_every_segment_gives(name, block_path_runs):
+@pytest.mark.parametrize(("name", "records"), [("healthy", 12 * COPIES), ("nan", 12 * COPIES),
+                                               ("traceback_between", 12 * COPIES), ("no_bar", 60 * (COPIES // 5))])
+def test_blocks_give_the_offsets_and_rows_every_segment_gives(name, records, block_path_runs):
     # analyze reads its step lines again at their offsets (timestamps) and writes a CSV row per step line.
     data = dict(_consoles())[name]
 
@@ -128,7 +139,7 @@ def test_blocks_give_the_offsets_and_rows_every_segment_gives(name, block_path_r
         with pytest.MonkeyPatch.context() as patch:
             patch.setattr(line_parser, "scanner_for", lambda formats, prefixes=True: None)
             expected = read(LineParser(rows_per_batch=1, line_offsets=True, step_rows=True), blocks)
-        assert len(expected[0]) == 12 * COPIES
+        assert len(expected[0]) == records
         assert repr(read(LineParser(line_offsets=True, step_rows=True), blocks)) == repr(expected)  # NaN != NaN
     assert sum(block_path_runs) >= 5
 

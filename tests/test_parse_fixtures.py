@@ -63,6 +63,7 @@ DETECTED_FORMAT = {
     "real/paddlenlp": "paddlenlp",
     "real/generic_unnamed_trainers": "generic",
     "real/hf_trainer_nan": "hf_trainer",
+    "real/hf_trainer_no_bar": "hf_trainer",
     "real/hf_trainer_tqdm": "hf_trainer",
     "real/shell_killed_script_ts": "keyvalue",
     "real/shell_killed_tty_ts": "keyvalue",

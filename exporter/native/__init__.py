@@ -19,7 +19,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   starts of a rank stream's batch, read after their prefix).
 - ``segment_records(data, pieces, close)`` -> ``(newlines, continued, starts, lines, steps, totals,
   columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
-  segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), and where their lines start.
+  segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), or a whole line (step and total
+  -1), and where their lines start.
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).

@@ -156,7 +156,8 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     a value, ``pieces[-1]``, where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and
     ``float()`` takes it. Before it, past blank segments (bytes of ``_BLANK`` only, or none), a non-blank
     segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
-    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Returns
+    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. A record that is a
+    whole line (no bar before it) has the step and total -1. Returns
     ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
     line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a
     column of floats per value, in the order of the data.
@@ -197,7 +198,7 @@ def _found(data: bytes, byte: int) -> list[int]:
 
 
 def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) -> tuple[int, int, list[float]] | None:
-    if at == 0 or data[at - 1] != 0x0D:
+    if at > 0 and data[at - 1] not in b"\r\n":
         return None
     values: list[float] = []
     position = at + len(pieces[0])
@@ -214,6 +215,8 @@ def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) ->
         position = end + len(piece)
     if position >= len(data) or data[position] != 0x0A:
         return None
+    if at == 0 or data[at - 1] == 0x0A:
+        return -1, -1, values
     cut = at - 1  # the \r before the segment looked at
     while True:
         begin = max(data.rfind(b"\r", 0, cut), data.rfind(b"\n", 0, cut)) + 1

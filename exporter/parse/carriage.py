@@ -42,20 +42,27 @@ class Kernels(Protocol):
 
 class RecordLines(NamedTuple):
     """A block's newlines, the lines ending in ``\\r``, and its record lines: where each record starts, where
-    its line starts, its step, total and values (a column per value of the shape)."""
+    its line starts, its step, total and values (a column per value of the shape). The steps are None and the
+    totals none where the records are whole lines, no bar drawn before them (a Trainer without tqdm)."""
 
     newlines: int
     continued: list[int]
     record_starts: list[int]
     line_starts: list[int]
-    steps: list[int]
+    steps: list[int | None]
     totals: list[int]
     values: list[list[float]]
 
 
-def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) -> RecordLines:
-    """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``)."""
-    return RecordLines(*kernels.segment_records(data, shape.pieces, shape.close))
+def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) -> RecordLines | None:
+    """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``); None when
+    some follow a bar and some do not (the segment reader reads such a block)."""
+    found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close))
+    if -1 not in found.totals:  # every record after a bar (or none)
+        return found
+    if found.totals.count(-1) != len(found.totals):
+        return None
+    return found._replace(steps=[None] * len(found.steps), totals=[])
 
 
 def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:

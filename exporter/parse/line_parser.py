@@ -28,6 +28,7 @@ from array import array
 from collections import Counter
 from collections.abc import Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
+from typing import cast
 
 from exporter import native
 from exporter.parse import carriage, signatures
@@ -300,6 +301,8 @@ class LineParser:
             self._carriage_returns = self._carriage_returns or b"\r" in data
             if scanner is None or not self._parse_carriage(data, parsed):
                 self._parse_lines(data, parsed)
+        elif self._segment_records_found() and self._parse_carriage(data, parsed, bare=True):
+            pass  # the records on lines of their own, no bar drawn (a Trainer without tqdm)
         elif (not self._parse_one_stream(data, parsed) and not self._parse_interleaved(data, parsed)
               and not self._count_streams(data, parsed)):
             lines, starts, prefixed = self._passes.scan(scanner, data)
@@ -455,11 +458,17 @@ class LineParser:
                 self._take_redrawn(parsed)
         return stream, recognized
 
-    def _parse_carriage(self, data: bytes, parsed: ParsedBlock) -> bool:
+    def _segment_records_found(self) -> bool:
+        """True when a format whose records sit on segments was found in the file (it may print them alone)."""
+        return any(fmt.segment_shape is not None and fmt.name in self._found for fmt in self._routing)
+
+    def _parse_carriage(self, data: bytes, parsed: ParsedBlock, bare: bool = False) -> bool:
         """A block of carriage-return segments read a block at a time (parse/carriage.py); False (nothing done)
         when the file has no format whose records sit on segments, or the block holds what only the
         segment-by-segment reader reads right: another format's byte test on a record line, a rank prefix off a
-        line's start, a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``.
+        line's start, a rank after a carriage return, an ``srun --label`` first line, mostly lines ending in ``\\r``,
+        records after a bar and records without one. ``bare``: a block without carriage returns, read here only
+        when it holds records (lines of their own: no step, as the line parser reads them).
 
         The record lines (a bar, then a record of the shape the file prints, no other segment holding an
         anchor) go to the file's batch as columns; a line beginning with rank prefixes and holding no other
@@ -490,6 +499,8 @@ class LineParser:
         if prefixed is None or after_return:
             return False
         found = carriage.record_lines(data, shape, self._passes)
+        if found is None or (bare and not found.steps):
+            return False
         lines = found.newlines
         if (4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued)
                 or carriage.on_record_line(data, found, earlier)):
@@ -503,13 +514,16 @@ class LineParser:
             records = set(found.record_starts)
             specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in anchored if at not in records),
                                *found.continued, *((0,) if self._continued or self._blocks else ())})
-        values: dict[str, list] = {"total_steps": found.totals}
+        stepped = bool(found.steps) and found.steps[0] is not None
+        values: dict[str, list] = {"total_steps": found.totals} if stepped else {}
         named: dict[str, list[float]] = {}
         for (gauge, name), column in zip(shape.targets, found.values, strict=True):
             (values if gauge else named)[name] = column
         filtered = set(shape.filtered(values))
         ends = {line + 1 for line in filtered}
-        steps = found.steps  # where a step goes back (a restart): a batch ends before it, found at C speed
+        # Where a step goes back (a restart): a batch ends before it, found at C speed. A block's records all print a
+        # step, or none does (carriage.record_lines).
+        steps = cast("list[int]", found.steps) if stepped else []
         if steps != sorted(steps):  # sorted() of steps in order is one walk, no pair made
             ends.update(itertools.compress(range(1, len(steps)), map(operator.lt, steps[1:], steps)))
         run = _RecordRun(found, values, named, sorted(ends), filtered)

@@ -200,15 +200,18 @@ class StepBatchBuilder:
         self._unprinted_nonfinite_losses = line.unprinted_nonfinite_losses
         return True
 
-    def add_lines(self, steps: list[int], values: dict[str, list], named: dict[str, list[float]],
+    def add_lines(self, steps: list[int | None], values: dict[str, list], named: dict[str, list[float]],
                   starts: list[int] | None, unprinted_nonfinite_losses: int = 0) -> None:
-        """Lines given as columns (one item per line in each), every one printing a step, every gauge of
-        ``values`` and every name of ``named``, no step going back, only the last one with non-finite losses
-        it does not show (and its loss finite): what ``add_line`` of each line in turn does (parse/carriage.py)."""
+        """Lines given as columns (one item per line in each), every one printing a step (or none printing one),
+        every gauge of ``values`` and every name of ``named``, no step going back, only the last one with
+        non-finite losses it does not show (and its loss finite): what ``add_line`` of each line in turn does
+        (parse/carriage.py)."""
         self._merge_reader()
         count = len(steps)
         self._steps += steps
-        self._known_step = steps[-1]
+        if steps[-1] is not None:
+            self._known_step = steps[-1]
+        at = steps if steps[-1] is not None else [self._known_step] * count  # a line printing none: the known step
         if self._keep_starts:
             self._line_starts.extend(starts or [0] * count)
         order = sorted(named, key=lambda name: not is_aux_loss(name))
@@ -219,14 +222,14 @@ class StepBatchBuilder:
             self._latest[name] = column[-1]
             if name in self._series_fields:
                 series = self._series_of(name)
-                series.steps.extend(steps)
+                series.steps.extend(at)
                 series.values.extend(column)
         for name in order:
             column = named[name]
             self._note_named(name, column[-1], count)
             if is_rank_value(name):
                 series = self._series_of(name)
-                series.steps.extend(steps)
+                series.steps.extend(at)
                 series.values.extend(column)
         if unprinted_nonfinite_losses:
             self._unprinted_nonfinite_losses = unprinted_nonfinite_losses

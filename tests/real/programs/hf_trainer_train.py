@@ -80,13 +80,14 @@ def main() -> None:
     parser.add_argument("--logging-steps", type=int, default=5)
     parser.add_argument("--nan-at", type=int)
     parser.add_argument("--step-seconds", type=float, default=0.15)
+    parser.add_argument("--no-bar", action="store_true", help="disable_tqdm: the dicts on lines of their own")
     args = parser.parse_args()
     torch.manual_seed(0)
     model = GPT2LMHeadModel(GPT2Config(vocab_size=64, n_positions=32, n_embd=32, n_layer=2, n_head=2))
     training = TrainingArguments(
         output_dir=args.out, max_steps=args.steps, per_device_train_batch_size=4, learning_rate=5e-3,
         logging_steps=args.logging_steps, save_strategy="no", report_to=[], ddp_backend="gloo", use_cpu=True,
-        dataloader_num_workers=0, seed=0, disable_tqdm=False)
+        dataloader_num_workers=0, seed=0, disable_tqdm=args.no_bar)
     callbacks: list[TrainerCallback] = [Truth(Path(args.truth)), StepTime(args.step_seconds)]
     if args.nan_at:
         callbacks.append(NanFrom(model, args.nan_at))
