@@ -22,6 +22,9 @@ HEALTHY = (REAL / "hf_trainer_tqdm.log").read_bytes()
 NAN = (REAL / "hf_trainer_nan.log").read_bytes()
 # The Trainer without tqdm (``disable_tqdm``): its dicts on lines of their own, no step.
 NO_BAR = (REAL / "hf_trainer_no_bar.log").read_bytes()
+# LLaMA-Factory's logger before each dict (``[INFO|2024-11-26 22:09:01] logging.py:157 >> {'loss': 2.2818, ...}``),
+# unquoted values, among its other lines.
+LOGGED = (REAL / "healthy" / "llamafactory_finetuneLLM_running_log.log").read_bytes()
 # Real consoles of other programs between the Trainer's: a torchrun traceback behind rank prefixes with a line
 # glued to another rank's, a DataLoader's bus error, a torchelastic failure (tests/fixtures/SOURCES.md).
 GLUED_RAISE = (REAL / "torchrun_ddp_raise_glued.log").read_bytes()
@@ -43,6 +46,7 @@ def _consoles() -> list[tuple[str, bytes]]:
         # A dict naming its step among them (as PaddleNLP's do): the records after it are at that step.
         ("no_bar", NO_BAR * (COPIES // 10) + NO_BAR.replace(b"'epoch': '0.0625'}", b"'epoch': '0.0625', 'step': '2'}")
          + NO_BAR * (COPIES // 10 - 1)),
+        ("logged", LOGGED * 8),
         # A run started again with its bar, then without: blocks of records after a bar, of records alone, of both.
         ("no_bar_between", HEALTHY * (COPIES // 2) + NO_BAR * (COPIES // 10) + HEALTHY * (COPIES // 2)),
     ]
@@ -167,7 +171,12 @@ def test_a_dict_of_another_shape_or_value_is_read_by_the_trainers_parser():
     shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")
     assert shape is not None and shape.pieces[0] == b"{'loss': '" and len(shape.pieces) == 5
     assert segment_shape(b"{'loss': '4.0', 'step': '5'}") is None  # names its step: the parser reads it
-    assert segment_shape(b"{'loss': 4.0, 'grad_norm': 0.5}") is None  # unquoted values (older transformers)
+    # Unquoted values (older transformers, LLaMA-Factory's logger), or some quoted: pieces of their own.
+    assert segment_shape(b"{'loss': 4.0, 'grad_norm': 0.5}").pieces == (b"{'loss': ", b", 'grad_norm': ", b"}")
+    assert segment_shape(b"{'loss': 4.0, 'x': '1'}").pieces == (b"{'loss': ", b", 'x': '", b"'}")
+    assert segment_shape(b"{'loss': 4.0, 'x': '1}") is None  # a quote not closed
+    assert segment_shape(b"{'loss': 4.0, 'x': [1]}") is None  # a list
+    assert segment_shape(b"{'loss': 4.0,  'x': 1}") is None  # two spaces: not the dict's own printing
     odd = (HEALTHY.replace(b"'grad_norm': '0.246'", b"'grad_norm': 'n/a'")
            .replace(b"'loss': '4.04',", b"'loss': '4.04', 'x': '1',"))
     data = HEALTHY * COPIES + odd * 3 + HEALTHY * 3

@@ -1850,8 +1850,10 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
     data = (b"{'a': '0', 'b': '0'}\n"  # the whole line, no bar drawn: no step
             b"\r 1/9 [x]\r 2/9 [y]\r  \r{'a': '1.5', 'b': 'nan'}\n"  # the last bar before it, past a blank segment
             b"x 3/9 [\r{'a': '2', 'b': '1e-05'}\n"  # the bar is the line's first segment
-            b"x{'a': '2', 'b': '3'}\n"  # the record does not start the line
+            b"x 9/9 [ {'a': '2', 'b': '3'}\n"  # a fraction before it on its line, no carriage return: none
+            b"{{'a': '2', 'b': '3'}\n"  # a brace before it: none
             b"{'a': '4', 'b': '5'}\n"
+            b"[INFO|x] a.py:1 >> {'a': '6', 'b': '7'}\n"  # a logger's prefix, no bar
             b"\r{'a': '2', 'b': '3'}\n"  # no bar before it
             b"\r 4/9 [ 5/6\r{'a': '2', 'b': '3'}\n"  # a fraction after the last ``[``: no step
             b"\r 7/9 [\r{'a': 'x', 'b': '3'}\n"  # not a number
@@ -1859,11 +1861,12 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
             b"\r\xd9\xa39/9 [\r{'a': '1', 'b': '2'}\n"  # a digit of another script before the step
             b"\r 10/9 [\r{'a': '1', 'b': '2'}\r\n")  # the line continues
     newlines, continued, starts, lines, steps, totals, columns = read(data, pieces, b" [")
-    assert newlines == 11 and continued == [data.rindex(b"\r 10/9")]
-    assert [data[start:start + 9] for start in starts] == [b"{'a': '0'", b"{'a': '1.", b"{'a': '2'", b"{'a': '4'"]
-    assert lines == [0, data.index(b"\r 1/9"), data.index(b"x 3/9"), data.index(b"{'a': '4'")]
-    assert (steps, totals) == ([-1, 2, 3, -1], [-1, 9, 9, -1])
-    assert columns[0] == [0.0, 1.5, 2.0, 4.0] and columns[1][2] == 1e-05 and columns[1][1] != columns[1][1]
+    assert newlines == 13 and continued == [data.rindex(b"\r 10/9")]
+    assert [data[start:start + 9] for start in starts] == [b"{'a': '0'", b"{'a': '1.", b"{'a': '2'", b"{'a': '4'",
+                                                            b"{'a': '6'"]
+    assert lines == [0, data.index(b"\r 1/9"), data.index(b"x 3/9"), data.index(b"{'a': '4'"), data.index(b"[INFO")]
+    assert (steps, totals) == ([-1, 2, 3, -1, -1], [-1, 9, 9, -1, -1])
+    assert columns[0] == [0.0, 1.5, 2.0, 4.0, 6.0] and columns[1][2] == 1e-05 and columns[1][1] != columns[1][1]
     with pytest.raises(ValueError):
         read(data, (b"{",), b" [")
 
@@ -1903,7 +1906,8 @@ def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():
     assert shape is not None
     rng = random.Random(29)
     data = b"".join((REPO / "tests" / "fixtures" / "real" / name).read_bytes() * 3
-                    for name in ("hf_trainer_tqdm.log", "hf_trainer_nan.log", "hf_trainer_no_bar.log"))
+                    for name in ("hf_trainer_tqdm.log", "hf_trainer_nan.log", "hf_trainer_no_bar.log",
+                                 "healthy/llamafactory_finetuneLLM_running_log.log"))
     for _ in range(300):
         sample = bytearray(data[rng.randrange(len(data)):][:rng.randrange(1, 4000)])
         for _ in range(rng.randrange(4)):

@@ -806,8 +806,9 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
     return 0;
 }
 
-/* The record at ``at`` (after a carriage return, or starting its line: no fraction, -1 for both), on the line
- * starting at ``line``: 1 with its fraction and values, 0 when there is none. */
+/* The record at ``at`` (after a carriage return; or after what its line holds before it, when that holds no ``\r``,
+ * ``/`` or ``{``: no fraction, -1 for both), on the line starting at ``line``: 1 with its fraction and values, 0 when
+ * there is none. */
 static int
 record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
           const uint8_t *close, Py_ssize_t close_length, long long *step, long long *total, double *values)
@@ -825,7 +826,10 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, 
         position = end + pieces[piece].len;
     }
     if (position >= size || data[position] != '\n') return 0;
-    if (at == line) {
+    if (at == line || data[at - 1] != '\r') {
+        for (Py_ssize_t byte = line; byte < at; byte++) {
+            if (data[byte] == '\r' || data[byte] == '/' || data[byte] == '{') return 0;
+        }
         *step = *total = -1;
         return 1;
     }
@@ -875,7 +879,6 @@ find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_
          match = find_literal(match + 1, bytes + size - match - 1, pieces[0].buf, pieces[0].len)) {
         long long step, total;
         Py_ssize_t at = match - bytes;
-        if (at > 0 && bytes[at - 1] != '\r' && bytes[at - 1] != '\n') continue;
         const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
         Py_ssize_t line = newline == NULL ? 0 : newline + 1 - bytes;
         if (!record_at(bytes, size, line, at, pieces, count, close, close_length, &step, &total, values)) continue;

@@ -152,12 +152,13 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     """A block's newlines, its lines ending in ``\\r``, and the records on carriage-return segments, each with
     the fraction the non-blank segment before it ends with.
 
-    A record is a whole segment, after a ``\\r`` and before a ``\\n``: ``pieces[0]``, a value, ``pieces[1]``, ...,
-    a value, ``pieces[-1]``, where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and
-    ``float()`` takes it. Before it, past blank segments (bytes of ``_BLANK`` only, or none), a non-blank
+    A record ends its line (before a ``\\n``): ``pieces[0]``, a value, ``pieces[1]``, ..., a value, ``pieces[-1]``,
+    where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and ``float()`` takes it. After a
+    ``\\r`` (a whole segment), past blank segments before it (bytes of ``_BLANK`` only, or none), a non-blank
     segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
-    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. A record that is a
-    whole line (no bar before it) has the step and total -1. Returns
+    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Not after a ``\\r``,
+    the bytes of its line before it hold no ``\\r``, ``/`` or ``{`` (none, or a logger's prefix): no bar, its step
+    and total -1. Returns
     ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
     line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a
     column of floats per value, in the order of the data.
@@ -198,8 +199,6 @@ def _found(data: bytes, byte: int) -> list[int]:
 
 
 def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) -> tuple[int, int, list[float]] | None:
-    if at > 0 and data[at - 1] not in b"\r\n":
-        return None
     values: list[float] = []
     position = at + len(pieces[0])
     for piece in pieces[1:]:
@@ -215,8 +214,9 @@ def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) ->
         position = end + len(piece)
     if position >= len(data) or data[position] != 0x0A:
         return None
-    if at == 0 or data[at - 1] == 0x0A:
-        return -1, -1, values
+    if at == 0 or data[at - 1] != 0x0D:
+        line = data.rfind(b"\n", 0, at) + 1
+        return None if any(byte in data[line:at] for byte in b"\r/{") else (-1, -1, values)
     cut = at - 1  # the \r before the segment looked at
     while True:
         begin = max(data.rfind(b"\r", 0, cut), data.rfind(b"\n", 0, cut)) + 1

@@ -30,6 +30,7 @@ from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 _PREFIXES = lazy(LINE_PREFIX)
 # The first bytes of a line that may name its rank: a prefix's ``[``, ``srun --label``'s padding or digits.
 _NO_RANK_BYTES = frozenset(b"[ 0123456789")
+_LABEL_BYTES = frozenset(b" 0123456789")  # those of a task number
 
 
 class Kernels(Protocol):
@@ -72,10 +73,13 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
     starts = found.line_starts
     if continued:  # ascending: the first line's records lead
         starts = starts[bisect.bisect_right(starts, 0):]
-    if not starts or _NO_RANK_BYTES.isdisjoint(native.first_bytes(data, starts)):
+    # A bracketed prefix names a rank with its ``]:``: without one in the block, only a task number may (a logger's
+    # ``[INFO|...] `` before every record costs no look at each line).
+    may_rank = _NO_RANK_BYTES if b"]:" in data else _LABEL_BYTES
+    if not starts or may_rank.isdisjoint(native.first_bytes(data, starts)):
         return False
     return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None
-               for start in starts if data[start] in _NO_RANK_BYTES)
+               for start in starts if data[start] in may_rank)
 
 
 def on_record_line(data: bytes, found: RecordLines, literals: list[bytes]) -> bool:

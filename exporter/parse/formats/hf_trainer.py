@@ -62,15 +62,16 @@ def parse(text: str) -> StepLine | None:
     return line
 
 
-# A value as the block-wise reader takes it (native.segment_records): any other sends its line to parse().
-_PLAIN_VALUE = rb"[0-9A-Za-z.+-]{1,64}"
+# A pair as the block-wise reader takes it (native.segment_records), quoted or not: any other sends its line to parse().
+_PLAIN_PAIR = lazy(rb"'(?P<key>[^']+)': (?P<quote>'?)(?P<value>[0-9A-Za-z.+-]{1,64})(?P=quote)(?:, |\}$)")
 
 
 def segment_shape(segment: bytes) -> SegmentShape | None:
-    """The shape of the dict ``segment`` (a whole carriage-return segment): the same keys in the same order,
-    printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every value quoted),
-    read a block at a time with the values ``parse`` gives (parse/carriage.py). None for a dict that names
-    the step itself or two values the same, or prints a value otherwise: those lines are read by ``parse``."""
+    """The shape of the dict ``segment`` (a whole carriage-return segment, or the end of a line): the same keys in
+    the same order, printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every
+    value quoted; older versions: none), read a block at a time with the values ``parse`` gives
+    (parse/carriage.py). None for a dict that names the step itself or two values the same, or prints a value
+    otherwise: those lines are read by ``parse``."""
     try:
         text = segment.decode("ascii")
     except UnicodeDecodeError:
@@ -83,9 +84,16 @@ def segment_shape(segment: bytes) -> SegmentShape | None:
     targets = tuple((True, _GAUGES[key]) if key in _GAUGES else (False, metric_name(key)) for key in keys)
     if len(set(targets)) != len(targets):
         return None
-    pieces = (b"{'" + keys[0].encode() + b"': '", *(b"', '" + key.encode() + b"': '" for key in keys[1:]), b"'}")
-    if re.fullmatch(_PLAIN_VALUE.join(map(re.escape, pieces)), segment) is None:
+    pairs, position = [], 1  # the pairs, one after the other from the brace to the end
+    for pair in _PLAIN_PAIR.finditer(segment, 1):
+        if pair.start() != position:
+            break
+        pairs.append(pair)
+        position = pair.end()
+    if position != len(segment) or [pair.group("key").decode() for pair in pairs] != keys:
         return None
+    cuts = [0, *(edge for pair in pairs for edge in pair.span("value")), len(segment)]
+    pieces = tuple(segment[begin:end] for begin, end in zip(cuts[::2], cuts[1::2], strict=True))
     return SegmentShape(pieces, b" [", targets, _filtered)
 
 
