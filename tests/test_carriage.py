@@ -25,6 +25,8 @@ NO_BAR = (REAL / "hf_trainer_no_bar.log").read_bytes()
 # LLaMA-Factory's logger before each dict (``[INFO|2024-11-26 22:09:01] logging.py:157 >> {'loss': 2.2818, ...}``),
 # unquoted values, among its other lines.
 LOGGED = (REAL / "healthy" / "llamafactory_finetuneLLM_running_log.log").read_bytes()
+# PaddleNLP's Trainer: its dicts name their step (``'global_step': 150``), padded to the terminal's width.
+PADDLE = (REAL / "hf_paddlenlp_global_step.log").read_bytes()
 # Real consoles of other programs between the Trainer's: a torchrun traceback behind rank prefixes with a line
 # glued to another rank's, a DataLoader's bus error, a torchelastic failure (tests/fixtures/SOURCES.md).
 GLUED_RAISE = (REAL / "torchrun_ddp_raise_glued.log").read_bytes()
@@ -47,6 +49,9 @@ def _consoles() -> list[tuple[str, bytes]]:
         ("no_bar", NO_BAR * (COPIES // 10) + NO_BAR.replace(b"'epoch': '0.0625'}", b"'epoch': '0.0625', 'step': '2'}")
          + NO_BAR * (COPIES // 10 - 1)),
         ("logged", LOGGED * 8),
+        # Each copy's steps start again (a restart each); a step that is no number, one printed besides a bar.
+        ("own_steps", PADDLE * 200 + PADDLE.replace(b"'global_step': 160", b"'global_step': nan") + PADDLE * 20
+         + HEALTHY.replace(b"'epoch': '0.1562'}", b"'epoch': '0.1562', 'step': '7'}") * 30),
         # A run started again with its bar, then without: blocks of records after a bar, of records alone, of both.
         ("no_bar_between", HEALTHY * (COPIES // 2) + NO_BAR * (COPIES // 10) + HEALTHY * (COPIES // 2)),
     ]
@@ -170,7 +175,8 @@ def test_a_dict_of_another_shape_or_value_is_read_by_the_trainers_parser():
     # A value the kernel does not read as a number, a dict of other keys: their lines go segment by segment.
     shape = segment_shape(b"{'loss': '4.036', 'grad_norm': '0.3374', 'learning_rate': '0.004667', 'epoch': '0.1562'}")
     assert shape is not None and shape.pieces[0] == b"{'loss': '" and len(shape.pieces) == 5
-    assert segment_shape(b"{'loss': '4.0', 'step': '5'}") is None  # names its step: the parser reads it
+    assert segment_shape(b"{'loss': '4.0', 'step': '5'}").step == 1  # names its step: the record's own
+    assert segment_shape(b"{'loss': '4.0', 'step': '5', 'global_step': '5'}") is None  # two: the parser reads it
     # Unquoted values (older transformers, LLaMA-Factory's logger), or some quoted: pieces of their own.
     assert segment_shape(b"{'loss': 4.0, 'grad_norm': 0.5}").pieces == (b"{'loss': ", b", 'grad_norm': ", b"}")
     assert segment_shape(b"{'loss': 4.0, 'x': '1'}").pieces == (b"{'loss': ", b", 'x': '", b"'}")

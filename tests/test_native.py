@@ -1853,11 +1853,11 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
             b"x 9/9 [ {'a': '2', 'b': '3'}\n"  # a fraction before it on its line, no carriage return: none
             b"{{'a': '2', 'b': '3'}\n"  # a brace before it: none
             b"{'a': '4', 'b': '5'}\n"
-            b"[INFO|x] a.py:1 >> {'a': '6', 'b': '7'}\n"  # a logger's prefix, no bar
+            b"[INFO|x] a.py:1 >> {'a': '6', 'b': '7'}  \t \n"  # a logger's prefix, no bar; a terminal's padding
             b"\r{'a': '2', 'b': '3'}\n"  # no bar before it
             b"\r 4/9 [ 5/6\r{'a': '2', 'b': '3'}\n"  # a fraction after the last ``[``: no step
             b"\r 7/9 [\r{'a': 'x', 'b': '3'}\n"  # not a number
-            b"\r 8/9 [\r{'a': '1', 'b': '2'} \n"  # not the whole segment
+            b"\r 8/9 [\r{'a': '1', 'b': '2'} x\n"  # not the whole segment
             b"\r\xd9\xa39/9 [\r{'a': '1', 'b': '2'}\n"  # a digit of another script before the step
             b"\r 10/9 [\r{'a': '1', 'b': '2'}\r\n")  # the line continues
     newlines, continued, starts, lines, steps, totals, columns = read(data, pieces, b" [")

@@ -825,6 +825,7 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, 
         if (!value_of(data + position, length, &values[piece - 1])) return 0;
         position = end + pieces[piece].len;
     }
+    while (position < size && is_blank_byte(data[position])) position++; /* a terminal's padding */
     if (position >= size || data[position] != '\n') return 0;
     if (at == line || data[at - 1] != '\r') {
         for (Py_ssize_t byte = line; byte < at; byte++) {

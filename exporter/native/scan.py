@@ -152,8 +152,9 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     """A block's newlines, its lines ending in ``\\r``, and the records on carriage-return segments, each with
     the fraction the non-blank segment before it ends with.
 
-    A record ends its line (before a ``\\n``): ``pieces[0]``, a value, ``pieces[1]``, ..., a value, ``pieces[-1]``,
-    where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and ``float()`` takes it. After a
+    A record ends its line (before a ``\\n``, past bytes of ``_BLANK``): ``pieces[0]``, a value, ``pieces[1]``, ...,
+    a value, ``pieces[-1]``, where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and
+    ``float()`` takes it. After a
     ``\\r`` (a whole segment), past blank segments before it (bytes of ``_BLANK`` only, or none), a non-blank
     segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
     after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Not after a ``\\r``,
@@ -212,6 +213,8 @@ def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) ->
         except ValueError:
             return None
         position = end + len(piece)
+    while position < len(data) and data[position] in _BLANK:  # a terminal's padding
+        position += 1
     if position >= len(data) or data[position] != 0x0A:
         return None
     if at == 0 or data[at - 1] != 0x0D:

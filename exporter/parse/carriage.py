@@ -17,12 +17,15 @@ records, line counts, state and offsets are the same (tests/test_carriage.py).
 from __future__ import annotations
 
 import bisect
+import math
 from collections import Counter
+from collections.abc import Sequence
 from typing import Any, NamedTuple, Protocol
 
 from exporter import native
 from exporter.native.scan import LINE_PREFIX
 from exporter.parse.formats import SegmentShape
+from exporter.parse.numbers import MAX_INTEGER
 from exporter.parse.patterns import lazy
 from exporter.parse.ranks import PREFIX_ANCHORS, strip_rank_prefixes
 
@@ -50,20 +53,32 @@ class RecordLines(NamedTuple):
     continued: list[int]
     record_starts: list[int]
     line_starts: list[int]
-    steps: list[int | None]
+    steps: Sequence[int | None]
     totals: list[int]
     values: list[list[float]]
 
 
 def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) -> RecordLines | None:
-    """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``); None when
-    some follow a bar and some do not (the segment reader reads such a block)."""
+    """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``), their steps
+    the shape's own where it has one; None when some follow a bar and some do not, or a step of their own is one the
+    line parser takes otherwise (the segment reader reads such a block)."""
     found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close))
+    steps: Sequence[int | None] | None = found.steps if shape.step < 0 else _own_steps(found.values[shape.step])
+    if steps is None:
+        return None
     if -1 not in found.totals:  # every record after a bar (or none)
-        return found
+        return found._replace(steps=steps)
     if found.totals.count(-1) != len(found.totals):
         return None
-    return found._replace(steps=[None] * len(found.steps), totals=[])
+    return found._replace(steps=steps if shape.step >= 0 else [None] * len(steps), totals=[])
+
+
+def _own_steps(column: list[float]) -> list[int] | None:
+    """A record's own steps as the line parser takes them (numbers.finite_int); None for one it does not."""
+    if not math.isfinite(sum(column)):  # a NaN step is None, not the bar's: the line parser's
+        return None
+    steps = list(map(int, column))
+    return steps if not steps or min(steps) >= -MAX_INTEGER and max(steps) <= MAX_INTEGER else None
 
 
 def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool:

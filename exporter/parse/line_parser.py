@@ -488,7 +488,7 @@ class LineParser:
         first = data.find(fmt.prefilter)
         if first < 0:
             return False
-        segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0]
+        segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0].rstrip(b" \t\x0b\x0c")  # a terminal's padding
         shape = self._segment_shape
         if shape is None or not all(piece in segment for piece in shape.pieces):  # the file's records changed shape
             assert fmt.segment_shape is not None
@@ -515,10 +515,11 @@ class LineParser:
             specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in anchored if at not in records),
                                *found.continued, *((0,) if self._continued or self._blocks else ())})
         stepped = bool(found.steps) and found.steps[0] is not None
-        values: dict[str, list] = {"total_steps": found.totals} if stepped else {}
+        values: dict[str, list] = {"total_steps": found.totals} if found.totals else {}
         named: dict[str, list[float]] = {}
-        for (gauge, name), column in zip(shape.targets, found.values, strict=True):
-            (values if gauge else named)[name] = column
+        for index, ((gauge, name), column) in enumerate(zip(shape.targets, found.values, strict=True)):
+            if index != shape.step:
+                (values if gauge else named)[name] = column
         filtered = set(shape.filtered(values))
         ends = {line + 1 for line in filtered}
         # Where a step goes back (a restart): a batch ends before it, found at C speed. A block's records all print a

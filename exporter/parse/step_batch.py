@@ -200,7 +200,7 @@ class StepBatchBuilder:
         self._unprinted_nonfinite_losses = line.unprinted_nonfinite_losses
         return True
 
-    def add_lines(self, steps: list[int | None], values: dict[str, list], named: dict[str, list[float]],
+    def add_lines(self, steps: Sequence[int | None], values: dict[str, list], named: dict[str, list[float]],
                   starts: list[int] | None, unprinted_nonfinite_losses: int = 0) -> None:
         """Lines given as columns (one item per line in each), every one printing a step (or none printing one),
         every gauge of ``values`` and every name of ``named``, no step going back, only the last one with

@@ -70,8 +70,8 @@ def segment_shape(segment: bytes) -> SegmentShape | None:
     """The shape of the dict ``segment`` (a whole carriage-return segment, or the end of a line): the same keys in
     the same order, printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every
     value quoted; older versions: none), read a block at a time with the values ``parse`` gives
-    (parse/carriage.py). None for a dict that names the step itself or two values the same, or prints a value
-    otherwise: those lines are read by ``parse``."""
+    (parse/carriage.py); a step it names (PaddleNLP's ``'global_step': 150``) is the record's. None for a dict that
+    names two steps or two values the same, or prints a value otherwise: those lines are read by ``parse``."""
     try:
         text = segment.decode("ascii")
     except UnicodeDecodeError:
@@ -79,9 +79,11 @@ def segment_shape(segment: bytes) -> SegmentShape | None:
     if _DICT.fullmatch(text) is None:
         return None
     keys = [key for key, _ in _PAIR.findall(text)]
-    if any(key in _STEP_KEYS for key in keys):
+    steps = [index for index, key in enumerate(keys) if key in _STEP_KEYS]
+    if len(steps) > 1:
         return None
-    targets = tuple((True, _GAUGES[key]) if key in _GAUGES else (False, metric_name(key)) for key in keys)
+    targets = tuple((False, "") if key in _STEP_KEYS else (True, _GAUGES[key]) if key in _GAUGES
+                    else (False, metric_name(key)) for key in keys)
     if len(set(targets)) != len(targets):
         return None
     pairs, position = [], 1  # the pairs, one after the other from the brace to the end
@@ -94,7 +96,7 @@ def segment_shape(segment: bytes) -> SegmentShape | None:
         return None
     cuts = [0, *(edge for pair in pairs for edge in pair.span("value")), len(segment)]
     pieces = tuple(segment[begin:end] for begin, end in zip(cuts[::2], cuts[1::2], strict=True))
-    return SegmentShape(pieces, b" [", targets, _filtered)
+    return SegmentShape(pieces, b" [", targets, _filtered, steps[0] if steps else -1)
 
 
 def _filtered(values: dict[str, list[float]]) -> list[int]:

@@ -31,13 +31,15 @@ class SegmentShape:
     word, read by ``float``); ``close``: what follows the ``step/total`` fraction of the bar drawn before a
     record; ``targets``: per value, whether it sets a gauge (True) or a named value (False), and which;
     ``filtered``: the lines (indexes) with a non-finite loss they do not show, from the columns (gauge name
-    -> values), as the format's parser counts them.
+    -> values), as the format's parser counts them; ``step``: the value that is the record's own step (a dict's
+    ``'global_step'``: it wins over the bar's; its target is not read), -1 without.
     """
 
     pieces: tuple[bytes, ...]
     close: bytes
     targets: tuple[tuple[bool, str], ...]
     filtered: Callable[[dict[str, list[float]]], list[int]]
+    step: int = -1
 
 
 @dataclass(frozen=True, slots=True)
