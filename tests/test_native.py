@@ -1937,7 +1937,7 @@ def _passes() -> tuple[tuple, ...]:
     assert shape is not None
     scanner = _scan_kernel(tuple(ALL_ANCHORS), PREFIX_ANCHORS)
     return (("scan", scanner), ("scan_segments", _scan_kernel((b"loss", b"Traceback", b"epoch"), ())),
-            ("group_lines", b"step=", b"[", b"]:", b"[ 0123456789"), ("segment_records", shape.pieces, b" ["),
+            ("group_lines", b"step=", b"[", b"]:", b"[ 0123456789"), ("segment_records", shape.pieces, b" [", 0),
             ("line_prefixes", PREFIX_ANCHORS), ("scan", scanner))
 
 
@@ -1982,8 +1982,8 @@ def test_passes_ahead_without_the_kernel_run_when_asked_for():
     ((("scan", "not a scanner"),), TypeError),
     ((("group_lines", b"step=", b"", b"]:", b""),), ValueError),
     ((("group_lines", b"step=", b"[", b"]:", "text"),), TypeError),
-    ((("segment_records", (b"{",), b" ["),), ValueError),
-    ((("segment_records", [b"{", b"}"], b" ["),), TypeError),
+    ((("segment_records", (b"{",), b" [", 0),), ValueError),
+    ((("segment_records", [b"{", b"}"], b" [", 0),), TypeError),
     ((("line_prefixes", (b"a\nb",)),), ValueError),
 ])
 def test_passes_ahead_refuse_what_their_functions_refuse(passes, error):

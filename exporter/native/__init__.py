@@ -17,10 +17,10 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   the offsets after the prefix of its lines holding ``literal`` (an interleaved console's streams).
 - ``shift_offsets(offsets, delta)``: ``delta`` added to each of an ``array('q')`` of offsets, in place (the line
   starts of a rank stream's batch, read after their prefix).
-- ``segment_records(data, pieces, close)`` -> ``(newlines, continued, starts, lines, steps, totals,
+- ``segment_records(data, pieces, close, digits=0)`` -> ``(newlines, continued, starts, lines, steps, totals,
   columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
   segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), or a whole line (step and total
-  -1), and where their lines start.
+  -1), and where their lines start; the values of the bits of ``digits`` digits only.
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).
@@ -228,11 +228,11 @@ def line_prefixes(data: bytes, literals: tuple[bytes, ...]) -> tuple[dict[bytes,
     return _scan_twin.line_prefixes(data, literals)
 
 
-def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> _scan_twin.Records:
+def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits: int = 0) -> _scan_twin.Records:
     """Records on carriage-return segments and the fraction of the segment before each (exporter/native/scan.py)."""
     if _scan is not None:
-        return _scan.segment_records(data, pieces, close)
-    return _scan_twin.segment_records(data, pieces, close)
+        return _scan.segment_records(data, pieces, close, digits)
+    return _scan_twin.segment_records(data, pieces, close, digits)
 
 
 class Ahead(Protocol):

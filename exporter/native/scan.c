@@ -808,10 +808,11 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
 
 /* The record at ``at`` (after a carriage return; or after what its line holds before it, when that holds no ``\r``,
  * ``/`` or ``{``: no fraction, -1 for both), on the line starting at ``line``: 1 with its fraction and values, 0 when
- * there is none. */
+ * there is none. The values of the bits of ``digits`` are digits only (1 to MAX_FRACTION_DIGITS). */
 static int
 record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
-          const uint8_t *close, Py_ssize_t close_length, long long *step, long long *total, double *values)
+          const uint8_t *close, Py_ssize_t close_length, unsigned long long digits, long long *step, long long *total,
+          double *values)
 {
     Py_ssize_t position = at + pieces[0].len;
     for (Py_ssize_t piece = 1; piece < count; piece++) {
@@ -821,6 +822,12 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, 
         if (length < 1 || length > MAX_VALUE_BYTES || size - end < pieces[piece].len
             || memcmp(data + end, pieces[piece].buf, (size_t)pieces[piece].len) != 0) {
             return 0;
+        }
+        if (piece <= 64 && (digits >> (piece - 1) & 1)) {
+            if (length > MAX_FRACTION_DIGITS) return 0;
+            for (Py_ssize_t byte = position; byte < end; byte++) {
+                if (!is_digit_byte(data[byte])) return 0;
+            }
         }
         if (!value_of(data + position, length, &values[piece - 1])) return 0;
         position = end + pieces[piece].len;
@@ -848,7 +855,7 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, 
 }
 
 PyDoc_STRVAR(segment_records_doc,
-"segment_records(data, pieces, close) -> (newlines, continued, starts, lines, steps, totals, columns)\n\n"
+"segment_records(data, pieces, close, digits=0) -> (newlines, continued, starts, lines, steps, totals, columns)\n\n"
 "Records on carriage-return segments and the fraction before each. See exporter/native/scan.py.");
 
 typedef struct {
@@ -865,7 +872,7 @@ static int prefixed_line(const uint8_t *line, const uint8_t *end, Prefixes *pref
  * passes of a block take both). */
 static int
 find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_t count, const uint8_t *close,
-             Py_ssize_t close_length, double *values, Records *found, Prefixes *prefixes)
+             Py_ssize_t close_length, unsigned long long digits, double *values, Records *found, Prefixes *prefixes)
 {
     const uint8_t *end = bytes + size;
     for (const uint8_t *line = bytes;;) {
@@ -882,7 +889,9 @@ find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_
         Py_ssize_t at = match - bytes;
         const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
         Py_ssize_t line = newline == NULL ? 0 : newline + 1 - bytes;
-        if (!record_at(bytes, size, line, at, pieces, count, close, close_length, &step, &total, values)) continue;
+        if (!record_at(bytes, size, line, at, pieces, count, close, close_length, digits, &step, &total, values)) {
+            continue;
+        }
         if (push_offset(&found->starts, at) < 0 || push_offset(&found->lines, line) < 0
             || push_offset(&found->steps, step) < 0 || push_offset(&found->totals, total) < 0) {
             return -1;
@@ -958,7 +967,10 @@ segment_records(PyObject *module, PyObject *args)
 {
     Py_buffer data, close;
     PyObject *pieces_object;
-    if (!PyArg_ParseTuple(args, "y*O!y*:segment_records", &data, &PyTuple_Type, &pieces_object, &close)) return NULL;
+    unsigned long long digits = 0;
+    if (!PyArg_ParseTuple(args, "y*O!y*|K:segment_records", &data, &PyTuple_Type, &pieces_object, &close, &digits)) {
+        return NULL;
+    }
     Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
     PyObject *result = NULL;
     Records found = {0};
@@ -967,7 +979,7 @@ segment_records(PyObject *module, PyObject *args)
     if (pieces == NULL || values == NULL) {
         PyErr_NoMemory();
     } else if (take_pieces(pieces_object, &close, pieces) == count) {
-        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, values, &found, NULL) < 0) {
+        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, digits, values, &found, NULL) < 0) {
             PyErr_NoMemory();
         } else {
             result = records_result(&found, count);
@@ -1330,6 +1342,7 @@ typedef struct {
     Py_buffer *pieces; /* segment_records' pieces (count of them held) and its values scratch */
     Py_ssize_t count;
     double *values;
+    unsigned long long digits; /* segment_records' values of digits only */
     int failed; /* memory ran out */
     int walked; /* line prefixes: their lines walked by a segment records' pass */
     union {
@@ -1367,7 +1380,7 @@ compute_pass(const Py_buffer *data, Pass *pass, Prefixes *walking)
         break;
     case PASS_SEGMENT_RECORDS:
         pass->failed = find_records(data->buf, data->len, pass->pieces, pass->count, pass->buffers[0].buf,
-                                    pass->buffers[0].len, pass->values, &pass->found.records, walking) < 0;
+                                    pass->buffers[0].len, pass->digits, pass->values, &pass->found.records, walking) < 0;
         break;
     case PASS_LINE_PREFIXES:
         pass->failed = find_prefixes(data->buf, data->len, &pass->found.prefixes, pass->walked) < 0;
@@ -1433,7 +1446,7 @@ static int
 take_pass(PyObject *item, Pass *pass)
 {
     static const char *names[] = {"scan", "scan_segments", "group_lines", "segment_records", "line_prefixes"};
-    static const Py_ssize_t arguments[] = {1, 1, 4, 2, 1};
+    static const Py_ssize_t arguments[] = {1, 1, 4, 3, 1};
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
         PyErr_SetString(PyExc_TypeError, "a pass is a tuple: its function's name, then its arguments but the data");
         return -1;
@@ -1477,6 +1490,8 @@ take_pass(PyObject *item, Pass *pass)
             PyErr_SetString(PyExc_TypeError, "segment_records' pieces are a tuple");
             return -1;
         }
+        pass->digits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 3));
+        if (PyErr_Occurred()) return -1;
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &pass->buffers[0], PyBUF_SIMPLE) < 0) return -1;
         pass->held = 1;
         pass->pieces = PyMem_Calloc((size_t)PyTuple_GET_SIZE(first) + 1, sizeof(Py_buffer));

@@ -148,7 +148,7 @@ _DIGITS = frozenset(b"0123456789")
 Records = tuple[int, list[int], list[int], list[int], list[int], list[int], list[list[float]]]
 
 
-def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Records:
+def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits: int = 0) -> Records:
     """A block's newlines, its lines ending in ``\\r``, and the records on carriage-return segments, each with
     the fraction the non-blank segment before it ends with.
 
@@ -159,13 +159,16 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
     after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Not after a ``\\r``,
     the bytes of its line before it hold no ``\\r``, ``/`` or ``{`` (none, or a logger's prefix): no bar, its step
-    and total -1. Returns
+    and total -1. The values whose bits ``digits`` has set (value 0 its lowest) are digits only (1 to
+    MAX_FRACTION_DIGITS). Returns
     ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
     line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a
     column of floats per value, in the order of the data.
     """
     if len(pieces) < 2 or not pieces[0] or not close:
         raise ValueError("two pieces at least, the first and the close not empty")
+    if not 0 <= digits < 1 << 64:
+        raise OverflowError("digits is a mask of 64 bits")
     starts: list[int] = []
     lines: list[int] = []
     steps: list[int] = []
@@ -173,7 +176,7 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Rec
     columns: list[list[float]] = [[] for _ in pieces[1:]]
     at = data.find(pieces[0])
     while at >= 0:
-        found = _record_at(data, at, pieces, close)
+        found = _record_at(data, at, pieces, close, digits)
         if found is not None:
             starts.append(at)
             lines.append(data.rfind(b"\n", 0, at) + 1)
@@ -199,14 +202,17 @@ def _found(data: bytes, byte: int) -> list[int]:
     return found
 
 
-def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes) -> tuple[int, int, list[float]] | None:
+def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes,
+               digits: int) -> tuple[int, int, list[float]] | None:
     values: list[float] = []
     position = at + len(pieces[0])
-    for piece in pieces[1:]:
+    for index, piece in enumerate(pieces[1:]):
         end = position
         while end < len(data) and data[end] in VALUE_BYTES:
             end += 1
         if not 1 <= end - position <= MAX_VALUE_BYTES or not data.startswith(piece, end):
+            return None
+        if digits >> index & 1 and not (end - position <= MAX_FRACTION_DIGITS and data[position:end].isdigit()):
             return None
         try:
             values.append(float(data[position:end]))

@@ -75,8 +75,8 @@ class BlockPasses:
     def group_lines(self, data: bytes, *arguments: bytes) -> Any:
         return self._run(data, ("group_lines", *arguments))
 
-    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Any:
-        return self._run(data, ("segment_records", pieces, close))
+    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes, digits: int = 0) -> Any:
+        return self._run(data, ("segment_records", pieces, close, digits))
 
     def line_prefixes(self, data: bytes, literals: tuple[bytes, ...]) -> Any:
         return self._run(data, ("line_prefixes", literals))

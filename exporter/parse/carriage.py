@@ -17,6 +17,7 @@ records, line counts, state and offsets are the same (tests/test_carriage.py).
 from __future__ import annotations
 
 import bisect
+import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -39,7 +40,7 @@ _LABEL_BYTES = frozenset(b" 0123456789")  # those of a task number
 class Kernels(Protocol):
     """Where the block passes below run: ``native`` itself, or a parser's BlockPasses (parse/ahead.py)."""
 
-    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes) -> Any: ...
+    def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes, digits: int = 0) -> Any: ...
 
     def line_prefixes(self, data: bytes, literals: tuple[bytes, ...]) -> Any: ...
 
@@ -62,7 +63,9 @@ def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) ->
     """The record lines of ``data`` (a block of whole lines) by ``shape`` (``kernels.segment_records``), their steps
     the shape's own where it has one; None when some follow a bar and some do not, or a step of their own is one the
     line parser takes otherwise (the segment reader reads such a block)."""
-    found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close))
+    found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close, shape.digits))
+    if shape.guessed:
+        found = _as_guessed(found, shape)
     steps: Sequence[int | None] | None = found.steps if shape.step < 0 else _own_steps(found.values[shape.step])
     if steps is None:
         return None
@@ -71,6 +74,33 @@ def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) ->
     if found.totals.count(-1) != len(found.totals):
         return None
     return found._replace(steps=steps if shape.step >= 0 else [None] * len(steps), totals=[])
+
+
+def _as_guessed(found: RecordLines, shape: SegmentShape) -> RecordLines:
+    """The records the generic reader reads as ``shape`` says: each a whole line, its values finite (``nan`` is a word
+    to it), its step a count. The others are no records here: their lines go to the line parser."""
+    odd: set[int] = set()
+    if found.record_starts != found.line_starts:
+        odd.update(index for index, (start, line) in enumerate(zip(found.record_starts, found.line_starts,
+                                                                     strict=True)) if start != line)
+    for column in found.values:
+        if not math.isfinite(sum(column)):
+            odd.update(index for index, value in enumerate(column) if not math.isfinite(value))
+    if shape.step >= 0 and found.values[shape.step]:
+        steps = found.values[shape.step]
+        if min(steps) < 0 or max(steps) > MAX_INTEGER or not all(map(float.is_integer, steps)):
+            odd.update(index for index, step in enumerate(steps)
+                       if step < 0 or step > MAX_INTEGER or not step.is_integer())
+    if not odd:
+        return found
+    kept = [index not in odd for index in range(len(found.record_starts))]
+
+    def compressed(items: Sequence) -> list:
+        return list(itertools.compress(items, kept))
+
+    return found._replace(record_starts=compressed(found.record_starts), line_starts=compressed(found.line_starts),
+                          steps=compressed(found.steps), totals=compressed(found.totals),
+                          values=[compressed(column) for column in found.values])
 
 
 def _own_steps(column: list[float]) -> list[int] | None:
@@ -91,7 +121,10 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
     # A bracketed prefix names a rank with its ``]:``: without one in the block, only a task number may (a logger's
     # ``[INFO|...] `` before every record costs no look at each line).
     may_rank = _NO_RANK_BYTES if b"]:" in data else _LABEL_BYTES
-    if not starts or may_rank.isdisjoint(native.first_bytes(data, starts)):
+    if not starts:
+        return False
+    first_bytes = native.first_bytes(data, starts)
+    if not any(byte in first_bytes for byte in may_rank):
         return False
     return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None
                for start in starts if data[start] in may_rank)

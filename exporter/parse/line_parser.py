@@ -85,6 +85,9 @@ DISCOVERY_PIECE_MIN_BYTES = 4 << 10
 # launcher's warning, a fault code a step number spells): they go line by line, the lines between them stream by
 # stream (LineParser.pieces). A block holding more goes line by line whole: past that, the pieces cost more.
 MAX_LINES_CUT_AROUND = 64
+# The lines holding a segment format's byte test a block's records' shape is looked for in (_record_shape): a
+# generic reader's anchor (``oss``) is on lines of other shapes too (an evaluation's ``val loss``).
+SHAPE_LINES = 8
 
 
 @dataclass(slots=True)
@@ -198,7 +201,7 @@ class LineParser:
             return self._kernel_format
         fmt = self._format
         # A format of carriage-return segments reads a console's blocks its own way (parse/carriage.py).
-        return fmt if fmt is not None and not (fmt.redraws or fmt.segment_context or fmt.segment_shape) else None
+        return fmt if fmt is not None and not (fmt.redraws or fmt.segment_context) else None
 
     def prepare(self, data: bytes) -> None:
         """``data`` is a block to come after the one about to be cut into pieces: the kernel passes the last
@@ -485,16 +488,9 @@ class LineParser:
         earlier = [other.prefilter for other in self._routing[:self._routing.index(fmt)] if other.prefilter in data]
         if has_srun_label(data):
             return False
-        first = data.find(fmt.prefilter)
-        if first < 0:
+        shape = self._record_shape(fmt, data)
+        if shape is None:
             return False
-        segment = data[first:data.find(b"\n", first)].split(b"\r", 1)[0].rstrip(b" \t\x0b\x0c")  # a terminal's padding
-        shape = self._segment_shape
-        if shape is None or not all(piece in segment for piece in shape.pieces):  # the file's records changed shape
-            assert fmt.segment_shape is not None
-            shape = self._segment_shape = fmt.segment_shape(segment)
-            if shape is None:
-                return False
         prefixed, after_return = carriage.prefixed_lines(data, self._passes)
         if prefixed is None or after_return:
             return False
@@ -518,8 +514,11 @@ class LineParser:
         values: dict[str, list] = {"total_steps": found.totals} if found.totals else {}
         named: dict[str, list[float]] = {}
         for index, ((gauge, name), column) in enumerate(zip(shape.targets, found.values, strict=True)):
-            if index != shape.step:
-                (values if gauge else named)[name] = column
+            if index == shape.total:
+                values[name] = list(map(int, column))
+            elif index != shape.step and name:
+                scale = shape.scales[index] if shape.scales else 1.0
+                (values if gauge else named)[name] = column if scale == 1.0 else [value * scale for value in column]
         filtered = set(shape.filtered(values))
         ends = {line + 1 for line in filtered}
         # Where a step goes back (a restart): a batch ends before it, found at C speed. A block's records all print a
@@ -527,7 +526,7 @@ class LineParser:
         steps = cast("list[int]", found.steps) if stepped else []
         if steps != sorted(steps):  # sorted() of steps in order is one walk, no pair made
             ends.update(itertools.compress(range(1, len(steps)), map(operator.lt, steps[1:], steps)))
-        run = _RecordRun(found, values, named, sorted(ends), filtered)
+        run = _RecordRun(found, values, named, dict(shape.units), sorted(ends), filtered)
         recognized = alone = 0  # record lines taken here, lines read by _parse_lines
         counted: Counter[bytes] = Counter()  # lines beginning with prefixes read by _parse_lines
         position = 0
@@ -563,6 +562,26 @@ class LineParser:
                 self._format, self._format_has_loss = fmt, True
         return True
 
+    def _record_shape(self, fmt: Format, data: bytes) -> SegmentShape | None:
+        """The shape of the block's records: the file's last one where one of the block's first lines holding the
+        format's byte test prints it, else the first such line's that has one (the file's records changed shape)."""
+        assert fmt.segment_shape is not None
+        shape = self._segment_shape
+        at = data.find(fmt.prefilter)
+        for _ in range(SHAPE_LINES):
+            if at < 0:
+                break
+            end = data.find(b"\n", at)
+            line = data[data.rfind(b"\n", 0, at) + 1:end]
+            if shape is not None and all(piece in line for piece in shape.pieces):
+                return shape
+            learned = fmt.segment_shape(line)
+            if learned is not None:
+                self._segment_shape = learned
+                return learned
+            at = data.find(fmt.prefilter, end)
+        return None
+
     def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock) -> int:
         """The run's record lines before ``stop`` (a line's start) into the file's batch, as ``_take`` would take
         each (a step going back, a line's unprinted non-finite loss and the batch size end a batch); how many."""
@@ -581,7 +600,7 @@ class LineParser:
             filtered = end - 1 in run.filtered
             builder.add_lines(found.steps[line:end], {name: column[line:end] for name, column in run.values.items()},
                               {name: column[line:end] for name, column in run.named.items()},
-                              starts[line:end] if starts is not None else None, int(filtered))
+                              starts[line:end] if starts is not None else None, int(filtered), run.units)
             if filtered or (size and len(builder) >= size):
                 if starts is not None:
                     self._line_start = starts[end - 1]
@@ -1262,8 +1281,8 @@ class _RecordRun:
     """A block's record lines (parse/carriage.py) and how far they were handed to the file's batch."""
 
     def __init__(self, found: carriage.RecordLines, values: dict[str, list], named: dict[str, list[float]],
-                 ends: list[int], filtered: set[int]) -> None:
-        self.found, self.values, self.named = found, values, named
+                 units: dict[str, str], ends: list[int], filtered: set[int]) -> None:
+        self.found, self.values, self.named, self.units = found, values, named, units
         self.ends = ends  # the lines before which a batch may end: a step going back, after a filtered loss
         self.filtered = filtered  # lines with a non-finite loss they do not show
         self.next = 0  # the first record line not handed out

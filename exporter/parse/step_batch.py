@@ -201,13 +201,16 @@ class StepBatchBuilder:
         return True
 
     def add_lines(self, steps: Sequence[int | None], values: dict[str, list], named: dict[str, list[float]],
-                  starts: list[int] | None, unprinted_nonfinite_losses: int = 0) -> None:
+                  starts: list[int] | None, unprinted_nonfinite_losses: int = 0,
+                  units: dict[str, str] | None = None) -> None:
         """Lines given as columns (one item per line in each), every one printing a step (or none printing one),
         every gauge of ``values`` and every name of ``named``, no step going back, only the last one with
         non-finite losses it does not show (and its loss finite): what ``add_line`` of each line in turn does
-        (parse/carriage.py)."""
+        (parse/carriage.py); ``units``: those of the gauges, the same on every line."""
         self._merge_reader()
         count = len(steps)
+        if units:
+            self._units.update(units)
         self._steps += steps
         if steps[-1] is not None:
             self._known_step = steps[-1]

@@ -32,7 +32,11 @@ class SegmentShape:
     record; ``targets``: per value, whether it sets a gauge (True) or a named value (False), and which;
     ``filtered``: the lines (indexes) with a non-finite loss they do not show, from the columns (gauge name
     -> values), as the format's parser counts them; ``step``: the value that is the record's own step (a dict's
-    ``'global_step'``: it wins over the bar's; its target is not read), -1 without.
+    ``'global_step'``: it wins over the bar's; its target is not read), -1 without; ``total``: the value that is
+    the total of steps (digits only), -1 without; a target named "" is no value; ``scales``: what each value is
+    multiplied by (none: all by 1), ``units``: the gauges' units. ``guessed``: a shape of the generic reader's,
+    read only where a line holds the record alone, its values finite and its step a count; else its lines are read
+    one at a time.
     """
 
     pieces: tuple[bytes, ...]
@@ -40,6 +44,15 @@ class SegmentShape:
     targets: tuple[tuple[bool, str], ...]
     filtered: Callable[[dict[str, list[float]]], list[int]]
     step: int = -1
+    total: int = -1
+    scales: tuple[float, ...] = ()
+    units: tuple[tuple[str, str], ...] = ()
+    guessed: bool = False
+
+    @property
+    def digits(self) -> int:
+        """The values of digits only, as native.segment_records takes them: the total's bit."""
+        return 1 << self.total if self.total >= 0 else 0
 
 
 @dataclass(frozen=True, slots=True)
