@@ -11,7 +11,8 @@ from pathlib import Path
 import pytest
 
 from benchmarks.formats import continued
-from exporter.parse import LineParser
+from exporter.parse import LineParser, carriage
+from exporter.parse.carriage import merged
 from exporter.parse.formats.generic import parse, segment_shape
 from tests.test_block_parse import _blocks, _comparable, _line_boundaries
 from tests.test_carriage import block_path_runs, segment_kernel  # noqa: F401 - fixtures of the tests below
@@ -114,12 +115,17 @@ def _llm_c_log(copies: int) -> bytes:
 
 
 @pytest.mark.parametrize("name", ["llm_c", "widths"])
-def test_blocks_give_what_every_line_gives(name, segment_kernel, block_path_runs):  # noqa: F811
+def test_blocks_give_what_every_line_gives(name, segment_kernel, block_path_runs, monkeypatch):  # noqa: F811
+    merges = []
+    monkeypatch.setattr(carriage, "merged", lambda *found: merges.append(found) or merged(*found))
     data = _llm_c_log(400)
-    if name == "widths":  # llm.c pads the step to four digits: past 9999, a line of another shape
-        data = re.sub(rb"step +(\d+)/", lambda found: b"step %4d/" % (int(found.group(1)) * 30), data)
+    if name == "widths":  # llm.c pads the step to four digits: from 1 on, at 10, 100 and 1000 a line of another shape
+        data = re.sub(rb"step +(\d+)/", lambda found: b"step %4d/" % (int(found.group(1)) - 18), data)
+        assert all(re.search(rb"\nstep%s\d+/" % spaces, data) for spaces in (b"    ", b"   ", b"  ", b" "))
     rng = random.Random(name)
     for blocks in ([data], *(_blocks(data, _line_boundaries(data, rng, count)) for count in (7, 60))):
         by_shapes, by_lines = _same(blocks)
         assert by_shapes == by_lines
     assert sum(block_path_runs) >= 20
+    # A block where the step gets a digit more reads the lines of both widths by their shapes.
+    assert bool(merges) == (name == "widths")

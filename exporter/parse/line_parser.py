@@ -22,6 +22,7 @@ scheduler's node table.
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import itertools
 import operator
 from array import array
@@ -88,6 +89,9 @@ MAX_LINES_CUT_AROUND = 64
 # The lines holding a segment format's byte test a block's records' shape is looked for in (_record_shape): a
 # generic reader's anchor (``oss``) is on lines of other shapes too (an evaluation's ``val loss``).
 SHAPE_LINES = 8
+# A block of a guessed shape holding this many anchored lines besides its records looks for a second shape of the same
+# values (LineParser._with_next_shape).
+SHAPE_CHANGE_LINES = 16
 
 
 @dataclass(slots=True)
@@ -497,13 +501,15 @@ class LineParser:
         found = carriage.record_lines(data, shape, self._passes)
         if found is None or (bare and not found.steps):
             return False
+        scanner = self._scanner_without_prefixes()
+        assert scanner is not None
+        _, anchored, _ = self._passes.scan_segments(scanner, data)
+        if shape.guessed and len(anchored) - len(found.steps) >= SHAPE_CHANGE_LINES:
+            found = self._with_next_shape(fmt, data, found, anchored)
         lines = found.newlines
         if (4 * len(found.continued) > lines or carriage.ranked_record_line(data, found, self._continued)
                 or carriage.on_record_line(data, found, earlier)):
             return False
-        scanner = self._scanner_without_prefixes()
-        assert scanner is not None
-        _, anchored, _ = self._passes.scan_segments(scanner, data)
         specials: list[int] = found.continued
         if len(anchored) != len(found.steps) or self._continued or self._blocks:
             # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r.
@@ -581,6 +587,23 @@ class LineParser:
                 return learned
             at = data.find(fmt.prefilter, end)
         return None
+
+    def _with_next_shape(self, fmt: Format, data: bytes, found: carriage.RecordLines,
+                         anchored: list[int]) -> carriage.RecordLines:
+        """``found`` and the records of the shape the first anchored line besides them prints, when its values are
+        the same (a step padded to a width, one digit more: llm.c's ``step %4d`` past 9999); that shape is the
+        file's next."""
+        assert fmt.segment_shape is not None and self._segment_shape is not None
+        records = set(found.record_starts)
+        line = next(at for at in anchored if at not in records)
+        shape = fmt.segment_shape(data[line:data.find(b"\n", line)])
+        if shape is None or dataclasses.replace(shape, pieces=self._segment_shape.pieces) != self._segment_shape:
+            return found
+        more = carriage.record_lines(data, shape, self._passes)
+        if more is None or not more.steps or bool(more.totals) != bool(found.totals):
+            return found
+        self._segment_shape = shape
+        return carriage.merged(found, more)
 
     def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock) -> int:
         """The run's record lines before ``stop`` (a line's start) into the file's batch, as ``_take`` would take
