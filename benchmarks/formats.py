@@ -34,9 +34,11 @@ class FormatLog:
 
     format: str
     fixture: str
-    # Each match: (before)(step)(between)(total), the last two empty where the line prints no total.
+    # Each match: (before)(step)(between)(total), the last two empty where the line prints no total; the step empty
+    # too where the lines print none (each match a step line, copied as it is).
     counter: bytes
     anchor: str
+    extra_steps: int = 0  # step lines after the training part (kept once): another trainer's, a restart's
 
 
 FORMATS = (
@@ -53,6 +55,15 @@ FORMATS = (
     # MindFormers' MFLossMonitor (static graph mode, and MindFormers 2.1 on msrun): a real worker log, its records
     # among msrun's and MindSpore's lines.
     FormatLog("mindformers_static", "msrun_oom_worker_1.log", rb"(step:\[ *)(\d+)(/ *)(\d+)", "Epoch:"),
+    # Hugging Face Trainer's dicts outside a progress bar: the Trainer's own without tqdm (no step), LLaMA-Factory's
+    # behind its logger's prefix (no step), PaddleNLP's naming their step and padded to the terminal's width.
+    FormatLog("hf_trainer_no_bar", "hf_trainer_no_bar.log", rb"(\{'loss': )()()()", "{'loss'"),
+    FormatLog("hf_trainer_logged", "healthy/llamafactory_finetuneLLM_running_log.log", rb"(>> \{'loss': )()()()",
+              "{'loss'"),
+    FormatLog("hf_trainer_own_step", "hf_paddlenlp_global_step.log", rb"('global_step': )(\d+)()()", "{'loss'"),
+    # The generic reader: llm.c's three step lines continued; its fork's two NaN lines (a restart) and a prime-rl
+    # trainer's line after them, once.
+    FormatLog("generic", "generic_unnamed_trainers.log", rb"(step +)(6\d)(/)(\d+)", "loss", extra_steps=3),
 )
 
 
@@ -61,7 +72,9 @@ def continued(text: bytes, counter: re.Pattern[bytes], copies: int, *, whole: bo
     own interval. The training part runs from the line of the first step to the line of the last: a long run prints
     its start (and its end) once, so the lines before and after it are kept once. ``whole``: the whole text a copy."""
     begins, ends = training_part(text, counter) if not whole else (0, len(text))
-    steps = sorted({int(match.group(2)) for match in counter.finditer(text)})
+    steps = sorted({int(match.group(2)) for match in counter.finditer(text) if match.group(2)})
+    if not steps:  # lines printing no step: copies as they are
+        return text[:begins] + text[begins:ends] * copies + text[ends:]
     interval = min((later - earlier for earlier, later in zip(steps, steps[1:], strict=False)), default=1)
     offset = steps[-1] - steps[0] + interval
     total = steps[0] + offset * copies
@@ -95,8 +108,10 @@ def write_log(directory: Path, spec: FormatLog, lines: int) -> tuple[Path, int, 
     path = directory / "train.log"
     data = continued(text, counter, copies)
     path.write_bytes(data)
-    steps = len({found.group(2) for found in counter.finditer(text)})
-    return path, data.count(b"\n"), steps * copies
+    found = list(counter.finditer(text))
+    numbers = {match.group(2) for match in found}
+    steps = len(numbers) if any(numbers) else len(found)
+    return path, data.count(b"\n"), steps * copies + spec.extra_steps
 
 
 def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:
