@@ -596,8 +596,8 @@ class LineParser:
         file's next."""
         assert fmt.segment_shape is not None and self._segment_shape is not None
         records = set(found.record_starts)
-        line = next(at for at in anchored if at not in records)
-        shape = fmt.segment_shape(data[line:data.find(b"\n", line)])
+        line = next((at for at in anchored if at not in records), None)
+        shape = None if line is None else fmt.segment_shape(data[line:data.find(b"\n", line)])
         if shape is None or dataclasses.replace(shape, pieces=self._segment_shape.pieces) != self._segment_shape:
             return found
         more = carriage.record_lines(data, shape, self._passes)
