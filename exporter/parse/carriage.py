@@ -135,12 +135,13 @@ def ranked_record_line(data: bytes, found: RecordLines, continued: bool) -> bool
     starts = found.line_starts
     if continued:  # ascending: the first line's records lead
         starts = starts[bisect.bisect_right(starts, 0):]
-    # A bracketed prefix names a rank with its ``]:``: without one in the block, only a task number may (a logger's
-    # ``[INFO|...] `` before every record costs no look at each line). Counted by the kernel: ``in`` takes 1.2 ms a MB.
-    may_rank = _NO_RANK_BYTES if b"]" in data and native.count_starts(data, b"\n", b"]:")[1] else _LABEL_BYTES
     if not starts:
         return False
     first_bytes = native.first_bytes(data, starts)
+    # A bracketed prefix names a rank with its ``]:``: without one in the block, only a task number may (a logger's
+    # ``[INFO|...] `` before every record costs no look at each line). Counted by the kernel: ``in`` takes 1.2 ms a MB.
+    may_rank = (_NO_RANK_BYTES if b"[" in first_bytes and native.count_starts(data, b"\n", b"]:")[1]
+                else _LABEL_BYTES)
     if not any(byte in first_bytes for byte in may_rank):
         return False
     return any(strip_rank_prefixes(_first_segment(data, start), 0)[0] is not None

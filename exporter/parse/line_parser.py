@@ -570,8 +570,9 @@ class LineParser:
         return True
 
     def _record_shape(self, fmt: Format, data: bytes) -> SegmentShape | None:
-        """The shape of the block's records: the file's last one where one of the block's first lines holding the
-        format's byte test prints it, else the first such line's that has one (the file's records changed shape)."""
+        """The shape of the block's records: the file's last one where one of the block's first segments holding the
+        format's byte test prints it, else the first such segment's that has one (the file's records changed
+        shape)."""
         assert fmt.segment_shape is not None
         shape = self._segment_shape
         at = data.find(fmt.prefilter)
@@ -579,10 +580,13 @@ class LineParser:
             if at < 0:
                 break
             end = data.find(b"\n", at)
-            line = data[data.rfind(b"\n", 0, at) + 1:end]
-            if shape is not None and all(piece in line for piece in shape.pieces):
+            # The segment holding it (a console's line of redraws is long): the line, where it holds no \r.
+            begin = max(data.rfind(b"\n", 0, at), data.rfind(b"\r", 0, at)) + 1
+            cut = data.find(b"\r", at, end)
+            segment = data[begin:cut if cut >= 0 else end]
+            if shape is not None and all(piece in segment for piece in shape.pieces):
                 return shape
-            learned = fmt.segment_shape(line)
+            learned = fmt.segment_shape(segment)
             if learned is not None:
                 self._segment_shape = learned
                 return learned

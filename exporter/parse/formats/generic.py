@@ -136,11 +136,11 @@ _SAMPLES = 3  # lines of other values the shape must read as parse does
 
 
 def segment_shape(line: bytes) -> SegmentShape | None:
-    """The shape of ``line`` (a whole line): its numbers the values, the text around them the pieces, each value's
-    target found by changing it alone and reading the line again (parse/carriage.py reads a block's lines of this
-    shape at once). None when a line of the shape with other numbers could read otherwise: a value parse does not
-    take alone or exactly (``1,234``; one of two steps), a line of other numbers read otherwise than the shape says,
-    a line that does not begin with text."""
+    """The shape of ``line`` (a line's segment: the line, where it holds no carriage return): its numbers the
+    values, the text around them the pieces, each value's target found by changing it alone and reading the line
+    again (parse/carriage.py reads a block's lines of this shape at once). None when a line of the shape with other
+    numbers could read otherwise: a value parse does not take alone or exactly (``1,234``; one of two steps), a line
+    of other numbers read otherwise than the shape says, a line that does not begin with text."""
     try:
         text = line.decode("ascii")
     except UnicodeDecodeError:

@@ -66,13 +66,13 @@ def parse(text: str) -> StepLine | None:
 _PLAIN_PAIR = lazy(rb"'(?P<key>[^']+)': (?P<quote>'?)(?P<value>[0-9A-Za-z.+-]{1,64})(?P=quote)(?:, |\}$)")
 
 
-def segment_shape(line: bytes) -> SegmentShape | None:
-    """The shape of the line's dict (its segment from the dict on, without a terminal's padding): the same keys in
-    the same order, printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every
+def segment_shape(segment: bytes) -> SegmentShape | None:
+    """The shape of the segment's dict (from the dict on, without a terminal's padding): the same keys in the same
+    order, printed as the Trainer prints them (``{'loss': '4.036', 'grad_norm': '0.3374', ...}``, every
     value quoted; older versions: none), read a block at a time with the values ``parse`` gives
     (parse/carriage.py); a step it names (PaddleNLP's ``'global_step': 150``) is the record's. None for a dict that
     names two steps or two values the same, or prints a value otherwise: those lines are read by ``parse``."""
-    segment = line[line.find(FORMAT.prefilter):].split(b"\r", 1)[0].rstrip(b" \t\x0b\x0c")
+    segment = segment[segment.find(FORMAT.prefilter):].rstrip(b" \t\x0b\x0c")
     try:
         text = segment.decode("ascii")
     except UnicodeDecodeError:
