@@ -96,6 +96,7 @@ sanitize: system-deps setup
 	  tests/fixtures/real/mindformers_legacy.log tests/fixtures/real/mindvision_lossmonitor.log \
 	  tests/fixtures/real/fairseq_plain.log $(SANITIZED)/tests/fixtures/real/
 	cp tests/fixtures/real/healthy/deepspeed_dschat_sft_opt1.3b.log tests/fixtures/real/healthy/torchtitan_qwen3_14b_run54.log \
+	  tests/fixtures/real/healthy/llamafactory_finetuneLLM_running_log.log \
 	  $(SANITIZED)/tests/fixtures/real/healthy/
 	cp tests/fixtures/formats/megatron.log $(SANITIZED)/tests/fixtures/formats/
 	for kernel in scan step_fields detectors; do \
