@@ -64,9 +64,12 @@ def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) ->
     the shape's own where it has one; None when some follow a bar and some do not, or a step of their own is one the
     line parser takes otherwise (the segment reader reads such a block)."""
     found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close, shape.digits))
-    if shape.guessed:
+    steps: Sequence[int | None] | None = found.steps
+    if shape.guessed:  # its steps are counts (_as_guessed)
         found = _as_guessed(found, shape)
-    steps: Sequence[int | None] | None = found.steps if shape.step < 0 else _own_steps(found.values[shape.step])
+        steps = found.steps if shape.step < 0 else list(map(int, found.values[shape.step]))
+    elif shape.step >= 0:
+        steps = _own_steps(found.values[shape.step])
     if steps is None:
         return None
     if -1 not in found.totals:  # every record after a bar (or none)
