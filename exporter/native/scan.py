@@ -154,12 +154,11 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
 
     A record ends its line (before a ``\\n``, past bytes of ``_BLANK``): ``pieces[0]``, a value, ``pieces[1]``, ...,
     a value, ``pieces[-1]``, where a value is the longest run of VALUE_BYTES there (1 to MAX_VALUE_BYTES) and
-    ``float()`` takes it. After a
-    ``\\r`` (a whole segment), past blank segments before it (bytes of ``_BLANK`` only, or none), a non-blank
-    segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits each, ``D`` not
-    after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Not after a ``\\r``,
-    the bytes of its line before it hold no ``\\r``, ``/`` or ``{`` (none, or a logger's prefix): no bar, its step
-    and total -1. The values whose bits ``digits`` has set (value 0 its lowest) are digits only (1 to
+    ``float()`` takes it. After a ``\\r`` (a whole segment), past blank segments before it (bytes of ``_BLANK``
+    only, or none), a non-blank segment of the same line holds ``D/T`` + ``close`` (1 to MAX_FRACTION_DIGITS digits
+    each, ``D`` not after a digit or a byte above 0x7f) after which no ``/`` follows a digit or such a byte. Not
+    after a ``\\r``, the bytes of its line before it hold no ``\\r``, ``/`` or ``{`` (none, or a logger's prefix): no
+    bar, its step and total -1. The values whose bits ``digits`` has set (value 0 its lowest) are digits only (1 to
     MAX_FRACTION_DIGITS). Returns
     ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
     line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a

@@ -235,7 +235,8 @@ def _total(samples: Samples, metric: str) -> float:
     return sum(value for (name, _), value in samples.items() if name == metric)
 
 
-def _same(printed: str | float | None, truth: float) -> bool:
+def same(printed: str | float | None, truth: float) -> bool:
+    """The value printed (a CSV cell, a gauge) is the truth's, NaN equal to NaN; a missing one is not."""
     if printed in (None, ""):
         return False
     value = float(printed)
@@ -257,13 +258,13 @@ def check_steps(result: RealRun, rank_labels: dict[int, str] | None = None,
         assert sorted(read) == sorted(steps), f"rank {rank}: steps read {sorted(read)} != {sorted(steps)}"
         for step, record in steps.items():
             for name in values:
-                assert _same(read[step][name], record[name]), \
+                assert same(read[step][name], record[name]), \
                     f"rank {rank} step {step} {name}: read {read[step][name]!r}, truth {record[name]!r}"
         last = max(steps)
         assert result.gauge("training_step", labels[rank]) == last, f"rank {rank}: training_step"
         for name in values:
             served = result.gauge(GAUGES[name], labels[rank])
-            assert served is not None and _same(served, steps[last][name]), \
+            assert served is not None and same(served, steps[last][name]), \
                 f"rank {rank}: {GAUGES[name]} {served!r} != {steps[last][name]!r} at step {last}"
     check_live(result, labels, values)
 
@@ -292,7 +293,7 @@ def check_rows_are_every_record(rows: list[dict[str, str]], truth_dir: Path) -> 
             f"rank {rank}: steps read"
         for row, record in zip(read[str(rank)], steps, strict=True):
             for name in VALUES:
-                assert _same(row[name], record[name]), f"rank {rank} step {record['step']} {name}: {row[name]!r}"
+                assert same(row[name], record[name]), f"rank {rank} step {record['step']} {name}: {row[name]!r}"
 
 
 def check_every_record(result: RealRun) -> None:
@@ -305,7 +306,7 @@ def check_every_record(result: RealRun) -> None:
         assert result.gauge("training_step", str(rank)) == steps[-1]["step"], f"rank {rank}: training_step"
         for name in VALUES:
             served = result.gauge(GAUGES[name], str(rank))
-            assert served is not None and _same(served, steps[-1][name]), f"rank {rank}: {GAUGES[name]} {served!r}"
+            assert served is not None and same(served, steps[-1][name]), f"rank {rank}: {GAUGES[name]} {served!r}"
     seen = 0
     for samples in result.during:
         for rank, steps in records.items():
@@ -313,7 +314,7 @@ def check_every_record(result: RealRun) -> None:
             if step is None:
                 continue
             seen += 1
-            assert any(all(_same(result.gauge(GAUGES[name], str(rank), samples), record[name]) for name in VALUES)
+            assert any(all(same(result.gauge(GAUGES[name], str(rank), samples), record[name]) for name in VALUES)
                        for record in steps if record["step"] == int(step)), f"live, rank {rank} at step {int(step)}"
     assert seen, "no scrape during the job saw a step: the sidecar was not live"
 
@@ -342,7 +343,7 @@ def check_live(result: RealRun, labels: dict[int, str], values: Sequence[str]) -
             record = truth[rank][int(step)]
             for name in values:
                 served = result.gauge(GAUGES[name], label, samples)
-                assert served is not None and _same(served, record[name]), \
+                assert served is not None and same(served, record[name]), \
                     f"live, rank {rank} at step {int(step)}: {GAUGES[name]} {served!r} != {record[name]!r}"
     assert seen, "no scrape during the job saw a step: the sidecar was not live"
 

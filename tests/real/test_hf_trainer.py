@@ -11,7 +11,17 @@ import math
 
 import pytest
 
-from tests.real.harness import RealRun, check_steps, keep_fixture, matrix, require, run_job, torchrun
+from tests.real.harness import (
+    GAUGES,
+    RealRun,
+    check_steps,
+    keep_fixture,
+    matrix,
+    require,
+    run_job,
+    same,
+    torchrun,
+)
 
 pytestmark = pytest.mark.real
 
@@ -24,11 +34,11 @@ def _transformers():
     require("transformers")
 
 
-def _trainer(tmp_path, *args: str) -> RealRun:
+def _trainer(tmp_path, *args: str, fixture: str = "hf_trainer") -> RealRun:
     result = run_job(tmp_path, torchrun("hf_trainer_train.py", "--truth", str(tmp_path / "truth"), "--out",
                                         str(tmp_path / "out"), "--steps", str(STEPS), "--logging-steps", str(EVERY),
                                         *args), capture="file")
-    keep_fixture(result, "hf_trainer" + ("_nan" if args else ""))
+    keep_fixture(result, fixture)
     return result
 
 
@@ -43,9 +53,26 @@ def test_healthy_trainer_every_logged_step_exact_on_the_empty_rank(tmp_path):
     assert result.report["findings"] == []
 
 
+def test_without_a_bar_every_dict_is_read_in_its_order_with_no_step(tmp_path):
+    # disable_tqdm: the Trainer's PrinterCallback prints each dict on a line of its own, no bar and so no step
+    # (tests/fixtures/real/hf_trainer_no_bar.log); its lines are read a block at a time (parse/carriage.py).
+    result = _trainer(tmp_path, "--no-bar", fixture="hf_trainer_no_bar")
+    assert result.returncode == 0
+    records = [record for _, record in sorted(result.truth()[0].items())]
+    assert len(records) == STEPS // EVERY
+    rows = [row for row in result.rows if row["rank"] == ""]
+    assert [row["step"] for row in rows] == [""] * len(records)
+    for row, record in zip(rows, records, strict=True):
+        assert all(same(row[name], record[name]) for name in PRINTED), (row, record)
+    assert all(same(result.gauge(GAUGES[name], ""), records[-1][name]) for name in PRINTED)
+    assert result.counters("training_anomalies_total") == {}
+    assert result.counters("training_errors_total") == {}
+    assert result.report["findings"] == []
+
+
 @matrix
 def test_nan_from_a_step_the_trainer_filters_out_of_its_loss(tmp_path):
-    result = _trainer(tmp_path, "--nan-at", str(NAN_AT))
+    result = _trainer(tmp_path, "--nan-at", str(NAN_AT), fixture="hf_trainer_nan")
     check_steps(result, {0: ""}, PRINTED)
     truth = result.truth()[0]
     # The Trainer's logging_nan_inf_filter keeps NaN out of the printed loss; the grad norm says it.
