@@ -17,7 +17,6 @@ records, line counts, state and offsets are the same (tests/test_carriage.py).
 from __future__ import annotations
 
 import bisect
-import itertools
 import math
 from collections import Counter
 from collections.abc import Sequence
@@ -82,18 +81,22 @@ def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) ->
 def merged(found: RecordLines, more: RecordLines) -> RecordLines:
     """The records of ``found`` and ``more`` (of the same block, the same values, totals in both or in neither), in the
     order of the block."""
-    order = sorted(range(len(found.record_starts) + len(more.record_starts)),
-                   key=(found.record_starts + more.record_starts).__getitem__)
+    both = found._replace(record_starts=found.record_starts + more.record_starts,
+                          line_starts=found.line_starts + more.line_starts, steps=[*found.steps, *more.steps],
+                          totals=found.totals + more.totals,
+                          values=[mine + theirs for mine, theirs in zip(found.values, more.values, strict=True)])
+    return _records_at(both, sorted(range(len(both.record_starts)), key=both.record_starts.__getitem__))
 
-    def ordered(first: Sequence, second: Sequence) -> list:
-        both = [*first, *second]
-        return [both[index] for index in order]
 
-    return found._replace(record_starts=ordered(found.record_starts, more.record_starts),
-                          line_starts=ordered(found.line_starts, more.line_starts),
-                          steps=ordered(found.steps, more.steps),
-                          totals=ordered(found.totals, more.totals) if found.totals else [],
-                          values=[ordered(*columns) for columns in zip(found.values, more.values, strict=True)])
+def _records_at(found: RecordLines, indexes: list[int]) -> RecordLines:
+    """The records of ``found`` at ``indexes``, in their order."""
+
+    def at(items: Sequence) -> list:
+        return [items[index] for index in indexes]
+
+    return found._replace(record_starts=at(found.record_starts), line_starts=at(found.line_starts),
+                          steps=at(found.steps), totals=at(found.totals) if found.totals else [],
+                          values=[at(column) for column in found.values])
 
 
 def _as_guessed(found: RecordLines, shape: SegmentShape) -> RecordLines:
@@ -113,14 +116,7 @@ def _as_guessed(found: RecordLines, shape: SegmentShape) -> RecordLines:
                        if step < 0 or step > MAX_INTEGER or not step.is_integer())
     if not odd:
         return found
-    kept = [index not in odd for index in range(len(found.record_starts))]
-
-    def compressed(items: Sequence) -> list:
-        return list(itertools.compress(items, kept))
-
-    return found._replace(record_starts=compressed(found.record_starts), line_starts=compressed(found.line_starts),
-                          steps=compressed(found.steps), totals=compressed(found.totals),
-                          values=[compressed(column) for column in found.values])
+    return _records_at(found, [index for index in range(len(found.record_starts)) if index not in odd])
 
 
 def _own_steps(column: list[float]) -> list[int] | None:

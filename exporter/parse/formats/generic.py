@@ -170,7 +170,7 @@ def segment_shape(line: bytes) -> SegmentShape | None:
 
 def _is_number(run: bytes) -> bool:
     """A run of value bytes that is a finite number as printed (a word, ``nan`` or ``bf16`` is text)."""
-    if run[:1] not in b"0123456789+-." or not run[:1]:
+    if run[0] not in b"0123456789+-.":
         return False
     try:
         return math.isfinite(float(run))
