@@ -1922,7 +1922,8 @@ def test_segment_records_matches_its_twin_on_cut_and_fuzzed_consoles():
 def _pass_blocks(rng: random.Random) -> list[bytes]:
     """Real consoles (torchrun's, a Hugging Face Trainer's, a generated MindFormers log) cut anywhere, and fuzzed."""
     consoles = [(REPO / "tests" / "fixtures" / "real" / name).read_bytes()
-                for name in ("torchrun_ddp_healthy.log", "torchrun_ddp_raise.log", "hf_trainer_tqdm.log")]
+                for name in ("torchrun_ddp_healthy.log", "torchrun_ddp_raise.log", "hf_trainer_tqdm.log",
+                             "lightning_bar_nan.log")]
     consoles.append("".join(line + "\n" for line in worker_log_lines(2000, seed=29)).encode())
     blocks = [console[start:start + rng.randrange(1, 60_000)] for console in consoles
               for start in (rng.randrange(len(console)) for _ in range(8))]
@@ -1938,7 +1939,8 @@ def _passes() -> tuple[tuple, ...]:
     scanner = _scan_kernel(tuple(ALL_ANCHORS), PREFIX_ANCHORS)
     return (("scan", scanner), ("scan_segments", _scan_kernel((b"loss", b"Traceback", b"epoch"), ())),
             ("group_lines", b"step=", b"[", b"]:", b"[ 0123456789"), ("segment_records", shape.pieces, b" [", 0),
-            ("line_prefixes", PREFIX_ANCHORS), ("scan", scanner))
+            ("line_prefixes", PREFIX_ANCHORS), ("scan", scanner),
+            ("bar_records", b"Epoch ", (b", train_loss=", b", lr=", b", grad_norm=", b"]"), 0))
 
 
 def _direct(data: bytes, call: tuple):
@@ -1985,6 +1987,9 @@ def test_passes_ahead_without_the_kernel_run_when_asked_for():
     ((("segment_records", (b"{",), b" [", 0),), ValueError),
     ((("segment_records", [b"{", b"}"], b" [", 0),), TypeError),
     ((("line_prefixes", (b"a\nb",)),), ValueError),
+    ((("bar_records", b"", (b"{", b"}"), 0),), ValueError),
+    ((("bar_records", b"Epoch ", [b"{", b"}"], 0),), TypeError),
+    ((("bar_records", b"Epoch ", (b"{", b"}")),), ValueError),
 ])
 def test_passes_ahead_refuse_what_their_functions_refuse(passes, error):
     with pytest.raises(error):

@@ -11,6 +11,8 @@ import math
 import random
 from pathlib import Path
 
+import pytest
+
 from exporter.follow.tailer import _LineCutter
 from exporter.parse import LineParser
 from exporter.parse.formats import BUILTIN_FORMATS, custom_format, generic
@@ -32,13 +34,15 @@ def _same(read: float | str | None, truth: float) -> bool:
     return (math.isnan(truth) and read == "nan") or read == truth
 
 
-def test_lightning_bar_every_step_once_with_its_own_values():
+@pytest.mark.parametrize(("name", "count"), [("lightning_bar_nan", 30), ("lightning_bar_long", 300)])
+def test_lightning_bar_every_step_once_with_its_own_values(name, count):
     # Lightning 2.6.6's TQDMProgressBar redirected to a file: each step drawn twice (first with the postfix of
-    # the step before), three epochs of 10 on lines of \r-joined redraws, NaN from step 14 (rank 1's gradients).
-    records = parse_fixture(REAL / "lightning_bar_nan.log")
-    truth = [json.loads(line) for line in (REAL / "lightning_bar_nan.truth.jsonl").read_text().splitlines()]
+    # the step before), epochs of 10 (15) on a line of \r-joined redraws, NaN from step 14 (rank 1's gradients);
+    # a healthy run of 20 epochs.
+    records = parse_fixture(REAL / f"{name}.log")
+    truth = [json.loads(line) for line in (REAL / f"{name}.truth.jsonl").read_text().splitlines()]
     steps = _steps(records)
-    assert len([record for record in records if record["type"] == "step"]) == len(truth) == 30
+    assert len([record for record in records if record["type"] == "step"]) == len(truth) == count
     for record in truth:
         read = steps[record["step"]]
         for name, key in (("loss", "loss"), ("learning_rate", "lr"), ("grad_norm", "grad_norm")):

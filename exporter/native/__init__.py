@@ -21,13 +21,17 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   columns)``: the records on carriage-return segments made of ``pieces`` around values, each after a
   segment ending in a fraction ``D/T`` + ``close`` (a progress bar's count), or a whole line (step and total
   -1), and where their lines start; the values of the bits of ``digits`` digits only.
+- ``bar_records(data, lead, pieces, digits=0)`` -> ``(newlines, continued, starts, ends, lines, leads, steps, totals,
+  columns)``: tqdm bars drawn with a record of ``pieces`` as their postfix, each a whole carriage-return segment
+  beginning with ``lead`` and a count (Lightning's ``Epoch 3: ... 7/10 [..., loss=2.1]``): where each segment starts
+  and ends, where its line starts, the lead's count, the bar's fraction and the values.
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).
 - ``ahead(data, passes)``: the passes (tuples: ``"scan"`` or ``"scan_segments"`` and a scanner, or the name of
-  ``group_lines``, ``segment_records`` or ``line_prefixes`` and what it takes after the data) started over ``data`` on
-  a thread of their own, which never takes the interpreter; ``.result(index)`` -> what that pass returns (waiting
-  for it): a catch-up's next block scanned on the second core while the one before is parsed.
+  ``group_lines``, ``segment_records``, ``bar_records`` or ``line_prefixes`` and what it takes after the data)
+  started over ``data`` on a thread of their own, which never takes the interpreter; ``.result(index)`` -> what that
+  pass returns (waiting for it): a catch-up's next block scanned on the second core while the one before is parsed.
 - ``steps_ahead(data, reader, literal, tag_open, tag_close, loose_starts)`` -> a StepsAhead or None: ``data``'s
   lines grouped as ``group_lines`` groups them (``.groups()``) and each group's run of step lines read by the
   reader's table from its first line, on a thread of their own; ``reader.read(data, starts, 0, limit, ahead)``
@@ -235,6 +239,13 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
     return _scan_twin.segment_records(data, pieces, close, digits)
 
 
+def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int = 0) -> _scan_twin.BarRecords:
+    """tqdm bars drawn with their values, a carriage-return segment each (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.bar_records(data, lead, pieces, digits)
+    return _scan_twin.bar_records(data, lead, pieces, digits)
+
+
 class Ahead(Protocol):
     def result(self, index: int) -> Any: ...
 
@@ -272,7 +283,7 @@ def run_pass(data: bytes, call: tuple) -> Any:
 
 
 _PASSES: dict[str, Callable[..., Any]] = {"group_lines": group_lines, "segment_records": segment_records,
-                                          "line_prefixes": line_prefixes}
+                                          "line_prefixes": line_prefixes, "bar_records": bar_records}
 
 Kind = _step_fields_twin.Kind
 Record = _step_fields_twin.Record

@@ -14,6 +14,9 @@ def line_prefixes(data: bytes, literals: tuple[bytes, ...]) -> tuple[dict[bytes,
 def segment_records(data: bytes, pieces: tuple[bytes, ...],
                     close: bytes, digits: int = 0) -> tuple[int, list[int], list[int], list[int], list[int], list[int],
                                            list[list[float]]]: ...
+def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...],
+                digits: int = 0) -> tuple[int, list[int], list[int], list[int], list[int], list[int], list[int],
+                                          list[int], list[list[float]]]: ...
 
 class Scanner:
     anchors: tuple[bytes, ...]

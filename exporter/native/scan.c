@@ -809,10 +809,26 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
 /* The record at ``at`` (after a carriage return; or after what its line holds before it, when that holds no ``\r``,
  * ``/`` or ``{``: no fraction, -1 for both), on the line starting at ``line``: 1 with its fraction and values, 0 when
  * there is none. The values of the bits of ``digits`` are digits only (1 to MAX_FRACTION_DIGITS). */
-static int
-record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
-          const uint8_t *close, Py_ssize_t close_length, unsigned long long digits, long long *step, long long *total,
-          double *values)
+/* The length of a value read without its padding: up to its first '.' when it begins with nan or inf after signs
+ * (``nan.0``), else all of it. */
+static Py_ssize_t
+unpadded_length(const uint8_t *at, Py_ssize_t length)
+{
+    Py_ssize_t word = 0;
+    while (word < length && (at[word] == '+' || at[word] == '-')) word++;
+    if (length - word < 3) return length;
+    char first[3];
+    for (int i = 0; i < 3; i++) first[i] = (char)(at[word + i] | 0x20);
+    if (memcmp(first, "nan", 3) != 0 && memcmp(first, "inf", 3) != 0) return length;
+    const uint8_t *dot = memchr(at, '.', (size_t)length);
+    return dot == NULL ? length : dot - at;
+}
+
+/* Past the record of ``count`` pieces at ``at`` (scan.py's _values_at), its values in ``values``; -1 when there is
+ * none. ``padded``: bar_records' values. */
+static Py_ssize_t
+values_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
+          unsigned long long digits, int padded, double *values)
 {
     Py_ssize_t position = at + pieces[0].len;
     for (Py_ssize_t piece = 1; piece < count; piece++) {
@@ -821,18 +837,36 @@ record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, 
         Py_ssize_t length = end - position;
         if (length < 1 || length > MAX_VALUE_BYTES || size - end < pieces[piece].len
             || memcmp(data + end, pieces[piece].buf, (size_t)pieces[piece].len) != 0) {
-            return 0;
+            return -1;
         }
         if (piece <= 64 && (digits >> (piece - 1) & 1)) {
-            if (length > MAX_FRACTION_DIGITS) return 0;
+            if (length > MAX_FRACTION_DIGITS) return -1;
             for (Py_ssize_t byte = position; byte < end; byte++) {
-                if (!is_digit_byte(data[byte])) return 0;
+                if (!is_digit_byte(data[byte])) return -1;
             }
         }
-        if (!value_of(data + position, length, &values[piece - 1])) return 0;
+        if (padded) length = unpadded_length(data + position, length);
+        if (!value_of(data + position, length, &values[piece - 1])) return -1;
         position = end + pieces[piece].len;
     }
-    while (position < size && is_blank_byte(data[position])) position++; /* a terminal's padding */
+    return position;
+}
+
+static Py_ssize_t
+past_blanks(const uint8_t *data, Py_ssize_t size, Py_ssize_t position)
+{
+    while (position < size && is_blank_byte(data[position])) position++;
+    return position;
+}
+
+static int
+record_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t line, Py_ssize_t at, Py_buffer *pieces, Py_ssize_t count,
+          const uint8_t *close, Py_ssize_t close_length, unsigned long long digits, long long *step, long long *total,
+          double *values)
+{
+    Py_ssize_t position = values_at(data, size, at, pieces, count, digits, 0, values);
+    if (position < 0) return 0;
+    position = past_blanks(data, size, position); /* a terminal's padding */
     if (position >= size || data[position] != '\n') return 0;
     if (at == line || data[at - 1] != '\r') {
         for (Py_ssize_t byte = line; byte < at; byte++) {
@@ -861,18 +895,17 @@ PyDoc_STRVAR(segment_records_doc,
 typedef struct {
     Py_ssize_t newlines;
     Offsets continued, starts, lines, steps, totals;
+    Offsets ends, leads; /* bar_records' */
     Doubles values; /* count - 1 a record */
 } Records;
 
 typedef struct Prefixes Prefixes;
 static int prefixed_line(const uint8_t *line, const uint8_t *end, Prefixes *prefixes);
 
-/* The records of data[0:size] by ``count`` pieces into ``found``, without the interpreter; -1 when memory ran out.
- * With ``prefixes``, the walk over the lines notes their prefixes too (find_prefixes' first part: one walk where the
- * passes of a block take both). */
+/* The newlines of data[0:size] and its lines ending in \r into ``found``, with ``prefixes`` their prefixes too; -1 when
+ * memory ran out. */
 static int
-find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_t count, const uint8_t *close,
-             Py_ssize_t close_length, unsigned long long digits, double *values, Records *found, Prefixes *prefixes)
+walk_lines(const uint8_t *bytes, Py_ssize_t size, Records *found, Prefixes *prefixes)
 {
     const uint8_t *end = bytes + size;
     for (const uint8_t *line = bytes;;) {
@@ -883,6 +916,17 @@ find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_
         if (newline > line && newline[-1] == '\r' && push_offset(&found->continued, line - bytes) < 0) return -1;
         line = newline + 1;
     }
+    return 0;
+}
+
+/* The records of data[0:size] by ``count`` pieces into ``found``, without the interpreter; -1 when memory ran out.
+ * With ``prefixes``, the walk over the lines notes their prefixes too (find_prefixes' first part: one walk where the
+ * passes of a block take both). */
+static int
+find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_t count, const uint8_t *close,
+             Py_ssize_t close_length, unsigned long long digits, double *values, Records *found, Prefixes *prefixes)
+{
+    if (walk_lines(bytes, size, found, prefixes) < 0) return -1;
     for (const uint8_t *match = find_literal(bytes, size, pieces[0].buf, pieces[0].len); match != NULL;
          match = find_literal(match + 1, bytes + size - match - 1, pieces[0].buf, pieces[0].len)) {
         long long step, total;
@@ -903,24 +947,123 @@ find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_
     return 0;
 }
 
+/* Past the ASCII digits at ``position`` (before ``end``); their number in *number when they are 1 to
+ * MAX_FRACTION_DIGITS, else -1 there. */
+static Py_ssize_t
+digits_at(const uint8_t *data, Py_ssize_t position, Py_ssize_t end, long long *number)
+{
+    Py_ssize_t after = position;
+    while (after < end && is_digit_byte(data[after])) after++;
+    *number = after > position && after - position <= MAX_FRACTION_DIGITS ? digits_value(data + position, after - position) : -1;
+    return after;
+}
+
+/* The bar whose segment starts at ``at`` with the lead (scan.py's _bar_at): 1 with its segment's end, L, D, T and
+ * values; 0 when there is none. */
+static int
+bar_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_ssize_t lead_length, Py_buffer *pieces,
+       Py_ssize_t count, unsigned long long digits, Py_ssize_t *end, long long *numbers, double *values)
+{
+    Py_ssize_t cut = at;
+    while (cut < size && data[cut] != '\r' && data[cut] != '\n') cut++;
+    if (cut == size) return 0;
+    *end = cut;
+    Py_ssize_t position = digits_at(data, at + lead_length, cut, &numbers[0]);
+    if (numbers[0] < 0 || position >= cut || data[position] != ':') return 0;
+    Py_ssize_t percent = past_blanks(data, cut, position + 1);
+    long long ignored;
+    position = digits_at(data, percent, cut, &ignored);
+    if (position == percent || cut - position < 2 || data[position] != '%' || data[position + 1] != '|') return 0;
+    const uint8_t *bar = memchr(data + position + 2, '|', (size_t)(cut - position - 2));
+    if (bar == NULL) return 0;
+    position = digits_at(data, past_blanks(data, cut, bar + 1 - data), cut, &numbers[1]);
+    if (numbers[1] < 0 || position >= cut || data[position] != '/') return 0;
+    position = digits_at(data, position + 1, cut, &numbers[2]);
+    if (numbers[2] < 0 || cut - position < 2 || data[position] != ' ' || data[position + 1] != '[') return 0;
+    const uint8_t *record = find_literal(data + position + 2, cut - position - 2, pieces[0].buf, pieces[0].len);
+    if (record == NULL) return 0;
+    for (const uint8_t *byte = data + position; byte < record; byte++) {
+        if (*byte == ']' || *byte == '=') return 0;
+    }
+    position = values_at(data, size, record - data, pieces, count, digits, 1, values);
+    return position >= 0 && past_blanks(data, size, position) == cut;
+}
+
+/* The bars of data[0:size] into ``found`` (newlines and continued lines by find_records' walk, done before); -1 when
+ * memory ran out. */
+static int
+find_bars(const uint8_t *bytes, Py_ssize_t size, const uint8_t *lead, Py_ssize_t lead_length, Py_buffer *pieces,
+          Py_ssize_t count, unsigned long long digits, double *values, Records *found)
+{
+    for (const uint8_t *match = find_literal(bytes, size, lead, lead_length); match != NULL;
+         match = find_literal(match + 1, bytes + size - match - 1, lead, lead_length)) {
+        Py_ssize_t at = match - bytes, end;
+        long long numbers[3];
+        if ((at > 0 && bytes[at - 1] != '\r' && bytes[at - 1] != '\n')
+            || !bar_at(bytes, size, at, lead_length, pieces, count, digits, &end, numbers, values)) {
+            continue;
+        }
+        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
+        if (push_offset(&found->starts, at) < 0 || push_offset(&found->ends, end) < 0
+            || push_offset(&found->lines, newline == NULL ? 0 : newline + 1 - bytes) < 0
+            || push_offset(&found->leads, numbers[0]) < 0 || push_offset(&found->steps, numbers[1]) < 0
+            || push_offset(&found->totals, numbers[2]) < 0) {
+            return -1;
+        }
+        for (Py_ssize_t i = 0; i < count - 1; i++) {
+            if (push_double(&found->values, values[i]) < 0) return -1;
+        }
+    }
+    return 0;
+}
+
+/* The columns of values of ``found`` (count - 1 of them), a list of lists of floats; NULL with an exception set. */
+static PyObject *
+value_columns(const Records *found, Py_ssize_t count)
+{
+    PyObject *columns = PyList_New(count - 1);
+    if (columns == NULL) return NULL;
+    Py_ssize_t records = found->steps.count;
+    for (Py_ssize_t i = 0; i < count - 1; i++) {
+        PyObject *column = PyList_New(records);
+        if (column == NULL) goto failed;
+        PyList_SET_ITEM(columns, i, column);
+        for (Py_ssize_t record = 0; record < records; record++) {
+            PyObject *value = PyFloat_FromDouble(found->values.items[record * (count - 1) + i]);
+            if (value == NULL) goto failed;
+            PyList_SET_ITEM(column, record, value);
+        }
+    }
+    return columns;
+failed:
+    Py_DECREF(columns);
+    return NULL;
+}
+
+static PyObject *
+bars_result(const Records *found, Py_ssize_t count)
+{
+    PyObject *lists[8] = {offsets_list(&found->continued), offsets_list(&found->starts), offsets_list(&found->ends),
+                          offsets_list(&found->lines), offsets_list(&found->leads), offsets_list(&found->steps),
+                          offsets_list(&found->totals), value_columns(found, count)};
+    PyObject *result = NULL;
+    int ready = 1;
+    for (int i = 0; i < 8; i++) ready = ready && lists[i] != NULL;
+    if (ready) {
+        result = Py_BuildValue("(nOOOOOOOO)", found->newlines, lists[0], lists[1], lists[2], lists[3], lists[4],
+                               lists[5], lists[6], lists[7]);
+    }
+    for (int i = 0; i < 8; i++) Py_XDECREF(lists[i]);
+    return result;
+}
+
 static PyObject *
 records_result(const Records *found, Py_ssize_t count)
 {
     PyObject *continued = offsets_list(&found->continued), *starts = offsets_list(&found->starts);
     PyObject *lines = offsets_list(&found->lines), *steps = offsets_list(&found->steps);
-    PyObject *totals = offsets_list(&found->totals), *columns = PyList_New(count - 1), *result = NULL;
+    PyObject *totals = offsets_list(&found->totals), *columns = value_columns(found, count), *result = NULL;
     if (continued == NULL || starts == NULL || lines == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
-    Py_ssize_t records = found->steps.count;
-    for (Py_ssize_t i = 0; i < count - 1; i++) {
-        PyObject *column = PyList_New(records);
-        if (column == NULL) goto done;
-        PyList_SET_ITEM(columns, i, column);
-        for (Py_ssize_t record = 0; record < records; record++) {
-            PyObject *value = PyFloat_FromDouble(found->values.items[record * (count - 1) + i]);
-            if (value == NULL) goto done;
-            PyList_SET_ITEM(column, record, value);
-        }
-    }
     result = Py_BuildValue("(nOOOOOO)", found->newlines, continued, starts, lines, steps, totals, columns);
 done:
     Py_XDECREF(continued);
@@ -940,6 +1083,8 @@ records_free(Records *found)
     free(found->lines.items);
     free(found->steps.items);
     free(found->totals.items);
+    free(found->ends.items);
+    free(found->leads.items);
     free(found->values.items);
 }
 
@@ -953,7 +1098,7 @@ take_pieces(PyObject *tuple, const Py_buffer *close, Py_buffer *pieces)
         if (PyObject_GetBuffer(PyTuple_GET_ITEM(tuple, ready), &pieces[ready], PyBUF_SIMPLE) < 0) break;
     }
     if (ready == count && (count < 2 || pieces[0].len == 0 || close->len == 0)) {
-        PyErr_SetString(PyExc_ValueError, "two pieces at least, the first and the close not empty");
+        PyErr_SetString(PyExc_ValueError, "two pieces at least, the first not empty; the close (the lead) not empty");
     }
     if (PyErr_Occurred()) {
         for (Py_ssize_t i = 0; i < ready; i++) PyBuffer_Release(&pieces[i]);
@@ -991,6 +1136,43 @@ segment_records(PyObject *module, PyObject *args)
     PyMem_Free(values);
     PyBuffer_Release(&data);
     PyBuffer_Release(&close);
+    return result;
+}
+
+PyDoc_STRVAR(bar_records_doc,
+"bar_records(data, lead, pieces, digits=0) -> (newlines, continued, starts, ends, lines, leads, steps, totals, columns)\n\n"
+"tqdm bars drawn with their values, a carriage-return segment each. See exporter/native/scan.py.");
+
+static PyObject *
+bar_records(PyObject *module, PyObject *args)
+{
+    Py_buffer data, lead;
+    PyObject *pieces_object;
+    unsigned long long digits = 0;
+    if (!PyArg_ParseTuple(args, "y*y*O!|K:bar_records", &data, &lead, &PyTuple_Type, &pieces_object, &digits)) {
+        return NULL;
+    }
+    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
+    PyObject *result = NULL;
+    Records found = {0};
+    Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
+    double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
+    if (pieces == NULL || values == NULL) {
+        PyErr_NoMemory();
+    } else if (take_pieces(pieces_object, &lead, pieces) == count) {
+        if (walk_lines(data.buf, data.len, &found, NULL) < 0
+            || find_bars(data.buf, data.len, lead.buf, lead.len, pieces, count, digits, values, &found) < 0) {
+            PyErr_NoMemory();
+        } else {
+            result = bars_result(&found, count);
+        }
+        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
+    }
+    records_free(&found);
+    PyMem_Free(pieces);
+    PyMem_Free(values);
+    PyBuffer_Release(&data);
+    PyBuffer_Release(&lead);
     return result;
 }
 
@@ -1332,14 +1514,16 @@ line_prefixes(PyObject *module, PyObject *args)
 /* interpreter, while the caller goes on with the block before it (the second core of a         */
 /* catch-up); their results are built when asked for, as the functions above return them.      */
 
-typedef enum { PASS_SCAN, PASS_SCAN_SEGMENTS, PASS_GROUP_LINES, PASS_SEGMENT_RECORDS, PASS_LINE_PREFIXES } PassKind;
+typedef enum {
+    PASS_SCAN, PASS_SCAN_SEGMENTS, PASS_GROUP_LINES, PASS_SEGMENT_RECORDS, PASS_LINE_PREFIXES, PASS_BAR_RECORDS
+} PassKind;
 
 typedef struct {
     PassKind kind;
     PyObject *argument; /* the scanner, the pieces or the literals (a reference) */
-    Py_buffer buffers[4]; /* the pass's bytes: group_lines' four, segment_records' close */
+    Py_buffer buffers[4]; /* the pass's bytes: group_lines' four, segment_records' close, bar_records' lead */
     Py_ssize_t held; /* how many of buffers are held */
-    Py_buffer *pieces; /* segment_records' pieces (count of them held) and its values scratch */
+    Py_buffer *pieces; /* segment_records' and bar_records' pieces (count of them held) and their values scratch */
     Py_ssize_t count;
     double *values;
     unsigned long long digits; /* segment_records' values of digits only */
@@ -1385,6 +1569,11 @@ compute_pass(const Py_buffer *data, Pass *pass, Prefixes *walking)
     case PASS_LINE_PREFIXES:
         pass->failed = find_prefixes(data->buf, data->len, &pass->found.prefixes, pass->walked) < 0;
         break;
+    case PASS_BAR_RECORDS:
+        pass->failed = walk_lines(data->buf, data->len, &pass->found.records, walking) < 0
+                       || find_bars(data->buf, data->len, pass->buffers[0].buf, pass->buffers[0].len, pass->pieces,
+                                    pass->count, pass->digits, pass->values, &pass->found.records) < 0;
+        break;
     }
 }
 
@@ -1396,7 +1585,7 @@ compute_passes(void *argument)
     Pass *records = NULL, *prefixes = NULL;
     for (Py_ssize_t i = 0; i < self->count; i++) {
         Pass *pass = &self->passes[i];
-        if (pass->kind == PASS_SEGMENT_RECORDS && records == NULL) records = pass;
+        if ((pass->kind == PASS_SEGMENT_RECORDS || pass->kind == PASS_BAR_RECORDS) && records == NULL) records = pass;
         if (pass->kind == PASS_LINE_PREFIXES && prefixes == NULL) prefixes = pass;
     }
     if (records != NULL && prefixes != NULL) {
@@ -1427,6 +1616,7 @@ release_pass(Pass *pass)
         free(pass->found.groups);
         break;
     case PASS_SEGMENT_RECORDS:
+    case PASS_BAR_RECORDS:
         records_free(&pass->found.records);
         for (Py_ssize_t i = 0; i < pass->count; i++) PyBuffer_Release(&pass->pieces[i]);
         PyMem_Free(pass->pieces);
@@ -1445,15 +1635,16 @@ release_pass(Pass *pass)
 static int
 take_pass(PyObject *item, Pass *pass)
 {
-    static const char *names[] = {"scan", "scan_segments", "group_lines", "segment_records", "line_prefixes"};
-    static const Py_ssize_t arguments[] = {1, 1, 4, 3, 1};
+    static const char *names[] = {"scan", "scan_segments", "group_lines", "segment_records", "line_prefixes",
+                                  "bar_records"};
+    static const Py_ssize_t arguments[] = {1, 1, 4, 3, 1, 3};
     if (!PyTuple_Check(item) || PyTuple_GET_SIZE(item) < 1 || !PyUnicode_Check(PyTuple_GET_ITEM(item, 0))) {
         PyErr_SetString(PyExc_TypeError, "a pass is a tuple: its function's name, then its arguments but the data");
         return -1;
     }
     int kind = 0;
-    while (kind < 5 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(item, 0), names[kind]) != 0) kind++;
-    if (kind == 5 || PyTuple_GET_SIZE(item) != arguments[kind] + 1) {
+    while (kind < 6 && PyUnicode_CompareWithASCIIString(PyTuple_GET_ITEM(item, 0), names[kind]) != 0) kind++;
+    if (kind == 6 || PyTuple_GET_SIZE(item) != arguments[kind] + 1) {
         PyErr_Format(PyExc_ValueError, "no pass %R", item);
         return -1;
     }
@@ -1486,23 +1677,28 @@ take_pass(PyObject *item, Pass *pass)
         }
         return 0;
     case PASS_SEGMENT_RECORDS:
-        if (!PyTuple_Check(first)) {
-            PyErr_SetString(PyExc_TypeError, "segment_records' pieces are a tuple");
+    case PASS_BAR_RECORDS: {
+        /* ("segment_records", pieces, close, digits) or ("bar_records", lead, pieces, digits) */
+        int bars = pass->kind == PASS_BAR_RECORDS;
+        PyObject *tuple = PyTuple_GET_ITEM(item, 1 + bars), *bytes = PyTuple_GET_ITEM(item, 2 - bars);
+        if (!PyTuple_Check(tuple)) {
+            PyErr_SetString(PyExc_TypeError, bars ? "bar_records' pieces are a tuple" : "segment_records' pieces are a tuple");
             return -1;
         }
         pass->digits = PyLong_AsUnsignedLongLong(PyTuple_GET_ITEM(item, 3));
         if (PyErr_Occurred()) return -1;
-        if (PyObject_GetBuffer(PyTuple_GET_ITEM(item, 2), &pass->buffers[0], PyBUF_SIMPLE) < 0) return -1;
+        if (PyObject_GetBuffer(bytes, &pass->buffers[0], PyBUF_SIMPLE) < 0) return -1;
         pass->held = 1;
-        pass->pieces = PyMem_Calloc((size_t)PyTuple_GET_SIZE(first) + 1, sizeof(Py_buffer));
-        pass->values = PyMem_Calloc((size_t)PyTuple_GET_SIZE(first) + 1, sizeof(double));
+        pass->pieces = PyMem_Calloc((size_t)PyTuple_GET_SIZE(tuple) + 1, sizeof(Py_buffer));
+        pass->values = PyMem_Calloc((size_t)PyTuple_GET_SIZE(tuple) + 1, sizeof(double));
         if (pass->pieces == NULL || pass->values == NULL) {
             PyErr_NoMemory();
             return -1;
         }
-        if (take_pieces(first, &pass->buffers[0], pass->pieces) < 0) return -1;
-        pass->count = PyTuple_GET_SIZE(first);
+        if (take_pieces(tuple, &pass->buffers[0], pass->pieces) < 0) return -1;
+        pass->count = PyTuple_GET_SIZE(tuple);
         return 0;
+    }
     case PASS_LINE_PREFIXES:
         if (!PyTuple_Check(first)) {
             PyErr_SetString(PyExc_TypeError, "line_prefixes' literals are a tuple");
@@ -1576,6 +1772,8 @@ Ahead_result(Ahead *self, PyObject *argument)
         return groups_result(pass->found.groups);
     case PASS_SEGMENT_RECORDS:
         return records_result(&pass->found.records, pass->count);
+    case PASS_BAR_RECORDS:
+        return bars_result(&pass->found.records, pass->count);
     case PASS_LINE_PREFIXES:
         return prefixes_result(&pass->found.prefixes);
     }
@@ -1727,6 +1925,7 @@ static PyMethodDef module_methods[] = {
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},
+    {"bar_records", bar_records, METH_VARARGS, bar_records_doc},
     {"line_prefixes", line_prefixes, METH_VARARGS, line_prefixes_doc},
     {NULL},
 };

@@ -165,7 +165,7 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
     column of floats per value, in the order of the data.
     """
     if len(pieces) < 2 or not pieces[0] or not close:
-        raise ValueError("two pieces at least, the first and the close not empty")
+        raise ValueError("two pieces at least, the first not empty; the close (the lead) not empty")
     if not 0 <= digits < 1 << 64:
         raise OverflowError("digits is a mask of 64 bits")
     starts: list[int] = []
@@ -184,12 +184,95 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
             for column, value in zip(columns, found[2], strict=True):
                 column.append(value)
         at = data.find(pieces[0], at + 1)
+    return data.count(b"\n"), _continued_lines(data), starts, lines, steps, totals, columns
+
+
+def _continued_lines(data: bytes) -> list[int]:
+    """Where the lines ending in ``\\r`` start."""
     continued, line = [], 0
     for end in _found(data, 0x0A):
         if end > line and data[end - 1] == 0x0D:
             continued.append(line)
         line = end + 1
-    return data.count(b"\n"), continued, starts, lines, steps, totals, columns
+    return continued
+
+
+BarRecords = tuple[int, list[int], list[int], list[int], list[int], list[int], list[int], list[int],
+                   list[list[float]]]
+
+
+def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int = 0) -> BarRecords:
+    """A block's newlines, its lines ending in ``\\r``, and the tqdm bars drawn with their values, each a whole
+    carriage-return segment (between ``\\r`` or ``\\n`` and the next): ``lead``, its count ``L``, ``:``, blanks,
+    digits, ``%|``, the bar (no ``|``), ``|``, blanks, ``D/T [`` (1 to MAX_FRACTION_DIGITS digits each, ``L`` too),
+    then bytes holding no ``]`` or ``=``, then a record of ``pieces`` as segment_records reads one (its values read
+    by float(), or, one beginning with ``nan`` or ``inf`` after a sign, up to its first ``.``: a number padded to a
+    width, ``nan.0``), ending the segment past bytes of ``_BLANK``. Returns ``(newlines, continued, starts, ends,
+    lines, leads, steps, totals, columns)``: as segment_records, each bar's segment's start and end (its ``\\r`` or
+    ``\\n``), its line's start, ``L``, ``D`` and ``T``, and a column of floats per value, in the order of the data.
+    """
+    if not lead or len(pieces) < 2 or not pieces[0]:
+        raise ValueError("two pieces at least, the first not empty; the close (the lead) not empty")
+    if not 0 <= digits < 1 << 64:
+        raise OverflowError("digits is a mask of 64 bits")
+    found: tuple[list[int], ...] = ([], [], [], [], [], [])
+    columns: list[list[float]] = [[] for _ in pieces[1:]]
+    at = data.find(lead)
+    while at >= 0:
+        bar = _bar_at(data, at, lead, pieces, digits) if at == 0 or data[at - 1] in b"\r\n" else None
+        if bar is not None:
+            *numbers, values = bar
+            for column, number in zip(found, (at, *numbers), strict=True):
+                column.append(number)
+            for values_column, value in zip(columns, values, strict=True):
+                values_column.append(value)
+        at = data.find(lead, at + 1)
+    starts, ends, lines, leads, steps, totals = found
+    return data.count(b"\n"), _continued_lines(data), starts, ends, lines, leads, steps, totals, columns
+
+
+def _bar_at(data: bytes, at: int, lead: bytes, pieces: tuple[bytes, ...],
+            digits: int) -> tuple[int, int, int, int, int, list[float]] | None:
+    """``(end, line, L, D, T, values)`` of the bar whose segment starts at ``at`` with ``lead`` (see bar_records)."""
+    end = min((cut for cut in (data.find(b"\r", at), data.find(b"\n", at)) if cut >= 0), default=-1)
+    if end < 0:
+        return None
+    position, count = _digits_at(data, at + len(lead), end)
+    if count is None or not data.startswith(b":", position):
+        return None
+    position = _past_blanks(data, position + 1)
+    percent, _ = _digits_at(data, position, end)
+    bar = data.find(b"|", percent + 2, end)
+    if percent == position or not data.startswith(b"%|", percent) or bar < 0:
+        return None
+    position, step = _digits_at(data, _past_blanks(data, bar + 1), end)
+    if step is None or not data.startswith(b"/", position):
+        return None
+    position, total = _digits_at(data, position + 1, end)
+    if total is None or not data.startswith(b" [", position):
+        return None
+    record = data.find(pieces[0], position + 2, end)
+    if record < 0 or b"]" in data[position:record] or b"=" in data[position:record]:
+        return None
+    values = _values_at(data, record, pieces, digits, padded=True)
+    if values is None or _past_blanks(data, values[0]) != end:
+        return None
+    return end, data.rfind(b"\n", 0, at) + 1, count, step, total, values[1]
+
+
+def _digits_at(data: bytes, position: int, end: int) -> tuple[int, int | None]:
+    """Past the ASCII digits at ``position`` (before ``end``), and their number when they are 1 to
+    MAX_FRACTION_DIGITS."""
+    after = position
+    while after < end and data[after] in _DIGITS:
+        after += 1
+    return after, int(data[position:after]) if 1 <= after - position <= MAX_FRACTION_DIGITS else None
+
+
+def _past_blanks(data: bytes, position: int) -> int:
+    while position < len(data) and data[position] in _BLANK:
+        position += 1
+    return position
 
 
 def _found(data: bytes, byte: int) -> list[int]:
@@ -203,23 +286,11 @@ def _found(data: bytes, byte: int) -> list[int]:
 
 def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes,
                digits: int) -> tuple[int, int, list[float]] | None:
-    values: list[float] = []
-    position = at + len(pieces[0])
-    for index, piece in enumerate(pieces[1:]):
-        end = position
-        while end < len(data) and data[end] in VALUE_BYTES:
-            end += 1
-        if not 1 <= end - position <= MAX_VALUE_BYTES or not data.startswith(piece, end):
-            return None
-        if digits >> index & 1 and not (end - position <= MAX_FRACTION_DIGITS and data[position:end].isdigit()):
-            return None
-        try:
-            values.append(float(data[position:end]))
-        except ValueError:
-            return None
-        position = end + len(piece)
-    while position < len(data) and data[position] in _BLANK:  # a terminal's padding
-        position += 1
+    found = _values_at(data, at, pieces, digits)
+    if found is None:
+        return None
+    position, values = found
+    position = _past_blanks(data, position)  # a terminal's padding
     if position >= len(data) or data[position] != 0x0A:
         return None
     if at == 0 or data[at - 1] != 0x0D:
@@ -235,6 +306,30 @@ def _record_at(data: bytes, at: int, pieces: tuple[bytes, ...], close: bytes,
         cut = begin - 1
     fraction = _last_fraction(data, begin, cut, close)
     return None if fraction is None else (*fraction, values)
+
+
+def _values_at(data: bytes, at: int, pieces: tuple[bytes, ...], digits: int,
+               padded: bool = False) -> tuple[int, list[float]] | None:
+    """Where the record of ``pieces`` at ``at`` ends and its values (see segment_records; ``padded``: bar_records')."""
+    values: list[float] = []
+    position = at + len(pieces[0])
+    for index, piece in enumerate(pieces[1:]):
+        end = position
+        while end < len(data) and data[end] in VALUE_BYTES:
+            end += 1
+        if not 1 <= end - position <= MAX_VALUE_BYTES or not data.startswith(piece, end):
+            return None
+        if digits >> index & 1 and not (end - position <= MAX_FRACTION_DIGITS and data[position:end].isdigit()):
+            return None
+        text = data[position:end]
+        if padded and text.lstrip(b"+-")[:3].lower() in (b"nan", b"inf"):
+            text = text.split(b".", 1)[0]
+        try:
+            values.append(float(text))
+        except ValueError:
+            return None
+        position = end + len(piece)
+    return position, values
 
 
 def _last_fraction(data: bytes, begin: int, end: int, close: bytes) -> tuple[int, int] | None:

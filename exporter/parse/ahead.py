@@ -78,6 +78,9 @@ class BlockPasses:
     def segment_records(self, data: bytes, pieces: tuple[bytes, ...], close: bytes, digits: int = 0) -> Any:
         return self._run(data, ("segment_records", pieces, close, digits))
 
+    def bar_records(self, data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int = 0) -> Any:
+        return self._run(data, ("bar_records", lead, pieces, digits))
+
     def line_prefixes(self, data: bytes, literals: tuple[bytes, ...]) -> Any:
         return self._run(data, ("line_prefixes", literals))
 

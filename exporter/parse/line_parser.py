@@ -32,7 +32,7 @@ from dataclasses import dataclass, field
 from typing import cast
 
 from exporter import native
-from exporter.parse import carriage, signatures
+from exporter.parse import carriage, redraws, signatures
 from exporter.parse.ahead import BlockPasses
 from exporter.parse.formats import BUILTIN_FORMATS, Banner, Format, SegmentShape
 from exporter.parse.formats.msrun_scheduler import SchedulerLog
@@ -306,7 +306,7 @@ class LineParser:
             # Carriage returns (a progress bar's redraws, a rank's line written right after one): each
             # segment is a line, read one at a time; the scan and the step kernel know newlines only.
             self._carriage_returns = self._carriage_returns or b"\r" in data
-            if scanner is None or not self._parse_carriage(data, parsed):
+            if scanner is None or not (self._parse_redraws(data, parsed) or self._parse_carriage(data, parsed)):
                 self._parse_lines(data, parsed)
         elif self._segment_records_found() and self._parse_carriage(data, parsed, bare=True):
             pass  # the records on lines of their own, no bar drawn (a Trainer without tqdm)
@@ -593,6 +593,26 @@ class LineParser:
             at = data.find(fmt.prefilter, end)
         return None
 
+    def _bar_shape(self, fmt: Format, data: bytes) -> SegmentShape | None:
+        """The shape of the block's redraws: the file's last one where the block's first segment holding the format's
+        byte test prints it, else that of the first of SHAPE_LINES such segments that has one."""
+        assert fmt.bar_shape is not None
+        shape = self._segment_shape if self._segment_shape is not None and self._segment_shape.lead else None
+        at = data.find(fmt.prefilter)
+        for _ in range(SHAPE_LINES):
+            if at < 0:
+                break
+            cut = min(end for end in (data.find(b"\r", at), data.find(b"\n", at)) if end >= 0)
+            segment = data[at:cut]
+            if shape is not None and all(piece in segment for piece in shape.pieces):
+                return shape
+            learned = fmt.bar_shape(segment)
+            if learned is not None:
+                self._segment_shape = learned
+                return learned
+            at = data.find(fmt.prefilter, cut)
+        return None
+
     def _with_next_shape(self, fmt: Format, data: bytes, found: carriage.RecordLines,
                          anchored: list[int]) -> carriage.RecordLines:
         """``found`` and the records of the shape the first anchored line besides them prints, when its values are
@@ -610,10 +630,10 @@ class LineParser:
         self._segment_shape = shape
         return carriage.merged(found, more)
 
-    def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock) -> int:
-        """The run's record lines before ``stop`` (a line's start) into the file's batch, as ``_take`` would take
+    def _take_record_lines(self, run: _RecordRun, stop: int, parsed: ParsedBlock, rank: int | None = None) -> int:
+        """The run's record lines before ``stop`` (a line's start) into the rank's batch, as ``_take`` would take
         each (a step going back, a line's unprinted non-finite loss and the batch size end a batch); how many."""
-        found, builder, size = run.found, self._builder(None), self._rows_per_batch
+        found, builder, size = run.found, self._builder(rank), self._rows_per_batch
         starts = found.line_starts
         limit = bisect.bisect_left(found.record_starts, stop, run.next)
         line, taken = run.next, limit - run.next
@@ -636,6 +656,107 @@ class LineParser:
             line = end
         run.next = limit
         return taken
+
+    def _parse_redraws(self, data: bytes, parsed: ParsedBlock) -> bool:
+        """A block of a progress bar's redraws (a found format's Format.bar_shape: Lightning's) read a block at a
+        time (parse/redraws.py); False (nothing done) when the block holds what only the segment reader reads right:
+        a segment holding an anchor that is no redraw of the file's shape, another format's or a banner's byte test,
+        a rank prefix (one continued line's rank stream aside), an open failure block, formats still discovered.
+
+        The redraws taken go to the rank's batch as columns, each at the line where the segment reader takes it; the
+        one held at the block's end is held as that reader holds it (``_redrawn``), its record read by the format.
+        """
+        fmt = next((found for found in self._routing if found.bar_shape is not None and found.name in self._found),
+                   None)
+        held = self._redrawn
+        if (fmt is None or self._discovering or self._blocks or (held is not None and held[0] is not fmt)
+                or any(other is not fmt and other.prefilter in data for other in self._routing)
+                or any(banner.prefilter in data for banner in self._banners) or has_srun_label(data)):
+            return False
+        rank = self._stream_rank if self._continued else None
+        prefixed, after_return = carriage.prefixed_lines(data, self._passes)
+        if prefixed is None or prefixed or after_return or (held is not None and held[2] != rank):
+            return False
+        shape = self._bar_shape(fmt, data)
+        if shape is None:
+            return False
+        bars = redraws.Bars(*self._passes.bar_records(data, shape.lead, shape.pieces, shape.digits))
+        scanner = self._scanner_without_prefixes()
+        assert scanner is not None
+        anchored = self._passes.scan_segments(scanner, data)[1]
+        if not bars.starts or (len(anchored) != len(bars.starts) and not self._bars_alone(fmt, data, anchored, bars)):
+            return False
+        if rank is not None and len(bars.continued) != bars.newlines:
+            return False  # a line that is no continued one names its own rank
+        steps: list[int | None] = list(map(operator.add, map(operator.mul, bars.leads, bars.totals), bars.counts))
+        if max(steps) > MAX_INTEGER:  # type: ignore[type-var]
+            return False
+        if 0 in bars.counts:  # an epoch's start: no record, the rest of its segment read as the segment reader does
+            for index in [index for index, count in enumerate(bars.counts) if count == 0]:
+                segment = data[bars.starts[index]:bars.ends[index]]
+                if phase_of(segment) is not None or signatures.has_failure_literal(segment):
+                    return False
+                steps[index] = None
+        last = self._redraw_taken
+        found = redraws.read(data, bars, steps, self._continued, None if held is None else held[1].step,
+                             last[1] if last is not None and last[0] == fmt.name and last[2] == rank else None,
+                             fmt.prefilter)
+        if found is None:
+            return False
+        self._take_redraws(data, fmt, shape, bars, steps, found, rank, parsed)
+        self._continued = found.continued
+        self._stream_rank = rank if found.continued else None
+        self._segment_before = _last_segment(data, self._segment_before) if found.continued else b""
+        if rank is not None and self._segment_before:
+            self._segment_before = b"[rank%d]: %s" % (rank, self._segment_before)
+        recognized = len(set(itertools.compress(bars.lines, bars.counts)))
+        parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + bars.newlines
+        parsed.unparsed += bars.newlines - recognized
+        return True
+
+    def _bars_alone(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars) -> bool:
+        """True when the segments at ``anchored`` that are not ``bars`` are the format's bar drawn without values (no
+        record, and nothing else the segment reader would read in them): at most SHAPE_LINES of them."""
+        others = sorted(set(anchored).difference(bars.starts))
+        if len(others) > SHAPE_LINES:
+            return False
+        for start in others:
+            segment = data[start:min(end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0)]
+            if (fmt.prefilter not in segment or phase_of(segment) is not None
+                    or signatures.has_failure_literal(segment) or fmt.parse(segment.decode("utf-8", "replace"))):
+                return False
+        return True
+
+    def _take_redraws(self, data: bytes, fmt: Format, shape: SegmentShape, bars: redraws.Bars,
+                      steps: list[int | None], found: redraws.Redraws, rank: int | None, parsed: ParsedBlock) -> None:
+        """The redraws a block of them gives (_parse_redraws) into the rank's batch, and the one held at its end."""
+        if self._redrawn is not None and found.before_taken_at is not None:
+            self._line_start = found.before_taken_at
+            self._take_redrawn(parsed)
+        taken = found.taken
+        if taken:
+            values: dict[str, list] = {}
+            named: dict[str, list[float]] = {"epoch": [float(bars.leads[index]) for index in taken]}
+            for (gauge, name), column in zip(shape.targets, bars.values, strict=True):
+                if name:
+                    (values if gauge else named)[name] = [column[index] for index in taken]
+            taken_steps = cast("list[int]", [steps[index] for index in taken])
+            filtered = set(shape.filtered(values))
+            ends = {line + 1 for line in filtered}
+            if taken_steps != sorted(taken_steps):  # a step going back (a restart): a batch ends before it
+                ends.update(itertools.compress(range(1, len(taken)), map(operator.lt, taken_steps[1:], taken_steps)))
+            records = carriage.RecordLines(bars.newlines, [], found.taken_at, found.taken_at, taken_steps, [], [])
+            run = _RecordRun(records, values, named, dict(shape.units), sorted(ends), filtered)
+            self._take_record_lines(run, found.taken_at[-1] + 1, parsed, rank)
+            self._redraw_taken = (fmt.name, taken_steps[-1], rank)
+            parsed.lines_by_format[fmt.name] = parsed.lines_by_format.get(fmt.name, 0) + len(taken)
+        if found.held is None:
+            self._redrawn = None
+        elif found.held >= 0:
+            text = data[bars.starts[found.held]:bars.ends[found.held]].decode("utf-8", "replace")
+            record = fmt.parse(text)
+            assert type(record) is StepLine
+            self._redrawn = (fmt, record, rank)
 
     def _take_redrawn(self, parsed: ParsedBlock) -> None:
         """The held redraw of a progress bar: the bar moved on, or something else was written."""
@@ -1197,6 +1318,22 @@ class LineParser:
                 return
             record = observed
         self._append(record, parsed)
+
+
+def _last_segment(data: bytes, before: bytes) -> bytes:
+    """The last segment of ``data`` (whole lines, its last ending in ``\\r``) that is not blank, as the segment reader
+    keeps it for the next; ``before``: the one it kept before the block, where every line of it is blank."""
+    end = len(data) - 1
+    while True:
+        cut = max(data.rfind(b"\r", 0, end), data.rfind(b"\n", 0, end))
+        segment = data[cut + 1:end]
+        if segment.strip():
+            return segment
+        if cut < 0:
+            return before
+        if data[cut] == 0x0A and (cut == 0 or data[cut - 1] != 0x0D):
+            return b""  # a line that ended: the reader kept nothing after it
+        end = cut - 1 if data[cut] == 0x0A else cut
 
 
 def _unglued(segments: Iterable[bytes]) -> Iterable[bytes]:

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from exporter.parse import synonyms
 from exporter.parse.fields import add_named, metric_name, set_value
-from exporter.parse.formats.registry import Format, register
+from exporter.parse.formats.registry import Format, SegmentShape, register
 from exporter.parse.numbers import parse_float
 from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
@@ -50,10 +50,51 @@ def parse(text: str) -> StepLine | None:
     return line
 
 
+# A postfix pair as the block-wise reader takes it (native.bar_records): any other sends its redraws to parse().
+_PAIR = lazy(rb", (?P<key>[^,=\]]+)=(?P<value>[0-9A-Za-z.+-]{1,64})")
+_GAUGES = ("loss", "learning_rate", "grad_norm")
+
+
+def bar_shape(segment: bytes) -> SegmentShape | None:
+    """The shape of a redraw of the training bar (its postfix's keys in their order), read a block at a time by
+    native.bar_records with the values ``parse`` gives (parse/redraws.py); None for a redraw ``parse`` reads
+    otherwise: a postfix without a loss, two keys of one value or of the epoch, a pair not ``, key=value``."""
+    segment = segment.rstrip(b" \t\x0b\x0c")
+    match = _BAR.match(segment.decode("utf-8", "replace"))
+    opening = segment.find(b" [")
+    if match is None or not segment.endswith(b"]") or opening < 0 or b"\r" in segment or b"\n" in segment:
+        return None
+    pairs = list(_PAIR.finditer(segment, opening, len(segment) - 1))
+    if not pairs or pairs[-1].end() != len(segment) - 1 or any(
+            later.start() != earlier.end() for earlier, later in zip(pairs, pairs[1:], strict=False)):
+        return None
+    targets, seen = [], {("epoch", False)}
+    for pair in pairs:
+        key = pair.group("key").decode("ascii", "replace").strip()
+        gauge = synonyms.name(key).gauge
+        target = ((True, gauge) if gauge in _GAUGES and (gauge, True) not in seen
+                  else (False, "" if key in _NOT_VALUES else metric_name(key)))
+        if target[1] and (target[1], target[0]) in seen:
+            return None
+        seen.add((target[1], target[0]))
+        targets.append(target)
+    if (True, "loss") not in targets or b"=" in segment[opening:pairs[0].start()]:
+        return None
+    cuts = [pairs[0].start(), *(edge for pair in pairs for edge in pair.span("value")), len(segment)]
+    pieces = tuple(segment[begin:end] for begin, end in zip(cuts[::2], cuts[1::2], strict=True))
+    return SegmentShape(pieces, b" [", tuple(targets), _no_filtered, lead=FORMAT.prefilter)
+
+
+def _no_filtered(values: dict[str, list[float]]) -> list[int]:
+    """A bar's postfix shows every loss it has: none filtered."""
+    return []
+
+
 def _unpadded(raw: str) -> str:
     """Lightning pads every number it puts in the postfix to five characters, a non-finite one too: ``nan.0``."""
     number = raw.lstrip("+-").lower()
     return raw.split(".", 1)[0] if number.startswith(("nan", "inf")) else raw
 
 
-FORMAT = register(Format("lightning", "lightning", b"Epoch ", parse, detection_order=45, redraws=True))
+FORMAT = register(Format("lightning", "lightning", b"Epoch ", parse, detection_order=45, redraws=True,
+                         bar_shape=bar_shape))

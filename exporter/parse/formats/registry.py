@@ -36,7 +36,8 @@ class SegmentShape:
     the total of steps (digits only), -1 without; a target named "" is no value; ``scales``: what each value is
     multiplied by (none: all by 1), ``units``: the gauges' units. ``guessed``: a shape of the generic reader's,
     read only where a line holds the record alone, its values finite and its step a count; else its lines are read
-    one at a time.
+    one at a time. ``lead``: a progress bar's own shape (Format.bar_shape, native.bar_records): each redraw is a
+    segment beginning with ``lead`` and a count (an epoch), the bar, then the record as its postfix.
     """
 
     pieces: tuple[bytes, ...]
@@ -48,6 +49,7 @@ class SegmentShape:
     scales: tuple[float, ...] = ()
     units: tuple[tuple[str, str], ...] = ()
     guessed: bool = False
+    lead: bytes = b""
 
     @property
     def digits(self) -> int:
@@ -82,6 +84,8 @@ class Format:
     # A progress bar that redraws a step several times (a count, then the count with new values):
     # only the last redraw of a step is a record. Its prefilter is in every redraw.
     redraws: bool = False
+    # Its redraws read a block at a time (parse/redraws.py): the shape of one redraw segment, or None.
+    bar_shape: Callable[[bytes], SegmentShape | None] | None = None
     # For a format that reads lines by guessing (the generic reader): how it read a line, said once per file.
     describe: Callable[[str], str] | None = None
 

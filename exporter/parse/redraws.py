@@ -1,0 +1,137 @@
+"""A progress bar's redraws a block at a time: which redraws are records, and where each is taken.
+
+A bar that redraws each step (Lightning's TQDMProgressBar: a step's count first with the postfix of
+the step before, then with its own; Format.redraws) writes one long line of carriage-return segments.
+Read segment by segment (LineParser._parse_segments, _route), each redraw of a bar is held, and the
+held one is taken (its step's record) when the bar draws another step, when any other non-blank
+segment comes, or when a line ends without a carriage return; a redraw of the step taken last is no
+record; a count of 0 (an epoch's start) is none and takes nothing. Here the kernel's bars
+(native.bar_records) give the same decisions from their offsets alone, with no parser's call per
+redraw: the line parser then hands the taken redraws to the file's batch as columns.
+"""
+
+from __future__ import annotations
+
+import bisect
+from collections.abc import Sequence
+from typing import NamedTuple
+
+
+class Bars(NamedTuple):
+    """native.bar_records' result: the block's newlines, its lines ending in ``\\r``, and per bar where its segment
+    starts and ends, where its line starts, its lead's count (an epoch), its count and total, and its values."""
+
+    newlines: int
+    continued: list[int]
+    starts: list[int]
+    ends: list[int]
+    lines: list[int]
+    leads: list[int]
+    counts: list[int]
+    totals: list[int]
+    values: list[list[float]]
+
+
+class Redraws(NamedTuple):
+    """What a block of redraws gives: the bars taken (indexes, in order) and the line start at which each was taken
+    (the offset the segment reader gives its record); where the redraw held before the block was taken (None: it was
+    not, or none was); the bar held at the block's end (-1: the one held before it, None: none); whether the block's
+    last line ends in ``\\r`` (the next block continues it)."""
+
+    taken: list[int]
+    taken_at: list[int]
+    before_taken_at: int | None
+    held: int | None
+    continued: bool
+
+
+def read(data: bytes, bars: Bars, steps: Sequence[int | None], continued: bool, held_step: int | None,
+         taken_step: int | None, literal: bytes) -> Redraws | None:
+    """The redraws of ``data`` (whole lines) as the segment reader takes them. ``steps``: each bar's step (None: a
+    count of 0, no record); ``continued``: the block's first line continues one; ``held_step``: the step of the
+    redraw held before the block (None: none); ``taken_step``: the step taken last. Every segment of the block
+    holding an anchor is one of ``bars`` or holds ``literal`` (the format's byte test: its bar drawn without values,
+    which takes no held redraw). None where a bar is on a line the segment reader does not read by its segments (no
+    ``\\r`` in it, not continued: its redraw is taken at the next line, not at its own)."""
+    found = _triggers(data, bars, continued, literal)
+    if found is None:
+        return None
+    triggers, continued = found
+    taken: list[int] = []
+    taken_at: list[int] = []
+    before_taken_at = None
+    held, held_index = held_step, -1  # -1: the redraw held before the block
+    lines = bars.lines
+    pending = iter(triggers)
+    trigger = next(pending, None)
+    for index, step in enumerate(steps):
+        while trigger is not None and trigger[0] <= index:
+            if held is not None:
+                before_taken_at = _take(held_index, trigger[1], taken, taken_at, before_taken_at)
+                taken_step, held = held, None
+            trigger = next(pending, None)
+        if step is None or step == taken_step:
+            continue
+        if held is not None and held != step:
+            before_taken_at = _take(held_index, lines[index], taken, taken_at, before_taken_at)
+            taken_step = held
+        held, held_index = step, index
+    if trigger is not None and held is not None:  # after the last bar
+        before_taken_at = _take(held_index, trigger[1], taken, taken_at, before_taken_at)
+        held = None
+    return Redraws(taken, taken_at, before_taken_at, None if held is None else held_index, continued)
+
+
+def _take(index: int, at: int, taken: list[int], taken_at: list[int], before_taken_at: int | None) -> int | None:
+    """The bar at ``index`` taken at ``at`` (-1: the redraw held before the block); where that one was taken."""
+    if index < 0:
+        return at
+    taken.append(index)
+    taken_at.append(at)
+    return before_taken_at
+
+
+def _triggers(data: bytes, bars: Bars, continued: bool, literal: bytes) -> tuple[list[tuple[int, int]], bool] | None:
+    """Where a held redraw is taken other than by another step's bar, ascending: ``(bar, line)``, before the bar at
+    that index (``len(bars.starts)``: after the last), at the line starting at ``line``; and whether the last line
+    ends in ``\\r``. None: see ``read``."""
+    starts, ends = bars.starts, bars.ends
+    # Two bars of one line apart by more than their ``\r`` (rare: a validation bar's redraws between them).
+    apart = iter([index for index, (end, start) in enumerate(zip(ends, starts[1:], strict=False), 1)
+                  if start - end != 1])
+    next_apart = next(apart, len(starts))
+    triggers: list[tuple[int, int]] = []
+    index = position = 0
+    while position < len(data):
+        end = data.find(b"\n", position)
+        last = bisect.bisect_left(starts, end, index)  # the line's bars: index to last - 1
+        if not continued and data.find(b"\r", position, end) < 0:
+            if last > index:
+                return None
+            triggers.append((index, position))  # the whole-line reader takes a held redraw before the line
+        elif last == index:
+            if _takes(data, position, end, literal):
+                triggers.append((index, position))
+        else:
+            if _takes(data, position, starts[index], literal):
+                triggers.append((index, position))
+            while next_apart < last:
+                if next_apart > index and _takes(data, ends[next_apart - 1] + 1, starts[next_apart], literal):
+                    triggers.append((next_apart, position))
+                next_apart = next(apart, len(starts))
+            if ends[last - 1] < end and _takes(data, ends[last - 1] + 1, end, literal):
+                triggers.append((last, position))
+        if continued or data.find(b"\r", position, end) >= 0:
+            continued = end == position or data[end - 1] == 0x0D  # the line's last segment empty
+            if not continued:  # a line of segments ending without ``\r``: a held redraw is taken at its end
+                triggers.append((last, position))
+        index, position = last, end + 1
+    return triggers, continued
+
+
+def _takes(data: bytes, begin: int, end: int, literal: bytes) -> bool:
+    """True when ``data[begin:end]`` (carriage-return segments) holds a segment that takes a held redraw: one that is
+    not blank and does not hold ``literal``."""
+    if not data[begin:end].replace(b"\r", b"").strip():
+        return False
+    return any(segment.strip() and literal not in segment for segment in data[begin:end].split(b"\r"))
