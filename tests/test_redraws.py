@@ -5,6 +5,7 @@ is cut into blocks (at lines, and inside its line of redraws as the tailer cuts 
 from __future__ import annotations
 
 import random
+import re
 from pathlib import Path
 
 import pytest
@@ -32,13 +33,18 @@ SHAPE = bar_shape("Epoch 0:  10%|\u2588         | 1/10 [00:00<00:01,  5.03it/s, 
 
 def _consoles() -> list[tuple[str, bytes]]:
     """The real consoles, one fit after another; the long run's line of redraws continued by its later epochs; a
-    validation bar's redraws (no anchor) and a NaN between them; CRLF lines; a bar without the values (its first
-    step)."""
+    validation bar's redraw (no anchor) and a NaN between them; CRLF lines; each epoch on a line of its own; a bar
+    without the values (its first step)."""
     head, _, training = LONG.partition(b"\rEpoch 1:")
     training, end, tail = training.rpartition(b"\n")
     later = b"\rEpoch 1:" + training
-    validating = later.replace(b"\rEpoch 5:  20%", b"\rValidation DataLoader 0:  50%|xx | 1/2 [00:00<00:00]"
-                               b"\r                      \rEpoch 5:  20%", 1)
+    # Between each epoch's two redraws of its third step: the first is taken (the second draws the step taken).
+    validating = later
+    for epoch in range(1, 20):
+        third = b"\rEpoch %d:  20%%" % epoch
+        second = validating.index(third, validating.index(third) + 1)
+        validating = (validating[:second] + b"\rValidation DataLoader 0:  50%|xx | 1/2 [00:00<00:00]\r            "
+                      + validating[second:])
     return [
         ("nan", NAN * 60),
         ("raise", RAISE * 30 + NAN * 30),
@@ -48,6 +54,8 @@ def _consoles() -> list[tuple[str, bytes]]:
         ("nan_in_between", head + later * 3 + later.replace(b"train_loss=0.", b"train_loss=nan.0", 40) + later
          + end + tail),
         ("crlf_lines", LONG * 3 + LONG.replace(b"\n", b"\r\n") + LONG),
+        # Each epoch's bar a line of its own (tqdm's ``leave``): a line of redraws ends without ``\r``.
+        ("epoch_lines", head + re.sub(rb"\]( +)\rEpoch", rb"]\1\nEpoch", later) * 5 + end + tail),
         ("no_values", head + later.replace(b"it/s, train_loss", b"it/s] train_loss", 3) * 4 + end + tail),
     ]
 
