@@ -659,73 +659,96 @@ class LineParser:
 
     def _parse_redraws(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of a progress bar's redraws (a found format's Format.bar_shape: Lightning's) read a block at a
-        time (parse/redraws.py); False (nothing done) when the block holds what only the segment reader reads right:
-        a segment holding an anchor that is no redraw of the file's shape, another format's or a banner's byte test,
-        a rank prefix (one continued line's rank stream aside), an open failure block, formats still discovered.
+        time (parse/redraws.py); False (nothing done) when the block holds what only the segment reader reads right
+        throughout: another format's or a banner's byte test, a rank prefix (one continued line's rank stream aside),
+        formats still discovered, no redraw of the file's shape, more than
+        MAX_LINES_CUT_AROUND lines holding an anchor that is no such redraw (those are read by the segment reader,
+        the lines between them here).
 
         The redraws taken go to the rank's batch as columns, each at the line where the segment reader takes it; the
         one held at the block's end is held as that reader holds it (``_redrawn``), its record read by the format.
         """
         fmt = next((found for found in self._routing if found.bar_shape is not None and found.name in self._found),
                    None)
-        held = self._redrawn
-        if (fmt is None or self._discovering or self._blocks or (held is not None and held[0] is not fmt)
+        if (fmt is None or self._discovering
                 or any(other is not fmt and other.prefilter in data for other in self._routing)
                 or any(banner.prefilter in data for banner in self._banners) or has_srun_label(data)):
             return False
-        rank = self._stream_rank if self._continued else None
         prefixed, after_return = carriage.prefixed_lines(data, self._passes)
-        if prefixed is None or prefixed or after_return or (held is not None and held[2] != rank):
-            return False
-        shape = self._bar_shape(fmt, data)
+        shape = None if prefixed is None or prefixed or after_return else self._bar_shape(fmt, data)
         if shape is None:
             return False
         bars = redraws.Bars(*self._passes.bar_records(data, shape.lead, shape.pieces, shape.digits))
+        steps: list[int | None] = list(map(operator.add, map(operator.mul, bars.leads, bars.totals), bars.counts))
+        if not steps or max(steps) > MAX_INTEGER:  # type: ignore[type-var]
+            return False
         scanner = self._scanner_without_prefixes()
         assert scanner is not None
-        anchored = self._passes.scan_segments(scanner, data)[1]
-        if not bars.starts or (len(anchored) != len(bars.starts) and not self._bars_alone(fmt, data, anchored, bars)):
+        odd = self._odd_lines(fmt, data, self._passes.scan_segments(scanner, data)[1], bars, steps)
+        if odd is None:
             return False
-        if rank is not None and len(bars.continued) != bars.newlines:
-            return False  # a line that is no continued one names its own rank
-        steps: list[int | None] = list(map(operator.add, map(operator.mul, bars.leads, bars.totals), bars.counts))
-        if max(steps) > MAX_INTEGER:  # type: ignore[type-var]
-            return False
-        if 0 in bars.counts:  # an epoch's start: no record, the rest of its segment read as the segment reader does
+        position = 0
+        for line in [*odd, len(data)]:
+            if line > position:
+                self._read_redraws(data, position, line, fmt, shape, bars, steps, parsed)
+            if line < len(data):
+                position = data.find(b"\n", line) + 1
+                self._parse_lines(data, parsed, line, position)
+        return True
+
+    def _odd_lines(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars,
+                   steps: list[int | None]) -> list[int] | None:
+        """Where the lines start that hold a segment with an anchor the segment reader must read (not one of
+        ``bars``, nor the format's bar drawn without values: its ``parse`` reads no record there and nothing else
+        would), ascending; None past MAX_LINES_CUT_AROUND. The steps of the bars counting 0 (an epoch's start: no
+        record) are made None."""
+        odd: set[int] = set()
+        if len(anchored) != len(bars.starts):
+            others = set(anchored).difference(bars.starts)
+            if len(others) > 4 * MAX_LINES_CUT_AROUND:
+                return None
+            for start in others:
+                segment = data[start:min(end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0)]
+                if (fmt.prefilter not in segment or not _reads_nothing_else(segment)
+                        or fmt.parse(segment.decode("utf-8", "replace"))):
+                    odd.add(data.rfind(b"\n", 0, start) + 1)
+        if 0 in bars.counts:
             for index in [index for index, count in enumerate(bars.counts) if count == 0]:
-                segment = data[bars.starts[index]:bars.ends[index]]
-                if phase_of(segment) is not None or signatures.has_failure_literal(segment):
-                    return False
                 steps[index] = None
-        last = self._redraw_taken
-        found = redraws.read(data, bars, steps, self._continued, None if held is None else held[1].step,
-                             last[1] if last is not None and last[0] == fmt.name and last[2] == rank else None,
-                             fmt.prefilter)
+                if not _reads_nothing_else(data[bars.starts[index]:bars.ends[index]]):
+                    odd.add(bars.lines[index])
+        return sorted(odd) if len(odd) <= MAX_LINES_CUT_AROUND else None
+
+    def _read_redraws(self, data: bytes, begin: int, end: int, fmt: Format, shape: SegmentShape, bars: redraws.Bars,
+                      steps: list[int | None], parsed: ParsedBlock) -> None:
+        """The lines of ``data[begin:end]`` (whole ones), their redraws read here, unless the segment reader must read
+        them: the rank's failure block open, a redraw held of another rank or format, a line beginning a rank's own
+        (another rank's open failure block takes none of these lines)."""
+        rank = self._stream_rank if self._continued else None
+        held = self._redrawn
+        first, last = bisect.bisect_left(bars.starts, begin), bisect.bisect_left(bars.starts, end)
+        newlines = data.count(b"\n", begin, end)
+        continued = (bisect.bisect_left(bars.continued, end) - bisect.bisect_left(bars.continued, begin))
+        found = None
+        if (rank not in self._blocks and (held is None or (held[0] is fmt and held[2] == rank))
+                and (rank is None or continued == newlines)):  # a line that is no continued one names its own rank
+            taken = self._redraw_taken
+            found = redraws.read(data, begin, end, bars, first, last, steps, self._continued,
+                                 None if held is None else held[1].step,
+                                 taken[1] if taken is not None and taken[0] == fmt.name and taken[2] == rank else None,
+                                 fmt.prefilter)
         if found is None:
-            return False
+            self._parse_lines(data, parsed, begin, end)
+            return
         self._take_redraws(data, fmt, shape, bars, steps, found, rank, parsed)
         self._continued = found.continued
         self._stream_rank = rank if found.continued else None
-        self._segment_before = _last_segment(data, self._segment_before) if found.continued else b""
+        self._segment_before = _last_segment(data, end, self._segment_before) if found.continued else b""
         if rank is not None and self._segment_before:
             self._segment_before = b"[rank%d]: %s" % (rank, self._segment_before)
-        recognized = len(set(itertools.compress(bars.lines, bars.counts)))
-        parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + bars.newlines
-        parsed.unparsed += bars.newlines - recognized
-        return True
-
-    def _bars_alone(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars) -> bool:
-        """True when the segments at ``anchored`` that are not ``bars`` are the format's bar drawn without values (no
-        record, and nothing else the segment reader would read in them): at most SHAPE_LINES of them."""
-        others = sorted(set(anchored).difference(bars.starts))
-        if len(others) > SHAPE_LINES:
-            return False
-        for start in others:
-            segment = data[start:min(end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0)]
-            if (fmt.prefilter not in segment or phase_of(segment) is not None
-                    or signatures.has_failure_literal(segment) or fmt.parse(segment.decode("utf-8", "replace"))):
-                return False
-        return True
+        recognized = len(set(itertools.compress(bars.lines[first:last], steps[first:last])))
+        parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + newlines
+        parsed.unparsed += newlines - recognized
 
     def _take_redraws(self, data: bytes, fmt: Format, shape: SegmentShape, bars: redraws.Bars,
                       steps: list[int | None], found: redraws.Redraws, rank: int | None, parsed: ParsedBlock) -> None:
@@ -1320,10 +1343,15 @@ class LineParser:
         self._append(record, parsed)
 
 
-def _last_segment(data: bytes, before: bytes) -> bytes:
-    """The last segment of ``data`` (whole lines, its last ending in ``\\r``) that is not blank, as the segment reader
-    keeps it for the next; ``before``: the one it kept before the block, where every line of it is blank."""
-    end = len(data) - 1
+def _reads_nothing_else(segment: bytes) -> bool:
+    """True when the segment reader finds no phase and no failure in ``segment`` (a bar's, that no format reads)."""
+    return phase_of(segment) is None and not signatures.has_failure_literal(segment)
+
+
+def _last_segment(data: bytes, end: int, before: bytes) -> bytes:
+    """The last segment of ``data[:end]`` (whole lines, its last ending in ``\\r``) that is not blank, as the segment
+    reader keeps it for the next; ``before``: the one it kept before, where every line of it is blank."""
+    end -= 1
     while True:
         cut = max(data.rfind(b"\r", 0, end), data.rfind(b"\n", 0, end))
         segment = data[cut + 1:end]

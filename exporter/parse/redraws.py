@@ -45,26 +45,27 @@ class Redraws(NamedTuple):
     continued: bool
 
 
-def read(data: bytes, bars: Bars, steps: Sequence[int | None], continued: bool, held_step: int | None,
-         taken_step: int | None, literal: bytes) -> Redraws | None:
-    """The redraws of ``data`` (whole lines) as the segment reader takes them. ``steps``: each bar's step (None: a
-    count of 0, no record); ``continued``: the block's first line continues one; ``held_step``: the step of the
-    redraw held before the block (None: none); ``taken_step``: the step taken last. Every segment of the block
-    holding an anchor is one of ``bars`` or holds ``literal`` (the format's byte test: its bar drawn without values,
-    which takes no held redraw). None where a bar is on a line the segment reader does not read by its segments (no
-    ``\\r`` in it, not continued: its redraw is taken at the next line, not at its own)."""
-    found = _triggers(data, bars, continued, literal)
+def read(data: bytes, begin: int, end: int, bars: Bars, first: int, last: int, steps: Sequence[int | None],
+         continued: bool, held_step: int | None, taken_step: int | None, literal: bytes) -> Redraws | None:
+    """The redraws of ``data[begin:end]`` (whole lines; ``bars[first:last]`` its bars) as the segment reader takes
+    them. ``steps``: each bar's step (None: a count of 0, no record); ``continued``: the first line continues one;
+    ``held_step``: the step of the redraw held before (None: none); ``taken_step``: the step taken last. Every
+    segment there holding an anchor is one of the bars or holds ``literal`` (the format's byte test: its bar drawn
+    without values, which takes no held redraw). None where a bar is on a line the segment reader does not read by
+    its segments (no ``\\r`` in it, not continued: its redraw is taken at the next line, not at its own)."""
+    found = _triggers(data, begin, end, bars, first, last, continued, literal)
     if found is None:
         return None
     triggers, continued = found
     taken: list[int] = []
     taken_at: list[int] = []
     before_taken_at = None
-    held, held_index = held_step, -1  # -1: the redraw held before the block
+    held, held_index = held_step, -1  # -1: the redraw held before
     lines = bars.lines
     pending = iter(triggers)
     trigger = next(pending, None)
-    for index, step in enumerate(steps):
+    for index in range(first, last):
+        step = steps[index]
         while trigger is not None and trigger[0] <= index:
             if held is not None:
                 before_taken_at = _take(held_index, trigger[1], taken, taken_at, before_taken_at)
@@ -91,20 +92,21 @@ def _take(index: int, at: int, taken: list[int], taken_at: list[int], before_tak
     return before_taken_at
 
 
-def _triggers(data: bytes, bars: Bars, continued: bool, literal: bytes) -> tuple[list[tuple[int, int]], bool] | None:
-    """Where a held redraw is taken other than by another step's bar, ascending: ``(bar, line)``, before the bar at
-    that index (``len(bars.starts)``: after the last), at the line starting at ``line``; and whether the last line
-    ends in ``\\r``. None: see ``read``."""
+def _triggers(data: bytes, begin: int, stop: int, bars: Bars, first: int, final: int, continued: bool,
+              literal: bytes) -> tuple[list[tuple[int, int]], bool] | None:
+    """Where a held redraw is taken in ``data[begin:stop]`` other than by another step's bar, ascending: ``(bar,
+    line)``, before the bar at that index (``final``: after the last), at the line starting at ``line``; and whether
+    the last line ends in ``\\r``. None: see ``read``."""
     starts, ends = bars.starts, bars.ends
     # Two bars of one line apart by more than their ``\r`` (rare: a validation bar's redraws between them).
-    apart = iter([index for index, (end, start) in enumerate(zip(ends, starts[1:], strict=False), 1)
-                  if start - end != 1])
-    next_apart = next(apart, len(starts))
+    pairs = zip(ends[first:max(first, final - 1)], starts[first + 1:final], strict=True)
+    apart = iter([index for index, (end, start) in enumerate(pairs, first + 1) if start - end != 1])
+    next_apart = next(apart, final)
     triggers: list[tuple[int, int]] = []
-    index = position = 0
-    while position < len(data):
+    index, position = first, begin
+    while position < stop:
         end = data.find(b"\n", position)
-        last = bisect.bisect_left(starts, end, index)  # the line's bars: index to last - 1
+        last = bisect.bisect_left(starts, end, index, final)  # the line's bars: index to last - 1
         if not continued and data.find(b"\r", position, end) < 0:
             if last > index:
                 return None
@@ -118,7 +120,7 @@ def _triggers(data: bytes, bars: Bars, continued: bool, literal: bytes) -> tuple
             while next_apart < last:
                 if next_apart > index and _takes(data, ends[next_apart - 1] + 1, starts[next_apart], literal):
                     triggers.append((next_apart, position))
-                next_apart = next(apart, len(starts))
+                next_apart = next(apart, final)
             if ends[last - 1] < end and _takes(data, ends[last - 1] + 1, end, literal):
                 triggers.append((last, position))
         if continued or data.find(b"\r", position, end) >= 0:
