@@ -39,6 +39,11 @@ class FormatLog:
     counter: bytes
     anchor: str
     extra_steps: int = 0  # step lines after the training part (kept once): another trainer's, a restart's
+    # A progress bar's log (Lightning's): the training part is the redraws between these two markers, on one line,
+    # continued there as a long run draws them; its lines are counted as redraws (carriage-return segments), and
+    # ``steps`` a copy holds (its counter numbers the epochs).
+    redraws: tuple[bytes, bytes] = ()
+    steps: int = 0
 
 
 FORMATS = (
@@ -64,27 +69,38 @@ FORMATS = (
     # The generic reader: llm.c's three step lines continued; its fork's two NaN lines (a restart) and a prime-rl
     # trainer's line after them, once.
     FormatLog("generic", "generic_unnamed_trainers.log", rb"(step +)(6\d)(/)(\d+)", "loss", extra_steps=3),
+    # Lightning's TQDMProgressBar: a real run's 20 epochs of redraws (each step drawn twice) continued on its line.
+    FormatLog("lightning", "lightning_bar_long.log", rb"(Epoch )(\d+)()()", "Epoch ",
+              redraws=(b"\rEpoch 0:   0%", b"`Trainer.fit`"), steps=300),
 )
 
 
-def continued(text: bytes, counter: re.Pattern[bytes], copies: int, *, whole: bool = False) -> bytes:
+def continued(text: bytes, counter: re.Pattern[bytes], copies: int, *, whole: bool = False,
+              redraws: tuple[bytes, ...] = ()) -> bytes:
     """``text`` with its training part ``copies`` times, each copy's steps after the copy before's last by the log's
-    own interval. The training part runs from the line of the first step to the line of the last: a long run prints
-    its start (and its end) once, so the lines before and after it are kept once. ``whole``: the whole text a copy."""
-    begins, ends = training_part(text, counter) if not whole else (0, len(text))
-    steps = sorted({int(match.group(2)) for match in counter.finditer(text) if match.group(2)})
+    own interval. The training part runs from the line of the first step to the line of the last (``redraws``: see
+    training_part): a long run prints its start (and its end) once, so the lines before and after it are kept once.
+    ``whole``: the whole text a copy."""
+    begins, ends = training_part(text, counter, redraws) if not whole else (0, len(text))
+    steps = sorted({int(match.group(2)) for match in counter.finditer(text, begins, ends) if match.group(2)})
     if not steps:  # lines printing no step: copies as they are
         return text[:begins] + text[begins:ends] * copies + text[ends:]
     interval = min((later - earlier for earlier, later in zip(steps, steps[1:], strict=False)), default=1)
     offset = steps[-1] - steps[0] + interval
     total = steps[0] + offset * copies
-    training = text[begins:ends]
+    training, end = text[begins:ends], text[ends:]
+    if redraws:  # the bar's last redraws after the training part (its final frame) are the last copy's
+        end = counter.sub(functools.partial(_renumbered, shift=(copies - 1) * offset, total=total), end)
     return text[:begins] + b"".join(counter.sub(functools.partial(_renumbered, shift=copy * offset, total=total),
-                                                training) for copy in range(copies)) + text[ends:]
+                                                training) for copy in range(copies)) + end
 
 
-def training_part(text: bytes, counter: re.Pattern[bytes]) -> tuple[int, int]:
-    """Where the lines from the first step's to the last step's begin and end."""
+def training_part(text: bytes, counter: re.Pattern[bytes], redraws: tuple[bytes, ...] = ()) -> tuple[int, int]:
+    """Where the lines from the first step's to the last step's begin and end; with ``redraws``, the redraws between
+    those two markers."""
+    if redraws:
+        begins = text.index(redraws[0])
+        return begins, text.index(redraws[1], begins)
     found = list(counter.finditer(text))
     return text.rfind(b"\n", 0, found[0].start()) + 1, text.find(b"\n", found[-1].end()) + 1 or len(text)
 
@@ -101,17 +117,22 @@ def write_log(directory: Path, spec: FormatLog, lines: int) -> tuple[Path, int, 
     text = (FIXTURES / spec.fixture).read_bytes()
     text = text if text.endswith(b"\n") else text + b"\n"
     counter = re.compile(spec.counter)
-    begins, ends = training_part(text, counter)
-    training_lines = text.count(b"\n", begins, ends)
-    copies = max(1, -(-(lines - text.count(b"\n") + training_lines) // training_lines))
+    begins, ends = training_part(text, counter, spec.redraws)
+    training_lines = _lines(text[begins:ends], spec)
+    copies = max(1, -(-(lines - _lines(text, spec) + training_lines) // training_lines))
     directory.mkdir(parents=True, exist_ok=True)
     path = directory / "train.log"
-    data = continued(text, counter, copies)
+    data = continued(text, counter, copies, redraws=spec.redraws)
     path.write_bytes(data)
     found = list(counter.finditer(text))
     numbers = {match.group(2) for match in found}
-    steps = len(numbers) if any(numbers) else len(found)
-    return path, data.count(b"\n"), steps * copies + spec.extra_steps
+    steps = spec.steps or (len(numbers) if any(numbers) else len(found))
+    return path, _lines(data, spec), steps * copies + spec.extra_steps
+
+
+def _lines(text: bytes, spec: FormatLog) -> int:
+    """The lines of ``text``; a bar's log: its redraws (the lines a reader of each carriage-return segment reads)."""
+    return text.count(b"\n") + (text.count(b"\r") if spec.redraws else 0)
 
 
 def measure(workdir: Path, lines: int, rounds: int) -> dict[str, dict]:
@@ -145,6 +166,8 @@ def _check(output: str, spec: FormatLog, lines: int, expected_steps: int) -> Non
     ranks = json.loads(output)["ranks"]
     counted = sum(rank["lines"] for rank in ranks.values())
     steps = sum(rank["steps"] for rank in ranks.values())
+    if spec.redraws:  # its line of redraws is counted as the tailer hands it out, in pieces: its steps only
+        counted = lines
     if (counted, steps) != (lines, expected_steps):
         raise AssertionError(f"{spec.format}: the exporter counted {counted} lines and {steps} steps, "
                              f"the log holds {lines} and {expected_steps}")

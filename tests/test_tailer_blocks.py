@@ -44,6 +44,21 @@ def test_over_long_lines_are_cut_to_the_cap_and_counted(tmp_path):
     assert batch.lines_truncated == 2
 
 
+def test_a_line_of_redraws_over_the_cap_is_handed_out_whole_in_pieces(tmp_path):
+    # A progress bar's line (Lightning's: one line of \r-joined redraws for a whole run) is cut after a carriage
+    # return, each piece under the cap: every redraw arrives, none is cut short, nothing counted as truncated.
+    redraws = [b"Epoch %d: %d/15 [loss=%d.5]" % (step // 15, step % 15, step) for step in range(400)]
+    path = tmp_path / "worker_0.log"
+    path.write_bytes(b"start\n" + b"\r".join(redraws) + b"\nend\n")
+    batches = _read(Tailer(str(path), max_line_bytes=1024))
+    lines = [line for batch in batches for line in batch.lines]
+    assert sum(batch.lines_truncated for batch in batches) == 0
+    assert lines[0] == b"start" and lines[-1] == b"end" and len(lines) > 10
+    assert all(len(line) <= 1024 for line in lines) and all(line.endswith(b"\r") for line in lines[1:-2])
+    assert b"".join(lines[1:-1]).split(b"\r") == redraws
+    assert _cap_lines(b"a\r" * 600 + b"\n", 1024)[1] == 0
+
+
 def test_an_unfinished_over_long_line_is_cut_and_its_rest_skipped(tmp_path):
     path = tmp_path / "worker_0.log"
     path.write_bytes(b"a\n" + b"z" * 5000)

@@ -527,22 +527,31 @@ def chunk_buffers(size: int) -> tuple[bytearray, bytearray | None]:
 
 
 def _cap_lines(block: bytes, cap: int) -> tuple[bytes, int]:
-    """Cut lines longer than ``cap`` bytes down to ``cap``: the new block and how many were cut.
+    """Cut lines longer than ``cap`` bytes down to ``cap``: the new block and how many were cut. A line of progress
+    bar redraws is not cut short but cut in lines after a carriage return (each ending in ``\\r\\n``, as the reader
+    hands a line of redraws out while it grows): nothing of it is lost.
 
     Jumps from newline to newline up to ``cap + 1`` bytes ahead (memrchr), so a block
     without an over-long line costs a few searches, not one step per line.
     """
     pieces: list[bytes] = []
     copied_up_to = start = cut = 0
+    split = False
     while start < len(block):
         newline = block.rfind(b"\n", start, start + cap + 1)
         if newline >= 0:
             start = newline + 1
             continue
+        carriage = block.rfind(b"\r", start, start + cap)
+        if carriage >= 0:  # before the line's end: the line is longer than the cap
+            pieces += (block[copied_up_to : carriage + 1], b"\n")
+            copied_up_to = start = carriage + 1
+            split = True
+            continue
         end = block.find(b"\n", start)  # the block ends with a newline
         pieces.append(block[copied_up_to : start + cap])
         copied_up_to, start, cut = end, end + 1, cut + 1
-    if not cut:
+    if not cut and not split:
         return block, 0
     pieces.append(block[copied_up_to:])
     return b"".join(pieces), cut

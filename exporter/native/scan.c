@@ -399,13 +399,17 @@ report_line(const Scanner *self, ScanState *state, Py_ssize_t start)
     const uint8_t *data = state->data;
     const uint8_t *from = data + state->line_end;
     const uint8_t *before = start > state->line_end ? memrchr(from, '\n', (size_t)(start - state->line_end)) : NULL;
-    const uint8_t *after = memchr(data + start, '\n', (size_t)(state->length - start));
-    if (state->segments) { /* the nearest carriage return between them, if one is nearer */
+    const uint8_t *after;
+    if (state->segments) { /* the nearest carriage return on either side, if one is nearer than the newline */
         const uint8_t *segment = before ? before + 1 : from;
         const uint8_t *carriage = data + start > segment ? memrchr(segment, '\r', (size_t)(data + start - segment)) : NULL;
         before = carriage ? carriage : before;
-        carriage = memchr(data + start, '\r', (size_t)((after ? after : data + state->length) - (data + start)));
-        after = carriage ? carriage : after;
+        /* The carriage return first: a line of redraws is long, the next segment's end near. */
+        carriage = memchr(data + start, '\r', (size_t)(state->length - start));
+        after = memchr(data + start, '\n', (size_t)((carriage ? carriage : data + state->length) - (data + start)));
+        after = after ? after : carriage;
+    } else {
+        after = memchr(data + start, '\n', (size_t)(state->length - start));
     }
     Py_ssize_t line = before ? before - data + 1 : state->line_end;
     state->line_end = after ? after - data + 1 : state->length;
@@ -902,6 +906,20 @@ typedef struct {
 typedef struct Prefixes Prefixes;
 static int prefixed_line(const uint8_t *line, const uint8_t *end, Prefixes *prefixes);
 
+/* The start of the line holding each of ascending offsets, each byte looked at once (a line of redraws is long). */
+typedef struct {
+    Py_ssize_t line, searched; /* the last line start found, and up to where it was looked for */
+} LineStart;
+
+static Py_ssize_t
+line_start_at(const uint8_t *bytes, LineStart *state, Py_ssize_t at)
+{
+    const uint8_t *newline = at > state->searched ? memrchr(bytes + state->searched, '\n', (size_t)(at - state->searched)) : NULL;
+    if (newline != NULL) state->line = newline + 1 - bytes;
+    if (at > state->searched) state->searched = at;
+    return state->line;
+}
+
 /* The newlines of data[0:size] and its lines ending in \r into ``found``, with ``prefixes`` their prefixes too; -1 when
  * memory ran out. */
 static int
@@ -927,12 +945,12 @@ find_records(const uint8_t *bytes, Py_ssize_t size, Py_buffer *pieces, Py_ssize_
              Py_ssize_t close_length, unsigned long long digits, double *values, Records *found, Prefixes *prefixes)
 {
     if (walk_lines(bytes, size, found, prefixes) < 0) return -1;
+    LineStart line_start = {0, 0};
     for (const uint8_t *match = find_literal(bytes, size, pieces[0].buf, pieces[0].len); match != NULL;
          match = find_literal(match + 1, bytes + size - match - 1, pieces[0].buf, pieces[0].len)) {
         long long step, total;
         Py_ssize_t at = match - bytes;
-        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
-        Py_ssize_t line = newline == NULL ? 0 : newline + 1 - bytes;
+        Py_ssize_t line = line_start_at(bytes, &line_start, at);
         if (!record_at(bytes, size, line, at, pieces, count, close, close_length, digits, &step, &total, values)) {
             continue;
         }
@@ -995,6 +1013,7 @@ static int
 find_bars(const uint8_t *bytes, Py_ssize_t size, const uint8_t *lead, Py_ssize_t lead_length, Py_buffer *pieces,
           Py_ssize_t count, unsigned long long digits, double *values, Records *found)
 {
+    LineStart line_start = {0, 0};
     for (const uint8_t *match = find_literal(bytes, size, lead, lead_length); match != NULL;
          match = find_literal(match + 1, bytes + size - match - 1, lead, lead_length)) {
         Py_ssize_t at = match - bytes, end;
@@ -1003,9 +1022,8 @@ find_bars(const uint8_t *bytes, Py_ssize_t size, const uint8_t *lead, Py_ssize_t
             || !bar_at(bytes, size, at, lead_length, pieces, count, digits, &end, numbers, values)) {
             continue;
         }
-        const uint8_t *newline = memrchr(bytes, '\n', (size_t)at);
         if (push_offset(&found->starts, at) < 0 || push_offset(&found->ends, end) < 0
-            || push_offset(&found->lines, newline == NULL ? 0 : newline + 1 - bytes) < 0
+            || push_offset(&found->lines, line_start_at(bytes, &line_start, at)) < 0
             || push_offset(&found->leads, numbers[0]) < 0 || push_offset(&found->steps, numbers[1]) < 0
             || push_offset(&found->totals, numbers[2]) < 0) {
             return -1;
