@@ -94,7 +94,7 @@ sanitize: system-deps setup
 	  tests/fixtures/real/paddlenlp.log tests/fixtures/real/nanogpt.log tests/fixtures/real/mmengine_*.log \
 	  tests/fixtures/real/mmcv_*.log tests/fixtures/real/llamafactory_trainer_log.log tests/fixtures/real/msrun_nan_worker_1.log \
 	  tests/fixtures/real/mindformers_legacy.log tests/fixtures/real/mindvision_lossmonitor.log \
-	  tests/fixtures/real/fairseq_plain.log $(SANITIZED)/tests/fixtures/real/
+	  tests/fixtures/real/fairseq_plain.log tests/fixtures/real/lightning_bar_nan.log $(SANITIZED)/tests/fixtures/real/
 	cp tests/fixtures/real/healthy/deepspeed_dschat_sft_opt1.3b.log tests/fixtures/real/healthy/torchtitan_qwen3_14b_run54.log \
 	  tests/fixtures/real/healthy/llamafactory_finetuneLLM_running_log.log \
 	  $(SANITIZED)/tests/fixtures/real/healthy/

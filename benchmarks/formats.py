@@ -42,7 +42,7 @@ class FormatLog:
     # A progress bar's log (Lightning's): the training part is the redraws between these two markers, on one line,
     # continued there as a long run draws them; its lines are counted as redraws (carriage-return segments), and
     # ``steps`` a copy holds (its counter numbers the epochs).
-    redraws: tuple[bytes, bytes] = ()
+    redraws: tuple[bytes, ...] = ()
     steps: int = 0
 
 
