@@ -1125,6 +1125,39 @@ take_pieces(PyObject *tuple, const Py_buffer *close, Py_buffer *pieces)
     return count;
 }
 
+/* segment_records' findings in data (``bytes`` its close) or, with ``bars``, bar_records' (``bytes`` the lead);
+ * the buffers are released. */
+static PyObject *
+records_of(Py_buffer *data, Py_buffer *bytes, PyObject *pieces_object, unsigned long long digits, int bars)
+{
+    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
+    PyObject *result = NULL;
+    Records found = {0};
+    Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
+    double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
+    if (pieces == NULL || values == NULL) {
+        PyErr_NoMemory();
+    } else if (take_pieces(pieces_object, bytes, pieces) == count) {
+        int failed = bars ? walk_lines(data->buf, data->len, &found, NULL) < 0
+                                || find_bars(data->buf, data->len, bytes->buf, bytes->len, pieces, count, digits, values,
+                                             &found) < 0
+                          : find_records(data->buf, data->len, pieces, count, bytes->buf, bytes->len, digits, values,
+                                         &found, NULL) < 0;
+        if (failed) {
+            PyErr_NoMemory();
+        } else {
+            result = bars ? bars_result(&found, count) : records_result(&found, count);
+        }
+        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
+    }
+    records_free(&found);
+    PyMem_Free(pieces);
+    PyMem_Free(values);
+    PyBuffer_Release(data);
+    PyBuffer_Release(bytes);
+    return result;
+}
+
 static PyObject *
 segment_records(PyObject *module, PyObject *args)
 {
@@ -1134,27 +1167,7 @@ segment_records(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*O!y*|K:segment_records", &data, &PyTuple_Type, &pieces_object, &close, &digits)) {
         return NULL;
     }
-    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
-    PyObject *result = NULL;
-    Records found = {0};
-    Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
-    double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
-    if (pieces == NULL || values == NULL) {
-        PyErr_NoMemory();
-    } else if (take_pieces(pieces_object, &close, pieces) == count) {
-        if (find_records(data.buf, data.len, pieces, count, close.buf, close.len, digits, values, &found, NULL) < 0) {
-            PyErr_NoMemory();
-        } else {
-            result = records_result(&found, count);
-        }
-        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
-    }
-    records_free(&found);
-    PyMem_Free(pieces);
-    PyMem_Free(values);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&close);
-    return result;
+    return records_of(&data, &close, pieces_object, digits, 0);
 }
 
 PyDoc_STRVAR(bar_records_doc,
@@ -1170,28 +1183,7 @@ bar_records(PyObject *module, PyObject *args)
     if (!PyArg_ParseTuple(args, "y*y*O!|K:bar_records", &data, &lead, &PyTuple_Type, &pieces_object, &digits)) {
         return NULL;
     }
-    Py_ssize_t count = PyTuple_GET_SIZE(pieces_object);
-    PyObject *result = NULL;
-    Records found = {0};
-    Py_buffer *pieces = PyMem_Calloc((size_t)count + 1, sizeof(Py_buffer));
-    double *values = PyMem_Calloc((size_t)count + 1, sizeof(double));
-    if (pieces == NULL || values == NULL) {
-        PyErr_NoMemory();
-    } else if (take_pieces(pieces_object, &lead, pieces) == count) {
-        if (walk_lines(data.buf, data.len, &found, NULL) < 0
-            || find_bars(data.buf, data.len, lead.buf, lead.len, pieces, count, digits, values, &found) < 0) {
-            PyErr_NoMemory();
-        } else {
-            result = bars_result(&found, count);
-        }
-        for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
-    }
-    records_free(&found);
-    PyMem_Free(pieces);
-    PyMem_Free(values);
-    PyBuffer_Release(&data);
-    PyBuffer_Release(&lead);
-    return result;
+    return records_of(&data, &lead, pieces_object, digits, 1);
 }
 
 /* ------------------------------------------------------------------------------------------ */
