@@ -200,7 +200,9 @@ def test_bar_records_read_a_bar_only_where_tqdm_drew_it(kernel):
             + bar(b"1").replace(b"Epoch 3", b"Epoch 1234567890123456789") + b"\r"  # a count of 19 digits
             + bar(b"2.5") + b" x\n"  # text after it
             + bar(b"3.5") + b"\n")
-    newlines, continued, starts, ends, lines, leads, steps, totals, columns = read(data, b"Epoch ", pieces)
+    newlines, continued, *offsets, columns = read(data, b"Epoch ", pieces)
+    assert [type(numbers).__name__ for numbers in (*offsets, *columns)] == ["array"] * 9
+    starts, ends, lines, leads, steps, totals = map(list, offsets)
     assert newlines == 3 and continued == [0]
     assert [data[start:start + 8] for start in starts] == [b"Epoch 3:"] * 5
     assert [data[end] for end in ends] == [13, 13, 13, 13, 10]
@@ -208,7 +210,7 @@ def test_bar_records_read_a_bar_only_where_tqdm_drew_it(kernel):
     third = data.index(b"\n", second) + 1
     assert lines == [0, 0, 0, second, third]
     assert (leads, steps, totals) == ([3] * 5, [2] * 5, [10] * 5)
-    assert repr(columns[0]) == repr([1.5, float("nan"), float("-inf"), 1.0, 3.5])
+    assert repr(list(columns[0])) == repr([1.5, float("nan"), float("-inf"), 1.0, 3.5])
     with pytest.raises(ValueError):
         read(data, b"", pieces)
 

@@ -24,7 +24,8 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
 - ``bar_records(data, lead, pieces, digits=0)`` -> ``(newlines, continued, starts, ends, lines, leads, steps, totals,
   columns)``: tqdm bars drawn with a record of ``pieces`` as their postfix, each a whole carriage-return segment
   beginning with ``lead`` and a count (Lightning's ``Epoch 3: ... 7/10 [..., loss=2.1]``): where each segment starts
-  and ends, where its line starts, the lead's count, the bar's fraction and the values.
+  and ends, where its line starts, the lead's count, the bar's fraction (arrays of int64) and the values (arrays of
+  doubles).
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).

@@ -15,8 +15,8 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...],
                     close: bytes, digits: int = 0) -> tuple[int, list[int], list[int], list[int], list[int], list[int],
                                            list[list[float]]]: ...
 def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...],
-                digits: int = 0) -> tuple[int, list[int], list[int], list[int], list[int], list[int], list[int],
-                                          list[int], list[list[float]]]: ...
+                digits: int = 0) -> tuple[int, list[int], array[int], array[int], array[int], array[int], array[int],
+                                          array[int], list[array[float]]]: ...
 
 class Scanner:
     anchors: tuple[bytes, ...]

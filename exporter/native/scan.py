@@ -197,8 +197,8 @@ def _continued_lines(data: bytes) -> list[int]:
     return continued
 
 
-BarRecords = tuple[int, list[int], list[int], list[int], list[int], list[int], list[int], list[int],
-                   list[list[float]]]
+BarRecords = tuple[int, list[int], "array[int]", "array[int]", "array[int]", "array[int]", "array[int]",
+                   "array[int]", "list[array[float]]"]
 
 
 def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int = 0) -> BarRecords:
@@ -209,7 +209,8 @@ def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int
     by float(), or, one beginning with ``nan`` or ``inf`` after a sign, up to its first ``.``: a number padded to a
     width, ``nan.0``), ending the segment past bytes of ``_BLANK``. Returns ``(newlines, continued, starts, ends,
     lines, leads, steps, totals, columns)``: as segment_records, each bar's segment's start and end (its ``\\r`` or
-    ``\\n``), its line's start, ``L``, ``D`` and ``T``, and a column of floats per value, in the order of the data.
+    ``\\n``), its line's start, ``L``, ``D`` and ``T`` (each an ``array('q')``), and a column of floats per value (an
+    ``array('d')``), in the order of the data.
     """
     if not lead or len(pieces) < 2 or not pieces[0]:
         raise ValueError("two pieces at least, the first not empty; the close (the lead) not empty")
@@ -227,8 +228,9 @@ def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int
             for values_column, value in zip(columns, values, strict=True):
                 values_column.append(value)
         at = data.find(lead, at + 1)
-    starts, ends, lines, leads, steps, totals = found
-    return data.count(b"\n"), _continued_lines(data), starts, ends, lines, leads, steps, totals, columns
+    starts, ends, lines, leads, steps, totals = (array("q", numbers) for numbers in found)
+    return (data.count(b"\n"), _continued_lines(data), starts, ends, lines, leads, steps, totals,
+            [array("d", column) for column in columns])
 
 
 def _bar_at(data: bytes, at: int, lead: bytes, pieces: tuple[bytes, ...],

@@ -27,7 +27,7 @@ import itertools
 import operator
 from array import array
 from collections import Counter
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from typing import cast
 
@@ -698,26 +698,34 @@ class LineParser:
 
     def _odd_lines(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars,
                    steps: list[int | None]) -> list[int] | None:
-        """Where the lines start that hold a segment with an anchor the segment reader must read (not one of
-        ``bars``, nor the format's bar drawn without values: its ``parse`` reads no record there and nothing else
-        would), ascending; None past MAX_LINES_CUT_AROUND. The steps of the bars counting 0 (an epoch's start: no
-        record) are made None."""
-        odd: set[int] = set()
+        """Where the lines start that hold a segment the segment reader must read: one holding an anchor besides the
+        format's byte test (but a redraw the format reads: it reads it first), or the format's but not drawn as
+        ``bars`` are, unless its ``parse`` reads no record there (the bar drawn without values); ascending, None past
+        MAX_LINES_CUT_AROUND. The steps of the bars counting 0 (an epoch's start: no record) are made None."""
+        key = (self._routing, fmt.prefilter)
+        if self._besides_scanner[0] != key:
+            self._besides_scanner = (key, scanner_besides(*key))
+        scanner = self._besides_scanner[1]
+        if scanner is None:
+            return None
+        besides = set(self._passes.scan_segments(scanner, data)[1])
+        if len(besides) > 4 * MAX_LINES_CUT_AROUND:
+            return None
+        if besides:
+            besides.difference_update(itertools.compress(bars.starts, bars.counts))
         if len(anchored) != len(bars.starts):
-            others = set(anchored).difference(bars.starts)
+            others = set(anchored).difference(bars.starts, besides)
             if len(others) > 4 * MAX_LINES_CUT_AROUND:
                 return None
             for start in others:
                 segment = data[start:min(end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0)]
-                if (fmt.prefilter not in segment or not _reads_nothing_else(segment)
-                        or fmt.parse(segment.decode("utf-8", "replace"))):
-                    odd.add(data.rfind(b"\n", 0, start) + 1)
-        if 0 in bars.counts:
-            for index in [index for index, count in enumerate(bars.counts) if count == 0]:
-                steps[index] = None
-                if not _reads_nothing_else(data[bars.starts[index]:bars.ends[index]]):
-                    odd.add(bars.lines[index])
-        return sorted(odd) if len(odd) <= MAX_LINES_CUT_AROUND else None
+                # No ``=``: no value, no record (the bar's first redraws); else the format's parser says.
+                if fmt.prefilter not in segment or (b"=" in segment and fmt.parse(segment.decode("utf-8", "replace"))):
+                    besides.add(start)
+        for index in _zeros(bars.counts):
+            steps[index] = None
+        odd = sorted({data.rfind(b"\n", 0, start) + 1 for start in besides})
+        return odd if len(odd) <= MAX_LINES_CUT_AROUND else None
 
     def _read_redraws(self, data: bytes, begin: int, end: int, fmt: Format, shape: SegmentShape, bars: redraws.Bars,
                       steps: list[int | None], parsed: ParsedBlock) -> None:
@@ -727,7 +735,7 @@ class LineParser:
         rank = self._stream_rank if self._continued else None
         held = self._redrawn
         first, last = bisect.bisect_left(bars.starts, begin), bisect.bisect_left(bars.starts, end)
-        newlines = data.count(b"\n", begin, end)
+        newlines = bars.newlines if begin == 0 and end == len(data) else data.count(b"\n", begin, end)
         continued = (bisect.bisect_left(bars.continued, end) - bisect.bisect_left(bars.continued, begin))
         found = None
         if (rank not in self._blocks and (held is None or (held[0] is fmt and held[2] == rank))
@@ -758,12 +766,13 @@ class LineParser:
             self._take_redrawn(parsed)
         taken = found.taken
         if taken:
+            pick = _picker(taken)
             values: dict[str, list] = {}
-            named: dict[str, list[float]] = {"epoch": [float(bars.leads[index]) for index in taken]}
+            named: dict[str, list[float]] = {"epoch": list(map(float, pick(bars.leads)))}
             for (gauge, name), column in zip(shape.targets, bars.values, strict=True):
                 if name:
-                    (values if gauge else named)[name] = [column[index] for index in taken]
-            taken_steps = cast("list[int]", [steps[index] for index in taken])
+                    (values if gauge else named)[name] = pick(column)
+            taken_steps = cast("list[int]", pick(steps))
             filtered = set(shape.filtered(values))
             ends = {line + 1 for line in filtered}
             if taken_steps != sorted(taken_steps):  # a step going back (a restart): a batch ends before it
@@ -1343,9 +1352,21 @@ class LineParser:
         self._append(record, parsed)
 
 
-def _reads_nothing_else(segment: bytes) -> bool:
-    """True when the segment reader finds no phase and no failure in ``segment`` (a bar's, that no format reads)."""
-    return phase_of(segment) is None and not signatures.has_failure_literal(segment)
+def _picker(indexes: list[int]) -> Callable[[Sequence], list]:
+    """What takes the items at ``indexes`` of a list, as a list (operator.itemgetter: at C speed)."""
+    getter = operator.itemgetter(*indexes)
+    return (lambda items: [getter(items)]) if len(indexes) == 1 else (lambda items: list(getter(items)))
+
+
+def _zeros(values: Sequence[int]) -> Iterator[int]:
+    """Where ``values`` holds 0, ascending (list.index: at C speed)."""
+    index = -1
+    while True:
+        try:
+            index = values.index(0, index + 1)
+        except ValueError:
+            return
+        yield index
 
 
 def _last_segment(data: bytes, end: int, before: bytes) -> bytes:

@@ -13,8 +13,10 @@ redraw: the line parser then hands the taken redraws to the file's batch as colu
 from __future__ import annotations
 
 import bisect
+import itertools
+import operator
 from collections.abc import Sequence
-from typing import NamedTuple
+from typing import NamedTuple, cast
 
 
 class Bars(NamedTuple):
@@ -23,13 +25,13 @@ class Bars(NamedTuple):
 
     newlines: int
     continued: list[int]
-    starts: list[int]
-    ends: list[int]
-    lines: list[int]
-    leads: list[int]
-    counts: list[int]
-    totals: list[int]
-    values: list[list[float]]
+    starts: Sequence[int]  # arrays of int64 (native.bar_records)
+    ends: Sequence[int]
+    lines: Sequence[int]
+    leads: Sequence[int]
+    counts: Sequence[int]
+    totals: Sequence[int]
+    values: list[Sequence[float]]
 
 
 class Redraws(NamedTuple):
@@ -57,39 +59,76 @@ def read(data: bytes, begin: int, end: int, bars: Bars, first: int, last: int, s
     if found is None:
         return None
     triggers, continued = found
-    taken: list[int] = []
-    taken_at: list[int] = []
-    before_taken_at = None
-    held, held_index = held_step, -1  # -1: the redraw held before
-    lines = bars.lines
-    pending = iter(triggers)
-    trigger = next(pending, None)
-    for index in range(first, last):
-        step = steps[index]
-        while trigger is not None and trigger[0] <= index:
-            if held is not None:
-                before_taken_at = _take(held_index, trigger[1], taken, taken_at, before_taken_at)
-                taken_step, held = held, None
-            trigger = next(pending, None)
-        if step is None or step == taken_step:
-            continue
-        if held is not None and held != step:
-            before_taken_at = _take(held_index, lines[index], taken, taken_at, before_taken_at)
-            taken_step = held
-        held, held_index = step, index
-    if trigger is not None and held is not None:  # after the last bar
-        before_taken_at = _take(held_index, trigger[1], taken, taken_at, before_taken_at)
-        held = None
-    return Redraws(taken, taken_at, before_taken_at, None if held is None else held_index, continued)
+    taking = _Taking(held_step, taken_step, bars.lines)
+    index = first
+    for bar, line in triggers:
+        bar = min(bar, last)
+        taking.bars(steps, index, bar)
+        index = max(index, bar)
+        if taking.held is not None:
+            taking.take(line)
+    taking.bars(steps, index, last)
+    held = None if taking.held is None else taking.held_index
+    return Redraws(taking.taken, taking.taken_at, taking.before_taken_at, held, continued)
 
 
-def _take(index: int, at: int, taken: list[int], taken_at: list[int], before_taken_at: int | None) -> int | None:
-    """The bar at ``index`` taken at ``at`` (-1: the redraw held before the block); where that one was taken."""
-    if index < 0:
-        return at
-    taken.append(index)
-    taken_at.append(at)
-    return before_taken_at
+class _Taking:
+    """The segment reader's held redraw and the redraws it took, bar after bar."""
+
+    def __init__(self, held_step: int | None, taken_step: int | None, lines: Sequence[int]) -> None:
+        self.held, self.held_index, self.taken_step = held_step, -1, taken_step  # -1: the redraw held before
+        self.taken: list[int] = []
+        self.taken_at: list[int] = []
+        self.before_taken_at: int | None = None
+        self._lines = lines
+
+    def take(self, at: int) -> None:
+        """The held redraw taken at the line starting at ``at``."""
+        if self.held_index < 0:
+            self.before_taken_at = at
+        else:
+            self.taken.append(self.held_index)
+            self.taken_at.append(at)
+        self.taken_step, self.held = self.held, None
+
+    def bars(self, steps: Sequence[int | None], first: int, last: int) -> None:
+        """The bars ``first`` to ``last - 1``, no trigger between them; a step None is no record."""
+        while first < last:
+            try:
+                none = steps.index(None, first, last)
+            except ValueError:
+                none = last
+            if none > first:
+                self._run(cast("Sequence[int]", steps), first, none)
+            first = none + 1
+
+    def _run(self, steps: Sequence[int], first: int, last: int) -> None:
+        """Bars with steps: where the steps never go back, each step's last bar is taken at the next step's (the
+        comparisons at C speed); else one bar at a time."""
+        part = steps[first:last]
+        if not all(map(operator.le, part, part[1:])):
+            for index in range(first, last):
+                self._bar(index, steps[index])
+            return
+        while first < last and steps[first] == self.taken_step:  # the bar drawn again at the step taken
+            first += 1
+        if first == last:
+            return
+        self._bar(first, steps[first])
+        changes = list(itertools.compress(range(first, last - 1),
+                                          map(operator.ne, steps[first:last - 1], steps[first + 1:last])))
+        if changes:
+            self.taken += changes
+            self.taken_at += map(self._lines.__getitem__, map((1).__add__, changes))
+            self.taken_step = steps[changes[-1]]
+        self.held, self.held_index = steps[last - 1], last - 1
+
+    def _bar(self, index: int, step: int) -> None:
+        if step == self.taken_step:
+            return
+        if self.held is not None and self.held != step:
+            self.take(self._lines[index])
+        self.held, self.held_index = step, index
 
 
 def _triggers(data: bytes, begin: int, stop: int, bars: Bars, first: int, final: int, continued: bool,
@@ -99,8 +138,8 @@ def _triggers(data: bytes, begin: int, stop: int, bars: Bars, first: int, final:
     the last line ends in ``\\r``. None: see ``read``."""
     starts, ends = bars.starts, bars.ends
     # Two bars of one line apart by more than their ``\r`` (rare: a validation bar's redraws between them).
-    pairs = zip(ends[first:max(first, final - 1)], starts[first + 1:final], strict=True)
-    apart = iter([index for index, (end, start) in enumerate(pairs, first + 1) if start - end != 1])
+    gaps = map(operator.sub, starts[first + 1:final], ends[first:max(first, final - 1)])
+    apart = itertools.compress(range(first + 1, final), map((1).__ne__, gaps))
     next_apart = next(apart, final)
     triggers: list[tuple[int, int]] = []
     index, position = first, begin
