@@ -59,6 +59,8 @@ def _consoles() -> list[tuple[str, bytes]]:
         # segments after it until a redraw ends it.
         ("traceback_between", head + later * 3
          + later.replace(b"\rEpoch 9:  40%", b"\n" + TRACEBACK + b"\rEpoch 9:  40%", 1) + later * 2 + end + tail),
+        # A value named with a failure's word (an anchor): its redraws are the bar's records all the same.
+        ("error_named", head + later.replace(b", grad_norm=", b", grad_error=") * 5 + end + tail),
         ("crlf_lines", LONG * 3 + LONG.replace(b"\n", b"\r\n") + LONG),
         # Each epoch's bar a line of its own (tqdm's ``leave``): a line of redraws ends without ``\r``.
         ("epoch_lines", head + re.sub(rb"\]( +)\rEpoch", rb"]\1\nEpoch", later) * 5 + end + tail),

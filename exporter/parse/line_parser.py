@@ -660,10 +660,9 @@ class LineParser:
     def _parse_redraws(self, data: bytes, parsed: ParsedBlock) -> bool:
         """A block of a progress bar's redraws (a found format's Format.bar_shape: Lightning's) read a block at a
         time (parse/redraws.py); False (nothing done) when the block holds what only the segment reader reads right
-        throughout: another format's or a banner's byte test, a rank prefix (one continued line's rank stream aside),
-        formats still discovered, no redraw of the file's shape, more than
-        MAX_LINES_CUT_AROUND lines holding an anchor that is no such redraw (those are read by the segment reader,
-        the lines between them here).
+        throughout: another format's or a banner's byte test, a rank prefix (one continued line's rank stream
+        aside), formats still discovered, no redraw of the file's shape, more than MAX_LINES_CUT_AROUND lines holding
+        an anchor that is no such redraw (those are read by the segment reader, the lines between them here).
 
         The redraws taken go to the rank's batch as columns, each at the line where the segment reader takes it; the
         one held at the block's end is held as that reader holds it (``_redrawn``), its record read by the format.
@@ -709,10 +708,10 @@ class LineParser:
         if scanner is None:
             return None
         besides = set(self._passes.scan_segments(scanner, data)[1])
-        if len(besides) > 4 * MAX_LINES_CUT_AROUND:
-            return None
-        if besides:
+        if besides:  # a redraw holding another anchor (a value named ``error``) is the format's record all the same
             besides.difference_update(itertools.compress(bars.starts, bars.counts))
+        if len(besides) > MAX_LINES_CUT_AROUND:
+            return None
         if len(anchored) != len(bars.starts):
             others = set(anchored).difference(bars.starts, besides)
             if len(others) > 4 * MAX_LINES_CUT_AROUND:
