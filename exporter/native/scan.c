@@ -390,7 +390,25 @@ typedef struct {
     int segments; /* a carriage return ends a line too (scan_segments) */
     Offsets starts;
     Offsets prefixed;
+    Py_ssize_t carriage; /* segments: the first \r at or after ``carriage_from`` (length: none) */
+    Py_ssize_t carriage_from; /* 0 and carriage 0: not looked for yet */
 } ScanState;
+
+/* The first \r or \n at or after ``start`` (NULL: none): the next \r kept from the last search, which it bounds the
+ * newline's, so that a long line of redraws (no newline) and a block of lines without carriage returns each cost
+ * what the block holds, not a search to its end a line. */
+static const uint8_t *
+segment_end(ScanState *state, Py_ssize_t start)
+{
+    const uint8_t *data = state->data;
+    if (state->carriage < start || (state->carriage == 0 && state->carriage_from == 0)) {
+        const uint8_t *carriage = memchr(data + start, '\r', (size_t)(state->length - start));
+        state->carriage = carriage ? carriage - data : state->length;
+        state->carriage_from = start;
+    }
+    const uint8_t *newline = memchr(data + start, '\n', (size_t)(state->carriage - start));
+    return newline ? newline : state->carriage < state->length ? data + state->carriage : NULL;
+}
 
 /* Report the line holding the anchor that starts at ``start``. */
 static int
@@ -404,10 +422,7 @@ report_line(const Scanner *self, ScanState *state, Py_ssize_t start)
         const uint8_t *segment = before ? before + 1 : from;
         const uint8_t *carriage = data + start > segment ? memrchr(segment, '\r', (size_t)(data + start - segment)) : NULL;
         before = carriage ? carriage : before;
-        /* The carriage return first: a line of redraws is long, the next segment's end near. */
-        carriage = memchr(data + start, '\r', (size_t)(state->length - start));
-        after = memchr(data + start, '\n', (size_t)((carriage ? carriage : data + state->length) - (data + start)));
-        after = after ? after : carriage;
+        after = segment_end(state, start);
     } else {
         after = memchr(data + start, '\n', (size_t)(state->length - start));
     }
