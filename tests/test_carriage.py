@@ -77,18 +77,23 @@ def _cuttings(name: str, data: bytes) -> list[list[bytes]]:
             _tailer_cuts(data, rng, 40)]
 
 
-@pytest.fixture(params=["native", "twin"])
-def segment_kernel(request, monkeypatch):
-    """The kernels and their twins must give the same records."""
-    if request.param == "twin":
+def block_passes_of(kernel: str, names: tuple[str, ...], monkeypatch: pytest.MonkeyPatch) -> str:
+    """The block passes ``names`` run by ``kernel``: "native" (skipped where it is not built) or "twin"."""
+    if kernel == "twin":
         # The parser runs them as block passes (native.run_pass, or ahead on the second core): those too.
-        for name in ("segment_records", "line_prefixes"):
+        for name in names:
             monkeypatch.setattr(native, name, getattr(scan_twin, name))
             monkeypatch.setitem(native._PASSES, name, getattr(scan_twin, name))
         monkeypatch.setattr(native, "ahead", native._Later)
     elif not native.available()["scan"]:
         pytest.skip("the scan kernel is not built here")
-    return request.param
+    return kernel
+
+
+@pytest.fixture(params=["native", "twin"])
+def segment_kernel(request, monkeypatch):
+    """The kernels and their twins must give the same records."""
+    return block_passes_of(request.param, ("segment_records", "line_prefixes"), monkeypatch)
 
 
 @pytest.fixture

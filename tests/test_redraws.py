@@ -18,7 +18,7 @@ from exporter.parse.formats.lightning import bar_shape
 from exporter.parse.line_parser import LineParser as Parser
 from tests.support.records import record_as_dict
 from tests.test_block_parse import _blocks, _comparable, _line_boundaries
-from tests.test_carriage import _tailer_cuts
+from tests.test_carriage import _tailer_cuts, block_passes_of
 
 REAL = Path(__file__).resolve().parent / "fixtures" / "real"
 # A real run's bar: 3 epochs of 10 steps, NaN from step 14 (``nan.0``), its fit ended by a print glued to the last
@@ -76,14 +76,7 @@ def _cuttings(name: str, data: bytes) -> list[list[bytes]]:
 @pytest.fixture(params=["native", "twin"])
 def bar_kernel(request, monkeypatch):
     """The kernel and its twin must give the same records (run as the parser runs them: block passes)."""
-    if request.param == "twin":
-        for name in ("bar_records", "line_prefixes"):
-            monkeypatch.setattr(native, name, getattr(scan_twin, name))
-            monkeypatch.setitem(native._PASSES, name, getattr(scan_twin, name))
-        monkeypatch.setattr(native, "ahead", native._Later)
-    elif not native.available()["scan"]:
-        pytest.skip("the scan kernel is not built here")
-    return request.param
+    return block_passes_of(request.param, ("bar_records", "line_prefixes"), monkeypatch)
 
 
 def _segment_by_segment(blocks: list[bytes], **options) -> list:

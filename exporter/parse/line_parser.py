@@ -602,8 +602,8 @@ class LineParser:
         for _ in range(SHAPE_LINES):
             if at < 0:
                 break
-            cut = min(end for end in (data.find(b"\r", at), data.find(b"\n", at)) if end >= 0)
-            segment = data[at:cut]
+            segment = _segment_at(data, at)
+            cut = at + len(segment)
             if shape is not None and all(piece in segment for piece in shape.pieces):
                 return shape
             learned = fmt.bar_shape(segment)
@@ -717,7 +717,7 @@ class LineParser:
             if len(others) > 4 * MAX_LINES_CUT_AROUND:
                 return None
             for start in others:
-                segment = data[start:min(end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0)]
+                segment = _segment_at(data, start)
                 # No ``=``: no value, no record (the bar's first redraws); else the format's parser says.
                 if fmt.prefilter not in segment or (b"=" in segment and fmt.parse(segment.decode("utf-8", "replace"))):
                     besides.add(start)
@@ -1348,6 +1348,12 @@ class LineParser:
                 return
             record = observed
         self._append(record, parsed)
+
+
+def _segment_at(data: bytes, start: int) -> bytes:
+    """The carriage-return segment of ``data`` (whole lines) beginning at ``start``, up to its ``\\r`` or ``\\n``."""
+    ends = [end for end in (data.find(b"\r", start), data.find(b"\n", start)) if end >= 0]
+    return data[start:min(ends)]
 
 
 def _picker(indexes: list[int]) -> Callable[[Sequence], list]:
