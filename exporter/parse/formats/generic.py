@@ -18,7 +18,7 @@ import random
 
 from exporter.parse import synonyms
 from exporter.parse.fields import add_named, metric_name, set_value
-from exporter.parse.formats.registry import Format, SegmentShape, register
+from exporter.parse.formats.registry import Format, SegmentShape, nothing_filtered, register
 from exporter.parse.numbers import parse_float
 from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
@@ -207,7 +207,7 @@ def _shape(pieces: tuple[bytes, ...], read: list, units: dict[str, str]) -> Segm
     kinds = [found[0][0] if found else "" for found in read]
     targets = tuple((kind in ("gauge", "total"), found[0][1] if found else "") for kind, found in zip(kinds, read,
                                                                                                        strict=True))
-    return SegmentShape(pieces, b" [", targets, _no_filter, step=kinds.index("step") if "step" in kinds else -1,
+    return SegmentShape(pieces, b" [", targets, nothing_filtered, step=kinds.index("step") if "step" in kinds else -1,
                         total=kinds.index("total") if "total" in kinds else -1,
                         scales=tuple(found[1] if found else 1.0 for found in read),
                         units=tuple(units.items()), guessed=True)
@@ -245,10 +245,6 @@ def _sample(rng: random.Random, raw: str) -> str:
     if "." in raw:
         return f"{rng.random() * 10 ** rng.randint(0, 5):.{rng.randint(1, 6)}f}"
     return str(rng.randint(0, 10 ** rng.randint(1, 9)))
-
-
-def _no_filter(values: dict[str, list[float]]) -> list[int]:
-    return []
 
 
 # Any loss-like name holds "oss" (loss, Loss, lm loss, train_loss): the scan skips every other line.

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from exporter.parse import synonyms
 from exporter.parse.fields import add_named, metric_name, set_value
-from exporter.parse.formats.registry import Format, SegmentShape, register
+from exporter.parse.formats.registry import Format, SegmentShape, nothing_filtered, register
 from exporter.parse.numbers import parse_float
 from exporter.parse.patterns import lazy
 from exporter.parse.records import StepLine
@@ -82,12 +82,7 @@ def bar_shape(segment: bytes) -> SegmentShape | None:
         return None
     cuts = [pairs[0].start(), *(edge for pair in pairs for edge in pair.span("value")), len(segment)]
     pieces = tuple(segment[begin:end] for begin, end in zip(cuts[::2], cuts[1::2], strict=True))
-    return SegmentShape(pieces, b" [", tuple(targets), _no_filtered, lead=FORMAT.prefilter)
-
-
-def _no_filtered(values: dict[str, list[float]]) -> list[int]:
-    """A bar's postfix shows every loss it has: none filtered."""
-    return []
+    return SegmentShape(pieces, b" [", tuple(targets), nothing_filtered, lead=FORMAT.prefilter)
 
 
 def _unpadded(raw: str) -> str:
