@@ -367,7 +367,7 @@ def test_the_mindformers_reference_line():
     assert by_name["loss"] == (10.483969, None, [1], array("d", [10.483969]))  # a series' values: an array('d')
     assert by_name["grad_norm"] == (None, None, [], array("d"))  # NaN: not obtained this step
     assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
-    assert named == [("load_balancing_loss", 0.0013, 1, 0, 0), ("mtp_1_loss", 10.983969, 1, 0, 1)]
+    assert named == [("load_balancing_loss", 0.0013, 1, 0, 0, None), ("mtp_1_loss", 10.983969, 1, 0, 1, None)]
     assert by_name["per_step_time"][2:] == ([1], array("d", [0.851]))  # a series: goodput and the slowdown detector
     series, latest_only = (None, None, [], array("d")), (None, None, None, None)
     empty = (series, series, latest_only, series, latest_only)  # loss, grad_norm, lr, per_step_time, throughput
@@ -393,7 +393,7 @@ def test_named_values_count_lines_and_remember_where_they_first_appeared():
     data = b"{ step:[1/9], a: 1, b: 2, a: 3 }\n{ step:[2/9], c: 4, b: 5 }\n{ step:[3/9], zz: junk }\n"
     for reader in _both_readers(MINDFORMERS):
         assert reader.read(data, [0, 33], 0, 9) == 2 and reader.read(data, [0, 33, 60], 2, 9) == 1
-        assert reader.take()[3] == [("a", 3.0, 1, 0, 0), ("b", 5.0, 2, 0, 1), ("c", 4.0, 1, 1, 0)]
+        assert reader.take()[3] == [("a", 3.0, 1, 0, 0, None), ("b", 5.0, 2, 0, 1, None), ("c", 4.0, 1, 1, 0, None)]
 
 
 @pytest.mark.parametrize("table", [
@@ -607,7 +607,7 @@ def test_the_keyvalue_reference_line():
         loss, lr, grad_norm, step_time, throughput = fields
         assert (steps, total, lr[0], step_time[:1], throughput) == ([12], 30, 0.03225806451612903,
                                                                      (0.20997321600043506,), (None, None, None, None))
-        assert math.isnan(loss[0]) and math.isnan(grad_norm[0]) and named == [("mtp_1_loss", 1234.5, 1, 0, 0)]
+        assert math.isnan(loss[0]) and math.isnan(grad_norm[0]) and named == [("mtp_1_loss", 1234.5, 1, 0, 0, None)]
         assert reader.read(line, [0], 0, 1) == 0  # another stream's line: tagged
         assert reader.read(b"step=3 loss=1 lr=1 learning_rate=2", [0], 0, 1) == 0  # two names of one column
         assert reader.read(b"iteration=4 loss=1|lr=2;x=3", [0], 0, 1) == 1 and reader.take()[1] is None
@@ -926,14 +926,13 @@ def _bracket_lines(table: tuple, seed: int) -> list[bytes]:
 
 @pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
 def test_a_bracketed_run_reads_a_line_as_the_per_line_reader_does(table):
-    """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME, a name the options leave
-    to the per-line reader, or an outer count whose step or total is 2**63 or more: that is all."""
+    """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME or an outer count whose
+    step or total is 2**63 or more: that is all (a name whose every value the run keeps is read)."""
     grammar = step_fields_twin._grammar(table)
 
     def declinable(text: str, record: step_fields_twin.Record) -> bool:
         step = grammar.step_brackets.search(text)
         return (step_fields_twin._ambiguous_pairs(grammar, text[step.end():])
-                or step_fields_twin._per_line(grammar, text[step.end():])
                 or (grammar.outer is not None and max(record.step, record.total or 0) >= 2**63))
 
     read, declined = _each_line_read_alone(table, _bracket_lines(table, seed=6), declinable)
@@ -942,8 +941,8 @@ def test_a_bracketed_run_reads_a_line_as_the_per_line_reader_does(table):
 
 def test_the_mindformers_static_reference_lines():
     """Real MFLossMonitor and TrainingStateMonitor lines (tests/fixtures/real/msrun_nan_worker_1.log, mindformers 2.1):
-    the step counted within the epoch, the loss pair's second item, ``overflow cond`` a word, a rank's own value the
-    per-line reader's."""
+    the step counted within the epoch, the loss pair's second item, ``overflow cond`` a word, a rank's own value's every
+    line's value kept."""
     prefix = (b"2026-12-03 08:38:49,550 - mindformers/tmp/w27/inc_nan/output/log"
               b"[mindformers/core/callback/callback.py:747] ")
     record = (prefix + b"- INFO - { Epoch:[  2/  3], step:[    8/   16], loss:[  nan/  2.5], per_step_time: 894ms, "
@@ -960,7 +959,20 @@ def test_the_mindformers_static_reference_lines():
         monitor = prefix + b"- INFO - Epoch:[  1/  1], step:[    8/   16] weight_norm: 5.95"
         assert reader.read(monitor, [0], 0, 1) == 1
         assert [(name, value) for name, value, *_ in reader.take()[3]][-1] == ("weight_norm", 5.95)
-        assert reader.read(monitor.replace(b"weight_norm", b"device_local_norm"), [0], 0, 1) == 0
+        # A rank's own values: every line's kept, with its step (the rank-divergence detector takes each).
+        own = [monitor.replace(b"weight_norm: 5.95", b"device_local_norm: 1.5"),
+               monitor.replace(b"weight_norm", b"local_norm/model.layers.0.attention.wq.weight"),
+               monitor.replace(b"8/   16] weight_norm: 5.95", b"9/   16] device_local_norm: nan"),
+               monitor.replace(b"8/   16]", b"9/   16]")]
+        joined = b"\n".join(own)
+        assert reader.read(joined, [0, *(joined.index(line) for line in own[1:])], 0, 4) == 4
+        steps, _, _, named = reader.take()
+        kept = {name: (value, lines, every) for name, value, lines, _, _, every in named}
+        assert steps == [8, 8, 9, 9] and kept["weight_norm"] == (5.95, 1, None)
+        assert kept["local_norm_model_layers_0_attention_wq_weight"] == (5.95, 1, ([8], array("d", [5.95])))
+        latest, lines, (every_step, every_value) = kept["device_local_norm"]
+        assert math.isnan(latest) and lines == 2 and every_step == [8, 9]
+        assert every_value[0] == 1.5 and math.isnan(every_value[1])
         assert reader.read(b"Epoch:[999999999999999999/2], step:[999999999999999999/9]", [0], 0, 1) == 0
         assert reader.read(b"step:[    8/   16] weight_norm: 5.95", [0], 0, 1) == 0  # no epoch: no record
 

@@ -58,6 +58,35 @@ def test_the_rank_values_are_exposed_per_rank(tmp_path):
     assert "device_local_norm" not in "".join(line for line in text.splitlines() if line.startswith("training_metric"))
 
 
+def test_mindformers_2_1_loss_names_are_rank_values_not_aux_losses(tmp_path):
+    """MindFormers 2.1's TrainingStateMonitor names a rank's losses by the loss's tag (``micro_local_{tag}_loss``,
+    ``device_accum_local_{tag}_loss``, callback.py) and prints numpy's text of the value (``[1.5600818]``); these
+    lines are written here from its ``_to_log`` format string. Each value of each name is the rank's, at its step;
+    none is an aux loss. The norm jumps 12x at step 50 and stays: the detector sees each value (the kernel keeps every
+    value of these names, where of other named values a block's latest) and counts one departure."""
+    log_dir = tmp_path / "msrun_log"
+    log_dir.mkdir()
+    prefix = "2026-12-07 02:27:31,032 - mindformers/output/log[mindformers/core/callback/callback.py:1496] - INFO - "
+    lines = []
+    for step in range(1, 61):
+        lines.append(f"{prefix}{{ Epoch:[  1/  1], step:[{step:5d}/   60], loss:[1.5/1.5], per_step_time: 110ms, "
+                     f"lr: 0.01, overflow cond: False, loss_scale: 1.0, global_norm: [0.79]")
+        norm = (1 + step % 3 / 100) * (12 if step >= 50 else 1)
+        for name, value in (("device_local_norm", norm), ("micro_local_lm_loss", f"[{1 + step / 10}]"),
+                            ("micro_local_lm_loss", f"[{2 + step / 10}]"), ("device_accum_local_lm_loss", 1.25)):
+            lines.append(f"{prefix}Epoch:[  1/  1], step:[{step:5d}/   60] {name}: {value}")
+    (log_dir / "worker_0.log").write_text("\n".join(lines) + "\n")
+    state = read_once(log_dir)
+    text = exposition(state)
+    assert 'training_aux_loss' not in text or "local" not in "".join(
+        line for line in text.splitlines() if line.startswith("training_aux_loss"))
+    values = {line.split('name="')[1].split('"')[0]: float(line.rsplit(" ", 1)[1])
+              for line in text.splitlines() if line.startswith("training_rank_value{")}
+    assert values == {"device_local_norm": 12.0, "micro_local_lm_loss": 8.0, "device_accum_local_lm_loss": 1.25}
+    (rank_series,) = state.series.values()
+    assert rank_series.steps_total == 60 and rank_series.anomalies["rank_divergence"] == 1
+
+
 def series(values, start: int = 1):
     return list(range(start, start + len(values))), values
 

@@ -88,8 +88,8 @@ typedef struct {
     Text words[MAX_RENAMED];
     double word_numbers[MAX_RENAMED];
     Py_ssize_t word_count;
-    Text per_line[MAX_MARKS];
-    Py_ssize_t per_line_count;
+    Text every_value[MAX_MARKS];
+    Py_ssize_t every_value_count;
     /* The pairs grammar's last options: ANSI SGR escapes read as absent, a value's second item printed in brackets
      * after its first (item_open 0: none), words that, printed right before a step's name, make a line no record. */
     int escapes;
@@ -566,7 +566,7 @@ read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut
 
 static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
 
-/* The pairs grammar's five further options (outer, outer_names, seconds, words, per_line); -1 on error. */
+/* The pairs grammar's five further options (outer, outer_names, seconds, words, every_value); -1 on error. */
 static int
 read_outer_options(PyObject *options, Table *table)
 {
@@ -619,8 +619,8 @@ read_outer_options(PyObject *options, Table *table)
             return -1;
         }
     }
-    return read_names(PyTuple_GET_ITEM(options, 9), table->per_line, &table->per_line_count, MAX_MARKS,
-                      "leave a line to the per-line reader");
+    return read_names(PyTuple_GET_ITEM(options, 9), table->every_value, &table->every_value_count, MAX_MARKS,
+                      "keep every value of");
 }
 
 /* The pairs grammar's last three options (escapes, item_brackets, not_after); -1 on error. */
@@ -684,7 +684,7 @@ read_lead_options(PyObject *options, Table *table)
 }
 
 /* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, per_line[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]]); -1 on error. */
+ * seconds, words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
@@ -995,6 +995,10 @@ typedef struct {
     OwnedText name;
     double value;
     Py_ssize_t lines, first_line, position, last_line;
+    int every; /* its name holds one of the table's every_value parts: each line's value is kept */
+    Py_ssize_t *rows; /* every: the line of each value */
+    double *values;
+    Py_ssize_t count, capacity;
 } Named;
 
 #define SHAPE_BYTES 256
@@ -1079,6 +1083,34 @@ grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
     return 0;
 }
 
+/* A named value kept under a name holding one of the table's every_value parts. */
+static int
+keeps_every_value(const Table *table, const uint8_t *name, Py_ssize_t length)
+{
+    for (Py_ssize_t i = 0; i < table->every_value_count; i++) {
+        if (find_literal(name, length, table->every_value[i].at, table->every_value[i].length)) return 1;
+    }
+    return 0;
+}
+
+/* The line's value of a named value that keeps every value: one a line (a line printing it twice, its last). */
+static int
+keep_named_value(Named *named, Py_ssize_t line, double value)
+{
+    if (named->count && named->rows[named->count - 1] == line) {
+        named->values[named->count - 1] = value;
+        return 0;
+    }
+    Py_ssize_t capacity = named->capacity;
+    if (grow((void **)&named->rows, &capacity, named->count, sizeof(Py_ssize_t)) < 0
+        || grow((void **)&named->values, &named->capacity, named->count, sizeof(double)) < 0) {
+        return -1;
+    }
+    named->rows[named->count] = line;
+    named->values[named->count++] = value;
+    return 0;
+}
+
 /* ``hint`` (or NULL): where the run's named values held the name when last asked, set to where they hold it. */
 static int
 note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ssize_t *hint)
@@ -1098,16 +1130,17 @@ note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ss
             run->line_named++;
         }
         if (hint) *hint = at;
-        return 0;
+        return named->every ? keep_named_value(named, line, value) : 0;
     }
     if (grow((void **)&run->named, &run->named_capacity, run->named_count, sizeof(Named)) < 0) return -1;
     Named *added = &run->named[run->named_count];
-    *added = (Named){{NULL, 0, 0}, value, 1, line, run->line_named, line};
+    *added = (Named){{NULL, 0, 0}, value, 1, line, run->line_named, line,
+                     keeps_every_value(run->table, name, length), NULL, NULL, 0, 0};
     if (hint) *hint = run->named_count;
     if (own_text(&added->name, (Text){name, length}) < 0) return -1;
     run->named_count++;
     run->line_named++;
-    return 0;
+    return added->every ? keep_named_value(added, line, value) : 0;
 }
 
 /* One pair of the record, ``index`` its name's field entry (-1: a named value): 0, or -1 on error. */
@@ -1451,20 +1484,6 @@ list_items(const Table *table, Text *value, Text *second)
     if (cut < end) *second = stripped(cut + 1, item_end(cut + 1, end));
 }
 
-/* The pairs grammar's options: a named value kept under a name holding one of ``per_line``, whose line is the per-line
- * reader's. */
-static int
-is_per_line(const Table *table, Text name)
-{
-    uint8_t normalised[MAX_NAME];
-    Text value = {name.at, 0};
-    if (!named_as(table, &name, &value, normalised)) return 0;
-    for (Py_ssize_t i = 0; i < table->per_line_count; i++) {
-        if (find_literal(name.at, name.length, table->per_line[i].at, table->per_line[i].length)) return 1;
-    }
-    return 0;
-}
-
 /* The pairs grammar: a pair whose value is no list (or a list's item): its field set, or its named value (renamed,
  * normalised, a word's number; ``hint`` note_named's, or NULL); 0, or -1 on error. */
 static int
@@ -1685,9 +1704,6 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
     if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
-    for (Py_ssize_t i = 0; table->per_line_count && i < count; i++) {
-        if (pairs[i].field < 0 && is_per_line(table, (Text){pairs[i].name, pairs[i].name_length})) return 0;
-    }
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
     if (table->lead.length && note_named(run, table->lead_name.at, table->lead_name.length, (double)lead, NULL) < 0) {
@@ -2191,6 +2207,24 @@ column_result(const Column *column, int series, PyObject *steps)
     return result;
 }
 
+/* A named value's every value: ``(steps, values)``, each value's line's step and the values as an array('d'). */
+static PyObject *
+named_series(const Named *named, PyObject *steps)
+{
+    PyObject *series_steps = PyList_New(named->count);
+    PyObject *values = items_array("d", named->values, named->count * (Py_ssize_t)sizeof(double));
+    PyObject *result = NULL;
+    if (series_steps && values) {
+        for (Py_ssize_t i = 0; i < named->count; i++) {
+            PyList_SET_ITEM(series_steps, i, Py_NewRef(PyList_GET_ITEM(steps, named->rows[i])));
+        }
+        result = PyTuple_Pack(2, series_steps, values);
+    }
+    Py_XDECREF(series_steps);
+    Py_XDECREF(values);
+    return result;
+}
+
 static PyObject *
 run_result(const Run *run)
 {
@@ -2213,8 +2247,14 @@ run_result(const Run *run)
     for (Py_ssize_t i = 0; i < run->named_count; i++) {
         const Named *value = &run->named[i];
         PyObject *name = PyUnicode_DecodeASCII((const char *)value->name.at, value->name.length, NULL);
-        PyObject *entry = name ? Py_BuildValue("(Ndnnn)", name, value->value, value->lines, value->first_line,
-                                               value->position) : NULL;
+        PyObject *every = value->every ? named_series(value, steps) : Py_NewRef(Py_None);
+        if (name == NULL || every == NULL) {
+            Py_XDECREF(name);
+            Py_XDECREF(every);
+            goto done;
+        }
+        PyObject *entry = Py_BuildValue("(NdnnnN)", name, value->value, value->lines, value->first_line,
+                                        value->position, every); /* N: both taken, also on failure */
         if (entry == NULL) goto done;
         PyList_SET_ITEM(named, i, entry);
     }
@@ -2239,7 +2279,11 @@ clear_run(Run *run)
         column->unit.length = 0;
         column->count = 0;
     }
-    for (Py_ssize_t i = 0; i < run->named_count; i++) PyMem_RawFree(run->named[i].name.at);
+    for (Py_ssize_t i = 0; i < run->named_count; i++) {
+        PyMem_RawFree(run->named[i].name.at);
+        PyMem_RawFree(run->named[i].rows);
+        PyMem_RawFree(run->named[i].values);
+    }
     run->named_count = 0;
 }
 

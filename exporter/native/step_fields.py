@@ -22,7 +22,7 @@ framework or a field):
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
-  words, per_line[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]])``, the pairs grammar's
+  words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]])``, the pairs grammar's
   options (five, ten, thirteen or sixteen items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
@@ -72,9 +72,9 @@ line's; ``seconds``: ``((printed, name), ...)``, a list
 value of ``printed`` whose second item is the named value ``name`` (a normalised name, no field's; read as a named
 value printed under it: renamed where ``renamed`` says), after it; ``words``: ``((word, number), ...)``, a named
 value printed as ``word`` is ``number``
-(``False`` 0); ``per_line``: parts of names (at most MAX_MARKS), a line printing a pair whose named value's name
-(renamed or normalised) holds one of them is the per-line reader's (values of which the caller needs every one, where
-a run keeps the latest). Every other named value is kept under its name normalised (``decode.loss_ce``:
+(``False`` 0); ``every_value``: parts of names (at most MAX_MARKS), a named value whose name (renamed or normalised)
+holds one of them keeps every line's value, where a run keeps the latest of the others (a rank's own values, which
+the caller needs every one of). Every other named value is kept under its name normalised (``decode.loss_ce``:
 ``decode_loss_ce``); a field is known by its name as printed. The last three (torchtitan's ``ESC[31mstep: 10
 ESC[32mloss: 9.0  ESC[36mmemory: 171.79GiB(96.32%)``): ``escapes`` (1 or 0), the line is read as if each ANSI SGR
 escape, ``ESC [ digits-or-semicolons m``, were not there; ``item_brackets`` (two bytes of punctuation, not the value
@@ -141,10 +141,11 @@ taken as one, by ``take()``:
   value any line set (None: none did), the unit of the latest line whose value had one
   (NUMBER_WITH_UNIT, else None), and for a series field every value with its line's step
   (else None);
-- ``named``: ``[(name, latest, lines, first_line, position), ...]`` in the order first
+- ``named``: ``[(name, latest, lines, first_line, position, every), ...]`` in the order first
   printed: the latest value, how many lines printed it, the first of them (counted from 0,
-  the first line read since the last take) and the name's place among that line's named
-  values.
+  the first line read since the last take), the name's place among that line's named
+  values, and for a name holding an ``every_value`` part ``(steps, values)``, each line's value
+  with its step (values an array('d'); else None).
 """
 
 from __future__ import annotations
@@ -192,7 +193,7 @@ class Record(NamedTuple):
 
 # A field's (latest, unit, steps, values); a series' values an array('d'): the kernel copies them out at once.
 Fields = tuple[tuple[float | None, str | None, list[int] | None, "array[float] | None"], ...]
-NamedValue = tuple[str, float, int, int, int]
+NamedValue = tuple[str, float, int, int, int, "tuple[list[int], array[float]] | None"]
 Run = tuple[list[int], int | None, Fields, list[NamedValue]]
 
 
@@ -244,7 +245,8 @@ class StepReader:
         fields = tuple((self._latest[column], self._units[column],
                         *((kept[0], array("d", kept[1])) if kept is not None else (None, None)))
                        for column, kept in enumerate(self._series))
-        named = [(name, value, lines, first, position) for name, (value, lines, first, position) in self._named.items()]
+        named = [(name, value, lines, first, position, (every[0], array("d", every[1])) if every is not None else None)
+                 for name, (value, lines, first, position, every) in self._named.items()]
         run = (self._steps, self._total, fields, named)
         self._clear()
         return run
@@ -267,9 +269,13 @@ class StepReader:
         for position, (name, value) in enumerate(record.named.items()):
             entry = self._named.get(name)
             if entry is None:
-                self._named[name] = [value, 1, line, position]
-            else:
-                entry[0], entry[1] = value, entry[1] + 1
+                every: tuple[list[int], list[float]] | None = (
+                    ([], []) if any(part in name for part in self._grammar.every_value) else None)
+                entry = self._named[name] = [value, 0, line, position, every]
+            entry[0], entry[1] = value, entry[1] + 1
+            if entry[4] is not None:
+                entry[4][0].append(record.step)
+                entry[4][1].append(value)
 
     def _clear(self) -> None:
         fields, columns = self._table[6], self._grammar.columns
@@ -278,7 +284,7 @@ class StepReader:
         self._latest = [None] * len(columns)
         self._units = [None] * len(columns)
         self._series = [([], []) if fields[first][2] else None for first in columns]
-        self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it]
+        self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it, every value or None]
 
 
 def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
@@ -303,7 +309,7 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         text = _unescaped(grammar, text)
         bracketed, lead, begin = _before_pairs(grammar, text)
         pairs_text = text[begin:]
-        if _ambiguous_pairs(grammar, pairs_text) or _per_line(grammar, pairs_text):
+        if _ambiguous_pairs(grammar, pairs_text):
             return None
         if lead is not None and any(len(digits) > MAX_DIGITS for digits in lead.groups()):
             return None
@@ -571,15 +577,6 @@ def _ambiguous_pairs(grammar: _Grammar, text: str) -> bool:
             or (grammar.renamed is not None and any(len(name) > MAX_NAME for name in names)))
 
 
-def _per_line(grammar: _Grammar, text: str) -> bool:
-    """A line printing a named value whose name holds one of the options' ``per_line`` parts. The run declines it."""
-    for name, raw in grammar.pair.findall(text) if grammar.per_line else ():
-        kept = _kept_as(grammar, name, raw) if name not in grammar.field_index else None
-        if kept is not None and any(part in kept[0] for part in grammar.per_line):
-            return True
-    return False
-
-
 _STEP_OF_TOTAL = re.compile(r"(\d+)(?:/(\d+))?")
 _JSON_SPACE = re.compile(r"[ \t]*")
 _JSON_STRING = re.compile(r'"([^"\\\x00-\x1f]*)"')
@@ -677,12 +674,12 @@ class _Grammar(NamedTuple):
     value_brackets: str = ""
     marks: tuple[str, ...] = ()
     # Its further options: the outer count's pattern and names, second items' names, words' numbers, parts of the
-    # names whose lines are the per-line reader's.
+    # names whose every value a run keeps.
     outer: re.Pattern[str] | None = None
     outer_names: tuple[str, ...] = ()
     seconds: dict[str, str] | None = None
     words: dict[str, float] | None = None
-    per_line: tuple[str, ...] = ()
+    every_value: tuple[str, ...] = ()
     # Its last options: SGR escapes read as absent, a value's second item in brackets after its first ("": none),
     # words before a step's name that make a line no record.
     escapes: bool = False
@@ -755,16 +752,16 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 def _options(options: object, separators: list[bytes]) -> tuple:
     """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
-    outer_names, seconds, words, per_line, escapes, item_brackets, not_after, lead, lead_name, lead_close), from the
+    outer_names, seconds, words, every_value, escapes, item_brackets, not_after, lead, lead_name, lead_close), from the
     marks on as text and dicts."""
     if not (type(options) is tuple and len(options) in (5, 10, 13, 16)
             and all(type(options[i]) is bytes for i in (0, 1, 3)) and type(options[2]) is tuple
             and type(options[4]) is tuple):
         raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
-                        "[, outer, outer_names, seconds, words, per_line[, escapes, item_brackets, not_after"
+                        "[, outer, outer_names, seconds, words, every_value[, escapes, item_brackets, not_after"
                         "[, lead, lead_name, lead_close]]])")
     brackets, name_bytes, renamed, value_brackets, marks = options[:5]
-    outer, outer_names, seconds, words, per_line = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
+    outer, outer_names, seconds, words, every_value = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
     escapes, item_brackets, not_after = options[10:13] if len(options) >= 13 else (0, b"", ())
     lead, lead_name, lead_close = options[13:] if len(options) == 16 else (b"", b"", b"")
     if type(escapes) is not int or type(item_brackets) is not bytes:
@@ -793,7 +790,7 @@ def _options(options: object, separators: list[bytes]) -> tuple:
         raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
     return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
             *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
-            _names(per_line, MAX_MARKS, "leave a line to the per-line reader"), bool(escapes),
+            _names(every_value, MAX_MARKS, "keep every value of"), bool(escapes),
             item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"),
             lead_close.decode("ascii"))
 
@@ -801,7 +798,7 @@ def _options(options: object, separators: list[bytes]) -> tuple:
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
                    item_brackets: bytes) -> tuple[str, tuple[str, ...], dict[str, str],
                                                                    dict[str, float]]:
-    """The pairs grammar's further options checked (module docstring): all but per_line."""
+    """The pairs grammar's further options checked (module docstring): all but every_value."""
     if not (type(outer) is bytes and type(outer_names) is tuple and all(type(name) is bytes for name in outer_names)
             and type(seconds) is tuple and all(type(entry) is tuple and len(entry) == 2
                                                and all(type(name) is bytes for name in entry) for entry in seconds)
@@ -867,7 +864,7 @@ def _grammar(table: tuple) -> _Grammar:
     tagged = re.compile(re.escape(tag_open) + rb"[A-Za-z0-9_]+" + re.escape(tag_close))
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
-        (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, per_line, escapes,
+        (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, every_value, escapes,
          item_brackets, not_after, lead, lead_name, lead_close) = (
             _options(options, separators + [name_separator]) if options
             else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (), "", "", ""))
@@ -893,7 +890,7 @@ def _grammar(table: tuple) -> _Grammar:
                                  for old, new, unit in renamed} if options else None,
                         value_brackets=value_brackets.decode("ascii"), marks=marks,
                         outer=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(outer)}{fraction}") if outer else None,
-                        outer_names=outer_names, seconds=seconds, words=words, per_line=per_line, escapes=escapes,
+                        outer_names=outer_names, seconds=seconds, words=words, every_value=every_value, escapes=escapes,
                         item_brackets=item_brackets,
                         not_after=re.compile(rf"(?<![\w.{extra}])(?:{'|'.join(map(re.escape, not_after))}) \Z")
                         if not_after else None,

@@ -52,18 +52,21 @@ def is_aux_loss(name: str) -> bool:
     """A named value called ``*_loss`` is an auxiliary loss (MoE load balancing, MTP, z-loss), else a plain gauge.
 
     Not auxiliary: an evaluation loss (``val_loss``), and the training loss as one rank or
-    micro-batch saw it (MindFormers' ``micro_local_loss``, ``device_accum_local_loss``), a
+    micro-batch saw it (MindFormers' ``micro_local_lm_loss``, ``device_accum_local_lm_loss``), a
     per-rank copy of the main loss that the rank-divergence view reads as a plain value.
     """
-    return name.endswith("_loss") and not name.startswith(_EVALUATION_PREFIXES) and "local_loss" not in name
+    return name.endswith("_loss") and not name.startswith(_EVALUATION_PREFIXES) and not is_rank_value(name)
 
 
-RANK_VALUE_PARTS = ("local_norm", "local_loss")  # what a rank's own value's name holds (is_rank_value)
+# What a rank's own value's name holds (is_rank_value). MindFormers 2.1's TrainingStateMonitor names its losses by
+# the loss's tag (``micro_local_{tag}_loss``, ``device_accum_local_{tag}_loss``: callback.py), earlier versions
+# ``micro_local_loss``.
+RANK_VALUE_PARTS = ("local_norm", "local_loss", "micro_local_", "accum_local_")
 
 
 def is_rank_value(name: str) -> bool:
     """A value the rank computed for itself, not for the whole model (MindFormers' TrainingStateMonitor:
-    ``device_local_norm``, ``local_norm/<parameter>``, ``micro_local_loss``, ``device_accum_local_loss``):
+    ``device_local_norm``, ``local_norm/<parameter>``, ``micro_local_lm_loss``, ``device_accum_local_lm_loss``):
     exported as ``training_rank_value`` and watched for rank divergence."""
     return any(part in name for part in RANK_VALUE_PARTS)
 

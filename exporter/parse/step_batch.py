@@ -280,12 +280,16 @@ class StepBatchBuilder:
                     series.steps.extend(series_steps)
                     series.values.extend(series_values)
         new = []
-        for name, value, lines, first, position in named:
+        for name, value, lines, first, position, every in named:
             seen = self._named.get(name)
             if seen is None:
                 new.append((first, not is_aux_loss(name), position, name, value, lines))
             else:
                 self._named[name] = (value, seen[1] + lines)
+            if every is not None:  # a rank's own value (fields.is_rank_value): the table keeps each
+                series = self._series_of(name)
+                series.steps.extend(every[0])
+                series.values.extend(every[1])
         # Lines in order, each line's aux losses first, then as printed: a line-by-line order.
         for _, _, _, name, value, lines in sorted(new):
             self._named[name] = (value, lines)

@@ -92,8 +92,8 @@ class StepTable:
     # them, every other named value's name normalised. Further: a count printed before the step that the step counts
     # within (``Epoch:[ 1/ 2], step:[ 3/ 19]``: ``Epoch:``) with the named values of its four numbers ("": not kept),
     # a list's second item kept as a named value (``loss:[9.6/9.8]``: ``("loss", "loss_epoch_mean")``), words read
-    # as numbers (``overflow cond: False``: ``("False", 0.0)``), parts of the names of named values whose lines the
-    # per-line reader reads (a run keeps a named value's latest: fields.RANK_VALUE_PARTS need every one). Last: ANSI
+    # as numbers (``overflow cond: False``: ``("False", 0.0)``), parts of the names of named values whose every value a
+    # run keeps (of the others it keeps the latest: fields.RANK_VALUE_PARTS need every one). Last: ANSI
     # SGR escapes read as absent (torchtitan's colours), brackets of a value's second item printed after its first
     # (``memory: 61.20GiB(77.39%)``: ``"()"``, its name by ``seconds``), words that make a line whose step's name
     # follows one of them no record (``validate step: 10``).
@@ -106,7 +106,7 @@ class StepTable:
     outer_names: tuple[str, ...] = ()
     seconds: tuple[tuple[str, str], ...] = ()
     words: tuple[tuple[str, float], ...] = ()
-    per_line: tuple[str, ...] = ()
+    every_value: tuple[str, ...] = ()
     escapes: bool = False
     item_brackets: str = ""
     not_after: tuple[str, ...] = ()
@@ -153,11 +153,11 @@ class StepTable:
                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
         last = (int(self.escapes), self.item_brackets.encode(), tuple(word.encode() for word in self.not_after))
         lead = (self.lead.encode(), self.lead_name.encode(), self.lead_close.encode())
-        if any((self.outer, self.seconds, self.words, self.per_line, *last, *lead)):
+        if any((self.outer, self.seconds, self.words, self.every_value, *last, *lead)):
             further = (*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
                        tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
                        tuple((word.encode(), float(number)) for word, number in self.words),
-                       tuple(part.encode() for part in self.per_line))
+                       tuple(part.encode() for part in self.every_value))
             return ((*further, *last, *lead),) if any(lead) else ((*further, *last),) if any(last) else (further,)
         return (options,) if any(options) else ()
 

@@ -16,8 +16,8 @@ per micro-batch, ``device_accum_local_loss`` and ``local_norm/<parameter>``). Th
 values at the step (``training_metric``), per rank, for the rank-divergence view.
 
 All three are one field table (the pairs grammar, its step in brackets within an outer count):
-runs of them are read by the step-field kernel, any other line (and a line printing a rank's own
-value) by the same table.
+runs of them are read by the step-field kernel (every value of a rank's own kept), any other line
+by the same table.
 """
 
 from __future__ import annotations
@@ -38,7 +38,7 @@ RECORD = StepTable((
     outer_names=("epoch", "total_epochs", "epoch_step", "steps_per_epoch"),
     # ``overflow cond: False``: the pairs grammar's name is the word before the colon.
     renamed=(("cond", "overflow", ""),), seconds=(("loss", "loss_epoch_mean"),), words=(("False", 0.0), ("True", 1.0)),
-    per_line=RANK_VALUE_PARTS)  # the rank-divergence detector takes each of them, a run the latest
+    every_value=RANK_VALUE_PARTS)  # the rank-divergence detector takes each of them
 
 FORMAT = register(Format("mindformers_static", FRAMEWORK, b"Epoch:[", RECORD.read_line, detection_order=10,
                          step_table=RECORD, banner=BANNER))
