@@ -58,7 +58,8 @@ def _logs() -> tuple[tuple[str, bytes, bool], ...]:
             *_interleaved_logs(), *((f"{spec.format}_continued", _continued_log(spec, 30), False)
                                     for spec in formats.FORMATS if spec.format in _TABLE_FORMATS),
             ("torchtitan_continued", _continued_log(_TORCHTITAN, 12, whole=True), False),
-            ("mmcv_continued", _continued_log(_MMCV, 300), False), ("jsonl_mixed", _jsonl_mixed(), False))
+            ("mmcv_continued", _continued_log(_MMCV, 300), False), ("jsonl_mixed", _jsonl_mixed(), False),
+            ("mmengine_epochs_continued", _continued_log(_MMENGINE_EPOCHS, 100), False))
 
 
 # Formats whose runs of step lines the kernel reads by their table (besides MindFormers' and key=value's).
@@ -66,6 +67,8 @@ _TABLE_FORMATS = ("megatron", "nemo", "paddlenlp", "nanogpt", "mmengine", "deeps
                   "fairseq")
 # mmcv's lines (MMEngine's table: the step in brackets, ``name: value`` pairs after it, dotted names).
 _MMCV = formats.FormatLog("mmcv", "mmcv_iter.log", rb"(Iter \[)(\d+)(/)(\d+)", "lr: ")
+# MMEngine's epoch-based lines (a real run's three epochs, continued epoch after epoch).
+_MMENGINE_EPOCHS = formats.FormatLog("mmengine", "mmengine_epoch_run.log", rb"(Epoch\(train\) \[)(\d+)()()", "lr: ")
 # A format without a field table, its real console rank-prefixed (``[rank0]:``, ``[rank0]: `` before an indented
 # line) after the launcher's unprefixed lines, a step line a hundred lines or so.
 _TORCHTITAN = next(spec for spec in formats.FORMATS if spec.format == "torchtitan")

@@ -870,8 +870,11 @@ MINDFORMERS_STATIC = mindformers_static.RECORD.kernel_table
 OTHER_OUTER = (*OTHER_BRACKETS[:8], (*OTHER_BRACKETS[8], b"Epoch", (b"epoch", b"", b"inner", b"per"),
                                      ((b"loss", b"loss_mean"), (b"m", b"m_second")), ((b"False", 0.0), (b"yes", 1.5)),
                                      (b"local", b"x_y")))
-BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS, MINDFORMERS_STATIC, OTHER_OUTER]
-BRACKET_IDS = ["mmengine", "other-brackets", "mindformers-static", "other-outer"]
+# A step printed after a count, other punctuation: ``round<3><10/20>|``.
+OTHER_COUNTED = (*OTHER_BRACKETS[:8], (*OTHER_BRACKETS[8], b"", (), (), (), (), 0, b"", (), b"", b"", b"", b"round",
+                                       (b"At", b"at(y)")))
+BRACKET_TABLES = [MMENGINE, OTHER_BRACKETS, MINDFORMERS_STATIC, OTHER_OUTER, OTHER_COUNTED]
+BRACKET_IDS = ["mmengine", "other-brackets", "mindformers-static", "other-outer", "other-counted"]
 BRACKET_NAMES = ["loss", "lr", "grad_norm", "time", "t", "m.x", "eta", "memory", "skip", "m", "data_time",
                  "decode.loss_ce", "aux.acc_seg", "a-b", "x/y", "Loss_CLS", "_", "__x__", "a__b", "x.", "1bad", "Iter",
                  "at", "n" * 130, "cond", "global_norm", "per_step_time", "device_local_norm", "local_norm/x.w",
@@ -886,7 +889,12 @@ def _fuzzed_bracket_line(rng: random.Random, table: tuple) -> str:
     open_, shut = (chr(byte) for byte in table[8][0])
     names = [name.decode() for name in table[4]]
     gap = ["", " ", "  ", "\t"]
-    step = (f"{rng.choice([*names, 'Epoch', 'x' + names[0]])}{rng.choice(gap)}{open_}{rng.choice(gap)}"
+    counts = [name.decode() for name in table[8][17]] if len(table[8]) == 18 else []
+    name = rng.choice([*names, *counts * 2, "Epoch", "x" + names[0]])
+    count = (f"{open_}{rng.choice(gap)}{rng.choice(['1', '3', '0', '12', 'x', '9' * 19, ''])}"
+             f"{rng.choice([shut] * 4 + [''])}{rng.choice(gap)}" if rng.random() < (0.8 if name in counts else 0.1)
+             else "")
+    step = (f"{name}{rng.choice(gap)}{count}{open_}{rng.choice(gap)}"
             f"{rng.choice(STEPS)}{rng.choice([shut] * 6 + ['', shut + shut])}")
     outer = table[8][5].decode() if len(table[8]) == 10 else ""
     if outer and rng.random() < 0.8:  # the outer count before the step, or after it
@@ -996,7 +1004,7 @@ def test_the_torchtitan_reference_lines():
 
 def test_the_mmcv_reference_line():
     """A real mmcv line (tests/fixtures/real/mmcv_iter.log): its step in brackets, dotted names normalised, ``eta``
-    not read (a duration), ``memory`` renamed, ``time`` a duration of its field."""
+    not read (a duration), ``memory`` renamed, ``time`` a duration of its field; epoch-based lines."""
     line = (b"2020-07-24 22:05:29,408 - mmseg - INFO - Iter [4200/40000]\tlr: 9.060e-03, eta: 11:32:31, time: 1.138, "
             b"data_time: 0.011, memory: 6840, decode.loss_seg: 2.5972, eta: 8 days, aux.acc_seg: 3.0267, loss: 3.6536")
     for reader in _both_readers(MMENGINE):
@@ -1004,9 +1012,18 @@ def test_the_mmcv_reference_line():
         assert _taken_latest(reader) == ([4200], 40000, [3.6536, 9.060e-03, None, 1.138], [
             ("data_time", 0.011), ("memory_mb", 6840.0), ("decode_loss_seg", 2.5972), ("aux_acc_seg", 3.0267)])
         assert reader.read(line, [0], 0, 1) == 0  # eta twice: the per-line reader's dict reading
-        assert reader.read(b"Epoch [3][50/2500]\tlr: 0.02000, time: 1.090, loss: 0.0394", [0], 0, 1) == 0
         assert reader.read(b"Iter(train) [ 10/270]  lr: 1e-2  loss: 5.3", [0], 0, 1) == 1
         assert reader.take()[:2] == ([10], 270)
+        # Epoch-based (tests/fixtures/real/mmcv_epoch.log, mmengine_epoch_run.log): the step counted within the epoch,
+        # the epoch the line's first named value, no total (the fraction's is the epoch's iterations).
+        epochs = [b"Epoch [3][50/2500]\tlr: 0.02000, time: 1.090, loss: 0.0394",
+                  b"2026/12/07 02:19:15 - mmengine - INFO - Epoch(train) [3][ 51/2500]  lr: 2.7500e-02  loss: 2.5001"]
+        assert reader.read(b"\n".join(epochs), [0, len(epochs[0]) + 1], 0, 2) == 2
+        steps, total, fields, named = reader.take()
+        assert (steps, total, fields[0][0]) == ([5050, 5051], None, 2.5001)
+        assert [(name, value, lines) for name, value, lines, *_ in named] == [("epoch", 3.0, 2)]
+        assert reader.read(b"Epoch [3/9]\tlr: 0.02000, loss: 0.0394", [0], 0, 1) == 0  # no count: no step
+        assert reader.read(b"Epoch(val) [3][50/2500]\tlr: 0.02000, loss: 0.0394", [0], 0, 1) == 0
 
 
 def test_the_deepspeed_reference_lines():
@@ -1074,6 +1091,7 @@ _LISTED = (b"[]", b"", (), b"[]", ())  # the first five options, the value brack
 _FOUR = (b"epoch", b"", b"", b"")
 _TEN = (*_LISTED, b"", (), (), (), ())  # the first ten options
 _THIRTEEN = (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", ())  # the first thirteen, no step brackets
+_SIXTEEN = (*_TEN, 0, b"", (), b"", b"", b"")  # the first sixteen, the step brackets given
 
 
 @pytest.mark.parametrize("options", [
@@ -1107,6 +1125,12 @@ _THIRTEEN = (b"", b"", (), b"", (), b"", (), (), (), (), 0, b"", ())  # the firs
     (*_THIRTEEN, b"epoch", b"e", b"#;"), (*_THIRTEEN, b"epoch", b"e", b"a"), (*_THIRTEEN, b"epoch", b"e", b" "),
     (*_THIRTEEN, b"epoch", b"e", b":"), (*_THIRTEEN, b"epoch", b"e", b","), (*_THIRTEEN, b"epoch", b"e", "#"),
     (*_THIRTEEN, b"epoch", b"e", b"#", b""),
+    # The step count (step_count, count_steps).
+    (*_SIXTEEN, b"epoch", ()), (*_SIXTEEN, b"", (b"Epoch",)), (*_SIXTEEN, b"Epoch", (b"Epoch",)),
+    (*_SIXTEEN, "epoch", (b"Epoch",)), (*_SIXTEEN, b"epoch", (b"1x",)), (*_SIXTEEN, b"epoch", (b"",)),
+    (*_SIXTEEN, b"epoch", tuple(b"E%d" % i for i in range(9))), (*_SIXTEEN, b"epoch", b"Epoch"),
+    (*_THIRTEEN, b"", b"", b"", b"epoch", (b"Epoch",)), (*_SIXTEEN, b"epoch"),
+    (*_LISTED, b"Epoch:", _FOUR, (), (), (), 0, b"", (), b"", b"", b"", b"epoch", (b"Epoch",)),
 ])
 def test_both_refuse_pairs_options_they_cannot_read_alike(options):
     table = (b"", b"", b",|", b":", (b"Iter",), (b"[", b"]:"), ((b"loss", 1, 1, b"", b"", 0),), -1, options)

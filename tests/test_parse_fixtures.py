@@ -48,6 +48,7 @@ DETECTED_FORMAT = {
     "real/mmcv_epoch": "mmengine",
     "real/mmcv_iter": "mmengine",
     "real/mmengine_epoch": "mmengine",
+    "real/mmengine_epoch_run": "mmengine",
     "real/lightning_bar_long": "lightning",
     "real/lightning_bar_nan": "lightning",
     "real/lightning_bar_raise": "lightning",

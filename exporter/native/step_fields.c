@@ -101,6 +101,11 @@ typedef struct {
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
     Py_ssize_t step_name_count;
+    /* The pairs grammar's step printed after a count in brackets (``Epoch(train) [1][ 10/270]``): its names, the count's
+     * named value. */
+    Text count_step_names[MAX_STEP_NAMES];
+    Py_ssize_t count_step_name_count;
+    Text step_count_name;
     FieldSpec *fields;
     Py_ssize_t count;   /* field entries */
     Py_ssize_t columns; /* values they set */
@@ -683,16 +688,44 @@ read_lead_options(PyObject *options, Table *table)
     return 0;
 }
 
+/* The pairs grammar's step counted within a count printed before its fraction (step_count_name, count_step_names);
+ * -1 on error. */
+static int
+read_count_options(PyObject *options, Table *table)
+{
+    if (text_of(PyTuple_GET_ITEM(options, 16), &table->step_count_name) < 0
+        || read_names(PyTuple_GET_ITEM(options, 17), table->count_step_names, &table->count_step_name_count,
+                      MAX_STEP_NAMES, "of a step printed after a count") < 0) {
+        return -1;
+    }
+    const Text name = table->step_count_name;
+    uint8_t normalised[MAX_NAME];
+    int names_ok = 1;
+    for (Py_ssize_t i = 0; i < table->count_step_name_count; i++) {
+        names_ok = names_ok && is_name_start(table->count_step_names[i].at[0]);
+    }
+    if (!names_ok || (name.length == 0) != (table->count_step_name_count == 0)
+        || (name.length && (!table->step_open || table->outer.length)) || name.length > MAX_NAME
+        || normalise_name(name.at, name.at + name.length, normalised) != name.length
+        || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+        PyErr_SetString(PyExc_ValueError, "a step count is a normalised name, of steps printed with the step's brackets "
+                                          "after a count in them, no outer count's");
+        return -1;
+    }
+    return 0;
+}
+
 /* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]]); -1 on error. */
+ * seconds, words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close[, step_count_name,
+ * count_step_names]]]]); -1 on error. */
 static int
 read_pairs_options(PyObject *object, Table *table)
 {
     PyObject *options = tuple_of(object, -1), *renamed;
     Text name_bytes;
     if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
-        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 16) {
-        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen or sixteen items");
+        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 16 && PyTuple_GET_SIZE(options) != 18) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen, sixteen or eighteen items");
         return -1;
     }
     if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
@@ -728,8 +761,9 @@ read_pairs_options(PyObject *object, Table *table)
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
     /* The item brackets first: the seconds they allow are read with the outer options. */
     if (PyTuple_GET_SIZE(options) >= 13 && read_last_options(options, table) < 0) return -1;
-    if (PyTuple_GET_SIZE(options) == 16 && read_lead_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) >= 16 && read_lead_options(options, table) < 0) return -1;
     if (PyTuple_GET_SIZE(options) >= 10 && read_outer_options(options, table) < 0) return -1;
+    if (PyTuple_GET_SIZE(options) == 18 && read_count_options(options, table) < 0) return -1;
     table->options = 1;
     return 0;
 }
@@ -1388,10 +1422,11 @@ next_word(Text word, const uint8_t *line, const uint8_t **at, const uint8_t *end
 
 /* The pairs grammar's options: the first ``name \\s* open \\s* digits / \\s* digits shut`` of the line (a step, an
  * outer count), ``name`` one of ``names`` not after a name byte (the earliest, the first of ``names`` at one place):
- * 1 with the count, the total, where it begins and where what follows it does; 0 none; 2 a number too long. */
+ * 1 with the count, the total, where it begins and where what follows it does; 0 none; 2 a number too long. With
+ * ``count``, the fraction follows ``open \\s* digits shut \\s*`` after the name, those digits in ``*count``. */
 static int
 find_fraction(const Table *table, const Text *names, Py_ssize_t name_count, const uint8_t *line, const uint8_t *end,
-              long long *step, long long *total, const uint8_t **begins, const uint8_t **rest)
+              long long *count, long long *step, long long *total, const uint8_t **begins, const uint8_t **rest)
 {
     const uint8_t *earliest = end;
     int found_as = 0;
@@ -1401,16 +1436,25 @@ find_fraction(const Table *table, const Text *names, Py_ssize_t name_count, cons
         const uint8_t *bound = end - earliest > name.length - 1 ? earliest + name.length - 1 : end, *at = line, *found;
         while ((found = next_word(name, line, &at, bound)) != NULL) {
             const uint8_t *digits = skip_spaces(found + name.length, end);
-            long long step_found, total_found;
+            long long step_found, total_found, count_found = 0;
             int too_long = 0;
             if (!expect_byte(&digits, end, table->step_open)) continue;
             digits = skip_spaces(digits, end);
+            if (count != NULL) {
+                if (!read_digits(&digits, end, &count_found, &too_long) || !expect_byte(&digits, end, table->step_shut)) {
+                    continue;
+                }
+                digits = skip_spaces(digits, end);
+                if (!expect_byte(&digits, end, table->step_open)) continue;
+                digits = skip_spaces(digits, end);
+            }
             if (!read_digits(&digits, end, &step_found, &too_long) || !expect_byte(&digits, end, '/')) continue;
             digits = skip_spaces(digits, end);
             if (!read_digits(&digits, end, &total_found, &too_long) || !expect_byte(&digits, end, table->step_shut)) {
                 continue;
             }
             earliest = found;
+            if (count != NULL) *count = count_found;
             *step = step_found;
             *total = total_found;
             *begins = found;
@@ -1609,16 +1653,25 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     int has_total = 0;
     if (table->escapes && unescape(run, &line, &end) < 0) return -1;
     const uint8_t *from = line, *step_at = line, *outer_at, *outer_end;
-    long long count_printed = 0, counts = 0, lead = 0;
+    long long count_printed = 0, counts = 0, lead = 0, step_count = -1;
     if (table->lead.length && find_lead(table, line, end, &lead, &from) != 1) return 0;
     if (table->step_open) {
-        if (find_fraction(table, table->step_names, table->step_name_count, line, end, &step, &total, &step_at, &from)
-            != 1) {
-            return 0;
+        int found = find_fraction(table, table->step_names, table->step_name_count, line, end, NULL, &step, &total,
+                                  &step_at, &from);
+        if (table->count_step_name_count) { /* a step after a count, where it is printed first */
+            long long counted_step, counted_total, count;
+            const uint8_t *counted_at, *counted_end;
+            int counted = find_fraction(table, table->count_step_names, table->count_step_name_count, line, end, &count,
+                                        &counted_step, &counted_total, &counted_at, &counted_end);
+            if (counted && (!found || counted_at < step_at)) {
+                found = counted;
+                step = counted_step, total = counted_total, step_at = counted_at, from = counted_end, step_count = count;
+            }
         }
-        has_total = 1;
+        if (found != 1) return 0;
+        has_total = step_count < 0; /* a counted step's total is the count's steps, no total of the run's */
         if (table->not_after_count && after_word(table, line, step_at)) return 0;
-        if (table->outer.length && find_fraction(table, &table->outer, 1, line, step_at, &count_printed, &counts,
+        if (table->outer.length && find_fraction(table, &table->outer, 1, line, step_at, NULL, &count_printed, &counts,
                                                  &outer_at, &outer_end) != 1) {
             return 0;
         }
@@ -1702,10 +1755,21 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             return 0;
         }
     }
+    if (step_count >= 0) { /* the step counts within the count: 2**63 and beyond is the per-line reader's */
+        long long before;
+        if (__builtin_mul_overflow(step_count > 1 ? step_count - 1 : 0, total, &before)
+            || __builtin_add_overflow(before, step, &step)) {
+            return 0;
+        }
+    }
     /* A step going back (a restart) starts a new batch: the caller reads that line itself. */
     if (run->count > 0 && step < run->steps[run->count - 1]) return 0;
     memset(run->slots, 0, (size_t)table->columns * sizeof(Slot));
     run->line_named = 0;
+    if (step_count >= 0
+        && note_named(run, table->step_count_name.at, table->step_count_name.length, (double)step_count, NULL) < 0) {
+        return -1;
+    }
     if (table->lead.length && note_named(run, table->lead_name.at, table->lead_name.length, (double)lead, NULL) < 0) {
         return -1;
     }

@@ -22,8 +22,9 @@ framework or a field):
 - ``required``: a column a record must print (``-1`` or absent: none);
 - ``grammar``, told by its length: ``(dropped, counted, step_segment, lead, lead_name, step_close, percent)``, the
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
-  words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close]]])``, the pairs grammar's
-  options (five, ten, thirteen or sixteen items); ``(total_names, dropped, declines)``, the JSON grammar (each below).
+  words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close[, step_count,
+  count_steps]]]])``, the pairs grammar's options (five, ten, thirteen, sixteen or eighteen items);
+  ``(total_names, dropped, declines)``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -86,8 +87,13 @@ is a list of two items, the bytes before the first and those between, stripped (
 and followed by spaces and digits, and with a ``lead_close`` (one byte of punctuation, b"": none) by it and a count of
 a total, ``\\s* digits \\s* / \\s* digits`` (not kept), the first such not after a name byte, which a record then
 prints; its digits are the line's first named value, ``lead_name`` (a normalised name), and the pairs those after it.
+The counted step (MMEngine's epoch-based ``Epoch(train) [1][ 10/270]``): ``step_count`` (a normalised name, b"":
+none; with ``step_brackets``, not with ``outer``) and ``count_steps``, names of the step printed with the step's
+brackets holding a count, ``\\s*``, then its fraction: the count is the line's first named value ``step_count``, the
+step ``max(count - 1, 0) * total + step`` and the record has no total (the fraction's counts the count's steps); the
+step is the first of either kind printed.
 The run declines, besides the above, a line printing a name longer than MAX_NAME, a lead whose numbers have more than
-MAX_DIGITS digits, or whose step or total with an outer count is more than 2**63 - 1.
+MAX_DIGITS digits, or whose step or total with an outer count (or its counted step) is more than 2**63 - 1.
 
 JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
@@ -320,7 +326,8 @@ def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
         if outer is not None and any(len(digits) > MAX_DIGITS for digits in outer.groups()):
             return None
         pairs_record = _pairs_record(table, text)
-        if pairs_record is not None and outer is not None and max(pairs_record.step, pairs_record.total or 0) >= 2**63:
+        if pairs_record is not None and (outer is not None or grammar.step_count) and max(
+                pairs_record.step, pairs_record.total or 0) >= 2**63:
             return None  # beyond an int64: the per-line reader's
         return pairs_record
     assert grammar.record is not None  # the record grammar's
@@ -502,6 +509,9 @@ def _pairs_record(table: tuple, text: str) -> Record | None:
     values, named = _values(grammar, table[6], _listed(grammar, ((name, raw) for name, raw in pairs.items()
                                                                  if bracketed is not None
                                                                  or name not in grammar.step_names)))
+    if grammar.step_count and step.group(1) is None:  # a step after a count: ``[1][ 10/270]``
+        count, number, per_count = (int(digits) for digits in step.group(3, 4, 5))
+        return Record(max(count - 1, 0) * per_count + number, None, values, {grammar.step_count: float(count), **named})
     number, total = int(step.group(1)), None if step.group(2) is None else int(step.group(2))
     if lead is not None:
         named = {grammar.lead_name: float(int(lead.group(1))), **named}
@@ -687,6 +697,7 @@ class _Grammar(NamedTuple):
     not_after: re.Pattern[str] | None = None  # one of the words and a space, ending where a step's name begins
     lead: re.Pattern[str] | None = None  # the lead, its digits (the first group) and a lead close's count of a total
     lead_name: str = ""
+    step_count: str = ""  # the named value of the count a step printed after one counts within
     # The JSON grammar (json): the total's names, the prefix a key drops, the names whose lines the run declines.
     json: bool = False
     total_names: tuple[str, ...] = ()
@@ -752,18 +763,27 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
 
 def _options(options: object, separators: list[bytes]) -> tuple:
     """The pairs grammar's options checked: (step_brackets, name_bytes, renamed, value_brackets, marks, outer,
-    outer_names, seconds, words, every_value, escapes, item_brackets, not_after, lead, lead_name, lead_close), from the
-    marks on as text and dicts."""
-    if not (type(options) is tuple and len(options) in (5, 10, 13, 16)
+    outer_names, seconds, words, every_value, escapes, item_brackets, not_after, lead, lead_name, lead_close,
+    step_count, count_steps), from the marks on as text and dicts."""
+    if not (type(options) is tuple and len(options) in (5, 10, 13, 16, 18)
             and all(type(options[i]) is bytes for i in (0, 1, 3)) and type(options[2]) is tuple
             and type(options[4]) is tuple):
         raise TypeError("the pairs grammar's options are (step_brackets, name_bytes, renamed, value_brackets, marks"
                         "[, outer, outer_names, seconds, words, every_value[, escapes, item_brackets, not_after"
-                        "[, lead, lead_name, lead_close]]])")
+                        "[, lead, lead_name, lead_close[, step_count, count_steps]]]])")
     brackets, name_bytes, renamed, value_brackets, marks = options[:5]
     outer, outer_names, seconds, words, every_value = options[5:10] if len(options) >= 10 else (b"", (), (), (), ())
     escapes, item_brackets, not_after = options[10:13] if len(options) >= 13 else (0, b"", ())
-    lead, lead_name, lead_close = options[13:] if len(options) == 16 else (b"", b"", b"")
+    lead, lead_name, lead_close = options[13:16] if len(options) >= 16 else (b"", b"", b"")
+    step_count, count_steps = options[16:] if len(options) == 18 else (b"", ())
+    if type(step_count) is not bytes:
+        raise TypeError("a step count's name is bytes")
+    counted_names = _names(count_steps, MAX_STEP_NAMES, "of a step printed after a count")
+    if (bool(step_count) != bool(counted_names) or (step_count and (not brackets or outer))
+            or len(step_count) > MAX_NAME or normalised_name(step_count.decode("ascii")) != step_count.decode()
+            or not all(re.match(r"[A-Za-z_]", name) for name in counted_names)):
+        raise ValueError("a step count is a normalised name, of steps printed with the step's brackets after a count "
+                         "in them, no outer count's")
     if type(escapes) is not int or type(item_brackets) is not bytes:
         raise TypeError("escapes is an int, item brackets bytes")
     if type(lead) is not bytes or type(lead_name) is not bytes or type(lead_close) is not bytes:
@@ -792,7 +812,7 @@ def _options(options: object, separators: list[bytes]) -> tuple:
             *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
             _names(every_value, MAX_MARKS, "keep every value of"), bool(escapes),
             item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"),
-            lead_close.decode("ascii"))
+            lead_close.decode("ascii"), step_count.decode("ascii"), counted_names)
 
 
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,
@@ -865,9 +885,9 @@ def _grammar(table: tuple) -> _Grammar:
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     if pairs:
         (brackets, name_bytes, renamed, value_brackets, marks, outer, outer_names, seconds, words, every_value, escapes,
-         item_brackets, not_after, lead, lead_name, lead_close) = (
+         item_brackets, not_after, lead, lead_name, lead_close, step_count, count_steps) = (
             _options(options, separators + [name_separator]) if options
-            else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (), "", "", ""))
+            else (b"", b"", (), b"", (), "", (), {}, {}, (), False, "", (), "", "", "", "", ()))
         extra = re.escape(name_bytes.decode("ascii"))
         breaks = re.escape(pair_separator.decode("ascii"))
         thousands = r"|,(?=[0-9]{3}(?![0-9]))" if b"," in separators else ""
@@ -881,8 +901,11 @@ def _grammar(table: tuple) -> _Grammar:
         names = tuple(name.decode("ascii") for name in step_names)
         open_, shut = (re.escape(chr(byte)) for byte in brackets) if brackets else ("", "")
         fraction = rf"\s*{open_}\s*(\d+)/\s*(\d+){shut}"
-        bracketed = (re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))}){fraction}") if brackets
-                     else None)
+        # A step printed after a count: the groups after the plain step's two (count, step, total).
+        counted = (rf"|(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, count_steps))})\s*{open_}\s*(\d+){shut}{fraction}"
+                   if count_steps else "")
+        bracketed = (re.compile(rf"(?<![A-Za-z0-9_])(?:{'|'.join(map(re.escape, names))}){fraction}{counted}")
+                     if brackets else None)
         return _Grammar(None, pair, tagged, field_index, True, names,
                         column_of, columns, column_names, required,
                         step_brackets=bracketed,
@@ -897,7 +920,7 @@ def _grammar(table: tuple) -> _Grammar:
                         lead=re.compile(rf"(?<![A-Za-z0-9_]){re.escape(lead)}\s+(\d+)"
                                         + (rf"{re.escape(lead_close)}\s*(\d+)\s*/\s*(\d+)" if lead_close else ""))
                         if lead else None,
-                        lead_name=lead_name)
+                        lead_name=lead_name, step_count=step_count)
     o, c, p, step = (re.escape(part.decode("ascii")) for part in (opener, closer, pair_separator, step_name))
     if segments is not None:
         lead = re.escape(segments[3].decode("ascii"))

@@ -110,6 +110,11 @@ class StepTable:
     escapes: bool = False
     item_brackets: str = ""
     not_after: tuple[str, ...] = ()
+    # A step printed after a count in the step's brackets (MMEngine's epoch-based ``Epoch(train) [1][ 10/270]``): the
+    # count's named value (``epoch``) and the step's names printed so; the step counts within the count, the record
+    # prints no total.
+    step_count: str = ""
+    count_steps: tuple[str, ...] = ()
     # The JSON grammar (``{"step": 5, "loss": 2.5}``): the total's names, the names whose lines the per-line parser
     # reads (its own rules: MMEngine's ``data_time``); ``dropped``: the prefix a key drops (``train/``).
     json: bool = False
@@ -153,11 +158,14 @@ class StepTable:
                    self.value_brackets.encode(), tuple(name.encode() for name in self.marks))
         last = (int(self.escapes), self.item_brackets.encode(), tuple(word.encode() for word in self.not_after))
         lead = (self.lead.encode(), self.lead_name.encode(), self.lead_close.encode())
-        if any((self.outer, self.seconds, self.words, self.every_value, *last, *lead)):
+        counted = (self.step_count.encode(), tuple(name.encode() for name in self.count_steps))
+        if any((self.outer, self.seconds, self.words, self.every_value, *last, *lead, *counted)):
             further = (*options, self.outer.encode(), tuple(name.encode() for name in self.outer_names),
                        tuple((printed.encode(), name.encode()) for printed, name in self.seconds),
                        tuple((word.encode(), float(number)) for word, number in self.words),
                        tuple(part.encode() for part in self.every_value))
+            if any(counted):
+                return ((*further, *last, *lead, *counted),)
             return ((*further, *last, *lead),) if any(lead) else ((*further, *last),) if any(last) else (further,)
         return (options,) if any(options) else ()
 

@@ -20,6 +20,8 @@ from tests.support.exporter_process import exporter_command, exporter_environmen
 pytestmark = pytest.mark.real
 
 ITERS, AT = 30, 12
+# --by-epoch: the program's 256 pairs a rank, shared over 2 ranks in batches of 8: 16 iterations an epoch.
+EPOCHS, PER_EPOCH = 3, 16
 PRINTED = ("loss", "learning_rate", "step_time_seconds")
 
 
@@ -62,6 +64,23 @@ def test_healthy_runner_console_and_work_dir_every_step_on_the_empty_rank(tmp_pa
         assert [(rank["rank"], rank["last_step"]) for rank in run["ranks"]] == [("", ITERS)], path.name
         assert run["findings"] == [], path.name
         assert math.isclose(run["loss"]["last"], truth[ITERS]["loss"], abs_tol=5e-5), path.name
+
+
+def test_epoch_based_runner_every_global_iteration_on_the_empty_rank(tmp_path):
+    # EpochBasedTrainLoop: ``Epoch(train) [E][ I/16]``, I counted within epoch E; the step read is the global
+    # iteration (E - 1) * 16 + I, as the program's ground truth counts it.
+    result = _runner(tmp_path, "epoch", "--by-epoch", str(EPOCHS))
+    assert result.returncode == 0
+    assert sorted(result.truth()[0]) == list(range(1, EPOCHS * PER_EPOCH + 1))
+    check_steps(result, {0: ""}, PRINTED)
+    assert result.counters("training_anomalies_total") == {}
+    assert result.counters("training_errors_total") == {}
+    assert result.report["findings"] == []
+    (log,) = (tmp_path / "work").glob("*/*.log")
+    run = _analyze(log)
+    assert [(rank["rank"], rank["last_step"]) for rank in run["ranks"]] == [("", EPOCHS * PER_EPOCH)]
+    assert run["findings"] == []
+    assert math.isclose(run["loss"]["last"], result.truth()[0][EPOCHS * PER_EPOCH]["loss"], abs_tol=5e-5)
 
 
 @matrix

@@ -10,23 +10,18 @@ of the last ``window_size`` (10) iterations (as every smoothed value: ``loss`` t
 ``memory`` MB. ``(val)``/``(test)`` lines are evaluation. Loss terms are named ``loss_*``
 (``loss_cls``, ``decode.loss_ce``): plain values, as printed.
 
-The iteration lines' grammar is a field table (the pairs grammar, its step in brackets): runs of
-them are read by the step-field kernel, any other line by the same table; an epoch-based line,
-whose step is arithmetic, by the regular expression below.
+Both layouts are one field table (the pairs grammar, its step in brackets, an epoch-based line's after
+its epoch): runs of them are read by the step-field kernel, any other line by the same table.
 """
 
 from __future__ import annotations
 
-from exporter.parse.fields import WINDOW_UNIT, add_named, metric_name, set_value, window_mean
+from exporter.parse.fields import WINDOW_UNIT
 from exporter.parse.formats.registry import Format, register
-from exporter.parse.numbers import parse_float
-from exporter.parse.patterns import lazy
-from exporter.parse.records import StepLine
 from exporter.parse.step_table import Kind, StepField, StepTable
 
 # LogProcessor's window_size: the default, which configs rarely change. ``time`` and ``data_time`` are means over it.
 WINDOW = 10
-_GAUGES = {"loss": "loss", "lr": "learning_rate", "grad_norm": "grad_norm", "time": "step_time_seconds"}
 _RENAMED = {"eta": "", "memory": "memory_mb"}  # eta: a duration such as "8 days, 4:44:34", not a number
 
 RECORD = StepTable((
@@ -35,31 +30,7 @@ RECORD = StepTable((
     StepField("grad_norm", Kind.FLOAT, "grad_norm"),
     StepField("time", Kind.DURATION, "step_time_seconds", unit=WINDOW_UNIT.format(steps=WINDOW)),
 ), opener="", closer="", pair_separator=",", name_separator=": ", step="Iter(train)", step_aliases=("Iter",),
-    step_brackets="[]", name_bytes="./-", renamed=tuple((printed, name, "") for printed, name in _RENAMED.items()))
+    step_brackets="[]", name_bytes="./-", renamed=tuple((printed, name, "") for printed, name in _RENAMED.items()),
+    step_count="epoch", count_steps=("Epoch(train)", "Epoch"))
 
-_EPOCH = lazy(r"\bEpoch(?:\(train\))?\s*\[\s*(?P<epoch>\d+)\]\[\s*(?P<inner>\d+)/\s*(?P<per_epoch>\d+)\]")
-_FIELD = lazy(r"([\w./-]+):\s+([^,\s]+)")
-
-
-def parse(text: str) -> StepLine | None:
-    """One training line; None when the line holds none."""
-    return RECORD.read_line(text) or _epoch_line(text)
-
-
-def _epoch_line(text: str) -> StepLine | None:
-    match = _EPOCH.search(text)
-    if match is None:
-        return None
-    epoch, inner, per_epoch = (int(match.group(name)) for name in ("epoch", "inner", "per_epoch"))
-    line = StepLine((epoch - 1) * per_epoch + inner, named={"epoch": epoch})
-    for key, raw in _FIELD.findall(text, match.end()):
-        value = parse_float(raw)
-        if key in _GAUGES:
-            set_value(line, _GAUGES[key], value)
-        elif _RENAMED.get(key) != "":
-            add_named(line, _RENAMED.get(key) or metric_name(key), value)
-    window_mean(line, WINDOW)
-    return line
-
-
-FORMAT = register(Format("mmengine", "openmmlab", b"lr: ", parse, detection_order=35, step_table=RECORD))
+FORMAT = register(Format("mmengine", "openmmlab", b"lr: ", RECORD.read_line, detection_order=35, step_table=RECORD))

@@ -6,6 +6,9 @@ writes the same scalars to ``<timestamp>/vis_data/scalars.json``. Its LogProcess
 ``window_size`` (10) iterations of every smoothed value (``loss``, ``time``, ``data_time``): the ground truth is
 that mean, as the hook computes it from the runner's message hub, and the value of the iteration itself (``raw_*``).
 ``--incident nan`` makes ``--rank``'s loss NaN from ``--at`` on; ``--incident raise`` makes it raise there.
+``--by-epoch EPOCHS`` trains with MMEngine's EpochBasedTrainLoop instead (``train_cfg``, the LR scheduler and the
+LogProcessor ``by_epoch=True``): the hook prints ``Epoch(train) [E][ I/N]  lr: ...``, I counted within epoch E; the
+ground truth's step stays the global iteration (``runner.iter + 1``, ``(E - 1) * N + I``).
 """
 # MMEngine's configs are dicts, written as its documentation writes them (dict(type=...)).
 # ruff: noqa: C408
@@ -88,6 +91,7 @@ def main() -> int:
     parser.add_argument("--rank", type=int, default=1)
     parser.add_argument("--at", type=int, default=12)
     parser.add_argument("--step-seconds", type=float, default=0.1)
+    parser.add_argument("--by-epoch", type=int, metavar="EPOCHS", help="epoch-based: EPOCHS epochs (--iters unused)")
     args = parser.parse_args()
     rank = int(os.environ.get("RANK", "0"))
     if args.incident and rank == args.rank:
@@ -99,17 +103,21 @@ def main() -> int:
     # MMEngine's own init (launcher "pytorch") sets a CUDA device first: on the CPU, the process group is made here,
     # and the DDP wrapper gets no device.
     torch.distributed.init_process_group("gloo")
+    by_epoch = args.by_epoch is not None
+    if by_epoch:
+        train_cfg, end = dict(by_epoch=True, max_epochs=args.by_epoch), args.by_epoch
+    else:
+        train_cfg, end = dict(by_epoch=False, max_iters=args.iters), args.iters
     runner = Runner(
         model=Regression(args.incident, args.rank, args.at, args.step_seconds),
         work_dir=args.work_dir,
         train_dataloader=dict(dataset=Pairs(256, 1000 + rank), sampler=dict(type="DefaultSampler", shuffle=True),
                               batch_size=8, num_workers=0, collate_fn=dict(type="default_collate")),
-        train_cfg=dict(by_epoch=False, max_iters=args.iters),
+        train_cfg=train_cfg,
         optim_wrapper=dict(optimizer=dict(type="SGD", lr=0.05, momentum=0.9)),
-        param_scheduler=dict(type="LinearLR", start_factor=1.0, end_factor=0.1, by_epoch=False, begin=0,
-                             end=args.iters),
+        param_scheduler=dict(type="LinearLR", start_factor=1.0, end_factor=0.1, by_epoch=by_epoch, begin=0, end=end),
         default_hooks=dict(logger=dict(type="LoggerHook", interval=1), checkpoint=None),
-        log_processor=dict(window_size=window, by_epoch=False),
+        log_processor=dict(window_size=window, by_epoch=by_epoch),
         custom_hooks=[Truth(Path(args.truth), window)],
         launcher="pytorch", cfg=dict(model_wrapper_cfg=dict(type="MMDistributedDataParallel", device_ids=None)),
         randomness=dict(seed=0),
