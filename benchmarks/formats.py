@@ -52,6 +52,10 @@ FORMATS = (
     FormatLog("torchtitan", "healthy/torchtitan_qwen3_14b_run54.log", rb"(step: +)(\d+)()()", "loss:"),
     FormatLog("nemo", "nemo2.log", rb"(iteration |global_step: )(\d+)(/?)(\d*)", "Training epoch "),
     FormatLog("mmengine", "mmengine_iter.log", rb"(Iter\(train\) \[)(\d+)(/)(\d+)", "lr: "),
+    # MMEngine's EpochBasedTrainLoop (a real run here: 3 epochs of 16 iterations), continued epoch after epoch; and the
+    # same Runner's vis_data/scalars.json records (iteration-based).
+    FormatLog("mmengine_epoch", "mmengine_epoch_run.log", rb"(Epoch\(train\) \[)(\d+)()()", "lr: ", steps=48),
+    FormatLog("mmengine_scalars", "mmengine_runner_scalars.log", rb'("step": )(\d+)()()', 'loss"'),
     FormatLog("nanogpt", "nanogpt.log", rb"(iter )(\d+)()()", "iter "),
     FormatLog("paddlenlp", "paddlenlp.log", rb"(global_step: )(\d+)()()", "global_step: "),
     FormatLog("fairseq", "fairseq_plain.log", rb"(num_updates=)(\d+)()()", "loss="),

@@ -28,12 +28,13 @@ def test_smoke_run_measures_every_benchmark_and_prints_the_targets(tmp_path):
     assert results["analyze"]["lines_per_second"] > 0  # its report was checked against the generated log
     assert results["scrapers"]["exporter"]["requests"] > 0
     assert results["scrapers"]["prometheus_client"]["requests"] > 0
-    assert len(results["targets"]) == 27 + 15
+    assert len(results["targets"]) == 27 + 17
     # each format's real log continued: the exporter's lines and steps checked, a target each (Lightning's: its
     # redraws continued on their line, counted as lines)
-    assert set(results["formats"]) == {"megatron", "deepspeed", "torchtitan", "nemo", "mmengine", "nanogpt",
-                                       "paddlenlp", "fairseq", "jsonl", "mindformers_static", "hf_trainer_no_bar",
-                                       "hf_trainer_logged", "hf_trainer_own_step", "generic", "lightning"}
+    assert set(results["formats"]) == {"megatron", "deepspeed", "torchtitan", "nemo", "mmengine", "mmengine_epoch",
+                                       "mmengine_scalars", "nanogpt", "paddlenlp", "fairseq", "jsonl",
+                                       "mindformers_static", "hf_trainer_no_bar", "hf_trainer_logged",
+                                       "hf_trainer_own_step", "generic", "lightning"}
     assert all(row["contenders"]["exporter"]["lines_per_second"] > 0 for row in results["formats"].values())
     assert results["analyze_csv"]["lines_per_second"] > 0  # its CSV had a row per step line
     consoles = results["real_console"]  # the kept real consoles, repeated: every contender checked

@@ -41,6 +41,7 @@ from exporter.parse.formats import (
     mindformers,
     mindformers_static,
     mmengine,
+    mmengine_scalars,
     nanogpt,
     nemo,
     paddlenlp,
@@ -1148,8 +1149,12 @@ OTHER_JSON = (b"", b"", b",", b":", (b"it", b"iter"), (b"<", b">|"),
               ((b"l", Kind.FLOAT, 1, b"", b"", 0), (b"loss", Kind.FLOAT, 1, b"", b"", 0),
                (b"t", Kind.DURATION, 0, b"", b"ms", 1), (b"tok", Kind.NUMBER_WITH_UNIT, 0, b"", b"", 2)), 0,
               ((b"of",), b"x/", (b"skip",)))
-JSON_TABLES = [JSONL, OTHER_JSON]
-JSON_IDS = ["jsonl", "other-json"]
+MMENGINE_SCALARS = mmengine_scalars.RECORD.kernel_table
+# Keys renamed and marks, with other names.
+OTHER_JSON_MARKED = (*OTHER_JSON[:8], (*OTHER_JSON[8], (((b"t", b"tt"), (b"skip", b"of"), (b"epoch", b"e_x")),
+                                                         (b"data_time", b"iter", b"tt"))))
+JSON_TABLES = [JSONL, OTHER_JSON, MMENGINE_SCALARS, OTHER_JSON_MARKED]
+JSON_IDS = ["jsonl", "other-json", "mmengine-scalars", "other-json-marked"]
 JSON_KEYS = ["step", "iteration", "global_step", "current_steps", "num_updates", "total_steps", "max_steps", "loss",
              "train_loss", "train/loss", "Train/Loss", "lr", "learning_rate", "train/learning_rate", "grad_norm",
              "gnorm", "step_time", "iteration_time", "tps", "tokens_per_sec", "throughput", "data_time", "eval_loss",
@@ -1191,8 +1196,10 @@ def _json_lines(seed: int) -> list[bytes]:
     lines += [re.sub(rb'"current_steps": \d+', b'"current_steps": %d' % step, real[step % 4]) for step in range(2000)]
     for step in range(3000):
         line = _fuzzed_json_line(rng, read=True)
-        name = rng.choice(["step", "current_steps", "it", "of"])
-        lines.append(line.replace("{", f'{{"{name}": {step // 3}, "loss": 1.5, ', 1).replace(", }", "}").encode())
+        name = rng.choice(["step", "step", "current_steps", "it", "it", "of"])
+        marked = '"data_time": 0.1, ' if rng.random() < 0.9 else ""  # MMEngine's scalars.json records print it
+        lines.append(line.replace("{", f'{{"{name}": {step // 3}, "loss": 1.5, {marked}', 1).replace(", }", "}")
+                     .encode())
     return lines
 
 
@@ -1220,6 +1227,19 @@ def test_a_json_record_the_kernel_reads_is_the_one_the_format_parses():
     assert read > 2000 and declined > 3000
 
 
+def test_the_mmengine_scalars_reference_lines():
+    """MMEngine's vis_data/scalars.json records (tests/fixtures/real/mmengine_runner_scalars.log): ``time`` the step
+    time, ``memory`` read as ``memory_mb``; a JSON line without ``data_time`` is no such record."""
+    scalars = (REPO / "tests" / "fixtures" / "real" / "mmengine_runner_scalars.log").read_bytes().splitlines()
+    for reader in _both_readers(MMENGINE_SCALARS):
+        assert reader.read(scalars[0], [0], 0, 1) == 1
+        assert _taken_latest(reader) == ([1], None, [7.916203022003174, 0.05, None, 0.11687707901000977], [
+            ("data_time", 0.0019211769104003906), ("iter", 1.0)])
+        assert reader.read(scalars[1].replace(b', "step"', b', "memory": 512, "step"'), [0], 0, 1) == 1
+        assert _taken_latest(reader)[3][-1] == ("memory_mb", 512.0)
+        assert reader.read(b'{"step": 3, "loss": 2.5, "time": 0.5}', [0], 0, 1) == 0
+
+
 def test_the_llamafactory_reference_line():
     line = (b'{"current_steps": 3200, "total_steps": 3235, "loss": 4.4671, "eval_loss": null, "predict_loss": null, '
             b'"reward": null, "learning_rate": 1.4439610072863874e-08, "epoch": 0.99, "percentage": 98.92, '
@@ -1228,7 +1248,6 @@ def test_the_llamafactory_reference_line():
         assert reader.read(line, [0], 0, 1) == 1
         assert _taken_latest(reader) == ([3200], 3235, [4.4671, 1.4439610072863874e-08, None, None, None], [
             ("epoch", 0.99), ("percentage", 98.92)])
-        assert reader.read(b'{"step": 1, "loss": 2, "data_time": 0.1, "time": 0.5}', [0], 0, 1) == 0
         assert reader.read(b'{"step": 1, "train/loss": 2, "loss": 3}', [0], 0, 1) == 0
         assert reader.read(b'{"step": 1, "loss": {"a": 2}}', [0], 0, 1) == 0
         assert reader.read(b'{"step": "7", "loss": 2, "total_steps": null} ', [0], 0, 1) == 1
@@ -1238,6 +1257,12 @@ def test_the_llamafactory_reference_line():
 @pytest.mark.parametrize("json", [
     ((b"of",), b"x/"), ((b"",), b"", ()), ((b"of",), "x", ()), ((b"of",), b"", (b"",)), (("of",), b"", ()),
     (tuple(b"t%d" % i for i in range(9)), b"", ()), ((b"of",), b"", tuple(b"d%d" % i for i in range(9))),
+    # The fourth item (renamed, marks).
+    ((b"of",), b"", (), ()), ((b"of",), b"", (), ((), (), ())), ((b"of",), b"", (), (((b"a", b""),), ())),
+    ((b"of",), b"", (), (((b"A", b"b"),), ())), ((b"of",), b"", (), (((b"a", b"b", b""),), ())),
+    ((b"of",), b"", (), (((b"a", "b"),), ())), ((b"of",), b"", (), ((), (b"",))),
+    ((b"of",), b"", (), (tuple((b"a%d" % i, b"b") for i in range(17)), ())), ((b"of",), b"", (), ((), "x")),
+    ((b"of",), b"", (), ((), tuple(b"m%d" % i for i in range(9)))), ((b"of",), b"", (), [(), ()]),
 ])
 def test_both_refuse_a_json_table_they_cannot_read_alike(json):
     table = (*OTHER_JSON[:8], json)

@@ -56,7 +56,7 @@ DETECTED_FORMAT = {
     "real/mindvision_lossmonitor": "mindformers_static",
     "real/mmengine_iter": "mmengine",
     "real/mmengine_runner_iter": "mmengine",
-    "real/mmengine_runner_scalars": "jsonl",
+    "real/mmengine_runner_scalars": "mmengine_scalars",
     "real/msrun_hang_worker_2": "mindformers_static",
     "real/msrun_nan_worker_1": "mindformers_static",
     "real/msrun_oom_worker_1": "mindformers_static",

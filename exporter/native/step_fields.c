@@ -857,12 +857,49 @@ read_segments_table(PyObject *tuple, Table *table)
     return 0;
 }
 
-/* The JSON grammar's step names and (total_names, dropped, declines); -1 on error. */
+/* The JSON grammar's names renamed: ((normalised name, name), ...); -1 on error. */
+static int
+read_json_renamed(PyObject *object, Table *table)
+{
+    PyObject *renamed = tuple_of(object, -1);
+    if (renamed == NULL) return -1;
+    table->renamed_count = PyTuple_GET_SIZE(renamed);
+    if (table->renamed_count > MAX_RENAMED) {
+        PyErr_Format(PyExc_ValueError, "at most %d names are renamed", MAX_RENAMED);
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
+        PyObject *entry = tuple_of(PyTuple_GET_ITEM(renamed, i), 2);
+        if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->renamed_from[i]) < 0
+            || text_of(PyTuple_GET_ITEM(entry, 1), &table->renamed_to[i]) < 0) {
+            return -1;
+        }
+        for (int side = 0; side < 2; side++) {
+            const Text name = side ? table->renamed_to[i] : table->renamed_from[i];
+            uint8_t normalised[MAX_NAME];
+            if (name.length == 0 || name.length > MAX_NAME
+                || normalise_name(name.at, name.at + name.length, normalised) != name.length
+                || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+                PyErr_SetString(PyExc_ValueError, "a JSON key is renamed from a normalised name to another");
+                return -1;
+            }
+        }
+    }
+    return 0;
+}
+
+/* The JSON grammar's step names and (total_names, dropped, declines[, (renamed, marks)]); -1 on error. */
 static int
 read_json_table(PyObject *tuple, Table *table)
 {
-    PyObject *json = tuple_of(PyTuple_GET_ITEM(tuple, 8), 3);
+    PyObject *json = tuple_of(PyTuple_GET_ITEM(tuple, 8), -1);
     Text separator, name_separator;
+    if (json != NULL && PyTuple_GET_SIZE(json) != 3 && PyTuple_GET_SIZE(json) != 4) {
+        PyErr_SetString(PyExc_TypeError, "the JSON grammar is three or four items");
+        return -1;
+    }
+    PyObject *further = json != NULL && PyTuple_GET_SIZE(json) == 4 ? tuple_of(PyTuple_GET_ITEM(json, 3), 2) : NULL;
+    if (json != NULL && PyTuple_GET_SIZE(json) == 4 && further == NULL) return -1;
     if (json == NULL || text_of(PyTuple_GET_ITEM(tuple, 2), &separator) < 0
         || text_of(PyTuple_GET_ITEM(tuple, 3), &name_separator) < 0
         || read_names(PyTuple_GET_ITEM(tuple, 4), table->step_names, &table->step_name_count, MAX_STEP_NAMES,
@@ -871,7 +908,10 @@ read_json_table(PyObject *tuple, Table *table)
                       "give the total") < 0
         || text_of(PyTuple_GET_ITEM(json, 1), &table->dropped) < 0
         || read_names(PyTuple_GET_ITEM(json, 2), table->declines, &table->decline_count, MAX_MARKS,
-                      "decline a line") < 0) {
+                      "decline a line") < 0
+        || (further && (read_json_renamed(PyTuple_GET_ITEM(further, 0), table) < 0
+                        || read_names(PyTuple_GET_ITEM(further, 1), table->marks, &table->mark_count, MAX_MARKS,
+                                      "mark a record") < 0))) {
         return -1;
     }
     if (separator.length != 1 || separator.at[0] != ',' || name_separator.length != 1 || name_separator.at[0] != ':') {
@@ -949,7 +989,7 @@ read_table(PyObject *object, Table *table)
     if (ninth && PyTuple_Check(ninth) && PyTuple_GET_SIZE(ninth) == 7) { /* else the pairs grammar's options */
         if (read_segments_table(tuple, table) < 0) return -1;
     }
-    else if (ninth && PyTuple_Check(ninth) && PyTuple_GET_SIZE(ninth) == 3) {
+    else if (ninth && PyTuple_Check(ninth) && (PyTuple_GET_SIZE(ninth) == 3 || PyTuple_GET_SIZE(ninth) == 4)) {
         if (read_json_table(tuple, table) < 0) return -1;
     }
     else if (opener.length == 0 && closer.length == 0) {
@@ -2100,6 +2140,12 @@ member_name(Run *run, Py_ssize_t place, Text key)
         key = (Text){key.at + table->dropped.length, key.length - table->dropped.length};
     }
     known->name_length = normalise_name(key.at, key.at + key.length, known->name);
+    for (Py_ssize_t i = 0; table->json && i < table->renamed_count; i++) {
+        if (!same_text(known->name, known->name_length, table->renamed_from[i])) continue;
+        memcpy(known->name, table->renamed_to[i].at, (size_t)table->renamed_to[i].length);
+        known->name_length = table->renamed_to[i].length;
+        break;
+    }
     Text name = {known->name, known->name_length};
     known->field = field_named(table, name.at, name.length);
     known->named = -1;
@@ -2130,7 +2176,7 @@ read_json_line(Run *run, const uint8_t *line, const uint8_t *end)
     at = json_space(at + 1, end);
     Member members[MAX_PAIRS];
     Py_ssize_t count = 0, step_member = -1, total_member = -1;
-    int required_printed = table->required < 0;
+    int required_printed = table->required < 0, marked = table->mark_count == 0;
     if (at < end && *at == '}') {
         at++;
     }
@@ -2166,6 +2212,7 @@ read_json_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (name->is_step) step_member = count;
         if (name->is_total) total_member = count;
         if (name->field >= 0 && table->fields[name->field].column == table->required) required_printed = 1;
+        marked = marked || is_one_of((Text){name->name, name->name_length}, table->marks, table->mark_count);
         count++;
         at = json_space(at, end);
         if (at < end && *at == ',') {
@@ -2175,7 +2222,7 @@ read_json_line(Run *run, const uint8_t *line, const uint8_t *end)
         if (!expect_byte(&at, end, '}')) return 0;
         break;
     }
-    if (json_space(at, end) != end || !required_printed || step_member < 0) return 0;
+    if (json_space(at, end) != end || !required_printed || !marked || step_member < 0) return 0;
     /* The step and the total: digits (a literal total: none); others the per-line reader's. */
     long long step, total = 0;
     int has_total = 0;

@@ -24,7 +24,7 @@ framework or a field):
   segments grammar; ``(step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names, seconds,
   words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close[, step_count,
   count_steps]]]])``, the pairs grammar's options (five, ten, thirteen, sixteen or eighteen items);
-  ``(total_names, dropped, declines)``, the JSON grammar (each below).
+  ``(total_names, dropped, declines[, (renamed, marks)])``, the JSON grammar (each below).
 
 Record grammar (an ``opener``): a record is
 ``opener \\s* step_name name_separator \\s* [\\s* digits \\s* / \\s* digits \\s*]
@@ -95,7 +95,7 @@ step is the first of either kind printed.
 The run declines, besides the above, a line printing a name longer than MAX_NAME, a lead whose numbers have more than
 MAX_DIGITS digits, or whose step or total with an outer count (or its counted step) is more than 2**63 - 1.
 
-JSON grammar (a ninth item of three; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
+JSON grammar (a ninth item of three or four; ``opener`` and ``closer`` both ``b""``, ``pair_separator`` ``b","`` and
 ``name_separator`` ``b":"``; custom loops' and LLaMA-Factory's ``{"current_steps": 10, "total_steps": 30, "loss":
 2.5}``): the record is the flat JSON object from the line's first ``{`` to its end (JSON's spaces and tabs around its
 tokens), each member ``"key": value``, the key without ``dropped`` at its start (``b"train/"``) and normalised
@@ -109,7 +109,10 @@ or a control byte or beginning or ending with a space, an object or an array as 
 (then json.loads does not either), a carriage return, a key longer than MAX_NAME, more than MAX_PAIRS members, two
 keys of one normalised name, two names of one column, two step or total names, a name of ``declines`` (lines the
 per-line reader reads its own way: MMEngine's ``data_time``), a step or total not digits (at most MAX_DIGITS), an
-integer of more than MAX_JSON_INTEGER digits (float() of its int fails).
+integer of more than MAX_JSON_INTEGER digits (float() of its int fails). A fourth item, ``(renamed, marks)``:
+``((printed, name), ...)`` (at most MAX_RENAMED, normalised names), a key normalised to ``printed`` read as ``name``
+(MMEngine's ``memory``: ``memory_mb``), and names (normalised, at most MAX_MARKS; none: any record) of which a record
+prints one (MMEngine's ``data_time``).
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
 ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
@@ -639,12 +642,15 @@ def _json_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:
             or any(kind == "string" and raw != raw.strip(" ") for _, raw, kind in members)):
         return None
     names = [normalised_name(key.removeprefix(grammar.dropped)) for key, _, _ in members]
+    renamed = dict(grammar.json_renamed)
+    names = [renamed.get(name, name) for name in names]
     columns = [grammar.column_of[grammar.field_index[name]] for name in names if name in grammar.field_index]
     steps = [number for number, name in enumerate(names) if name in grammar.step_names]
     totals = [number for number, name in enumerate(names) if name in grammar.total_names]
     required = grammar.required < 0 or any(name in grammar.column_names[grammar.required] for name in names)
     if (len(set(names)) != len(names) or len(set(columns)) != len(columns) or len(steps) != 1 or len(totals) > 1
-            or not required or any(name in grammar.declines for name in names)):
+            or not required or any(name in grammar.declines for name in names)
+            or (grammar.marks and not any(name in grammar.marks for name in names))):
         return None
     step = _json_count(members[steps[0]])
     total = _json_count(members[totals[0]]) if totals and members[totals[0]][2] != "literal" else None
@@ -703,6 +709,7 @@ class _Grammar(NamedTuple):
     total_names: tuple[str, ...] = ()
     dropped: str = ""
     declines: tuple[str, ...] = ()
+    json_renamed: tuple[tuple[str, str], ...] = ()  # (normalised key, the name it is read as)
 
 
 def _punctuation(part: bytes) -> bool:
@@ -745,9 +752,17 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
     """The JSON grammar's table checked (module docstring)."""
     _, _, pair_separator, name_separator, step_names, (tag_open, tag_close), fields = table[:7]
     required = table[7]
-    totals, dropped, declines = json
-    if type(dropped) is not bytes:
+    if len(json) not in (3, 4) or (len(json) == 4 and (type(json[3]) is not tuple or len(json[3]) != 2)):
+        raise TypeError("the JSON grammar is three or four items, its fourth (renamed, marks)")
+    totals, dropped, declines, (renamed, marks) = json if len(json) == 4 else (*json, ((), ()))
+    if type(dropped) is not bytes or type(renamed) is not tuple or not all(
+            type(entry) is tuple and len(entry) == 2 and all(type(name) is bytes for name in entry)
+            for entry in renamed):
         raise TypeError("a field table holds bytes")
+    if len(renamed) > MAX_RENAMED or not all(
+            name and len(name) <= MAX_NAME and normalised_name(name.decode("ascii")) == name.decode("ascii")
+            for entry in renamed for name in entry):
+        raise ValueError("a JSON key is renamed from a normalised name to another")
     if (pair_separator, name_separator) != (b",", b":"):
         raise ValueError("the JSON grammar's punctuation is JSON's, b',' and b':'")
     names = _names(step_names, MAX_STEP_NAMES, "give the step")
@@ -758,7 +773,9 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
     field_index = {name.decode("ascii"): index for index, (name, *_) in enumerate(fields)}
     return _Grammar(None, _JSON_NUMBER, tagged, field_index, False, names, column_of, columns, column_names, required,
                     json=True, total_names=_names(totals, MAX_STEP_NAMES, "give the total"),
-                    dropped=dropped.decode("ascii"), declines=_names(declines, MAX_MARKS, "decline a line"))
+                    dropped=dropped.decode("ascii"), declines=_names(declines, MAX_MARKS, "decline a line"),
+                    json_renamed=tuple((printed.decode("ascii"), name.decode("ascii")) for printed, name in renamed),
+                    marks=_names(marks, MAX_MARKS, "mark a record"))
 
 
 def _options(options: object, separators: list[bytes]) -> tuple:
@@ -850,7 +867,7 @@ def _grammar(table: tuple) -> _Grammar:
     required = table[7] if len(table) >= 8 else -1
     ninth = table[8] if len(table) == 9 else None
     segments = ninth if type(ninth) is tuple and len(ninth) == 7 else None
-    json = ninth if type(ninth) is tuple and len(ninth) == 3 else None
+    json = ninth if type(ninth) is tuple and len(ninth) in (3, 4) else None
     options = ninth if ninth is not None and segments is None and json is None else None
     if ninth is not None and (opener or closer):
         raise ValueError("a grammar of a ninth item (segments, the pairs grammar's options, JSON) has no opener and "

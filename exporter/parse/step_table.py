@@ -58,7 +58,8 @@ class StepTable:
 
     With ``json``, the JSON grammar: the record is the line's flat JSON object, its keys normalised
     (``train/`` dropped where ``dropped`` says), the step under ``step`` or an alias, the total
-    under one of ``total_names``; the kernel leaves what it does not read to the per-line parser.
+    under one of ``total_names``, a key renamed where ``renamed`` says (its unit ""), one of ``marks`` printed
+    where there are marks; the kernel leaves what it does not read to the per-line parser.
 
     Known fields set their gauge; every other name with a float value is a named value
     (``*_loss`` an aux loss, parse/fields.py). The kernel keeps every value of a series
@@ -148,8 +149,11 @@ class StepTable:
     def _grammar_item(self) -> tuple[tuple, ...]:
         """The table's ninth item, its grammar's (none: the record grammar's or the plain pairs grammar's)."""
         if self.json:
+            assert not any(unit for _, _, unit in self.renamed)  # a JSON value prints no unit to drop
+            renamed = tuple((printed.encode(), name.encode()) for printed, name, _ in self.renamed)
+            marked = ((renamed, tuple(name.encode() for name in self.marks)),) if renamed or self.marks else ()
             return ((tuple(name.encode() for name in self.total_names), self.dropped.encode(),
-                     tuple(name.encode() for name in self.declines)),)
+                     tuple(name.encode() for name in self.declines), *marked),)
         if self.segments:
             return (tuple(part.encode() for part in (self.dropped, self.unprinted_nonfinite, self.step_segment,
                                                      self.lead, self.lead_name, self.step_close, self.percent)),)
@@ -171,8 +175,9 @@ class StepTable:
 
     @cached_property
     def _marked(self) -> tuple[str, ...]:
-        """What a line holding a record holds one of: a mark and its name separator (none: no marks)."""
-        return tuple(mark + self.name_separator[:1] for mark in self.marks)
+        """What a line holding a record holds one of: a mark and its name separator (none: no marks; the JSON
+        grammar's marks are the kernel's to find, among its normalised keys)."""
+        return tuple(mark + self.name_separator[:1] for mark in self.marks) if not self.json else ()
 
     def read_line(self, text: str) -> StepLine | None:
         """The record of one line of any text, the kernel's grammar in Python; None when it holds none."""

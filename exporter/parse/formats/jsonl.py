@@ -9,16 +9,15 @@ values as strings).
 
 The same reading is a field table (the JSON grammar): runs of flat dicts are read by the
 step-field kernel, which leaves to ``parse`` below every line it does not read alike (escapes,
-nesting, two aliases of one value, a step that is no integer, MMEngine's ``data_time``
-records, a unitless ``throughput``).
+nesting, two aliases of one value, a step that is no integer, a unitless ``throughput``).
+MMEngine's ``scalars.json`` records are a format of their own (mmengine_scalars.py).
 """
 
 from __future__ import annotations
 
 import json
 
-from exporter.parse.fields import add_named, metric_name, set_value, window_mean
-from exporter.parse.formats.mmengine import WINDOW as MMENGINE_WINDOW
+from exporter.parse.fields import add_named, metric_name, set_value
 from exporter.parse.formats.registry import Format, register
 from exporter.parse.numbers import finite_int, parse_float
 from exporter.parse.records import StepLine
@@ -42,7 +41,7 @@ RECORD = StepTable((
     StepField("tokens_per_sec", Kind.FLOAT, "throughput", aliases=("tps",), unit="tokens/s"),
 ), opener="", closer="", pair_separator=",", name_separator=":", step=_STEP_KEYS[0], step_aliases=_STEP_KEYS[1:],
     required=_LOSS_KEYS[0], json=True, total_names=_TOTAL_KEYS, dropped=_TRAIN_PREFIX,
-    declines=("data_time", "throughput"))
+    declines=("throughput",))
 
 
 def parse(text: str) -> StepLine | None:
@@ -68,12 +67,6 @@ def parse(text: str) -> StepLine | None:
     set_value(line, "learning_rate", _first(values, _LR_KEYS))
     set_value(line, "grad_norm", _first(values, _GRAD_NORM_KEYS))
     set_value(line, "step_time_seconds", _first(values, _TIME_KEYS))
-    if "data_time" in values and "step_time_seconds" not in line.values:
-        # MMEngine's vis_data/scalars.json: ``time`` is the iteration time, a mean over the window as printed.
-        set_value(line, "step_time_seconds", values.pop("time", None))
-        window_mean(line, MMENGINE_WINDOW)
-        if "memory" in values:
-            values["memory_mb"] = values.pop("memory")
     for key, unit in _THROUGHPUT_UNITS.items():
         if values.get(key) is not None:
             set_value(line, "throughput", values.pop(key))
