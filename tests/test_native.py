@@ -1151,8 +1151,8 @@ OTHER_JSON = (b"", b"", b",", b":", (b"it", b"iter"), (b"<", b">|"),
               ((b"of",), b"x/", (b"skip",)))
 MMENGINE_SCALARS = mmengine_scalars.RECORD.kernel_table
 # Keys renamed and marks, with other names.
-OTHER_JSON_MARKED = (*OTHER_JSON[:8], (*OTHER_JSON[8], (((b"t", b"tt"), (b"skip", b"of"), (b"epoch", b"e_x")),
-                                                         (b"data_time", b"iter", b"tt"))))
+OTHER_JSON_MARKED = (*OTHER_JSON[:8], (*OTHER_JSON[8], (((b"t", b"tt", b""), (b"skip", b"of", b""),
+                                                          (b"epoch", b"e_x", b"")), (b"data_time", b"iter", b"tt"))))
 JSON_TABLES = [JSONL, OTHER_JSON, MMENGINE_SCALARS, OTHER_JSON_MARKED]
 JSON_IDS = ["jsonl", "other-json", "mmengine-scalars", "other-json-marked"]
 JSON_KEYS = ["step", "iteration", "global_step", "current_steps", "num_updates", "total_steps", "max_steps", "loss",
@@ -1258,10 +1258,11 @@ def test_the_llamafactory_reference_line():
     ((b"of",), b"x/"), ((b"",), b"", ()), ((b"of",), "x", ()), ((b"of",), b"", (b"",)), (("of",), b"", ()),
     (tuple(b"t%d" % i for i in range(9)), b"", ()), ((b"of",), b"", tuple(b"d%d" % i for i in range(9))),
     # The fourth item (renamed, marks).
-    ((b"of",), b"", (), ()), ((b"of",), b"", (), ((), (), ())), ((b"of",), b"", (), (((b"a", b""),), ())),
-    ((b"of",), b"", (), (((b"A", b"b"),), ())), ((b"of",), b"", (), (((b"a", b"b", b""),), ())),
-    ((b"of",), b"", (), (((b"a", "b"),), ())), ((b"of",), b"", (), ((), (b"",))),
-    ((b"of",), b"", (), (tuple((b"a%d" % i, b"b") for i in range(17)), ())), ((b"of",), b"", (), ((), "x")),
+    ((b"of",), b"", (), ()), ((b"of",), b"", (), ((), (), ())), ((b"of",), b"", (), (((b"a", b"", b""),), ())),
+    ((b"of",), b"", (), (((b"A", b"b", b""),), ())), ((b"of",), b"", (), (((b"a", b"b"),), ())),
+    ((b"of",), b"", (), (((b"a", "b", b""),), ())), ((b"of",), b"", (), (((b"a", b"b", b"MB"),), ())),
+    ((b"of",), b"", (), ([(b"a", b"b", b"")], ())), ((b"of",), b"", (), ((), (b"",))),
+    ((b"of",), b"", (), (tuple((b"a%d" % i, b"b", b"") for i in range(17)), ())), ((b"of",), b"", (), ((), "x")),
     ((b"of",), b"", (), ((), tuple(b"m%d" % i for i in range(9)))), ((b"of",), b"", (), [(), ()]),
 ])
 def test_both_refuse_a_json_table_they_cannot_read_alike(json):

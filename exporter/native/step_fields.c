@@ -715,32 +715,13 @@ read_count_options(PyObject *options, Table *table)
     return 0;
 }
 
-/* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
- * seconds, words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close[, step_count_name,
- * count_step_names]]]]); -1 on error. */
+/* Names renamed, ((printed, name, unit), ...) (the pairs grammar's options, the JSON grammar's fourth item); -1 on
+ * error. */
 static int
-read_pairs_options(PyObject *object, Table *table)
+read_renamed(PyObject *object, Table *table)
 {
-    PyObject *options = tuple_of(object, -1), *renamed;
-    Text name_bytes;
-    if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
-        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 16 && PyTuple_GET_SIZE(options) != 18) {
-        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen, sixteen or eighteen items");
-        return -1;
-    }
-    if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
-        || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0
-        || (renamed = tuple_of(PyTuple_GET_ITEM(options, 2), -1)) == NULL
-        || read_brackets(table, PyTuple_GET_ITEM(options, 3), &table->value_open, &table->value_shut) < 0) {
-        return -1;
-    }
-    for (Py_ssize_t i = 0; i < name_bytes.length; i++) {
-        if (!is_punctuation(table, name_bytes.at[i])) {
-            PyErr_SetString(PyExc_ValueError, "a name's further bytes are punctuation, no separator");
-            return -1;
-        }
-        table->name_byte[name_bytes.at[i]] = 1;
-    }
+    PyObject *renamed = tuple_of(object, -1);
+    if (renamed == NULL) return -1;
     table->renamed_count = PyTuple_GET_SIZE(renamed);
     if (table->renamed_count > MAX_RENAMED) {
         PyErr_Format(PyExc_ValueError, "at most %d names are renamed", MAX_RENAMED);
@@ -757,6 +738,34 @@ read_pairs_options(PyObject *object, Table *table)
             PyErr_SetString(PyExc_ValueError, "a renamed name is a name, its new name at most MAX_NAME bytes");
             return -1;
         }
+    }
+    return 0;
+}
+
+/* The pairs grammar's options (step_brackets, name_bytes, renamed, value_brackets, marks[, outer, outer_names,
+ * seconds, words, every_value[, escapes, item_brackets, not_after[, lead, lead_name, lead_close[, step_count_name,
+ * count_step_names]]]]); -1 on error. */
+static int
+read_pairs_options(PyObject *object, Table *table)
+{
+    PyObject *options = tuple_of(object, -1);
+    Text name_bytes;
+    if (options != NULL && PyTuple_GET_SIZE(options) != 5 && PyTuple_GET_SIZE(options) != 10
+        && PyTuple_GET_SIZE(options) != 13 && PyTuple_GET_SIZE(options) != 16 && PyTuple_GET_SIZE(options) != 18) {
+        PyErr_SetString(PyExc_TypeError, "the pairs grammar's options are five, ten, thirteen, sixteen or eighteen items");
+        return -1;
+    }
+    if (options == NULL || read_brackets(table, PyTuple_GET_ITEM(options, 0), &table->step_open, &table->step_shut) < 0
+        || text_of(PyTuple_GET_ITEM(options, 1), &name_bytes) < 0 || read_renamed(PyTuple_GET_ITEM(options, 2), table) < 0
+        || read_brackets(table, PyTuple_GET_ITEM(options, 3), &table->value_open, &table->value_shut) < 0) {
+        return -1;
+    }
+    for (Py_ssize_t i = 0; i < name_bytes.length; i++) {
+        if (!is_punctuation(table, name_bytes.at[i])) {
+            PyErr_SetString(PyExc_ValueError, "a name's further bytes are punctuation, no separator");
+            return -1;
+        }
+        table->name_byte[name_bytes.at[i]] = 1;
     }
     if (read_names(PyTuple_GET_ITEM(options, 4), table->marks, &table->mark_count, MAX_MARKS, "mark a record") < 0) return -1;
     /* The item brackets first: the seconds they allow are read with the outer options. */
@@ -857,30 +866,19 @@ read_segments_table(PyObject *tuple, Table *table)
     return 0;
 }
 
-/* The JSON grammar's names renamed: ((normalised name, name), ...); -1 on error. */
+/* The JSON grammar's names renamed: ((normalised key, name, b""), ...), keys read as other names; -1 on error. */
 static int
 read_json_renamed(PyObject *object, Table *table)
 {
-    PyObject *renamed = tuple_of(object, -1);
-    if (renamed == NULL) return -1;
-    table->renamed_count = PyTuple_GET_SIZE(renamed);
-    if (table->renamed_count > MAX_RENAMED) {
-        PyErr_Format(PyExc_ValueError, "at most %d names are renamed", MAX_RENAMED);
-        return -1;
-    }
+    if (read_renamed(object, table) < 0) return -1;
     for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
-        PyObject *entry = tuple_of(PyTuple_GET_ITEM(renamed, i), 2);
-        if (entry == NULL || text_of(PyTuple_GET_ITEM(entry, 0), &table->renamed_from[i]) < 0
-            || text_of(PyTuple_GET_ITEM(entry, 1), &table->renamed_to[i]) < 0) {
-            return -1;
-        }
         for (int side = 0; side < 2; side++) {
             const Text name = side ? table->renamed_to[i] : table->renamed_from[i];
             uint8_t normalised[MAX_NAME];
-            if (name.length == 0 || name.length > MAX_NAME
+            if (name.length == 0 || table->renamed_unit[i].length
                 || normalise_name(name.at, name.at + name.length, normalised) != name.length
                 || memcmp(normalised, name.at, (size_t)name.length) != 0) {
-                PyErr_SetString(PyExc_ValueError, "a JSON key is renamed from a normalised name to another");
+                PyErr_SetString(PyExc_ValueError, "a JSON key is renamed from a normalised name to another, no unit");
                 return -1;
             }
         }

@@ -108,11 +108,11 @@ step and its required column. The run declines, besides what it declines of any 
 or a control byte or beginning or ending with a space, an object or an array as a value, anything JSON does not read
 (then json.loads does not either), a carriage return, a key longer than MAX_NAME, more than MAX_PAIRS members, two
 keys of one normalised name, two names of one column, two step or total names, a name of ``declines`` (lines the
-per-line reader reads its own way: MMEngine's ``data_time``), a step or total not digits (at most MAX_DIGITS), an
+per-line reader reads its own way: a unitless ``throughput``), a step or total not digits (at most MAX_DIGITS), an
 integer of more than MAX_JSON_INTEGER digits (float() of its int fails). A fourth item, ``(renamed, marks)``:
-``((printed, name), ...)`` (at most MAX_RENAMED, normalised names), a key normalised to ``printed`` read as ``name``
-(MMEngine's ``memory``: ``memory_mb``), and names (normalised, at most MAX_MARKS; none: any record) of which a record
-prints one (MMEngine's ``data_time``).
+``((printed, name, b""), ...)`` (at most MAX_RENAMED, normalised names), a key normalised to ``printed`` read as
+``name`` (MMEngine's ``memory``: ``memory_mb``), and names (normalised, at most MAX_MARKS; none: any record) of which a
+record prints one (MMEngine's ``data_time``).
 
 Segments grammar (a ninth item; ``opener`` and ``closer`` both ``b""``): the record begins at the first
 ``step_name \\s+ digits / \\s* digits \\s* pair_separator`` of the line, ``step_name`` not after a name byte, or
@@ -755,14 +755,12 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
     if len(json) not in (3, 4) or (len(json) == 4 and (type(json[3]) is not tuple or len(json[3]) != 2)):
         raise TypeError("the JSON grammar is three or four items, its fourth (renamed, marks)")
     totals, dropped, declines, (renamed, marks) = json if len(json) == 4 else (*json, ((), ()))
-    if type(dropped) is not bytes or type(renamed) is not tuple or not all(
-            type(entry) is tuple and len(entry) == 2 and all(type(name) is bytes for name in entry)
-            for entry in renamed):
+    if type(dropped) is not bytes:
         raise TypeError("a field table holds bytes")
-    if len(renamed) > MAX_RENAMED or not all(
-            name and len(name) <= MAX_NAME and normalised_name(name.decode("ascii")) == name.decode("ascii")
-            for entry in renamed for name in entry):
-        raise ValueError("a JSON key is renamed from a normalised name to another")
+    _renamed(renamed)
+    if not all(name and normalised_name(name.decode("ascii")) == name.decode("ascii") and not unit
+               for *names, unit in renamed for name in names):
+        raise ValueError("a JSON key is renamed from a normalised name to another, no unit")
     if (pair_separator, name_separator) != (b",", b":"):
         raise ValueError("the JSON grammar's punctuation is JSON's, b',' and b':'")
     names = _names(step_names, MAX_STEP_NAMES, "give the step")
@@ -774,7 +772,7 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
     return _Grammar(None, _JSON_NUMBER, tagged, field_index, False, names, column_of, columns, column_names, required,
                     json=True, total_names=_names(totals, MAX_STEP_NAMES, "give the total"),
                     dropped=dropped.decode("ascii"), declines=_names(declines, MAX_MARKS, "decline a line"),
-                    json_renamed=tuple((printed.decode("ascii"), name.decode("ascii")) for printed, name in renamed),
+                    json_renamed=tuple((printed.decode("ascii"), name.decode("ascii")) for printed, name, _ in renamed),
                     marks=_names(marks, MAX_MARKS, "mark a record"))
 
 
@@ -820,16 +818,23 @@ def _options(options: object, separators: list[bytes]) -> tuple:
     name = re.compile(rf"[A-Za-z_][A-Za-z0-9_{re.escape(name_bytes.decode('ascii'))}]*")
     if not all(name.fullmatch(word) for word in words_before):
         raise ValueError("a word before a step's name is a name")
-    if len(renamed) > MAX_RENAMED or not all(type(entry) is tuple and len(entry) == 3
-                                             and all(type(name) is bytes for name in entry) for entry in renamed):
-        raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
-    if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
-        raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
+    _renamed(renamed)
     return (brackets, name_bytes, renamed, value_brackets, _names(marks, MAX_MARKS, "mark a record"),
             *_outer_options(outer, outer_names, seconds, words, brackets, value_brackets + item_brackets),
             _names(every_value, MAX_MARKS, "keep every value of"), bool(escapes),
             item_brackets.decode("ascii"), words_before, lead.decode("ascii"), lead_name.decode("ascii"),
             lead_close.decode("ascii"), step_count.decode("ascii"), counted_names)
+
+
+def _renamed(renamed: tuple) -> None:
+    """Names renamed, checked: ((printed, name, unit), ...) of bytes (the pairs grammar's options, the JSON grammar's
+    fourth item)."""
+    if type(renamed) is not tuple or len(renamed) > MAX_RENAMED or not all(
+            type(entry) is tuple and len(entry) == 3 and all(type(name) is bytes for name in entry)
+            for entry in renamed):
+        raise TypeError(f"renamed names are at most {MAX_RENAMED} (printed, name, unit) of bytes")
+    if any(not printed or len(name) > MAX_NAME for printed, name, _ in renamed):
+        raise ValueError("a renamed name is a name, its new name at most MAX_NAME bytes")
 
 
 def _outer_options(outer: object, outer_names: object, seconds: object, words: object, brackets: bytes,

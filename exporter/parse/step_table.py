@@ -117,7 +117,7 @@ class StepTable:
     step_count: str = ""
     count_steps: tuple[str, ...] = ()
     # The JSON grammar (``{"step": 5, "loss": 2.5}``): the total's names, the names whose lines the per-line parser
-    # reads (its own rules: MMEngine's ``data_time``); ``dropped``: the prefix a key drops (``train/``).
+    # reads (its own rules: a unitless ``throughput``); ``dropped``: the prefix a key drops (``train/``).
     json: bool = False
     total_names: tuple[str, ...] = ()
     declines: tuple[str, ...] = ()
@@ -149,8 +149,7 @@ class StepTable:
     def _grammar_item(self) -> tuple[tuple, ...]:
         """The table's ninth item, its grammar's (none: the record grammar's or the plain pairs grammar's)."""
         if self.json:
-            assert not any(unit for _, _, unit in self.renamed)  # a JSON value prints no unit to drop
-            renamed = tuple((printed.encode(), name.encode()) for printed, name, _ in self.renamed)
+            renamed = tuple(tuple(part.encode() for part in entry) for entry in self.renamed)
             marked = ((renamed, tuple(name.encode() for name in self.marks)),) if renamed or self.marks else ()
             return ((tuple(name.encode() for name in self.total_names), self.dropped.encode(),
                      tuple(name.encode() for name in self.declines), *marked),)
