@@ -571,6 +571,15 @@ read_brackets(const Table *table, PyObject *object, uint8_t *open, uint8_t *shut
 
 static Py_ssize_t normalise_name(const uint8_t *at, const uint8_t *end, uint8_t *out);
 
+/* A name of at most MAX_NAME bytes that normalise_name leaves as it is (the empty one too). */
+static int
+is_normalised(Text name)
+{
+    uint8_t normalised[MAX_NAME];
+    return name.length <= MAX_NAME && normalise_name(name.at, name.at + name.length, normalised) == name.length
+           && memcmp(normalised, name.at, (size_t)name.length) == 0;
+}
+
 /* The pairs grammar's five further options (outer, outer_names, seconds, words, every_value); -1 on error. */
 static int
 read_outer_options(PyObject *options, Table *table)
@@ -600,12 +609,8 @@ read_outer_options(PyObject *options, Table *table)
             || text_of(PyTuple_GET_ITEM(entry, 1), &table->seconds_to[i]) < 0) {
             return -1;
         }
-        const Text name = table->seconds_to[i];
-        uint8_t normalised[MAX_NAME];
-        if ((!table->value_open && !table->item_open) || !table->seconds_from[i].length || !name.length
-            || name.length > MAX_NAME
-            || normalise_name(name.at, name.at + name.length, normalised) != name.length
-            || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+        if ((!table->value_open && !table->item_open) || !table->seconds_from[i].length
+            || !table->seconds_to[i].length || !is_normalised(table->seconds_to[i])) {
             PyErr_SetString(PyExc_ValueError, "a second item needs value or item brackets; its name is a normalised "
                                               "name");
             return -1;
@@ -676,10 +681,7 @@ read_lead_options(PyObject *options, Table *table)
     table->lead_close = close.length == 1 ? close.at[0] : 0;
     int lead_ok = lead.length == 0 || (!table->step_open && is_name_start(lead.at[0]));
     for (Py_ssize_t at = 1; at < lead.length; at++) lead_ok = lead_ok && is_name(lead.at[at]);
-    uint8_t normalised[MAX_NAME];
-    if (!lead_ok || (lead.length == 0) != (name.length == 0) || name.length > MAX_NAME
-        || normalise_name(name.at, name.at + name.length, normalised) != name.length
-        || memcmp(normalised, name.at, (size_t)name.length) != 0
+    if (!lead_ok || (lead.length == 0) != (name.length == 0) || !is_normalised(name)
         || (close.length && (!lead.length || close.length != 1 || !is_punctuation(table, close.at[0])))) {
         PyErr_SetString(PyExc_ValueError, "a lead is a name printed without the step's brackets, with a normalised "
                                           "name and a close of punctuation, no separator");
@@ -699,15 +701,12 @@ read_count_options(PyObject *options, Table *table)
         return -1;
     }
     const Text name = table->step_count_name;
-    uint8_t normalised[MAX_NAME];
     int names_ok = 1;
     for (Py_ssize_t i = 0; i < table->count_step_name_count; i++) {
         names_ok = names_ok && is_name_start(table->count_step_names[i].at[0]);
     }
     if (!names_ok || (name.length == 0) != (table->count_step_name_count == 0)
-        || (name.length && (!table->step_open || table->outer.length)) || name.length > MAX_NAME
-        || normalise_name(name.at, name.at + name.length, normalised) != name.length
-        || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+        || (name.length && (!table->step_open || table->outer.length)) || !is_normalised(name)) {
         PyErr_SetString(PyExc_ValueError, "a step count is a normalised name, of steps printed with the step's brackets "
                                           "after a count in them, no outer count's");
         return -1;
@@ -874,10 +873,7 @@ read_json_renamed(PyObject *object, Table *table)
     for (Py_ssize_t i = 0; i < table->renamed_count; i++) {
         for (int side = 0; side < 2; side++) {
             const Text name = side ? table->renamed_to[i] : table->renamed_from[i];
-            uint8_t normalised[MAX_NAME];
-            if (name.length == 0 || table->renamed_unit[i].length
-                || normalise_name(name.at, name.at + name.length, normalised) != name.length
-                || memcmp(normalised, name.at, (size_t)name.length) != 0) {
+            if (name.length == 0 || table->renamed_unit[i].length || !is_normalised(name)) {
                 PyErr_SetString(PyExc_ValueError, "a JSON key is renamed from a normalised name to another, no unit");
                 return -1;
             }

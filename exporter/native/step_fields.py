@@ -758,8 +758,8 @@ def _json_grammar(table: tuple, json: tuple) -> _Grammar:
     if type(dropped) is not bytes:
         raise TypeError("a field table holds bytes")
     _renamed(renamed)
-    if not all(name and normalised_name(name.decode("ascii")) == name.decode("ascii") and not unit
-               for *names, unit in renamed for name in names):
+    if not all(name and len(name) <= MAX_NAME and normalised_name(name.decode("ascii")) == name.decode("ascii")
+               and not unit for *names, unit in renamed for name in names):
         raise ValueError("a JSON key is renamed from a normalised name to another, no unit")
     if (pair_separator, name_separator) != (b",", b":"):
         raise ValueError("the JSON grammar's punctuation is JSON's, b',' and b':'")
