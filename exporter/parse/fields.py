@@ -77,12 +77,6 @@ WINDOW_UNIT = "s, mean of {steps} steps"
 _WINDOW = lazy(r"s, mean of (\d+) steps")
 
 
-def window_mean(line: StepLine, steps: int) -> None:
-    """Mark the line's step time as the mean of its last ``steps`` steps."""
-    if "step_time_seconds" in line.values:
-        line.units["step_time_seconds"] = WINDOW_UNIT.format(steps=steps)
-
-
 def window_of(unit: str | None) -> int:
     """How many steps a step time of this unit is the mean of (1: the step's own)."""
     match = _WINDOW.fullmatch(unit) if unit else None
