@@ -9,6 +9,9 @@
 #include <stdint.h>
 #include <stdlib.h>
 #include <string.h>
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 
 /* Work on a thread of its own that never takes the interpreter (scan.c's Ahead, step_fields.c's StepsAhead). */
 typedef struct {
@@ -92,6 +95,23 @@ push_double(Doubles *array, double value)
     return 0;
 }
 
+/* memcmp(a, b, length) == 0 without a call: the prefixes, tags and names compared on each line are a few bytes long. */
+static inline int
+same_bytes(const void *a, const void *b, Py_ssize_t length)
+{
+    const uint8_t *x = a, *y = b;
+    for (; length >= 8; x += 8, y += 8, length -= 8) {
+        uint64_t left, right;
+        memcpy(&left, x, 8);
+        memcpy(&right, y, 8);
+        if (left != right) return 0;
+    }
+    for (; length > 0; x++, y++, length--) {
+        if (*x != *y) return 0;
+    }
+    return 1;
+}
+
 /* The first ``literal`` (not empty) in at[0:size], NULL when none: its first byte by memchr, then the rest (glibc's
  * memmem reads a long block at a few instructions a byte, and a short one after a setup of its own). */
 static const void *
@@ -99,7 +119,7 @@ find_literal(const void *at, Py_ssize_t size, const void *literal, Py_ssize_t le
 {
     const char *match = at, *end = match + size, *text = literal;
     while (end - match >= length && (match = memchr(match, text[0], (size_t)(end - match - length + 1))) != NULL) {
-        if (memcmp(match + 1, text + 1, (size_t)length - 1) == 0) return match;
+        if (same_bytes(match + 1, text + 1, length - 1)) return match;
         match++;
     }
     return NULL;
@@ -118,10 +138,10 @@ static Py_ssize_t
 tag_at(const char *at, const char *end, const Py_buffer *open, const Py_buffer *close)
 {
     const char *name = at + open->len;
-    if (end - at < open->len || memcmp(at, open->buf, open->len) != 0) return 0;
+    if (end - at < open->len || !same_bytes(at, open->buf, open->len)) return 0;
     const char *after = name;
     while (after < end && is_tag_name((uint8_t)*after)) after++;
-    if (after == name || end - after < close->len || memcmp(after, close->buf, close->len) != 0) return 0;
+    if (after == name || end - after < close->len || !same_bytes(after, close->buf, close->len)) return 0;
     after += close->len;
     if (after < end && *after == ' ') after++;
     return after - at;
@@ -135,6 +155,29 @@ typedef struct {
     Offsets starts[MAX_PREFIXES];
 } Groups;
 
+/* Where the line from ``at`` on ends (its newline, else ``end``), and in ``*first`` where ``byte`` is first found
+ * before that (NULL: nowhere): one pass, sixteen bytes at a time, where two searches took two. */
+static const char *
+line_end_and_byte(const char *at, const char *end, char byte, const char **first)
+{
+    *first = NULL;
+#ifdef __SSE2__
+    const __m128i newline = _mm_set1_epi8('\n'), wanted = _mm_set1_epi8(byte);
+    for (; end - at >= 16; at += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)at);
+        unsigned found = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, newline));
+        unsigned seen = *first ? 0 : (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, wanted));
+        if (found) seen &= found - 1; /* before the newline */
+        if (seen) *first = at + __builtin_ctz(seen);
+        if (found) return at + __builtin_ctz(found);
+    }
+#endif
+    const char *newline_at = memchr(at, '\n', (size_t)(end - at));
+    const char *stop = newline_at ? newline_at : end;
+    if (*first == NULL) *first = memchr(at, byte, (size_t)(stop - at));
+    return stop;
+}
+
 /* The lines of data[0:size] grouped into ``groups`` (see group_lines), without the interpreter; -1 when memory ran
  * out. */
 static int
@@ -142,15 +185,29 @@ find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_
             const Py_buffer *loose_starts, Groups *found)
 {
     const char *end = at + size;
+    Py_ssize_t last = 0;
     for (const char *line = at; line < end;) {
-        const char *newline = memchr(line, '\n', end - line);
-        if (newline == NULL) break;
+        /* The prefix of tags first, bounded by the block's end (a tag holds no newline: checked), then the line's end
+         * and its first tag opener after the prefix in one pass. */
         Py_ssize_t width = 0, tag;
-        while ((tag = tag_at(line + width, newline, open, close)) > 0) width += tag;
-        Py_ssize_t group = 0;
-        while (group < found->groups && !(found->lengths[group] == width && memcmp(found->texts[group], line, width) == 0)) {
-            group++;
+        while ((tag = tag_at(line + width, end, open, close)) > 0) width += tag;
+        if (memchr(line, '\n', (size_t)width) != NULL) {
+            width = 0;
+            const char *newline = memchr(line, '\n', end - line);
+            while ((tag = tag_at(line + width, newline, open, close)) > 0) width += tag;
         }
+        const char *body = line + width, *bracket;
+        const char *newline = line_end_and_byte(body, end, ((const char *)open->buf)[0], &bracket);
+        if (newline == end) break; /* no newline: no line */
+        /* A console prints a rank's lines a few at a time: the line before's group first. */
+        Py_ssize_t group = last;
+        if (!(group < found->groups && found->lengths[group] == width && same_bytes(found->texts[group], line, width))) {
+            group = 0;
+            while (group < found->groups && !(found->lengths[group] == width && same_bytes(found->texts[group], line, width))) {
+                group++;
+            }
+        }
+        last = group;
         if (group == found->groups) {
             if (group == MAX_PREFIXES) {
                 found->overflow = 1;
@@ -161,10 +218,8 @@ find_groups(const char *at, Py_ssize_t size, const Py_buffer *literal, const Py_
             found->groups++;
         }
         found->counts[group]++;
-        const char *body = line + width;
         if (width == 0 && body < newline && memchr(loose_starts->buf, *body, loose_starts->len) != NULL) found->loose++;
-        for (const char *bracket = body; (bracket = memchr(bracket, ((const char *)open->buf)[0], newline - bracket)) != NULL;
-             bracket++) {
+        for (; bracket != NULL; bracket = memchr(bracket + 1, ((const char *)open->buf)[0], newline - bracket - 1)) {
             if (tag_at(bracket, newline, open, close)) {
                 found->tagged++;
                 break;

@@ -22,6 +22,21 @@ eight_digits(uint64_t word)
            == UINT64_C(0x3333333333333333);
 }
 
+/* How many of the word's bytes, from its first, are ASCII digits (0 to 8; little-endian). A byte's carry reaches only
+ * the bytes after it, and a byte that carries is no digit. */
+static int
+leading_digits(uint64_t word)
+{
+#if __BYTE_ORDER__ != __ORDER_LITTLE_ENDIAN__
+    (void)word;
+    return 0; /* the byte loop reads them */
+#endif
+    uint64_t classes = (word & UINT64_C(0xF0F0F0F0F0F0F0F0))
+                       | (((word + UINT64_C(0x0606060606060606)) & UINT64_C(0xF0F0F0F0F0F0F0F0)) >> 4);
+    uint64_t others = classes ^ UINT64_C(0x3333333333333333); /* a byte not 0 for each byte that is no digit */
+    return others ? __builtin_ctzll(others) / 8 : 8;
+}
+
 static uint64_t
 eight_digits_value(uint64_t word)
 {
@@ -33,12 +48,14 @@ eight_digits_value(uint64_t word)
     return (uint32_t)((((word & mask) * mul1) + (((word >> 16) & mask) * mul2)) >> 32);
 }
 
-/* A plain decimal ``[-+]digits[.digits][e[-+]digits]`` with at most 19 significant digits: its sign, its digits
- * as an integer and its power of ten. 0 when the token is not that. */
-static int
-decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *mantissa, int *scale)
+/* The plain decimal ``[-+]digits[.digits][e[-+]digits]`` with at most 19 significant digits that begins at ``at``:
+ * its sign, its digits as an integer and its power of ten; where it stops (the first byte after it, ``end`` at
+ * most), NULL when none begins there, it has more digits or it is longer than DECIMAL_MAX_TEXT. */
+static const uint8_t *
+decimal_prefix(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *mantissa, int *scale)
 {
-    if (end - at > DECIMAL_MAX_TEXT) return 0;
+    if (end - at > DECIMAL_MAX_TEXT + 1) end = at + DECIMAL_MAX_TEXT + 1; /* one byte more: a longer token's */
+    const uint8_t *start = at;
     *negative = 0;
     if (at < end && (*at == '-' || *at == '+')) *negative = *at++ == '-';
     uint64_t number = 0;
@@ -46,7 +63,7 @@ decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *ma
     for (; at < end && *at >= '0' && *at <= '9'; at++, digits++) {
         if (number || *at != '0') significant++;
         number = number * 10 + (uint64_t)(*at - '0');
-        if (significant > 19) return 0;
+        if (significant > 19) return NULL;
     }
     if (at < end && *at == '.') {
         const uint8_t *fraction = ++at;
@@ -60,31 +77,52 @@ decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *ma
             significant += 8;
             at += 8;
         }
+        if (end - at >= 8) { /* the fraction's last digits, fewer than eight, at once: each is significant here */
+            memcpy(&eight, at, 8);
+            int count = leading_digits(eight);
+            if (count > 0 && count < 8) {
+                static const uint64_t tens[] = {1, 10, 100, 1000, 10000, 100000, 1000000, 10000000};
+                significant += count;
+                if (significant > 19) return NULL;
+                /* The digits moved up to the word's last bytes after '0's: their value by eight_digits_value. */
+                uint64_t padded = (eight << (8 * (8 - count))) | (UINT64_C(0x3030303030303030) >> (8 * count));
+                number = number * tens[count] + eight_digits_value(padded);
+                at += count;
+            }
+        }
         for (; at < end && *at >= '0' && *at <= '9'; at++) {
             if (number || *at != '0') significant++;
             number = number * 10 + (uint64_t)(*at - '0');
-            if (significant > 19) return 0;
+            if (significant > 19) return NULL;
         }
         digits += (int)(at - fraction);
         power -= (int)(at - fraction);
     }
-    if (digits == 0) return 0;
+    if (digits == 0) return NULL;
     if (at < end && (*at == 'e' || *at == 'E')) {
         at++;
         int exponent_negative = 0, exponent = 0, exponent_digits = 0;
         if (at < end && (*at == '-' || *at == '+')) exponent_negative = *at++ == '-';
         for (; at < end && *at >= '0' && *at <= '9'; at++, exponent_digits++) {
-            if (exponent > 1000) return 0;
+            if (exponent > 1000) return NULL;
             exponent = exponent * 10 + (*at - '0');
         }
-        if (exponent_digits == 0) return 0;
+        if (exponent_digits == 0) return NULL;
         power += exponent_negative ? -exponent : exponent;
     }
-    if (at != end) return 0;
+    if (at - start > DECIMAL_MAX_TEXT) return NULL;
     *mantissa = number;
     *scale = power;
-    return 1;
+    return at;
 }
+
+/* decimal_prefix's parts of a token that is that decimal and nothing else: 0 when it is not. */
+static int
+decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *mantissa, int *scale)
+{
+    return decimal_prefix(at, end, negative, mantissa, scale) == end;
+}
+
 
 /* 5**q for q in [-27, 27], its 128 leading bits (rounded up for q < 0), as Eisel-Lemire takes them: the range
  * where that product needs no fallback (Lemire, "Number Parsing at a Gigabyte per Second", 2021; the table and
@@ -156,17 +194,15 @@ eisel_lemire(uint64_t mantissa, int scale, double *value)
     return 1;
 }
 
-/* A plain decimal read exactly, so the same double float() gives; 0 when it is not one or needs strtod. Up to 15
- * significant digits and a power of ten up to 22: one exact integer, one exact power, one correctly rounded
- * operation (Clinger's fast path); up to 19 digits and powers up to 27: Eisel-Lemire (a printed float's 17). */
+/* The double of ``mantissa`` * 10**``scale`` (negated for ``negative``) read exactly, so the same double float()
+ * gives; 0 when it needs strtod. Up to 15 significant digits and a power of ten up to 22: one exact integer, one
+ * exact power, one correctly rounded operation (Clinger's fast path); up to 19 digits and powers up to 27:
+ * Eisel-Lemire (a printed float's 17). */
 static int
-simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
+decimal_value(int negative, uint64_t mantissa, int scale, double *value)
 {
     static const double powers[] = {1e0, 1e1, 1e2, 1e3, 1e4, 1e5, 1e6, 1e7, 1e8, 1e9, 1e10, 1e11,
                                      1e12, 1e13, 1e14, 1e15, 1e16, 1e17, 1e18, 1e19, 1e20, 1e21, 1e22};
-    int negative, scale;
-    uint64_t mantissa;
-    if (!decimal_parts(at, end, &negative, &mantissa, &scale)) return 0;
     double result;
     if (mantissa < UINT64_C(1000000000000000) && scale >= -22 && scale <= 22) {
         result = scale < 0 ? (double)mantissa / powers[-scale] : (double)mantissa * powers[scale];
@@ -178,5 +214,24 @@ simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
     return 1;
 }
 
+/* A plain decimal read exactly (decimal_value); 0 when it is not one or needs strtod. */
+static int
+simple_decimal(const uint8_t *at, const uint8_t *end, double *value)
+{
+    int negative, scale = 0;
+    uint64_t mantissa = 0;
+    return decimal_parts(at, end, &negative, &mantissa, &scale) && decimal_value(negative, mantissa, scale, value);
+}
+
+/* The plain decimal that begins at ``at`` read exactly: where it stops, NULL when none does or it needs strtod (a
+ * value's number read as its end is found: the caller tells whether the value ends there). */
+static inline const uint8_t *
+simple_decimal_prefix(const uint8_t *at, const uint8_t *end, double *value)
+{
+    int negative, scale = 0;
+    uint64_t mantissa = 0;
+    const uint8_t *stop = decimal_prefix(at, end, &negative, &mantissa, &scale);
+    return stop != NULL && decimal_value(negative, mantissa, scale, value) ? stop : NULL;
+}
 
 #endif

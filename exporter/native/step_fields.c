@@ -21,6 +21,9 @@
 #include <unistd.h>
 
 #include "blocks.h"
+#ifdef __SSE2__
+#include <emmintrin.h>
+#endif
 #include "doubles.h"
 
 /* Kinds: native/step_fields.py's Kind. */
@@ -98,6 +101,9 @@ typedef struct {
     Py_ssize_t not_after_count;
     uint8_t name_byte[256]; /* the pairs grammar: the bytes of a name after its first */
     uint8_t ends[256];      /* the pairs grammar: 1 for each byte that may end a value (a space, a separator) */
+    /* The pairs grammar: a value of a kept shape's pair is read as a number as its end is found (shaped_pairs): no byte
+     * of a plain decimal ends a value, opens a list or shuts a second item. */
+    int numbers_ahead;
     Text step_name, tag_open, tag_close;
     Text step_names[MAX_STEP_NAMES]; /* the pairs grammar: the step's names, first printed wins */
     Py_ssize_t step_name_count;
@@ -156,6 +162,13 @@ is_digit(uint8_t byte)
 }
 
 /* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
+/* A byte of a plain decimal (decimal.h). */
+static int
+decimal_byte(uint8_t byte)
+{
+    return is_digit(byte) || byte == '+' || byte == '-' || byte == '.' || byte == 'e' || byte == 'E';
+}
+
 static int
 is_thousands_separator(const uint8_t *at, const uint8_t *end)
 {
@@ -178,8 +191,7 @@ value_end_of(const Table *table, const uint8_t *at, const uint8_t *end)
 static int
 same_text(const uint8_t *at, Py_ssize_t length, Text text)
 {
-    /* The first byte before a call: most names a line is compared with differ there. */
-    return length == text.length && (length == 0 || (at[0] == text.at[0] && memcmp(at, text.at, (size_t)length) == 0));
+    return length == text.length && same_bytes(at, text.at, length);
 }
 
 static int
@@ -218,6 +230,38 @@ is_ascii(const uint8_t *at, const uint8_t *end)
     }
     for (; at < end; at++) high |= *at;
     return (high & UINT64_C(0x8080808080808080)) == 0;
+}
+
+/* Where the line at ``line`` ends (its newline, else ``end``), and in ``*ascii`` whether its bytes are all ASCII: one
+ * pass over it, sixteen bytes at a time, where a search for its end and a look at its bytes took two. */
+static const uint8_t *
+line_end(const uint8_t *line, const uint8_t *end, int *ascii)
+{
+    const uint8_t *at = line;
+#ifdef __SSE2__
+    const __m128i newline = _mm_set1_epi8('\n');
+    unsigned highs = 0;
+    for (; end - at >= 16; at += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)at);
+        unsigned found = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, newline));
+        unsigned high = (unsigned)_mm_movemask_epi8(bytes);
+        if (found) {
+            highs |= high & (found ^ (found - 1)); /* the bytes up to the newline (its own is no high byte) */
+            *ascii = highs == 0;
+            return at + __builtin_ctz(found);
+        }
+        highs |= high;
+    }
+    if (highs) { /* not ASCII: only its end is still wanted */
+        const uint8_t *newline_at = memchr(at, '\n', (size_t)(end - at));
+        *ascii = 0;
+        return newline_at ? newline_at : end;
+    }
+#endif
+    const uint8_t *newline_at = memchr(at, '\n', (size_t)(end - at));
+    const uint8_t *stop = newline_at ? newline_at : end;
+    *ascii = is_ascii(line, stop);
+    return stop;
 }
 
 /* The line begins with the tag of another stream: ``open`` name bytes ``close``. */
@@ -340,6 +384,8 @@ parse_number(const uint8_t *token, Py_ssize_t length, double *value, int interpr
 static int
 parse_float(const uint8_t *token, Py_ssize_t length, double *value, int interpreter)
 {
+    /* A plain decimal first: it holds no comma, and most values are one (no search for a comma in each). */
+    if (simple_decimal(token, token + length, value)) return 1;
     if (length == 0 || memchr(token, ',', (size_t)length) == NULL) return parse_number(token, length, value, interpreter);
     uint8_t *text = PyMem_RawMalloc((size_t)length);
     if (text == NULL) return -1;
@@ -1022,6 +1068,10 @@ read_table(PyObject *object, Table *table)
             return -1;
         }
     }
+    table->numbers_ahead = table->pairs && !decimal_byte(table->value_open) && !decimal_byte(table->item_shut);
+    for (int byte = 0; byte < 256; byte++) {
+        if (table->ends[byte] && decimal_byte((uint8_t)byte)) table->numbers_ahead = 0;
+    }
     return read_columns(table);
 }
 
@@ -1351,6 +1401,8 @@ typedef struct {
     const uint8_t *name, *value;
     Py_ssize_t name_length, value_length;
     Py_ssize_t field; /* its field entry, -1: a named value */
+    int is_number;    /* the value is a plain decimal, ``number`` (shaped_pairs) */
+    double number;
 } Pair;
 
 /* ``digits[/digits]`` filling the whole value: 1, 0 (not that), 2 (a number too long). */
@@ -1392,6 +1444,35 @@ list_end(const Table *table, const uint8_t *at, const uint8_t *end)
     return shut ? shut + 1 : NULL;
 }
 
+/* A field (``index``; -1: a named value) whose value apply_pair would read as one number: each kind but a number
+ * with a unit, a named value where the table renames none. */
+static int
+number_applies(const Table *table, Py_ssize_t index)
+{
+    return index < 0 ? !table->options : table->fields[index].kind != KIND_NUMBER_WITH_UNIT;
+}
+
+/* apply_pair of a pair whose value shaped_pairs read as the plain decimal ``number``: the same, without reading it
+ * again (number_applies); 0, or -1 on error. */
+static int
+apply_number(Run *run, const Pair *pair, Py_ssize_t *named_hint)
+{
+    if (pair->field < 0) return note_named(run, pair->name, pair->name_length, pair->number, named_hint);
+    const FieldSpec *field = &run->table->fields[pair->field];
+    if (field->absent.length && same_text(pair->value, pair->value_length, field->absent)) return 0; /* not obtained */
+    double value = pair->number;
+    int has = 1;
+    if (field->kind == KIND_DURATION) {
+        value /= field->bare_per_second;
+    }
+    else if (field->kind == KIND_RECIPROCAL) { /* a rate: its period, none for 0 */
+        has = value != 0;
+        value = has ? 1.0 / value : 0;
+    }
+    run->slots[field->column] = (Slot){has, value, {NULL, 0}};
+    return 0;
+}
+
 /* The pairs of a line whose pairs, from ``from``, print the shape's joints and names and nothing after the last value
  * (what the loop of read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is
  * not such a line. */
@@ -1403,14 +1484,23 @@ shaped_pairs(const Run *run, const uint8_t *from, const uint8_t *end, Pair *pair
     const uint8_t *at = from, *kept = shape->names;
     for (Py_ssize_t i = 0; i < shape->count; i++) {
         Py_ssize_t joint = shape->joints[i], length = shape->lengths[i];
-        if (end - at < joint + length + 2 || memcmp(at, kept, (size_t)(joint + length)) != 0) return 0;
+        if (end - at < joint + length + 2 || !same_bytes(at, kept, joint + length)) return 0;
         at += joint;
         kept += joint + length;
         const uint8_t *name_end = at + length;
         if (*name_end != table->name_separator || ends_value(table, name_end + 1, end)) return 0;
-        const uint8_t *value_end = list_end(table, name_end + 1, end);
-        if (value_end == NULL) value_end = value_end_of_pair(table, name_end + 1, end);
-        pairs[i] = (Pair){at, name_end + 1, length, value_end - name_end - 1, shape->fields[i]};
+        const uint8_t *value = name_end + 1, *value_end = list_end(table, value, end);
+        double number = 0;
+        int is_number = 0;
+        if (value_end == NULL && table->numbers_ahead && i != shape->step_pair
+            && number_applies(table, shape->fields[i])) {
+            /* A printed number read as its end is found: the value is the number when a value ends right after it. */
+            value_end = simple_decimal_prefix(value, end, &number);
+            is_number = value_end != NULL && (value_end == end || ends_value(table, value_end, end));
+            if (!is_number) value_end = NULL;
+        }
+        if (value_end == NULL) value_end = value_end_of_pair(table, value, end);
+        pairs[i] = (Pair){at, value, length, value_end - value, shape->fields[i], is_number, number};
         at = value_end;
     }
     return at == end ? shape->count : 0;
@@ -1813,6 +1903,10 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == step_pair) continue;
+        if (pairs[i].is_number) {
+            if (apply_number(run, &pairs[i], &run->shape.named[i]) < 0) return -1;
+            continue;
+        }
         Text value = {pairs[i].value, pairs[i].value_length}, second = {NULL, -1};
         if (table->value_open && value.at[0] == table->value_open) list_items(table, &value, &second);
         else if (table->item_open) bracketed_item(table, &value, &second);
@@ -2242,10 +2336,10 @@ read_json_line(Run *run, const uint8_t *line, const uint8_t *end)
 /* 1: the line's record was read into the run; 0: it holds none or is declined; -1: error (raised, or memory ran
  * out); NEEDS_INTERPRETER: a number of it is float()'s to read (the run holds the line's named values in part). */
 static int
-read_line(Run *run, const uint8_t *line, const uint8_t *end)
+read_line(Run *run, const uint8_t *line, const uint8_t *end, int ascii)
 {
     const Table *table = run->table;
-    if (!is_ascii(line, end) || is_tagged(table, line, end)) return 0;
+    if (!ascii || is_tagged(table, line, end)) return 0;
     if (table->pairs) return read_pairs_line(run, line, end);
     if (table->segments) return read_segments_line(run, line, end);
     if (table->json) return read_json_line(run, line, end);
@@ -2516,8 +2610,9 @@ read_streams(StepsAhead *self)
         Py_ssize_t taken = 0;
         for (; taken < starts->count; taken++) {
             const uint8_t *line = data + starts->items[taken];
-            const uint8_t *end = memchr(line, '\n', (size_t)(data_end - line));
-            int read = read_line(&stream->run, line, end ? end : data_end);
+            int ascii;
+            const uint8_t *end = line_end(line, data_end, &ascii);
+            int read = read_line(&stream->run, line, end, ascii);
             if (read == 1) continue;
             if (read != 0) taken = 0; /* memory, or a line float() reads whose named values are in part in the run */
             break;
@@ -2767,8 +2862,9 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
         Py_ssize_t start = start_at(&starts, i);
         if (start == -1 && PyErr_Occurred()) goto error;
         if (start < 0 || start > view.len) break;
-        const uint8_t *end = memchr(data + start, '\n', (size_t)(view.len - start));
-        int read = read_line(&self->run, data + start, end ? end : data_end);
+        int ascii;
+        const uint8_t *end = line_end(data + start, data_end, &ascii);
+        int read = read_line(&self->run, data + start, end, ascii);
         if (read < 0) {
             if (!PyErr_Occurred()) PyErr_NoMemory();
             goto error;
