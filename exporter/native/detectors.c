@@ -21,6 +21,7 @@
 typedef struct {
     double relative_jump, deviations, alpha, min_relative_improvement, noise_deviations, plateau_alpha;
     long long warmup, max_excursion, window;
+    double noise_root; /* sqrt(2 * plateau_alpha / (2 - plateau_alpha)): observe_plateau's, once a call */
 } Config;
 
 typedef struct {
@@ -120,7 +121,7 @@ read_config(PyObject *object, Config *c)
            || as_double(PyTuple_GET_ITEM(t, 5), &c->min_relative_improvement) < 0
            || as_double(PyTuple_GET_ITEM(t, 6), &c->noise_deviations) < 0 || as_long(PyTuple_GET_ITEM(t, 7), &c->window) < 0
            || as_double(PyTuple_GET_ITEM(t, 8), &c->plateau_alpha) < 0
-           ? -1 : 0;
+           ? -1 : (c->noise_root = sqrt(2 * c->plateau_alpha / (2 - c->plateau_alpha)), 0);
 }
 
 static int
@@ -266,7 +267,7 @@ observe_plateau(Plateau *p, const Config *c, int has_step, long long step, doubl
         progress(p, step);
         return;
     }
-    double noise = p->change * sqrt(M_PI) / 2 * sqrt(2 * alpha / (2 - alpha));
+    double noise = p->change * sqrt(M_PI) / 2 * c->noise_root;
     double deviations = c->noise_deviations * noise;
     if (clearly_below(p, reference, c, deviations) || (p->has_best_smoothed && clearly_below(p, p->best_smoothed, c, deviations))) {
         progress(p, step);
@@ -334,19 +335,22 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t count = values.count;
     if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
-    step_numbers = PyMem_Calloc((size_t)count + 1, sizeof(long long));
-    numbers = PyMem_Calloc((size_t)count + 1, sizeof(double));
-    if (step_numbers == NULL || numbers == NULL) {
+    step_numbers = PyMem_Malloc(((size_t)count + 1) * sizeof(long long));
+    /* The kernel's array('d') is read where it is; any other sequence copied as doubles. */
+    numbers = values.buffered ? NULL : PyMem_Malloc(((size_t)count + 1) * sizeof(double));
+    if (step_numbers == NULL || (numbers == NULL && !values.buffered)) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
         PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
+        step_numbers[i] = 0;
         if ((step != Py_None && as_long(step, &step_numbers[i]) < 0)
-            || numbers_at(&values, i, &numbers[i]) < 0) {
+            || (numbers != NULL && numbers_at(&values, i, &numbers[i]) < 0)) {
             goto done;
         }
     }
+    const double *series = numbers != NULL ? numbers : values.doubles;
     if ((has_spikes && read_spikes(args[1], &spikes) < 0) || (has_plateau && read_plateau(args[2], &plateau, count) < 0)) {
         goto done;
     }
@@ -355,7 +359,7 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     if (spike_steps == NULL) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
         int has_step = PySequence_Fast_GET_ITEM(steps, i) != Py_None;
-        if (!isfinite(numbers[i])) {
+        if (!isfinite(series[i])) {
             nonfinite++;
             if (has_step) last_nonfinite = i;
             continue;
@@ -365,14 +369,14 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             Py_DECREF(spike_steps);
             goto done;
         }
-        if (observe_spike(&spikes, &config, numbers[i])) {
+        if (observe_spike(&spikes, &config, series[i])) {
             spiked++;
             if (PyList_Append(spike_steps, PySequence_Fast_GET_ITEM(steps, i)) < 0) {
                 Py_DECREF(spike_steps);
                 goto done;
             }
         }
-        if (has_plateau && spikes.excursion == 0) observe_plateau(&plateau, &config, has_step, step_numbers[i], numbers[i]);
+        if (has_plateau && spikes.excursion == 0) observe_plateau(&plateau, &config, has_step, step_numbers[i], series[i]);
     }
     PyObject *spike_result = has_spikes ? spikes_state(&spikes) : Py_NewRef(Py_None);
     PyObject *plateau_result = has_plateau ? plateau_state(&plateau) : Py_NewRef(Py_None);

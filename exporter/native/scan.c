@@ -806,7 +806,7 @@ last_fraction(const uint8_t *data, Py_ssize_t begin, Py_ssize_t end, const uint8
               long long *step, long long *total)
 {
     for (Py_ssize_t at = end - 1; at >= begin; at--) {
-        if (data[at] == close[0] && at + close_length <= end && memcmp(data + at, close, (size_t)close_length) == 0) {
+        if (data[at] == close[0] && at + close_length <= end && same_bytes(data + at, close, close_length)) {
             Py_ssize_t digits = at;
             while (digits > begin && is_digit_byte(data[digits - 1])) digits--;
             Py_ssize_t slash = digits - 1;
@@ -855,7 +855,7 @@ values_at(const uint8_t *data, Py_ssize_t size, Py_ssize_t at, Py_buffer *pieces
         while (end < size && is_value_byte(data[end])) end++;
         Py_ssize_t length = end - position;
         if (length < 1 || length > MAX_VALUE_BYTES || size - end < pieces[piece].len
-            || memcmp(data + end, pieces[piece].buf, (size_t)pieces[piece].len) != 0) {
+            || !same_bytes(data + end, pieces[piece].buf, pieces[piece].len)) {
             return -1;
         }
         if (piece <= 64 && (digits >> (piece - 1) & 1)) {
