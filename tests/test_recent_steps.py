@@ -44,6 +44,22 @@ def test_a_batch_longer_than_the_ring_gives_only_its_tail():
     assert steps[0] == 10_000 - RECENT_STEPS and step_times[-1] == 0.5 and math.isnan(step_times[-2])
 
 
+def test_rows_after_a_long_batch_follow_its_tail():
+    """A long batch is kept as it came until the ring is read or added to: the rows after it follow its tail, and
+    reading it in between changes nothing."""
+    for read_between in (False, True):
+        ring = RecentSteps()
+        ring.add([1, 2, 3], [9.0, 9.0, 9.0], 0.1)
+        ring.add(list(range(100, 100 + 2 * RECENT_STEPS)), [float(step) for step in range(2 * RECENT_STEPS)], 0.5)
+        if read_between:
+            assert ring.columns()[0][0] == 100 + RECENT_STEPS
+        ring.add([1_000, 1_001], [7.0, 8.0], 0.75)
+        steps, losses, step_times = ring.columns()
+        assert len(ring) == RECENT_STEPS and list(steps[-3:]) == [100 + 2 * RECENT_STEPS - 1, 1_000, 1_001]
+        assert steps[0] == 100 + RECENT_STEPS + 2 and list(losses[-2:]) == [7.0, 8.0]
+        assert step_times[-3] == 0.5 and math.isnan(step_times[-2]) and step_times[-1] == 0.75
+
+
 def test_unknown_and_absurd_steps_are_kept_as_unknown():
     ring = RecentSteps()
     ring.add([None, 5, 10**30], [1.0, 2.0, 3.0], None)  # Hugging Face Trainer prints none; a hostile line anything
