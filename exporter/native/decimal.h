@@ -123,7 +123,6 @@ decimal_parts(const uint8_t *at, const uint8_t *end, int *negative, uint64_t *ma
     return decimal_prefix(at, end, negative, mantissa, scale) == end;
 }
 
-
 /* 5**q for q in [-27, 27], its 128 leading bits (rounded up for q < 0), as Eisel-Lemire takes them: the range
  * where that product needs no fallback (Lemire, "Number Parsing at a Gigabyte per Second", 2021; the table and
  * the rounding are fast_float's). */

@@ -115,13 +115,16 @@ static int
 read_config(PyObject *object, Config *c)
 {
     PyObject *t = tuple_of(object, 9, "config");
-    return t == NULL || as_double(PyTuple_GET_ITEM(t, 0), &c->relative_jump) < 0
+    if (t == NULL || as_double(PyTuple_GET_ITEM(t, 0), &c->relative_jump) < 0
            || as_double(PyTuple_GET_ITEM(t, 1), &c->deviations) < 0 || as_long(PyTuple_GET_ITEM(t, 2), &c->warmup) < 0
            || as_double(PyTuple_GET_ITEM(t, 3), &c->alpha) < 0 || as_long(PyTuple_GET_ITEM(t, 4), &c->max_excursion) < 0
            || as_double(PyTuple_GET_ITEM(t, 5), &c->min_relative_improvement) < 0
            || as_double(PyTuple_GET_ITEM(t, 6), &c->noise_deviations) < 0 || as_long(PyTuple_GET_ITEM(t, 7), &c->window) < 0
-           || as_double(PyTuple_GET_ITEM(t, 8), &c->plateau_alpha) < 0
-           ? -1 : (c->noise_root = sqrt(2 * c->plateau_alpha / (2 - c->plateau_alpha)), 0);
+           || as_double(PyTuple_GET_ITEM(t, 8), &c->plateau_alpha) < 0) {
+        return -1;
+    }
+    c->noise_root = sqrt(2 * c->plateau_alpha / (2 - c->plateau_alpha));
+    return 0;
 }
 
 static int

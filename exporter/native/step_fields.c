@@ -20,10 +20,7 @@
 #include <errno.h>
 #include <unistd.h>
 
-#include "blocks.h"
-#ifdef __SSE2__
-#include <emmintrin.h>
-#endif
+#include "blocks.h" /* and, with SSE2, emmintrin.h */
 #include "doubles.h"
 
 /* Kinds: native/step_fields.py's Kind. */
@@ -161,7 +158,6 @@ is_digit(uint8_t byte)
     return byte_classes[byte] & DIGIT;
 }
 
-/* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
 /* A byte of a plain decimal (decimal.h). */
 static int
 decimal_byte(uint8_t byte)
@@ -169,6 +165,7 @@ decimal_byte(uint8_t byte)
     return is_digit(byte) || byte == '+' || byte == '-' || byte == '.' || byte == 'e' || byte == 'E';
 }
 
+/* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
 static int
 is_thousands_separator(const uint8_t *at, const uint8_t *end)
 {
