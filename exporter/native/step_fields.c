@@ -158,13 +158,6 @@ is_digit(uint8_t byte)
     return byte_classes[byte] & DIGIT;
 }
 
-/* A byte of a plain decimal (decimal.h). */
-static int
-decimal_byte(uint8_t byte)
-{
-    return is_digit(byte) || byte == '+' || byte == '-' || byte == '.' || byte == 'e' || byte == 'E';
-}
-
 /* The pair separator at ``at`` is a comma inside a number (1,234.5): exactly three digits follow it. */
 static int
 is_thousands_separator(const uint8_t *at, const uint8_t *end)
@@ -235,9 +228,9 @@ static const uint8_t *
 line_end(const uint8_t *line, const uint8_t *end, int *ascii)
 {
     const uint8_t *at = line;
+    unsigned highs = 0; /* the high bits of the bytes before ``at`` */
 #ifdef __SSE2__
     const __m128i newline = _mm_set1_epi8('\n');
-    unsigned highs = 0;
     for (; end - at >= 16; at += 16) {
         __m128i bytes = _mm_loadu_si128((const __m128i *)at);
         unsigned found = (unsigned)_mm_movemask_epi8(_mm_cmpeq_epi8(bytes, newline));
@@ -249,15 +242,10 @@ line_end(const uint8_t *line, const uint8_t *end, int *ascii)
         }
         highs |= high;
     }
-    if (highs) { /* not ASCII: only its end is still wanted */
-        const uint8_t *newline_at = memchr(at, '\n', (size_t)(end - at));
-        *ascii = 0;
-        return newline_at ? newline_at : end;
-    }
 #endif
     const uint8_t *newline_at = memchr(at, '\n', (size_t)(end - at));
     const uint8_t *stop = newline_at ? newline_at : end;
-    *ascii = is_ascii(line, stop);
+    *ascii = highs == 0 && is_ascii(at, stop);
     return stop;
 }
 
@@ -1065,9 +1053,11 @@ read_table(PyObject *object, Table *table)
             return -1;
         }
     }
-    table->numbers_ahead = table->pairs && !decimal_byte(table->value_open) && !decimal_byte(table->item_shut);
+    /* A plain decimal's bytes are the number grammar's (byte_class). */
+    table->numbers_ahead = table->pairs && !(byte_class(table->value_open) & NUMBER_BYTE)
+                           && !(byte_class(table->item_shut) & NUMBER_BYTE);
     for (int byte = 0; byte < 256; byte++) {
-        if (table->ends[byte] && decimal_byte((uint8_t)byte)) table->numbers_ahead = 0;
+        if (table->ends[byte] && (byte_class((uint8_t)byte) & NUMBER_BYTE)) table->numbers_ahead = 0;
     }
     return read_columns(table);
 }
