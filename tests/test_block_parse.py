@@ -9,6 +9,7 @@ import io
 import json
 import random
 import re
+from array import array
 from pathlib import Path
 
 import pytest
@@ -19,6 +20,7 @@ from exporter import native
 from exporter.native import step_fields as step_fields_twin
 from exporter.parse import BUILTIN_FORMATS, LineParser, StepBatch, line_parser, scan
 from exporter.parse.formats import FormatSelection, custom_format
+from exporter.parse.records import StepLine
 from exporter.parse.scan import anchors_for
 from exporter.parse.step_batch import StepBatchBuilder
 from exporter.state import TrainingState
@@ -290,7 +292,7 @@ def test_lines_without_anchors_are_never_looked_at(monkeypatch):
     # kernel's next line, and only a step going back (a restart) starts a new batch.
     assert [(type(record), record.steps) for record in batch.records] == [(StepBatch, [1, 2])]
     restarted = LineParser().parse_block(b"{ step:[ 5/ 9], loss: 3.0 }\nfftsplus noise\n{ step:[ 2/ 9], loss: 2.9 }\n")
-    assert [record.steps for record in restarted.records if isinstance(record, StepBatch)] == [[5], [2]]
+    assert [list(record.steps) for record in restarted.records if isinstance(record, StepBatch)] == [[5], [2]]
 
 
 @pytest.mark.parametrize("name", ["generated", "prefixed_rank", "prefixed_stacked", "prefixed_stretches",
@@ -340,7 +342,7 @@ def test_a_rank_log_is_read_block_wise(monkeypatch):
     batch = parser.parse_block(data.replace(b"[ ", b"[ 1"))
     assert seen == []
     assert (batch.lines_by_rank, batch.unparsed) == ({3: 10}, 2)
-    assert [(record.rank, record.steps) for record in batch.records] == [(3, [11, *range(12, 19)])]
+    assert [(record.rank, list(record.steps)) for record in batch.records] == [(3, [11, *range(12, 19)])]
 
 
 def test_a_block_with_rank_prefixes_is_parsed_line_by_line():
@@ -436,6 +438,33 @@ def test_aux_losses_some_lines_lack_are_each_lines_own(seed, monkeypatch):
     assert _rows([LineParser(step_rows=True).parse_block(clean)]) == _rows(_each_line_a_batch([clean]))
 
 
+@pytest.mark.parametrize("make_reader", [native.step_reader, step_fields_twin.StepReader], ids=["native", "twin"])
+def test_runs_one_after_the_other_keep_a_batch_of_their_steps_a_range(make_reader):
+    """A run going on where the one before it stopped (one difference on) joins its range; a line added alone, or a
+    run that does not go on, makes the batch's steps and its series' a list, the same values either way."""
+    table = next(fmt for fmt in BUILTIN_FORMATS if fmt.name == "keyvalue").step_table
+    assert table is not None
+    data = b"".join(b"step=%d loss=%d.5 step_time=0.1\n" % (step, step) for step in (10, 20, 30, 40, 60))
+    starts = [index * len(b"step=10 loss=10.5 step_time=0.1\n") for index in range(5)]
+    builder = StepBatchBuilder(rank=0)
+    builder.read_by(make_reader(table.kernel_table), table.columns)
+    assert builder.read_run(data, starts, 0, 2) == (2, None)
+    assert not builder.goes_back(20)  # the run taken into the batch
+    assert builder.read_run(data, starts, 2, 2) == (2, None)
+    batch = builder.take()
+    assert batch is not None and batch.steps == range(10, 50, 10)
+    assert batch.series["loss"].steps == batch.series["step_time_seconds"].steps == range(10, 50, 10)
+    assert list(batch.series["loss"].values) == [10.5, 20.5, 30.5, 40.5]
+    builder.read_run(data, starts, 0, 2)
+    assert not builder.goes_back(20)
+    builder.read_run(data, starts, 4, 1)  # step 60: no range goes on to it
+    builder.add_line(StepLine(step=70, values={"loss": 7.5}))
+    batch = builder.take()
+    assert batch is not None and batch.steps == [10, 20, 60, 70]
+    assert batch.series["loss"] == ([10, 20, 60, 70], array("d", [10.5, 20.5, 60.5, 7.5]))
+    assert batch.series["step_time_seconds"].steps == [10, 20, 60]
+
+
 def _each_line_a_batch(blocks: list[bytes]) -> list:
     """What a batch per step line, no scan, gives of the blocks (with its rows)."""
     with pytest.MonkeyPatch.context() as patch:
@@ -472,7 +501,7 @@ def test_an_interleaved_console_is_read_stream_by_stream(step_kernel, monkeypatc
     assert block.lines_by_rank == {None: 20, 4: 80, 5: 80, 6: 80, 7: 80}
     assert block.lines_by_format == {"keyvalue": 300}
     assert block.unparsed == 40  # the launcher's lines and each rank's "rank 2 of 4: training 30 steps"
-    steps = [(record.rank, record.steps) for record in block.records if isinstance(record, StepBatch)]
+    steps = [(record.rank, list(record.steps)) for record in block.records if isinstance(record, StepBatch)]
     assert sorted(steps) == sorted((rank, list(range(1, 16))) for rank in range(4, 8) for _ in range(5))
     # A block holding a failure, a glued line or two prefixes of one rank goes line by line, as before.
     for name in ("raise", "raise_glued"):

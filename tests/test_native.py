@@ -77,7 +77,7 @@ def _taken_latest(reader):
     """The run a reader holds, taken: its steps, its total, each field's latest and each named value's name and
     value."""
     steps, total, fields, named = reader.take()
-    return steps, total, [field[0] for field in fields], [(name, value) for name, value, *_ in named]
+    return list(steps), total, [field[0] for field in fields], [(name, value) for name, value, *_ in named]
 
 
 def test_every_kernel_is_built_here():
@@ -351,9 +351,32 @@ def test_a_run_ends_where_the_step_goes_back(make_reader):
     reader = make_reader(MINDFORMERS)
     assert reader.read(data, starts, 0, 2) == 2
     assert reader.read(data, starts, 2, 10) == 1  # 5 again is no restart, 3 is
-    assert reader.take()[0] == [4, 5, 5]
+    assert reader.take()[0] == [4, 5, 5]  # a step printed twice: no range
     assert reader.read(data, starts, 3, 10) == 2  # after a take, the run starts afresh
-    assert reader.take()[0] == [3, 4]
+    assert reader.take()[0] == range(3, 5)  # steps one apart: a range
+
+
+@pytest.mark.parametrize("make_reader", [native.step_reader, step_fields_twin.StepReader], ids=["native", "twin"])
+def test_a_run_of_steps_one_difference_apart_is_a_range(make_reader):
+    """Steps a log interval apart are a range (no int object a line), a series' steps that same range when every
+    line printed its value, a list of its own when one did not; steps that do not go up by one difference, a list."""
+    def run(steps, losses):
+        data = b"".join(b"{ step:[ %d/ 900], %s }\n" % (step, loss and b"loss: " + loss or b"lr: 0.1")
+                        for step, loss in zip(steps, losses, strict=True))
+        starts = [0]
+        for line in data.splitlines(keepends=True)[:-1]:
+            starts.append(starts[-1] + len(line))
+        reader = make_reader(MINDFORMERS)
+        assert reader.read(data, starts, 0, len(starts)) == len(starts)
+        steps, _, fields, _ = reader.take()
+        return steps, dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))["loss"][2]
+
+    steps, loss_steps = run([10, 20, 30, 40], [b"2.5"] * 4)
+    assert steps == range(10, 50, 10) and loss_steps is steps
+    steps, loss_steps = run([10, 20, 30, 40], [b"2.5", b"", b"2.4", b"2.3"])  # a line without a loss
+    assert steps == range(10, 50, 10) and loss_steps == [10, 30, 40]
+    steps, loss_steps = run([10, 20, 25], [b"2.5"] * 3)
+    assert steps == loss_steps == [10, 20, 25] and loss_steps is not steps  # a list each: a batch grows them apart
 
 
 def test_the_mindformers_reference_line():
@@ -364,12 +387,15 @@ def test_the_mindformers_reference_line():
     assert reader.read(line, [0], 0, 5) == 1 and len(reader) == 1
     steps, total, fields, named = reader.take()
     by_name = dict(zip((field[0].decode() for field in MINDFORMERS[6]), fields, strict=True))
-    assert (steps, total, len(reader)) == ([1], 60001, 0)
-    assert by_name["loss"] == (10.483969, None, [1], array("d", [10.483969]))  # a series' values: an array('d')
+    assert (list(steps), total, len(reader)) == ([1], 60001, 0)
+    # A series' values: an array('d'); its steps the run's range (every line printed it).
+    assert by_name["loss"] == (10.483969, None, range(1, 2), array("d", [10.483969]))
+    assert by_name["loss"][2] is steps
     assert by_name["grad_norm"] == (None, None, [], array("d"))  # NaN: not obtained this step
     assert (by_name["lr"][0], by_name["per_step_time"][0], by_name["throughput"][:2]) == (4e-05, 0.851, (12.1, "T"))
     assert named == [("load_balancing_loss", 0.0013, 1, 0, 0, None), ("mtp_1_loss", 10.983969, 1, 0, 1, None)]
-    assert by_name["per_step_time"][2:] == ([1], array("d", [0.851]))  # a series: goodput and the slowdown detector
+    # A series: goodput and the slowdown detector.
+    assert by_name["per_step_time"][2:] == (range(1, 2), array("d", [0.851]))
     series, latest_only = (None, None, [], array("d")), (None, None, None, None)
     empty = (series, series, latest_only, series, latest_only)  # loss, grad_norm, lr, per_step_time, throughput
     assert reader.take() == ([], None, empty, [])
@@ -588,7 +614,7 @@ def _each_line_read_alone(table: tuple, lines: list[bytes], declinable: Callable
         for reader in (_step_fields.StepReader(table), step_fields_twin.StepReader(table)):
             if reader.read(line + b"\n", [0], 0, 1):
                 steps, total, fields, named = reader.take()
-                assert record is not None and steps == [record.step] and total == record.total
+                assert record is not None and list(steps) == [record.step] and total == record.total
                 assert _bits([field[:2] for field in fields]) == _bits([(value, unit) for value, unit in record.values])
                 assert _bits([(name, value) for name, value, *_ in named]) == _bits(list(record.named.items()))
                 read += 1
@@ -606,7 +632,7 @@ def test_the_keyvalue_reference_line():
         assert reader.read(line, [11], 0, 1) == 1
         steps, total, fields, named = reader.take()
         loss, lr, grad_norm, step_time, throughput = fields
-        assert (steps, total, lr[0], step_time[:1], throughput) == ([12], 30, 0.03225806451612903,
+        assert (list(steps), total, lr[0], step_time[:1], throughput) == ([12], 30, 0.03225806451612903,
                                                                      (0.20997321600043506,), (None, None, None, None))
         assert math.isnan(loss[0]) and math.isnan(grad_norm[0]) and named == [("mtp_1_loss", 1234.5, 1, 0, 0, None)]
         assert reader.read(line, [0], 0, 1) == 0  # another stream's line: tagged
@@ -738,6 +764,10 @@ def test_write_rows_writes_each_number_as_repr_does(tmp_path):
             return _written(write_rows, tmp_path / "rows", list(jobs))
         assert written((([1, None], (2.5, 1e-05), range(7, 9)), 2, "")) == "1,2.5,7\r\n,1e-05,8\r\n"
         assert written((([1.0], [-0.0]), 1, "")) == "1.0,-0.0\r\n"
+        # A run's steps as a range (each computed), going down too, and one whose last step is beyond 64 bits.
+        ranges = (range(10, 50, 10), range(5, -5, -3), range(2**63 - 3, 2**63), range(2**63 - 2, 2**63 + 2))
+        assert written((ranges, 3, "")) == "".join(f"{','.join(str(column[row]) for column in ranges)}\r\n"
+                                                    for row in range(3))
         doubles = array("d", [2.5, -0.0, math.nan, 1e-05])  # a kernel's series: its buffer read, or its items
         assert written(((doubles, memoryview(doubles)[::2], [1, 2]), 2, "")) == "2.5,2.5,1\r\n-0.0,nan,2\r\n"
         assert written((([1, 2], [None, 0.5]), 2, "rün,,3,"), "x") == "rün,,3,1,\r\nrün,,3,2,0.5\r\nx"
@@ -747,6 +777,7 @@ def test_write_rows_writes_each_number_as_repr_does(tmp_path):
                    ((([True],), 1, ""), TypeError, "int, a float or None"),
                    ((([1], [1, 2]), 2, ""), ValueError, "at least"), (([[1]], 1, ""), TypeError, "a job"),
                    (((array("d", [1.0]), [1, 2]), 2, ""), ValueError, "at least"),
+                   (((range(1), [1, 2]), 2, ""), ValueError, "at least"),
                    (b"text", TypeError, "a job")]
         for bad, error, words in refused:
             path = tmp_path / "refused"
@@ -959,7 +990,7 @@ def test_the_mindformers_static_reference_lines():
     for reader in _both_readers(MINDFORMERS_STATIC):
         assert reader.read(record, [0], 0, 1) == 1
         steps, total, fields, named = reader.take()
-        assert (steps, total) == ([24], 48)
+        assert (list(steps), total) == ([24], 48)
         assert _bits([field[:2] for field in fields]) == _bits([(math.nan, None), (0.894, None), (0.029411765, None),
                                                                 (math.nan, None), (None, None)])
         assert _bits([(name, value) for name, value, *_ in named]) == _bits([
@@ -1014,14 +1045,14 @@ def test_the_mmcv_reference_line():
             ("data_time", 0.011), ("memory_mb", 6840.0), ("decode_loss_seg", 2.5972), ("aux_acc_seg", 3.0267)])
         assert reader.read(line, [0], 0, 1) == 0  # eta twice: the per-line reader's dict reading
         assert reader.read(b"Iter(train) [ 10/270]  lr: 1e-2  loss: 5.3", [0], 0, 1) == 1
-        assert reader.take()[:2] == ([10], 270)
+        assert reader.take()[:2] == (range(10, 11), 270)
         # Epoch-based (tests/fixtures/real/mmcv_epoch.log, mmengine_epoch_run.log): the step counted within the epoch,
         # the epoch the line's first named value, no total (the fraction's is the epoch's iterations).
         epochs = [b"Epoch [3][50/2500]\tlr: 0.02000, time: 1.090, loss: 0.0394",
                   b"2026/12/07 02:19:15 - mmengine - INFO - Epoch(train) [3][ 51/2500]  lr: 2.7500e-02  loss: 2.5001"]
         assert reader.read(b"\n".join(epochs), [0, len(epochs[0]) + 1], 0, 2) == 2
         steps, total, fields, named = reader.take()
-        assert (steps, total, fields[0][0]) == ([5050, 5051], None, 2.5001)
+        assert (steps, total, fields[0][0]) == (range(5050, 5052), None, 2.5001)
         assert [(name, value, lines) for name, value, lines, *_ in named] == [("epoch", 3.0, 2)]
         assert reader.read(b"Epoch [3/9]\tlr: 0.02000, loss: 0.0394", [0], 0, 1) == 0  # no count: no step
         assert reader.read(b"Epoch(val) [3][50/2500]\tlr: 0.02000, loss: 0.0394", [0], 0, 1) == 0
@@ -1251,7 +1282,7 @@ def test_the_llamafactory_reference_line():
         assert reader.read(b'{"step": 1, "train/loss": 2, "loss": 3}', [0], 0, 1) == 0
         assert reader.read(b'{"step": 1, "loss": {"a": 2}}', [0], 0, 1) == 0
         assert reader.read(b'{"step": "7", "loss": 2, "total_steps": null} ', [0], 0, 1) == 1
-        assert reader.take()[:2] == ([7], None)
+        assert reader.take()[:2] == (range(7, 8), None)
 
 
 @pytest.mark.parametrize("json", [
@@ -1443,7 +1474,7 @@ def test_the_megatron_reference_line():
         assert reader.read(line, [0], 0, 1) == 1
         steps, total, fields, named = reader.take()
         loss, step_time, lr, grad_norm, throughput = fields
-        assert (steps, total, loss[3], step_time[0], lr[0], grad_norm[0], throughput[:2]) == (
+        assert (list(steps), total, loss[3], step_time[0], lr[0], grad_norm[0], throughput[:2]) == (
             [71], 100, array("d", [1.818812]), 5.3616, 1.42e-05, 1.3, (243.6, None))
         assert [(name, value) for name, value, *_ in named] == [
             ("consumed_samples", 9088.0), ("global_batch_size", 128.0), ("load_balancing_loss", 1.013377),
@@ -1533,6 +1564,10 @@ def test_check_series_native_matches_the_twin_bit_for_bit(seed):
         assert _bits(compiled) == _bits(twin)
         # The step kernel's series come as array('d'): read through the buffer, the same bits.
         assert _bits(_detectors.check_series(config, spikes, plateau, steps, array("d", values))) == _bits(compiled)
+        # Its steps as a range where they go up by one difference: read as the list of them is.
+        ranged = range(rng.choice([0, 7, 2**40]), 10**12, rng.choice([1, 10]))[:len(values)]
+        assert _bits(_detectors.check_series(config, spikes, plateau, ranged, values)) == _bits(
+            detectors_twin.check_series(config, spikes, plateau, list(ranged), values))
         *_, spikes, plateau = compiled
 
 
@@ -1596,6 +1631,11 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
         _detectors.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     result = native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
     assert result == detectors_twin.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, steps, values)
+    for beyond in (range(huge, huge + 3), range(2**60, 2**62 + 1, 2**61)):  # a range's first step or its last
+        with pytest.raises(OverflowError):
+            _detectors.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, beyond, values)
+        assert native.check_series(config, FRESH_SPIKES, FRESH_PLATEAU, beyond, values) == detectors_twin.check_series(
+            config, FRESH_SPIKES, FRESH_PLATEAU, list(beyond), values)
     assert result[:4] == (1, huge + 2, 1, [huge + 1])
 
 
@@ -1667,6 +1707,11 @@ def test_consecutive_native_matches_the_twin(seed):
         expected = detectors_twin.consecutive(steps)
         assert _detectors.consecutive(steps) is expected, steps
         assert native.consecutive(steps) is expected
+    for difference in (1, 2, 10):  # the step kernel's steps as a range
+        for count in (0, 1, 2, 50):
+            ranged = range(7, 7 + count * difference, difference)
+            assert _detectors.consecutive(ranged) is detectors_twin.consecutive(ranged) is (
+                detectors_twin.consecutive(list(ranged))), ranged
 
 
 @pytest.mark.parametrize("seed", range(4))
@@ -1683,6 +1728,11 @@ def test_steps_counted_native_matches_the_twin(seed):
         expected = detectors_twin.steps_counted(step_before, steps)
         assert _detectors.steps_counted(step_before, steps) == expected, (step_before, steps)
         assert native.steps_counted(step_before, steps) == expected
+    for ranged in (range(5, 9), range(6, 9), range(5, 50, 10), range(5, 5), range(2**70, 2**70 + 3)):  # a run's steps
+        for step_before in (None, 5, 2**70):
+            expected = detectors_twin.steps_counted(step_before, list(ranged))
+            assert _detectors.steps_counted(step_before, ranged) == expected == detectors_twin.steps_counted(
+                step_before, ranged), (step_before, ranged)
     # a line naming no step is a step; the rank's step printed again is not
     assert _detectors.steps_counted(5, [5, 5, None, 6, 6, None, None, 6, 7]) == 5
     with pytest.raises(TypeError):
@@ -1824,6 +1874,10 @@ def test_check_step_times_native_matches_the_twin_bit_for_bit(seed):
         buffered = _detectors.check_step_times(config, state, steps, array("d", values), array("d", spans), productive,
                                                checkpoint)
         assert _bits(buffered) == _bits(compiled)
+        ranged = range(rng.choice([0, 7, 2**40]), 10**12, rng.choice([1, 10]))[:len(values)]  # the step kernel's steps
+        from_range = _detectors.check_step_times(config, state, ranged, values, spans, productive, checkpoint)
+        assert _bits(from_range) == _bits(
+            detectors_twin.check_step_times(config, state, list(ranged), values, spans, productive, checkpoint))
         _, _, productive, checkpoint, state = compiled
     assert productive > 0
 

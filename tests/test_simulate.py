@@ -37,7 +37,8 @@ class StepRow:
     """What one step line printed (a StepBatch of one line, as records_by_file makes them)."""
 
     def __init__(self, batch: StepBatch) -> None:
-        (self.step,) = batch.steps
+        assert len(batch.steps) == 1
+        self.step: int | None = batch.steps[0]
         self.loss = batch.latest.get("loss")
         self.grad_norm = batch.latest.get("grad_norm")
         self.learning_rate = batch.latest.get("learning_rate")

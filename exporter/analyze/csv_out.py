@@ -69,7 +69,7 @@ class StepCsv:
         self._multiline = False  # a key's cells hold a line break: the scratch file is read back as CSV
         self._widths: list[list[int]] = []  # [cells, rows] of consecutive rows: what each lacks of the header
 
-    def add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
+    def add(self, key: SeriesKey, steps: Sequence[int | None], times: list[float | None], rows: StepRows) -> None:
         """A batch's step lines of one rank: each line's step, time and values."""
         try:
             self._add(key, steps, times, rows)
@@ -86,7 +86,7 @@ class StepCsv:
     def _error(self, error: OSError) -> CsvError:
         return CsvError(f"cannot write the CSV {self._path}: {error.strerror or error}")
 
-    def _add(self, key: SeriesKey, steps: list[int | None], times: list[float | None], rows: StepRows) -> None:
+    def _add(self, key: SeriesKey, steps: Sequence[int | None], times: list[float | None], rows: StepRows) -> None:
         count = len(steps)
         absent: list[float | None] = [None] * count
         columns: list[Sequence[float | None]] = [rows.gauges.get(name) or absent for name in GAUGES]
@@ -107,7 +107,7 @@ class StepCsv:
         self._pending = [*key, steps[last], times[last], *(column[last] for column in columns)]
         self._pending_aux = {name: value for name, column in rows.aux.items() if (value := column[last]) is not None}
 
-    def _add_rows(self, key: SeriesKey, steps: list[int | None], times: list[float | None],
+    def _add_rows(self, key: SeriesKey, steps: Sequence[int | None], times: list[float | None],
                   columns: list[Sequence[float | None]], rows: StepRows) -> None:
         aux = [line_aux for _, line_aux in rows]
         for index, step in enumerate(steps):
@@ -241,9 +241,10 @@ def _cells(values: list) -> str:
     return text.getvalue()
 
 
-def _repeats_a_step(steps: list[int | None]) -> bool:
-    """A line at the step of the line before it (consecutive steps, the usual batch, told at C speed)."""
-    return not native.consecutive(steps) and any(map(operator.eq, steps, steps[1:]))
+def _repeats_a_step(steps: Sequence[int | None]) -> bool:
+    """A line at the step of the line before it: none in a range of steps or in consecutive ones (the usual batch,
+    told at C speed)."""
+    return type(steps) is list and not native.consecutive(steps) and any(map(operator.eq, steps, steps[1:]))
 
 
 def _write(fd: int, jobs: list[Job]) -> None:

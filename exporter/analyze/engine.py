@@ -52,8 +52,8 @@ STOP_SPREAD_SECONDS = 60.0
 STOP_SPREAD_STEPS = 5
 
 # A batch's step lines: (run, node, rank), each line's step, its time and its values.
-RowSink = Callable[[SeriesKey, list[int | None], list[float | None], StepRows], None]
-PointSink = Callable[[SeriesKey, str, list[int | None], Sequence[float]], None]  # a gauge's values of a batch
+RowSink = Callable[[SeriesKey, Sequence[int | None], list[float | None], StepRows], None]
+PointSink = Callable[[SeriesKey, str, Sequence[int | None], Sequence[float]], None]  # a gauge's values of a batch
 
 
 @dataclass(slots=True)

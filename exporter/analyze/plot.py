@@ -41,7 +41,7 @@ class _Thinned:
     stride: int = 1
     skip: int = 0  # values of the next batch to pass over before the next one kept
 
-    def extend(self, steps: list[int | None], values: Sequence[float]) -> None:
+    def extend(self, steps: Sequence[int | None], values: Sequence[float]) -> None:
         self.steps += steps[self.skip :: self.stride]
         self.values += values[self.skip :: self.stride]
         self.skip = (self.skip - len(values)) % self.stride
@@ -56,7 +56,7 @@ class PlotData:
     def __init__(self) -> None:
         self.series: dict[SeriesKey, dict[str, _Thinned]] = {}
 
-    def add(self, key: SeriesKey, gauge: str, steps: list[int | None], values: Sequence[float]) -> None:
+    def add(self, key: SeriesKey, gauge: str, steps: Sequence[int | None], values: Sequence[float]) -> None:
         if gauge not in dict(PANELS):
             return
         self.series.setdefault(key, {}).setdefault(gauge, _Thinned()).extend(steps, values)

@@ -359,14 +359,14 @@ def covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
     return _detectors_twin.covered(seconds, spans)
 
 
-def steps_counted(step_before: int | None, steps: list[int | None]) -> int:
+def steps_counted(step_before: int | None, steps: list[int | None] | range) -> int:
     """How many steps a batch's lines printed (exporter/native/detectors.py)."""
     if _detectors is not None:
         return _detectors.steps_counted(step_before, steps)
     return _detectors_twin.steps_counted(step_before, steps)
 
 
-def consecutive(steps: list[int | None]) -> bool:
+def consecutive(steps: list[int | None] | range) -> bool:
     """Each step one after the step before it, every one printed (exporter/native/detectors.py)."""
     if _detectors is not None:
         try:

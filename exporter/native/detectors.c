@@ -101,6 +101,74 @@ numbers_close(Numbers *numbers)
     numbers->buffered = 0;
 }
 
+/* A series' steps: a range (the step kernel's run, its steps one difference apart) read by its first step and its
+ * difference, without an int object each; any other sequence item by item (None: a line that printed no step). */
+typedef struct {
+    PyObject *fast;
+    long long first, difference;
+    Py_ssize_t count;
+} Steps;
+
+static int
+steps_open(PyObject *given, const char *message, Steps *steps)
+{
+    *steps = (Steps){0};
+    if (!PyRange_Check(given)) {
+        steps->fast = PySequence_Fast(given, message);
+        if (steps->fast == NULL) return -1;
+        steps->count = PySequence_Fast_GET_SIZE(steps->fast);
+        return 0;
+    }
+    steps->count = PyObject_Size(given);
+    if (steps->count < 0) return -1;
+    PyObject *first = PyObject_GetAttrString(given, "start"), *difference = PyObject_GetAttrString(given, "step");
+    int failed = first == NULL || difference == NULL || as_long(first, &steps->first) < 0
+                 || as_long(difference, &steps->difference) < 0;
+    Py_XDECREF(first);
+    Py_XDECREF(difference);
+    if (failed) return -1;
+    /* Its last step in range too: every step between is. */
+    long long span = steps->count ? (long long)(steps->count - 1) : 0;
+    if (steps->difference && span > LIMIT / (steps->difference < 0 ? -steps->difference : steps->difference)) {
+        PyErr_SetString(PyExc_OverflowError, "beyond the native detectors' range");
+        return -1;
+    }
+    long long last = steps->first + span * steps->difference;
+    if (last > LIMIT || last < -LIMIT) {
+        PyErr_SetString(PyExc_OverflowError, "beyond the native detectors' range");
+        return -1;
+    }
+    return 0;
+}
+
+/* 1 and ``*step`` set for a step, 0 for a None, -1 with an exception set. */
+static int
+steps_at(const Steps *steps, Py_ssize_t index, long long *step)
+{
+    if (steps->fast == NULL) {
+        *step = steps->first + (long long)index * steps->difference;
+        return 1;
+    }
+    PyObject *item = PySequence_Fast_GET_ITEM(steps->fast, index);
+    *step = 0;
+    if (item == Py_None) return 0;
+    return as_long(item, step) < 0 ? -1 : 1;
+}
+
+/* The step at ``index`` as an object (a new reference; NULL with an exception set). */
+static PyObject *
+steps_item(const Steps *steps, Py_ssize_t index)
+{
+    if (steps->fast == NULL) return PyLong_FromLongLong(steps->first + (long long)index * steps->difference);
+    return Py_NewRef(PySequence_Fast_GET_ITEM(steps->fast, index));
+}
+
+static void
+steps_close(Steps *steps)
+{
+    Py_CLEAR(steps->fast);
+}
+
 static PyObject *
 tuple_of(PyObject *object, Py_ssize_t size, const char *what)
 {
@@ -323,80 +391,80 @@ check_series(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         PyErr_SetString(PyExc_TypeError, "check_series takes 5 arguments");
         return NULL;
     }
-    PyObject *steps = PySequence_Fast(args[3], "steps must be a sequence");
+    Steps steps = {0};
     Numbers values = {0};
-    PyObject *result = NULL;
+    PyObject *result = NULL, *spike_steps = NULL, *last_step = NULL;
     long long *step_numbers = NULL;
+    unsigned char *has_steps = NULL;
     double *numbers = NULL;
     Config config;
     Spikes spikes = {0};
     Plateau plateau = {0};
     int has_spikes = args[1] != Py_None, has_plateau = args[2] != Py_None;
-    if (steps == NULL || numbers_open(args[4], "values must be a sequence", &values) < 0
-        || read_config(args[0], &config) < 0) {
+    if (steps_open(args[3], "steps must be a sequence", &steps) < 0
+        || numbers_open(args[4], "values must be a sequence", &values) < 0 || read_config(args[0], &config) < 0) {
         goto done;
     }
     Py_ssize_t count = values.count;
-    if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
+    if (steps.count < count) count = steps.count; /* zip() */
     step_numbers = PyMem_Malloc(((size_t)count + 1) * sizeof(long long));
+    has_steps = PyMem_Malloc((size_t)count + 1);
     /* The kernel's array('d') is read where it is; any other sequence copied as doubles. */
     numbers = values.buffered ? NULL : PyMem_Malloc(((size_t)count + 1) * sizeof(double));
-    if (step_numbers == NULL || (numbers == NULL && !values.buffered)) {
+    if (step_numbers == NULL || has_steps == NULL || (numbers == NULL && !values.buffered)) {
         PyErr_NoMemory();
         goto done;
     }
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
-        step_numbers[i] = 0;
-        if ((step != Py_None && as_long(step, &step_numbers[i]) < 0)
-            || (numbers != NULL && numbers_at(&values, i, &numbers[i]) < 0)) {
-            goto done;
-        }
+        int has_step = steps_at(&steps, i, &step_numbers[i]);
+        if (has_step < 0 || (numbers != NULL && numbers_at(&values, i, &numbers[i]) < 0)) goto done;
+        has_steps[i] = (unsigned char)has_step;
     }
     const double *series = numbers != NULL ? numbers : values.doubles;
     if ((has_spikes && read_spikes(args[1], &spikes) < 0) || (has_plateau && read_plateau(args[2], &plateau, count) < 0)) {
         goto done;
     }
     Py_ssize_t nonfinite = 0, spiked = 0, last_nonfinite = -1;
-    PyObject *spike_steps = PyList_New(0);
+    spike_steps = PyList_New(0);
     if (spike_steps == NULL) goto done;
     for (Py_ssize_t i = 0; i < count; i++) {
-        int has_step = PySequence_Fast_GET_ITEM(steps, i) != Py_None;
         if (!isfinite(series[i])) {
             nonfinite++;
-            if (has_step) last_nonfinite = i;
+            if (has_steps[i]) last_nonfinite = i;
             continue;
         }
         if (!has_spikes) {
             PyErr_SetString(PyExc_ValueError, "a finite value needs a spike detector");
-            Py_DECREF(spike_steps);
             goto done;
         }
         if (observe_spike(&spikes, &config, series[i])) {
             spiked++;
-            if (PyList_Append(spike_steps, PySequence_Fast_GET_ITEM(steps, i)) < 0) {
-                Py_DECREF(spike_steps);
-                goto done;
-            }
+            PyObject *step = steps_item(&steps, i);
+            int appended = step != NULL ? PyList_Append(spike_steps, step) : -1;
+            Py_XDECREF(step);
+            if (appended < 0) goto done;
         }
-        if (has_plateau && spikes.excursion == 0) observe_plateau(&plateau, &config, has_step, step_numbers[i], series[i]);
+        if (has_plateau && spikes.excursion == 0) {
+            observe_plateau(&plateau, &config, has_steps[i], step_numbers[i], series[i]);
+        }
     }
+    last_step = last_nonfinite < 0 ? Py_NewRef(Py_None) : steps_item(&steps, last_nonfinite);
     PyObject *spike_result = has_spikes ? spikes_state(&spikes) : Py_NewRef(Py_None);
     PyObject *plateau_result = has_plateau ? plateau_state(&plateau) : Py_NewRef(Py_None);
-    if (spike_result != NULL && plateau_result != NULL) {
-        result = Py_BuildValue("(nOnOOO)", nonfinite,
-                               last_nonfinite < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_nonfinite), spiked,
-                               spike_steps, spike_result, plateau_result);
+    if (last_step != NULL && spike_result != NULL && plateau_result != NULL) {
+        result = Py_BuildValue("(nOnOOO)", nonfinite, last_step, spiked, spike_steps, spike_result, plateau_result);
     }
-    Py_DECREF(spike_steps);
     Py_XDECREF(spike_result);
     Py_XDECREF(plateau_result);
 done:
+    Py_XDECREF(spike_steps);
+    Py_XDECREF(last_step);
     PyMem_Free(step_numbers);
+    PyMem_Free(has_steps);
     PyMem_Free(numbers);
     PyMem_Free(plateau.history_steps);
     PyMem_Free(plateau.history_smoothed);
-    Py_XDECREF(steps);
+    steps_close(&steps);
     numbers_close(&values);
     return result;
 }
@@ -445,16 +513,17 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     int in_slowdown = PyObject_IsTrue(PyTuple_GET_ITEM(state, 4));
     if (in_slowdown < 0) return NULL;
-    PyObject *steps = PySequence_Fast(args[2], "steps must be a sequence");
+    Steps steps = {0};
     Numbers values = {0}, spans = {0};
-    int opened = steps != NULL && numbers_open(args[3], "values must be a sequence", &values) == 0
+    int opened = steps_open(args[2], "steps must be a sequence", &steps) == 0
+                 && numbers_open(args[3], "values must be a sequence", &values) == 0
                  && numbers_open(args[4], "spans must be a sequence", &spans) == 0;
     PyObject *warm = opened ? PySequence_Fast(PyTuple_GET_ITEM(state, 5), "warmup must be a sequence") : NULL;
-    PyObject *result = NULL, *warm_out = NULL;
+    PyObject *result = NULL, *warm_out = NULL, *last_step = NULL;
     double *warmup = NULL;
     if (warm == NULL) goto done;
     Py_ssize_t count = values.count;
-    if (PySequence_Fast_GET_SIZE(steps) < count) count = PySequence_Fast_GET_SIZE(steps); /* zip() */
+    if (steps.count < count) count = steps.count; /* zip() */
     if (spans.count < count) count = spans.count;
     Py_ssize_t warm_count = PySequence_Fast_GET_SIZE(warm);
     warmup = PyMem_Calloc((size_t)(warm_count + count + 1), sizeof(double));
@@ -467,13 +536,10 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
     }
     Py_ssize_t slowdowns = 0, last_slowdown = -1;
     for (Py_ssize_t i = 0; i < count; i++) {
-        PyObject *step = PySequence_Fast_GET_ITEM(steps, i);
         long long step_number;
         double value, span;
-        if ((step != Py_None && as_long(step, &step_number) < 0)
-            || numbers_at(&values, i, &value) < 0 || numbers_at(&spans, i, &span) < 0) {
-            goto done;
-        }
+        int has_step = steps_at(&steps, i, &step_number);
+        if (has_step < 0 || numbers_at(&values, i, &value) < 0 || numbers_at(&spans, i, &span) < 0) goto done;
         if (!(value > 0 && value < INFINITY)) continue; /* not a time (NaN fails every comparison) */
         if (seen < warmup_steps) {
             productive += value * span;
@@ -500,7 +566,7 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
             if (slow_run == needed && !in_slowdown) {
                 in_slowdown = 1;
                 slowdowns++;
-                if (step != Py_None) last_slowdown = i;
+                if (has_step) last_slowdown = i;
             }
             continue;
         }
@@ -522,16 +588,18 @@ check_step_times(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
         if (number == NULL) goto done;
         PyList_SET_ITEM(warm_out, i, number);
     }
-    result = Py_BuildValue("(nOdd(dLLdOOd))", slowdowns,
-                           last_slowdown < 0 ? Py_None : PySequence_Fast_GET_ITEM(steps, last_slowdown), productive,
+    last_step = last_slowdown < 0 ? Py_NewRef(Py_None) : steps_item(&steps, last_slowdown);
+    if (last_step == NULL) goto done;
+    result = Py_BuildValue("(nOdd(dLLdOOd))", slowdowns, last_step, productive,
                            checkpoint, baseline, seen, slow_run, held, in_slowdown ? Py_True : Py_False, warm_out,
                            held_span);
 done:
     PyMem_Free(warmup);
     Py_XDECREF(warm_out);
+    Py_XDECREF(last_step);
     Py_XDECREF(warm);
     numbers_close(&spans);
-    Py_XDECREF(steps);
+    steps_close(&steps);
     numbers_close(&values);
     return result;
 }
@@ -648,15 +716,20 @@ fail:
 }
 
 PyDoc_STRVAR(consecutive_doc,
-"consecutive(steps: list) -> bool\n\n"
+"consecutive(steps: list | range) -> bool\n\n"
 "True when every item is an int, each one more than the one before it (an empty list: False; a None: False).\n"
 "OverflowError for a step beyond 64 bits (the twin's integers are unbounded).");
 
 static PyObject *
 consecutive(PyObject *module, PyObject *steps)
 {
+    if (PyRange_Check(steps)) { /* the step kernel's run: one step after the other where its difference is one */
+        Steps ranged;
+        if (steps_open(steps, "", &ranged) < 0) return NULL;
+        return PyBool_FromLong(ranged.count > 0 && (ranged.difference == 1 || ranged.count == 1));
+    }
     if (!PyList_Check(steps)) {
-        PyErr_SetString(PyExc_TypeError, "consecutive: steps is a list");
+        PyErr_SetString(PyExc_TypeError, "consecutive: steps is a list or a range");
         return NULL;
     }
     Py_ssize_t count = PyList_GET_SIZE(steps);
@@ -712,16 +785,26 @@ extent(PyObject *module, PyObject *given)
 }
 
 PyDoc_STRVAR(steps_counted_doc,
-"steps_counted(step_before, steps: list) -> int\n\n"
+"steps_counted(step_before, steps: list | range) -> int\n\n"
 "How many steps the lines printed: each line whose step is not the one known before it (a line\n"
 "printing no step, None, is a step). See exporter/native/detectors.py.");
 
 static PyObject *
 steps_counted(PyObject *module, PyObject *const *args, Py_ssize_t nargs)
 {
-    if (nargs != 2 || !PyList_Check(args[1])) {
-        PyErr_SetString(PyExc_TypeError, "steps_counted takes a step (or None) and a list");
+    if (nargs != 2 || !(PyList_Check(args[1]) || PyRange_Check(args[1]))) {
+        PyErr_SetString(PyExc_TypeError, "steps_counted takes a step (or None) and a list or a range");
         return NULL;
+    }
+    if (PyRange_Check(args[1])) { /* steps one difference apart: each a step of its own, the first maybe the known */
+        Py_ssize_t count = PyObject_Size(args[1]);
+        if (count <= 0) return count < 0 ? NULL : PyLong_FromSsize_t(0);
+        PyObject *first = PySequence_GetItem(args[1], 0);
+        int differs = first != NULL ? PyObject_RichCompareBool(first, args[0], Py_NE) : -1;
+        Py_XDECREF(first);
+        if (differs < 0) return NULL;
+        /* A difference of 0 is no range; a negative one makes every step one of its own too. */
+        return PyLong_FromSsize_t(count - 1 + differs);
     }
     PyObject *steps = args[1], *known = Py_NewRef(args[0]);
     Py_ssize_t counted = 0;

@@ -281,7 +281,7 @@ def covered(seconds: Sequence[float], spans: Sequence[float]) -> float:
         return math.inf
 
 
-def steps_counted(step_before: int | None, steps: list[int | None]) -> int:
+def steps_counted(step_before: int | None, steps: list[int | None] | range) -> int:
     """How many steps the lines printed; see the module's docstring."""
     counted, known = 0, step_before
     for step in steps:
@@ -291,12 +291,12 @@ def steps_counted(step_before: int | None, steps: list[int | None]) -> int:
     return counted
 
 
-def consecutive(steps: list[int | None]) -> bool:
+def consecutive(steps: list[int | None] | range) -> bool:
     """Each step one after the step before it, every one printed (an empty list: False)."""
     first, last = (steps[0], steps[-1]) if steps else (None, None)
     if first is None or last is None or last - first != len(steps) - 1:
         return False
-    return steps == list(range(first, last + 1))
+    return list(steps) == list(range(first, last + 1))
 
 
 def _median(values: list[float]) -> float:

@@ -2370,20 +2370,35 @@ text_or_none(Text text)
     return text.length ? PyUnicode_DecodeASCII((const char *)text.at, text.length, NULL) : Py_NewRef(Py_None);
 }
 
+/* The steps of a series' lines, ``rows`` of the run's lines: the run's own ``steps`` when every line printed the
+ * value and they are a range (immutable: shared, not copied), else a list, the items the run's list holds when it
+ * is one. */
 static PyObject *
-column_result(const Column *column, int series, PyObject *steps)
+series_steps_of(const Run *run, PyObject *steps, const Py_ssize_t *rows, Py_ssize_t count)
 {
+    int ranged = PyRange_Check(steps);
+    if (ranged && count == run->count) return Py_NewRef(steps);
+    PyObject *series_steps = PyList_New(count);
+    for (Py_ssize_t i = 0; series_steps != NULL && i < count; i++) {
+        PyObject *step = ranged ? PyLong_FromLongLong(run->steps[rows[i]]) : Py_NewRef(PyList_GET_ITEM(steps, rows[i]));
+        if (step == NULL) Py_CLEAR(series_steps);
+        else PyList_SET_ITEM(series_steps, i, step);
+    }
+    return series_steps;
+}
+
+static PyObject *
+column_result(const Run *run, const Column *column, PyObject *steps)
+{
+    int series = column->series;
     PyObject *latest = column->has ? PyFloat_FromDouble(column->value) : Py_NewRef(Py_None);
     PyObject *unit = text_or_none(text_of_owned(&column->unit));
-    PyObject *series_steps = series ? PyList_New(column->count) : Py_NewRef(Py_None);
+    PyObject *series_steps = series ? series_steps_of(run, steps, column->rows, column->count) : Py_NewRef(Py_None);
     /* The values as an array('d'), not a float object each: the detectors and the rows' writer read its buffer. */
     PyObject *series_values = series ? items_array("d", column->values, column->count * (Py_ssize_t)sizeof(double))
                                      : Py_NewRef(Py_None);
     PyObject *result = NULL;
     if (latest && unit && series_steps && series_values) {
-        for (Py_ssize_t i = 0; series && i < column->count; i++) {
-            PyList_SET_ITEM(series_steps, i, Py_NewRef(PyList_GET_ITEM(steps, column->rows[i])));
-        }
         result = PyTuple_Pack(4, latest, unit, series_steps, series_values);
     }
     Py_XDECREF(latest);
@@ -2395,45 +2410,58 @@ column_result(const Column *column, int series, PyObject *steps)
 
 /* A named value's every value: ``(steps, values)``, each value's line's step and the values as an array('d'). */
 static PyObject *
-named_series(const Named *named, PyObject *steps)
+named_series(const Run *run, const Named *named, PyObject *steps)
 {
-    PyObject *series_steps = PyList_New(named->count);
+    PyObject *series_steps = series_steps_of(run, steps, named->rows, named->count);
     PyObject *values = items_array("d", named->values, named->count * (Py_ssize_t)sizeof(double));
     PyObject *result = NULL;
-    if (series_steps && values) {
-        for (Py_ssize_t i = 0; i < named->count; i++) {
-            PyList_SET_ITEM(series_steps, i, Py_NewRef(PyList_GET_ITEM(steps, named->rows[i])));
-        }
-        result = PyTuple_Pack(2, series_steps, values);
-    }
+    if (series_steps && values) result = PyTuple_Pack(2, series_steps, values);
     Py_XDECREF(series_steps);
     Py_XDECREF(values);
     return result;
 }
 
+/* A run's steps: a range when they go up by one difference (a line a step, or one every log interval: no int
+ * object a line, and the detectors read it as such), else a list. */
+static PyObject *
+steps_result(const Run *run)
+{
+    const long long *steps = run->steps;
+    Py_ssize_t count = run->count;
+    long long difference = count > 1 ? steps[1] - steps[0] : 1;
+    int ranged = count > 0 && difference > 0 && steps[count - 1] <= LLONG_MAX - difference;
+    for (Py_ssize_t i = 2; ranged && i < count; i++) ranged = steps[i] - steps[i - 1] == difference;
+    if (ranged) {
+        return PyObject_CallFunction((PyObject *)&PyRange_Type, "LLL", steps[0], steps[count - 1] + difference,
+                                     difference);
+    }
+    PyObject *list = PyList_New(count);
+    for (Py_ssize_t i = 0; list != NULL && i < count; i++) {
+        PyObject *step = PyLong_FromLongLong(steps[i]);
+        if (step == NULL) Py_CLEAR(list);
+        else PyList_SET_ITEM(list, i, step);
+    }
+    return list;
+}
+
 static PyObject *
 run_result(const Run *run)
 {
-    PyObject *steps = PyList_New(run->count);
+    PyObject *steps = steps_result(run);
     PyObject *total = run->has_total ? PyLong_FromLongLong(run->total) : Py_NewRef(Py_None);
     PyObject *fields = PyTuple_New(run->table->columns);
     PyObject *named = PyList_New(run->named_count);
     PyObject *result = NULL;
     if (!steps || !total || !fields || !named) goto done;
-    for (Py_ssize_t i = 0; i < run->count; i++) {
-        PyObject *step = PyLong_FromLongLong(run->steps[i]);
-        if (step == NULL) goto done;
-        PyList_SET_ITEM(steps, i, step);
-    }
     for (Py_ssize_t i = 0; i < run->table->columns; i++) {
-        PyObject *column = column_result(&run->columns[i], run->columns[i].series, steps);
+        PyObject *column = column_result(run, &run->columns[i], steps);
         if (column == NULL) goto done;
         PyTuple_SET_ITEM(fields, i, column);
     }
     for (Py_ssize_t i = 0; i < run->named_count; i++) {
         const Named *value = &run->named[i];
         PyObject *name = PyUnicode_DecodeASCII((const char *)value->name.at, value->name.length, NULL);
-        PyObject *every = value->every ? named_series(value, steps) : Py_NewRef(Py_None);
+        PyObject *every = value->every ? named_series(run, value, steps) : Py_NewRef(Py_None);
         if (name == NULL || every == NULL) {
             Py_XDECREF(name);
             Py_XDECREF(every);
@@ -3231,6 +3259,39 @@ read_double_cells(PyObject *column, Py_ssize_t rows, Cell *cells)
     return read;
 }
 
+/* A column that is a range (a run's steps one difference apart) into ``rows`` cells, each step computed: 1, 0 when
+ * the column is no range or its first or last step is beyond 64 bits (read item by item), -1 with an exception
+ * (fewer than ``rows`` steps). */
+static int
+read_range_cells(PyObject *column, Py_ssize_t rows, Cell *cells)
+{
+    if (!PyRange_Check(column)) return 0;
+    Py_ssize_t count = PyObject_Size(column);
+    if (count < 0) return -1;
+    if (count < rows) {
+        PyErr_SetString(PyExc_ValueError, "write_rows: each column a list of rows items at least");
+        return -1;
+    }
+    if (rows == 0) return 1;
+    PyObject *ends[2] = {PySequence_GetItem(column, 0), PySequence_GetItem(column, rows - 1)};
+    PyObject *step = PyObject_GetAttrString(column, "step");
+    int beyond[3] = {0};
+    long long first = ends[0] ? PyLong_AsLongLongAndOverflow(ends[0], &beyond[0]) : -1;
+    if (ends[1]) (void)PyLong_AsLongLongAndOverflow(ends[1], &beyond[1]);
+    long long difference = step ? PyLong_AsLongLongAndOverflow(step, &beyond[2]) : -1;
+    Py_XDECREF(ends[0]);
+    Py_XDECREF(ends[1]);
+    Py_XDECREF(step);
+    if (ends[0] == NULL || ends[1] == NULL || step == NULL || PyErr_Occurred()) return -1;
+    if (beyond[0] || beyond[1] || (beyond[2] && rows > 1)) return 0;
+    /* Every step between two within 64 bits is too: computed unsigned, it wraps to its value. */
+    for (Py_ssize_t row = 0; row < rows; row++) {
+        cells[row].kind = CELL_WHOLE;
+        cells[row].value.whole = (long long)((uint64_t)first + (uint64_t)row * (uint64_t)difference);
+    }
+    return 1;
+}
+
 /* A job of the rows (columns, rows, lead): its cells read and every cell's type checked, -1 with an exception for
  * bad arguments. Writing it runs no Python code and reads no Python object but its lead. */
 static int
@@ -3266,6 +3327,7 @@ read_rows_job(PyObject *item, Job *job)
     job->width = width;
     for (Py_ssize_t i = 0; i < width; i++) { /* a list as it is now: it may change once the call returns */
         int read = read_double_cells(PyTuple_GET_ITEM(columns_given, i), rows, job->cells + i * rows);
+        if (read == 0) read = read_range_cells(PyTuple_GET_ITEM(columns_given, i), rows, job->cells + i * rows);
         if (read < 0) return -1;
         if (read == 1) continue;
         PyObject *column = PySequence_Fast(PyTuple_GET_ITEM(columns_given, i), "write_rows: a column is a sequence");

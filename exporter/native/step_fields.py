@@ -144,7 +144,9 @@ taken as one, by ``take()``:
 
     (steps, total, fields, named)
 
-- ``steps``: each line's step;
+- ``steps``: each line's step, a ``range`` when they go up by one difference (the usual run: no
+  int object a line), else a list; a series' steps are that range itself when every line printed
+  its value;
 - ``total``: the latest total (None when nothing was read);
 - ``fields``: per table field ``(latest, unit, series_steps, series_values)``: the latest
   value any line set (None: none did), the unit of the latest line whose value had one
@@ -201,9 +203,10 @@ class Record(NamedTuple):
 
 
 # A field's (latest, unit, steps, values); a series' values an array('d'): the kernel copies them out at once.
-Fields = tuple[tuple[float | None, str | None, list[int] | None, "array[float] | None"], ...]
-NamedValue = tuple[str, float, int, int, int, "tuple[list[int], array[float]] | None"]
-Run = tuple[list[int], int | None, Fields, list[NamedValue]]
+Steps = list[int] | range
+Fields = tuple[tuple[float | None, str | None, Steps | None, "array[float] | None"], ...]
+NamedValue = tuple[str, float, int, int, int, "tuple[Steps, array[float]] | None"]
+Run = tuple[Steps, int | None, Fields, list[NamedValue]]
 
 
 class StepReader:
@@ -251,12 +254,14 @@ class StepReader:
 
     def take(self) -> Run:
         """``(steps, total, fields, named)`` of the lines read since the last take; the reader starts over."""
+        steps = _steps_of(self._steps)
         fields = tuple((self._latest[column], self._units[column],
-                        *((kept[0], array("d", kept[1])) if kept is not None else (None, None)))
+                        *((_series_steps(steps, kept[0]), array("d", kept[1])) if kept is not None else (None, None)))
                        for column, kept in enumerate(self._series))
-        named = [(name, value, lines, first, position, (every[0], array("d", every[1])) if every is not None else None)
+        named = [(name, value, lines, first, position,
+                  (_series_steps(steps, every[0]), array("d", every[1])) if every is not None else None)
                  for name, (value, lines, first, position, every) in self._named.items()]
-        run = (self._steps, self._total, fields, named)
+        run = (steps, self._total, fields, named)
         self._clear()
         return run
 
@@ -294,6 +299,20 @@ class StepReader:
         self._units = [None] * len(columns)
         self._series = [([], []) if fields[first][2] else None for first in columns]
         self._named: dict[str, list] = {}  # name -> [latest, lines, first line, position in it, every value or None]
+
+
+def _steps_of(steps: list[int]) -> Steps:
+    """A run's steps: a range when they go up by one difference (no int object a line), else the list."""
+    difference = steps[1] - steps[0] if len(steps) > 1 else 1
+    ranged = range(steps[0], steps[-1] + difference, difference) if steps and difference > 0 else None
+    if ranged is None or len(ranged) != len(steps) or steps[-1] + difference >= 2**63 or steps != list(ranged):
+        return steps
+    return ranged
+
+
+def _series_steps(steps: Steps, kept: list[int]) -> Steps:
+    """A series' steps: the run's range when every line printed it (a range is shared, never changed), else its own."""
+    return steps if type(steps) is range and len(kept) == len(steps) else kept
 
 
 def _run_record(table: tuple, grammar: _Grammar, text: str) -> Record | None:

@@ -32,10 +32,20 @@ class StepLine:
     unprinted_nonfinite_losses: int = 0
 
 
+# Each line's step, None where it printed none: a range where the step kernel read steps one difference apart (no
+# int object a line; never changed, so shared by a batch and its series), else a list.
+LineSteps = list[int | None] | range
+
+
+def every_step_printed(steps: Sequence[int | None]) -> bool:
+    """No line without a step: a range holds none (``None in`` would walk it, an int made each)."""
+    return type(steps) is range or None not in steps
+
+
 class Series(NamedTuple):
     """Every value of a field a batch printed, with the step of its line (for the detectors)."""
 
-    steps: list[int | None]  # None: the rank's step before the batch (no line of the batch printed one yet)
+    steps: LineSteps  # None: the rank's step before the batch (no line of the batch printed one yet)
     values: list[float] | array[float]  # an array('d') as the step kernel reads a run: no float object each
 
 
@@ -111,7 +121,7 @@ class StepBatch:
     different columns never interact, and within a column the order is kept.
     """
 
-    steps: list[int | None]  # each line's step; None: the line printed none
+    steps: LineSteps  # each line's step; None: the line printed none
     latest: dict[str, float]  # every gauge a line printed -> its latest value
     series: dict[str, Series]  # loss, grad_norm and the rank values (device_local_norm): every value, for the detectors
     units: dict[str, str]  # gauge -> unit of the latest line that printed one

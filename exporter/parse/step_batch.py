@@ -15,9 +15,9 @@ from collections.abc import Sequence
 from typing import NamedTuple, cast
 
 from exporter import native
-from exporter.native.step_fields import Run
+from exporter.native.step_fields import Run, Steps
 from exporter.parse.fields import is_aux_loss, is_rank_value
-from exporter.parse.records import Named, Series, StepBatch, StepLine, StepRows
+from exporter.parse.records import LineSteps, Named, Series, StepBatch, StepLine, StepRows
 
 # The gauges whose every value the state's detectors and time accounting need; of the others the
 # latest is enough (and of the named values, those a rank prints for itself: fields.is_rank_value).
@@ -37,7 +37,7 @@ class KernelColumn(NamedTuple):
 class StepBatchBuilder:
     """One rank's step lines since the last ``take``."""
 
-    _steps: list[int | None]
+    _steps: LineSteps
     _known_step: int | None  # the batch's last printed step: a line printing none is at it
     _latest: dict[str, float]
     _series: dict[str, Series]
@@ -169,7 +169,7 @@ class StepBatchBuilder:
         """Add one line's values (``start``: where the line starts in its block); True when the batch must end
         after it (see unprinted_nonfinite_losses)."""
         self._merge_reader()
-        self._steps.append(line.step)
+        self._steps = _joined(self._steps, [line.step])
         if self._keep_starts:
             self._line_starts.append(start)
         if self._keep_rows:
@@ -185,16 +185,16 @@ class StepBatchBuilder:
             if name in self._series_fields and not (name == "loss" and line.unprinted_nonfinite_losses
                                               and not math.isfinite(value)):
                 # A non-finite loss the line's interval count already holds would count twice.
-                series = self._series_of(name)
-                series.steps.append(self._known_step)
-                series.values.append(value)
+                steps, values = self._series_of(name)
+                steps.append(self._known_step)
+                values.append(value)
         # A line-by-line application sets a line's aux losses before its other named values.
         for name in sorted(line.named, key=lambda name: not is_aux_loss(name)):
             self._note_named(name, line.named[name], 1)
             if is_rank_value(name):  # the rank-divergence detector needs every value
-                series = self._series_of(name)
-                series.steps.append(self._known_step)
-                series.values.append(line.named[name])
+                steps, values = self._series_of(name)
+                steps.append(self._known_step)
+                values.append(line.named[name])
         if not line.unprinted_nonfinite_losses:
             return False
         self._unprinted_nonfinite_losses = line.unprinted_nonfinite_losses
@@ -211,7 +211,7 @@ class StepBatchBuilder:
         count = len(steps)
         if units:
             self._units.update(units)
-        self._steps += steps
+        self._steps = _joined(self._steps, steps)
         if steps[-1] is not None:
             self._known_step = steps[-1]
         at = steps if steps[-1] is not None else [self._known_step] * count  # a line printing none: the known step
@@ -224,16 +224,16 @@ class StepBatchBuilder:
         for name, column in values.items():
             self._latest[name] = column[-1]
             if name in self._series_fields:
-                series = self._series_of(name)
-                series.steps.extend(at)
-                series.values.extend(column)
+                series_steps, series_values = self._series_of(name)
+                series_steps.extend(at)
+                series_values.extend(column)
         for name in order:
             column = named[name]
             self._note_named(name, column[-1], count)
             if is_rank_value(name):
-                series = self._series_of(name)
-                series.steps.extend(at)
-                series.values.extend(column)
+                series_steps, series_values = self._series_of(name)
+                series_steps.extend(at)
+                series_values.extend(column)
         if unprinted_nonfinite_losses:
             self._unprinted_nonfinite_losses = unprinted_nonfinite_losses
 
@@ -257,9 +257,9 @@ class StepBatchBuilder:
     def _merge_run(self, run: Run) -> None:
         steps, total, fields, named = run
         if self._steps:
-            self._steps += steps
-        else:  # the run's own lists (the reader keeps none): a batch of one run copies no column
-            self._steps = cast("list[int | None]", steps)
+            self._steps = _joined(self._steps, steps)
+        else:  # the run's own steps (the reader keeps none): a batch of one run copies no column
+            self._steps = cast("LineSteps", steps)
         self._known_step = steps[-1]
         if total is not None:
             self._latest["total_steps"] = total
@@ -275,10 +275,10 @@ class StepBatchBuilder:
             if series_steps and series_values:
                 series = self._series.get(gauge)
                 if series is None:
-                    self._series[gauge] = Series(cast("list[int | None]", series_steps), series_values)
+                    self._series[gauge] = Series(cast("LineSteps", series_steps), series_values)
                 else:
-                    series.steps.extend(series_steps)
                     series.values.extend(series_values)
+                    self._series[gauge] = Series(_joined(series.steps, series_steps), series.values)
         new = []
         for name, value, lines, first, position, every in named:
             seen = self._named.get(name)
@@ -287,18 +287,21 @@ class StepBatchBuilder:
             else:
                 self._named[name] = (value, seen[1] + lines)
             if every is not None:  # a rank's own value (fields.is_rank_value): the table keeps each
-                series = self._series_of(name)
-                series.steps.extend(every[0])
-                series.values.extend(every[1])
+                every_steps, values = self._series_of(name)
+                every_steps.extend(every[0])
+                values.extend(every[1])
         # Lines in order, each line's aux losses first, then as printed: a line-by-line order.
         for _, _, _, name, value, lines in sorted(new):
             self._named[name] = (value, lines)
 
-    def _series_of(self, gauge: str) -> Series:
+    def _series_of(self, gauge: str) -> tuple[list[int | None], list[float] | array[float]]:
+        """The gauge's series to add to: its steps a list (a run's range made one) and its values."""
         series = self._series.get(gauge)
         if series is None:
             series = self._series[gauge] = Series([], [])
-        return series
+        elif type(series.steps) is range:
+            series = self._series[gauge] = Series(list(series.steps), series.values)
+        return cast("list[int | None]", series.steps), series.values
 
     def _note_named(self, name: str, value: float, lines: int) -> None:
         seen = self._named.get(name)
@@ -314,18 +317,18 @@ class _Aligner:
     """A series field's values as a column of a run's lines: the field's steps name its lines when no two lines
     print one step."""
 
-    def __init__(self, steps: list[int]) -> None:
+    def __init__(self, steps: Steps) -> None:
         self._steps = steps
         self._unique: bool | None = None
 
-    def __call__(self, series_steps: list[int] | None, values: Sequence[float] | None) -> Sequence | None:
+    def __call__(self, series_steps: Steps | None, values: Sequence[float] | None) -> Sequence | None:
         steps = self._steps
         if values is None or series_steps is None:
             return None
         if len(values) == len(steps):
             return values
-        if self._unique is None:
-            self._unique = len(set(steps)) == len(steps)
+        if self._unique is None:  # a range's steps are
+            self._unique = type(steps) is range or len(set(steps)) == len(steps)
         if not self._unique:
             return None
         by_step = dict(zip(series_steps, values, strict=True))
@@ -339,3 +342,14 @@ def _keeping_aux(table: tuple | None, columns: int, names: tuple[str, ...]) -> t
     added = tuple((name.encode(), int(native.Kind.FLOAT), 1, b"", b"", columns + number)
                   for number, name in enumerate(names))
     return (*table[:6], table[6] + added, *table[7:])
+
+
+def _joined(kept: LineSteps, more: Sequence[int | None]) -> LineSteps:
+    """The steps of ``more`` after those of ``kept``: one range where a range goes on as another (runs read one after
+    the other), else a list (``kept`` itself grown, when it is one)."""
+    if type(kept) is range:
+        if type(more) is range and more.step == kept.step and more.start == kept.stop:
+            return range(kept.start, more.stop, kept.step)
+        kept = list(kept)
+    kept += more
+    return kept

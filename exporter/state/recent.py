@@ -21,6 +21,8 @@ from array import array
 from collections.abc import Sequence
 from typing import cast
 
+from exporter.parse.records import every_step_printed
+
 RECENT_STEPS = 256  # rows a chart can show; the demo's spike at step 120 stays in view until step 376
 UNKNOWN_STEP = -1  # a row of a format that prints no step (Hugging Face Trainer's log dicts)
 _NAN = math.nan
@@ -76,7 +78,7 @@ class RecentSteps:
 
     def _add_steps(self, steps: Sequence[int | None]) -> None:
         """The steps; an unknown (None) or absurd one (beyond 64 bits) as UNKNOWN_STEP."""
-        known = steps if None not in steps else [UNKNOWN_STEP if step is None else step for step in steps]
+        known = steps if every_step_printed(steps) else [UNKNOWN_STEP if step is None else step for step in steps]
         try:
             column = array("q", cast("Sequence[int]", known))
         except OverflowError:  # no trainer prints a step beyond 2**63; a damaged line might

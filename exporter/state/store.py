@@ -21,7 +21,17 @@ from exporter.kinds import ANOMALY_KINDS, ERROR_KINDS, INCIDENT_KINDS, SCHEDULER
 from exporter.parse import faults
 from exporter.parse.fields import is_rank_value, label_value, window_of
 from exporter.parse.line_parser import REJECTED_REASONS
-from exporter.parse.records import ErrorEvent, PhaseStart, Record, RunInfo, SchedulerEvent, Series, StepBatch
+from exporter.parse.records import (
+    ErrorEvent,
+    LineSteps,
+    PhaseStart,
+    Record,
+    RunInfo,
+    SchedulerEvent,
+    Series,
+    StepBatch,
+    every_step_printed,
+)
 from exporter.state.cause import CauseModel
 from exporter.state.detectors import DETECTORS, DetectorConfig, Found, RankValue, SeriesState, StepView
 from exporter.state.events import CONTEXT_FIELDS, Event, Listener, SeriesKey
@@ -360,7 +370,7 @@ class TrainingState:
                 steps, picked, spans = _picked([not out for out in replayed], steps, seconds, spans)
                 seconds = list(picked)
             if seconds:
-                view.series["step_time_seconds"] = Series(list(steps), seconds)
+                view.series["step_time_seconds"] = Series(steps if type(steps) is range else list(steps), seconds)
                 view.spans = spans
                 view.step_time_window = window_of(batch.units.get("step_time_seconds"))
         for detector in DETECTORS:
@@ -593,7 +603,7 @@ class Progress(NamedTuple):
     replay_until: int | None  # replaying after a restart up to this step; None: not replaying
 
 
-def _progress(steps: list[int | None], before: Progress) -> tuple[bool, int | None, Progress]:
+def _progress(steps: Sequence[int | None], before: Progress) -> tuple[bool, int | None, Progress]:
     """Whether the batch's steps start a restart (its first step below the attempt's latest), up to which
     step its lines are replayed (None: none is), and the progress after it.
 
@@ -627,12 +637,12 @@ def _split_replayed(series: Series, replay_until: int | None, replay_before: int
     return Series(list(steps), list(values))
 
 
-def _replayed(steps: list[int | None], replay_until: int | None, replay_before: int | None) -> list[bool]:
+def _replayed(steps: Sequence[int | None], replay_until: int | None, replay_before: int | None) -> list[bool]:
     """Which values of a series re-run steps after a restart. A line of the batch before any printed step
     (step None) is at the replay state before the batch."""
     if replay_until is None and replay_before is None:
         return [False] * len(steps)
-    if replay_until is not None and steps and None not in steps:  # a batch's steps never go back: at C speed
+    if replay_until is not None and steps and every_step_printed(steps):  # a batch's steps never go back: at C speed
         known = cast("list[int]", steps)
         if known[-1] <= replay_until or known[0] > replay_until:
             return [known[0] <= replay_until] * len(steps)
@@ -659,7 +669,7 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
         gap = cast("int", steps[0]) - previous if previous is not None else 1
         ones[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
         return ones
-    if previous is not None and steps and None not in steps:
+    if previous is not None and steps and every_step_printed(steps):
         known = cast("Sequence[int]", steps)
         gaps = list(map(operator.sub, known, [previous, *known[:-1]]))
         if min(gaps) >= 1 and max(gaps) <= MAX_SPAN:  # the usual case, at C speed
@@ -672,7 +682,7 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
     return spans
 
 
-def _steps_counted(step_before: int | None, steps: list[int | None], consecutive: bool = False) -> int:
+def _steps_counted(step_before: int | None, steps: LineSteps, consecutive: bool = False) -> int:
     """How many steps the lines printed (native.steps_counted). ``consecutive``: each step is one after the step
     before it (native.consecutive), the usual batch: one a line, but the first may be the step the rank is at."""
     if consecutive:
@@ -684,7 +694,7 @@ def _last_known(step_before: int | None, steps: Sequence[int | None]) -> int | N
     return next((step for step in reversed(steps) if step is not None), step_before)
 
 
-def _at_known_steps(steps: list[int | None], step_before: int | None) -> list[int | None]:
+def _at_known_steps(steps: LineSteps, step_before: int | None) -> LineSteps:
     """A series' steps, a line of the batch before any printed step being at the rank's step before it."""
     if steps and steps[0] is None:
         return [step_before if step is None else step for step in steps]
@@ -695,7 +705,7 @@ LineTime = Callable[[int], "float | None"]  # a step batch's line, by its index 
 
 
 # A field's values in a batch, its steps unless they are the batch's, its value before the batch (_Applying.sources).
-_Source = tuple["Sequence[float] | None", "list[int | None] | None", "float | None"]
+_Source = tuple["Sequence[float] | None", "Sequence[int | None] | None", "float | None"]
 
 
 class _Applying(NamedTuple):
@@ -784,10 +794,10 @@ class _Applying(NamedTuple):
 
 def _step_finder(steps: Sequence[int | None]) -> int | dict[int | None, int]:
     """How many lines lead printing no step, when no other line printed none; else each step's first index."""
-    if isinstance(steps, list) and native.consecutive(steps):  # the usual batch, told at C speed (``None in`` is slow)
+    if type(steps) is range or isinstance(steps, list) and native.consecutive(steps):  # the usual batch, at C speed
         return 0
     unprinted = next((index for index, step in enumerate(steps) if step is not None), len(steps))
-    if None not in steps[unprinted:]:
+    if every_step_printed(steps[unprinted:]):
         return unprinted
     backwards = range(len(steps) - 1, -1, -1)  # a step's first index is the one written last
     return dict(zip(reversed(steps), backwards, strict=True))

@@ -22,7 +22,7 @@ class RankValue(NamedTuple):
     """The values of one name a rank printed for itself (device_local_norm), admitted by the cardinality cap."""
 
     name: str
-    steps: list[int | None]
+    steps: Sequence[int | None]
     values: Sequence[float]
     previous: float | None  # its value before the batch
 

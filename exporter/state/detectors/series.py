@@ -121,7 +121,7 @@ class SeriesDetector(Detector):
             found.append(Found(self.kinds[0], view.step, view.unprinted_nonfinite_losses))
         return found
 
-    def _nonfinite_runs(self, state: SeriesState, steps: list[int | None], values: Sequence[float]) -> list[Found]:
+    def _nonfinite_runs(self, state: SeriesState, steps: Sequence[int | None], values: Sequence[float]) -> list[Found]:
         """A finding per run of non-finite values; a run going on from the batch before continues its incident."""
         found = []
         start = None

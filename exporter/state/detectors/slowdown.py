@@ -76,8 +76,8 @@ class SlowdownDetector(Detector):
         series = view.series.get("step_time_seconds")
         if series is None or not series.values:
             return []
-        steps, seconds = series.steps, series.values
-        baseline = state.baseline
+        steps: Sequence[int | None] = series.steps
+        seconds, baseline = series.values, state.baseline
         # One slow step shows in every window mean it is part of: the run of slow means must be that much longer.
         needed = config.slowdown_steps + view.step_time_window - 1
         slowdowns, declared_step, productive, checkpoint, state.kernel = native.check_step_times(
