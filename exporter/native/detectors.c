@@ -228,8 +228,9 @@ read_plateau(PyObject *object, Plateau *p, Py_ssize_t room)
         failed = 1;
     }
     if (!failed) {
-        p->history_steps = PyMem_Calloc((size_t)(count + room + 1), sizeof(long long));
-        p->history_smoothed = PyMem_Calloc((size_t)(count + room + 1), sizeof(double));
+        /* Written before read: the history's entries, then each value's as it comes. */
+        p->history_steps = PyMem_Malloc((size_t)(count + room + 1) * sizeof(long long));
+        p->history_smoothed = PyMem_Malloc((size_t)(count + room + 1) * sizeof(double));
         if (p->history_steps == NULL || p->history_smoothed == NULL) {
             PyErr_NoMemory();
             failed = 1;

@@ -1188,6 +1188,32 @@ grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
     return 0;
 }
 
+/* Room for ``lines`` more lines in a run's steps and series columns at once (StepsAhead knows how many a stream
+ * holds): none grown line by line. -1 when there is none (nothing raised: own_text). */
+static int
+reserve_lines(Run *run, Py_ssize_t lines)
+{
+    Py_ssize_t wanted = run->count + lines;
+    if (wanted > run->capacity) {
+        long long *steps = PyMem_RawRealloc(run->steps, (size_t)wanted * sizeof(long long));
+        if (steps == NULL) return -1;
+        run->steps = steps;
+        run->capacity = wanted;
+    }
+    for (Py_ssize_t i = 0; i < run->table->columns; i++) {
+        Column *column = &run->columns[i];
+        if (!column->series || column->count + lines <= column->capacity) continue;
+        Py_ssize_t room = column->count + lines;
+        Py_ssize_t *rows = PyMem_RawRealloc(column->rows, (size_t)room * sizeof(Py_ssize_t));
+        if (rows != NULL) column->rows = rows;
+        double *values = rows != NULL ? PyMem_RawRealloc(column->values, (size_t)room * sizeof(double)) : NULL;
+        if (values == NULL) return -1;
+        column->values = values;
+        column->capacity = room;
+    }
+    return 0;
+}
+
 /* A named value kept under a name holding one of the table's every_value parts. */
 static int
 keeps_every_value(const Table *table, const uint8_t *name, Py_ssize_t length)
@@ -2620,8 +2646,8 @@ read_streams(StepsAhead *self)
     }
     for (Py_ssize_t group = 0; group < groups->groups; group++) {
         Stream *stream = &self->streams[group];
-        if (new_run(&stream->run, table, 0) < 0) continue;
         const Offsets *starts = &groups->starts[group];
+        if (new_run(&stream->run, table, 0) < 0 || reserve_lines(&stream->run, starts->count) < 0) continue;
         Py_ssize_t taken = 0;
         for (; taken < starts->count; taken++) {
             const uint8_t *line = data + starts->items[taken];

@@ -957,13 +957,31 @@ class LineParser:
         for start, line in zip(anchored, lines, strict=True):
             self._take_redrawn_before(data, start, parsed)
             self._line_start = start
-            recognized += self._parse_line_isolated(line, parsed)[1]
+            recognized += (self._read_prefixed_line(data, start, line, parsed)
+                           or self._parse_line_isolated(line, parsed)[1])
         self._take_redrawn_before(data, len(data) - 1, parsed)  # a line after the held one in the block
         counts = grouped[1]
         for (rank, _), count in zip(ranks, counts, strict=True):
             parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + count
         parsed.unparsed = sum(counts) - recognized
         return True
+
+    def _read_prefixed_line(self, data: bytes, start: int, line: bytes, parsed: ParsedBlock) -> bool:
+        """A rank's line of the kernel format (``line``, at ``start``) read by the kernel after its prefix into the
+        rank's batch, as _read_stream reads a stream's run; False (nothing done) where the kernel declines it. Not
+        where the lines' offsets are kept: the kernel notes where a prefix ends, the line parser where a line
+        starts (_line_starts_before mends a whole stream's)."""
+        if self._kernel_format is None or self._line_offsets or line[:1] not in RANK_PREFIX_STARTS:
+            return False
+        rank, body = strip_rank_prefixes(line, self._rank_offset)
+        if rank is None:
+            return False
+        width = len(line) - len(body)
+        self._stream = (line[:width], rank)
+        try:
+            return self._read_step_run(data, [start + width], 0, parsed, alone=True) == 1
+        finally:
+            self._stream = None
 
     def _take_redrawn_before(self, data: bytes, position: int, parsed: ParsedBlock) -> None:
         """A redraw held, taken where the line-by-line path takes it: at the line after its own, when that line
@@ -1072,8 +1090,10 @@ class LineParser:
                 parsed.lines_by_rank[rank] = parsed.lines_by_rank.get(rank, 0) + 1
         return recognized
 
-    def _read_step_run(self, data: bytes, starts: native.Starts, index: int, parsed: ParsedBlock) -> int:
-        """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took."""
+    def _read_step_run(self, data: bytes, starts: native.Starts, index: int, parsed: ParsedBlock,
+                       alone: bool = False) -> int:
+        """The step-field kernel's run of lines at ``starts[index]``, into the file's batch; how many it took.
+        ``alone``: a line read by itself, neither a stream's run read ahead nor the block's first run."""
         kernel_format = self._kernel_format
         if kernel_format is None:
             return 0
@@ -1085,8 +1105,9 @@ class LineParser:
         if builder is None:
             return 0
         limit = self._rows_per_batch - len(builder) if self._rows_per_batch else len(starts)
-        taken, ended = builder.read_run(data, starts, index, limit, self._passes.steps(data) if index == 0 else None)
-        if index == 0:  # the block's first run (a rank stream's, when read stream by stream)
+        first = index == 0 and not alone
+        taken, ended = builder.read_run(data, starts, index, limit, self._passes.steps(data) if first else None)
+        if first:  # the block's first run (a rank stream's, when read stream by stream)
             self._first_run = taken
         if ended is not None:  # the run's first step went back below a line read one by one: a restart
             self._append(ended, parsed)

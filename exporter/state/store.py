@@ -664,11 +664,14 @@ def _spans(steps: Sequence[int | None], previous: int | None, consecutive: bool 
     back or by more than MAX_SPAN (a restart, another run) stands for itself. ``consecutive``: each step is one
     after the step before it (native.consecutive).
     """
-    if consecutive and steps:  # the usual case: every step time stands for one step, but maybe the first
-        ones = [1.0] * len(steps)
+    if steps and (consecutive or type(steps) is range):
+        # The usual case: every step time stands for the steps between two lines, one step or a log interval, but
+        # maybe the first; an array('d'), which the detectors read as its buffer.
+        interval = steps.step if type(steps) is range else 1
+        alike = array("d", [float(interval) if 1 <= interval <= MAX_SPAN else 1.0]) * len(steps)
         gap = cast("int", steps[0]) - previous if previous is not None else 1
-        ones[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
-        return ones
+        alike[0] = float(gap) if 1 <= gap <= MAX_SPAN else 1.0
+        return alike
     if previous is not None and steps and every_step_printed(steps):
         known = cast("Sequence[int]", steps)
         gaps = list(map(operator.sub, known, [previous, *known[:-1]]))
