@@ -327,7 +327,7 @@ class _Aligner:
             return None
         if len(values) == len(steps):
             return values
-        if self._unique is None:  # a range's steps are
+        if self._unique is None:  # a range never repeats a step
             self._unique = type(steps) is range or len(set(steps)) == len(steps)
         if not self._unique:
             return None
