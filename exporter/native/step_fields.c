@@ -1175,12 +1175,11 @@ text_of_owned(const OwnedText *owned)
     return (Text){owned->at, owned->length};
 }
 
-/* Room for one more item in an array of ``size``-byte items; -1 when none (nothing raised: own_text). */
+/* Room for ``wanted`` items in an array of ``size``-byte items; -1 when none (nothing raised: own_text). */
 static int
-grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
+reserve_items(void **array, Py_ssize_t *capacity, Py_ssize_t wanted, size_t size)
 {
-    if (count < *capacity) return 0;
-    Py_ssize_t wanted = *capacity ? 2 * *capacity : 16;
+    if (wanted <= *capacity) return 0;
     void *grown = PyMem_RawRealloc(*array, (size_t)wanted * size);
     if (grown == NULL) return -1;
     *array = grown;
@@ -1188,28 +1187,27 @@ grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
     return 0;
 }
 
+/* Room for one more item: the array's room doubled when it is full. */
+static int
+grow(void **array, Py_ssize_t *capacity, Py_ssize_t count, size_t size)
+{
+    return count < *capacity ? 0 : reserve_items(array, capacity, *capacity ? 2 * *capacity : 16, size);
+}
+
 /* Room for ``lines`` more lines in a run's steps and series columns at once (StepsAhead knows how many a stream
- * holds): none grown line by line. -1 when there is none (nothing raised: own_text). */
+ * holds): none grown line by line. A column's rows and values share its capacity, as commit grows them. */
 static int
 reserve_lines(Run *run, Py_ssize_t lines)
 {
-    Py_ssize_t wanted = run->count + lines;
-    if (wanted > run->capacity) {
-        long long *steps = PyMem_RawRealloc(run->steps, (size_t)wanted * sizeof(long long));
-        if (steps == NULL) return -1;
-        run->steps = steps;
-        run->capacity = wanted;
-    }
+    if (reserve_items((void **)&run->steps, &run->capacity, run->count + lines, sizeof(long long)) < 0) return -1;
     for (Py_ssize_t i = 0; i < run->table->columns; i++) {
         Column *column = &run->columns[i];
-        if (!column->series || column->count + lines <= column->capacity) continue;
-        Py_ssize_t room = column->count + lines;
-        Py_ssize_t *rows = PyMem_RawRealloc(column->rows, (size_t)room * sizeof(Py_ssize_t));
-        if (rows != NULL) column->rows = rows;
-        double *values = rows != NULL ? PyMem_RawRealloc(column->values, (size_t)room * sizeof(double)) : NULL;
-        if (values == NULL) return -1;
-        column->values = values;
-        column->capacity = room;
+        Py_ssize_t capacity = column->capacity, wanted = column->count + lines;
+        if (column->series
+            && (reserve_items((void **)&column->rows, &capacity, wanted, sizeof(Py_ssize_t)) < 0
+                || reserve_items((void **)&column->values, &column->capacity, wanted, sizeof(double)) < 0)) {
+            return -1;
+        }
     }
     return 0;
 }
