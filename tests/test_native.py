@@ -965,6 +965,43 @@ def _bracket_lines(table: tuple, seed: int) -> list[bytes]:
 
 
 @pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
+def test_a_bracketed_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_it(table):
+    """A table whose step is printed in brackets (no step pair) keeps the shape of its pairs too: each line here
+    follows a line of the same pairs and differs from it by a little (a name longer, more spaces after a separator, a
+    value missing or a list, another joint, a pair more), after the same step and outer count."""
+    separator, open_, shut = table[3], table[8][0][:1], table[8][0][1:]
+    outer = table[8][5] + open_ + b"1/2" + shut + b", " if len(table[8]) > 5 and table[8][5] else b""
+    count = open_ + b"3" + shut if len(table[8]) > 16 and table[8][16] else b""
+    step_name = table[8][17][0] if count else table[4][0]
+    names = [field[0] for field in table[6]] + [b"mtp_1_loss", b"memory"]
+    rng = random.Random(17)
+    joints = [b" ", b"  ", b", ", table[2][:1] + b" ", b"\t", b" [x] ", b" a.", b"x"]
+    lines = []
+    for step in range(1, 2500):
+        pairs = [name + separator + rng.choice(TOKENS).encode() for name in names[: rng.randint(1, len(names))]]
+        start, joint = rng.choice([b"", b"[INFO] ", b"04/22 11:14:42 - mmengine - INFO - "]), rng.choice(joints)
+        head = start + outer + step_name + count + open_ + b"%d/9999" % step + shut + rng.choice([b" ", b"  ", b", "])
+        lines.append(head + joint.join(pairs))
+        changed = list(pairs)
+        where = rng.randrange(len(changed))
+        change = rng.randrange(5)
+        if change == 0:
+            changed[where] = changed[where].replace(separator, b"x" + separator, 1)
+        elif change == 1:
+            changed[where] = changed[where].replace(separator, separator + b"  ", 1)
+        elif change == 2:
+            changed[where] = changed[where].split(separator)[0] + separator
+        elif change == 3:
+            changed[where] = changed[where].split(separator)[0] + separator + b"[1.5, 2]"
+        elif where > 0:
+            changed[where] = rng.choice(joints) + changed[where]
+        lines.append(head.replace(b"%d/" % step, b"%d/" % (step + 1)) + joint.join(changed)
+                     + rng.choice([b"", b" extra" + separator + b"1", b" ", b","]))
+    runs, rows, _ = _read_in_runs_by_both(table, lines)
+    assert runs > 2 and rows > 2000  # long runs: each line read after one of its shape
+
+
+@pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
 def test_a_bracketed_run_reads_a_line_as_the_per_line_reader_does(table):
     """As a pairs run (above), and it declines a line printing a name longer than MAX_NAME or an outer count whose
     step or total is 2**63 or more: that is all (a name whose every value the run keeps is read)."""

@@ -319,14 +319,12 @@ may_be_float(const uint8_t *at, const uint8_t *end)
 /* A line read without the interpreter (StepsAhead's thread) holds a number only float()'s own function reads. */
 #define NEEDS_INTERPRETER (-2)
 
-/* float(token): 1 and *value, 0 (not a number), -1 (error, raised), NEEDS_INTERPRETER (without ``interpreter``: a
- * token neither the exact reader nor strtod reads whole). */
+/* float(token) of a token simple_decimal does not read: 1 and *value, 0 (not a number), -1 (error, raised),
+ * NEEDS_INTERPRETER (without ``interpreter``: a token strtod does not read whole). */
 static int
-parse_number(const uint8_t *token, Py_ssize_t length, double *value, int interpreter)
+parse_unusual_number(const uint8_t *token, Py_ssize_t length, double *value, int interpreter)
 {
-    if (length == 0) return 0;
-    if (simple_decimal(token, token + length, value)) return 1;
-    if (!may_be_float(token, token + length)) return 0;
+    if (length == 0 || !may_be_float(token, token + length)) return 0;
     if (length < MAX_NUMBER_TEXT) {
         char text[MAX_NUMBER_TEXT];
         memcpy(text, token, (size_t)length);
@@ -371,14 +369,16 @@ parse_float(const uint8_t *token, Py_ssize_t length, double *value, int interpre
 {
     /* A plain decimal first: it holds no comma, and most values are one (no search for a comma in each). */
     if (simple_decimal(token, token + length, value)) return 1;
-    if (length == 0 || memchr(token, ',', (size_t)length) == NULL) return parse_number(token, length, value, interpreter);
+    if (length == 0 || memchr(token, ',', (size_t)length) == NULL) {
+        return parse_unusual_number(token, length, value, interpreter);
+    }
     uint8_t *text = PyMem_RawMalloc((size_t)length);
     if (text == NULL) return -1;
     Py_ssize_t kept = 0;
     for (Py_ssize_t i = 0; i < length; i++) {
         if (token[i] != ',') text[kept++] = token[i];
     }
-    int parsed = parse_number(text, kept, value, interpreter);
+    int parsed = simple_decimal(text, text + kept, value) ? 1 : parse_unusual_number(text, kept, value, interpreter);
     PyMem_RawFree(text);
     return parsed;
 }
@@ -1074,10 +1074,18 @@ field_named(const Table *table, const uint8_t *name, Py_ssize_t length)
 /* ------------------------------------------------------------------------------------------ */
 /* A run of lines                                                                             */
 
+/* A value a run keeps only the latest of is read once, when the read ends (settle_run), not on every line: a plain
+ * decimal (``plain_decimal``, which parse_float always reads) is kept as its bytes until then. */
+typedef struct {
+    const uint8_t *at; /* NULL: none waiting */
+    Py_ssize_t length;
+} Unread;
+
 typedef struct {
     int has;
     double value;
     Text unit; /* length 0: none */
+    Unread unread; /* the value's bytes, not read yet (value unset) */
 } Slot;        /* a table field, for one line */
 
 /* Bytes copied out of the data: a run outlives the block it was read from. */
@@ -1091,6 +1099,7 @@ typedef struct {
     int has;
     double value;
     OwnedText unit; /* of the latest line whose value had one */
+    Unread unread; /* not a series: the latest value's bytes, read when the read ends */
     Py_ssize_t *rows; /* series: the line of each value */
     double *values;
     Py_ssize_t count, capacity;
@@ -1101,6 +1110,7 @@ typedef struct {
     double value;
     Py_ssize_t lines, first_line, position, last_line;
     int every; /* its name holds one of the table's every_value parts: each line's value is kept */
+    Unread unread; /* not every: the latest value's bytes, read when the read ends */
     Py_ssize_t *rows; /* every: the line of each value */
     double *values;
     Py_ssize_t count, capacity;
@@ -1151,6 +1161,7 @@ typedef struct {
     Py_ssize_t checked; /* JSON: the first names of segment_names, checked one against the other */
     uint8_t *unescaped; /* the pairs grammar's escapes: the line being read without them */
     Py_ssize_t unescaped_capacity;
+    int line_copied; /* the line being read is in ``unescaped`` */
 } Run;
 
 /* A run's memory is the raw allocator's and a failure raises nothing: a run may be read on a thread that does not
@@ -1240,6 +1251,16 @@ keep_named_value(Named *named, Py_ssize_t line, double value)
     return 0;
 }
 
+/* A named value the run holds, printed by the line being read. */
+static void
+noted_again(Run *run, Named *named)
+{
+    if (named->last_line == run->count) return;
+    named->last_line = run->count;
+    named->lines++;
+    run->line_named++;
+}
+
 /* ``hint`` (or NULL): where the run's named values held the name when last asked, set to where they hold it. */
 static int
 note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ssize_t *hint)
@@ -1253,23 +1274,34 @@ note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ss
     if (at >= 0) {
         Named *named = &run->named[at];
         named->value = value;
-        if (named->last_line != line) {
-            named->last_line = line;
-            named->lines++;
-            run->line_named++;
-        }
+        named->unread = (Unread){NULL, 0};
+        noted_again(run, named);
         if (hint) *hint = at;
         return named->every ? keep_named_value(named, line, value) : 0;
     }
     if (grow((void **)&run->named, &run->named_capacity, run->named_count, sizeof(Named)) < 0) return -1;
     Named *added = &run->named[run->named_count];
     *added = (Named){{NULL, 0, 0}, value, 1, line, run->line_named, line,
-                     keeps_every_value(run->table, name, length), NULL, NULL, 0, 0};
+                     keeps_every_value(run->table, name, length), {NULL, 0}, NULL, NULL, 0, 0};
     if (hint) *hint = run->named_count;
     if (own_text(&added->name, (Text){name, length}) < 0) return -1;
     run->named_count++;
     run->line_named++;
     return added->every ? keep_named_value(added, line, value) : 0;
+}
+
+/* A value apply_pair keeps as its bytes when it is a plain decimal (Unread), read when the read ends: a field of
+ * numbers whose column keeps only its latest, a named value (at ``named_hint``) whose latest only is kept; not on a
+ * line copied to the run's buffer (its bytes are gone with the next line). */
+static int
+may_wait(const Run *run, Py_ssize_t field, Py_ssize_t named_hint)
+{
+    if (run->line_copied) return 0;
+    if (field >= 0) {
+        const FieldSpec *spec = &run->table->fields[field];
+        return spec->kind == KIND_FLOAT && !run->columns[spec->column].series;
+    }
+    return named_hint >= 0 && named_hint < run->named_count && !run->named[named_hint].every;
 }
 
 /* One pair of the record, ``index`` its name's field entry (-1: a named value): 0, or -1 on error. */
@@ -1280,6 +1312,15 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
     double value = 0;
     int parsed;
     if (index < 0) {
+        /* The name at its hint's place: a plain decimal waits to be read (settle_run). */
+        if (named_hint && may_wait(run, -1, *named_hint)
+            && same_text(name, name_length, text_of_owned(&run->named[*named_hint].name))
+            && plain_decimal(raw, raw + raw_length)) {
+            Named *known = &run->named[*named_hint];
+            known->unread = (Unread){raw, raw_length};
+            noted_again(run, known);
+            return 0;
+        }
         parsed = parse_float(raw, raw_length, &value, run->interpreter);
         return parsed <= 0 ? parsed : note_named(run, name, name_length, value, named_hint);
     }
@@ -1291,6 +1332,10 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
         parsed = parse_with_unit(raw, raw_length, &value, &unit, run->interpreter);
         if (parsed == 1) *slot = (Slot){1, value, unit};
         return parsed < 0 ? parsed : 0;
+    }
+    if (may_wait(run, index, -1) && plain_decimal(raw, raw + raw_length)) {
+        *slot = (Slot){1, 0, {NULL, 0}, {raw, raw_length}}; /* read when the read ends (settle_run) */
+        return 0;
     }
     parsed = field->kind == KIND_DURATION ? parse_duration(raw, raw_length, bare_per_second ? bare_per_second
                                                                             : field->bare_per_second, &value,
@@ -1388,6 +1433,7 @@ commit(Run *run, long long step, int has_total, long long total)
         if (!slot->has) continue;
         column->has = 1;
         column->value = slot->value;
+        column->unread = slot->unread;
         if (slot->unit.length && own_text(&column->unit, slot->unit) < 0) return -1;
         if (!column->series) continue;
         Py_ssize_t capacity = column->capacity;
@@ -1498,13 +1544,15 @@ shaped_pairs(const Run *run, const uint8_t *from, const uint8_t *end, Pair *pair
         if (end - at < joint + length + 2 || !same_bytes(at, kept, joint + length)) return 0;
         at += joint;
         kept += joint + length;
-        const uint8_t *name_end = at + length;
-        if (*name_end != table->name_separator || ends_value(table, name_end + 1, end)) return 0;
-        const uint8_t *value = name_end + 1, *value_end = list_end(table, value, end);
+        const uint8_t *name_end = at + length, *value = name_end + 1;
+        if (*name_end != table->name_separator) return 0;
+        while (table->spaced && value < end && *value == ' ') value++;
+        if (value == end || ends_value(table, value, end)) return 0;
+        const uint8_t *value_end = list_end(table, value, end);
         double number = 0;
         int is_number = 0;
         if (value_end == NULL && table->numbers_ahead && i != shape->step_pair
-            && number_applies(table, shape->fields[i])) {
+            && number_applies(table, shape->fields[i]) && !may_wait(run, shape->fields[i], shape->named[i])) {
             /* A printed number read as its end is found: the value is the number when a value ends right after it. */
             value_end = simple_decimal_prefix(value, end, &number);
             is_number = value_end != NULL && (value_end == end || ends_value(table, value_end, end));
@@ -1787,6 +1835,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     long long step = 0, total = 0;
     int has_total = 0;
     if (table->escapes && unescape(run, &line, &end) < 0) return -1;
+    run->line_copied = line == run->unescaped; /* its values' bytes are gone with the next line: none waits */
     const uint8_t *from = line, *step_at = line, *outer_at, *outer_end;
     long long count_printed = 0, counts = 0, lead = 0, step_count = -1;
     if (table->lead.length && find_lead(table, line, end, &lead, &from) != 1) return 0;
@@ -1870,9 +1919,9 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         at = value_end;
     }
     if (!required_printed || !marked) return 0;
-    /* A line of spaced pairs is read without a shape: a line ``name: value`` is not ``name:value`` one space apart; nor
-     * is one of a table with words before a step's name (after_word looks before the step's pair). */
-    if (!shaped && step_pair >= 0 && !table->spaced && !table->not_after_count) {
+    /* Not kept where the loop finds a name without its separator (a list after a name: no jumps), nor of a table with
+     * words before a step's name (after_word looks before the step's pair). */
+    if (!shaped && (step_pair >= 0 || table->step_open) && jumps && !table->not_after_count) {
         keep_shape(run, from, pairs, count, step_pair);
     }
     if (!table->step_open) {
@@ -2169,11 +2218,22 @@ static int
 json_string(const uint8_t **at, const uint8_t *end, Text *text)
 {
     const uint8_t *start = *at + 1, *byte = start;
-    while (byte < end && *byte != '"') {
-        if (*byte == '\\' || *byte < 0x20) return 0;
-        byte++;
+#ifdef __SSE2__
+    /* Sixteen bytes at a time up to the first quote, backslash or control byte (its unsigned minimum with 0x1f). */
+    const __m128i quote = _mm_set1_epi8('"'), backslash = _mm_set1_epi8('\\'), controls = _mm_set1_epi8(0x1f);
+    for (; end - byte >= 16; byte += 16) {
+        __m128i bytes = _mm_loadu_si128((const __m128i *)byte);
+        __m128i stops = _mm_or_si128(_mm_or_si128(_mm_cmpeq_epi8(bytes, quote), _mm_cmpeq_epi8(bytes, backslash)),
+                                     _mm_cmpeq_epi8(_mm_min_epu8(bytes, controls), bytes));
+        int found = _mm_movemask_epi8(stops);
+        if (found) {
+            byte += __builtin_ctz((unsigned)found);
+            break;
+        }
     }
-    if (byte == end) return 0;
+#endif
+    while (byte < end && *byte != '"' && *byte != '\\' && *byte >= 0x20) byte++;
+    if (byte == end || *byte != '"') return 0;
     *text = (Text){start, byte - start};
     *at = byte + 1;
     return 1;
@@ -2188,7 +2248,9 @@ json_value(const uint8_t **at, const uint8_t *end, Text *value)
     const uint8_t *start = *at, *byte = start;
     if (byte == end) return 0;
     if (*byte == '"') return json_string(at, end, value) ? JSON_STRING : 0;
-    for (size_t i = 0; i < sizeof literals / sizeof *literals; i++) {
+    /* A number begins with a digit or a minus and a digit: no literal does. */
+    int number = is_digit(*byte) || (*byte == '-' && end - byte > 1 && is_digit(byte[1]));
+    for (size_t i = 0; !number && i < sizeof literals / sizeof *literals; i++) {
         size_t length = strlen(literals[i]);
         if ((size_t)(end - byte) >= length && memcmp(byte, literals[i], length) == 0) {
             *value = (Text){byte, (Py_ssize_t)length};
@@ -2505,6 +2567,36 @@ done:
     return result;
 }
 
+/* ``unread``'s value into ``*value``: 0, or -1 with an exception. */
+static int
+read_unread(Unread *unread, double *value)
+{
+    int parsed = parse_float(unread->at, unread->length, value, 1);
+    *unread = (Unread){NULL, 0};
+    if (parsed == 1) return 0;
+    if (!PyErr_Occurred()) { /* a plain decimal, which parse_float always reads: only memory can fail it */
+        if (parsed < 0) PyErr_NoMemory();
+        else PyErr_SetString(PyExc_SystemError, "a plain decimal was not read");
+    }
+    return -1;
+}
+
+/* The values the read left as their bytes (Unread), read while the data they are in is held (at the end of each
+ * read, with the interpreter): 0, or -1 with an exception. */
+static int
+settle_run(Run *run)
+{
+    for (Py_ssize_t i = 0; run->columns && i < run->table->columns; i++) {
+        Column *column = &run->columns[i];
+        if (column->unread.at && read_unread(&column->unread, &column->value) < 0) return -1;
+    }
+    for (Py_ssize_t i = 0; i < run->named_count; i++) {
+        Named *named = &run->named[i];
+        if (named->unread.at && read_unread(&named->unread, &named->value) < 0) return -1;
+    }
+    return 0;
+}
+
 /* Forget what was read, keep the memory. */
 static void
 clear_run(Run *run)
@@ -2514,6 +2606,7 @@ clear_run(Run *run)
     for (Py_ssize_t i = 0; run->columns && i < run->table->columns; i++) {
         Column *column = &run->columns[i];
         column->has = 0;
+        column->unread = (Unread){NULL, 0};
         column->unit.length = 0;
         column->count = 0;
     }
@@ -2910,10 +3003,18 @@ StepReader_read(StepReader *self, PyObject *const *args, Py_ssize_t nargs)
         }
         if (read == 0) break;
     }
+    if (settle_run(&self->run) < 0) goto error;
     PyBuffer_Release(&view);
     starts_release(&starts);
     return PyLong_FromSsize_t(taken);
 error:
+    {
+        /* No value left pointing into the data released here. */
+        PyObject *type, *value, *traceback;
+        PyErr_Fetch(&type, &value, &traceback);
+        if (settle_run(&self->run) < 0) PyErr_Clear();
+        PyErr_Restore(type, value, traceback);
+    }
     PyBuffer_Release(&view);
     starts_release(&starts);
     return NULL;
