@@ -964,6 +964,22 @@ def _bracket_lines(table: tuple, seed: int) -> list[bytes]:
     return lines
 
 
+def test_two_kinds_of_lines_in_turn_and_a_list_open_in_a_joint_are_read_as_the_twin_reads_them():
+    """MindFormers' static records and its weight-norm lines in turn each take the shape of the line before them of
+    their kind; a joint holding a list's open (``x [``, no shut after it on its line) keeps no shape: a later line of
+    the same joints printing a shut after it holds the pair ``x`` (the loop looks at each byte there)."""
+    lines = []
+    for step in range(1, 300):
+        lines.append(b"{ Epoch:[  1/  2], step:[ %d/ 9999], loss:[%d.5/3.0], per_step_time: 12ms, lr: 0.0%d, "
+                     b"overflow cond: False, global_norm: [1.%d] }" % (step, step % 7, step % 9 + 1, step))
+        lines.append(b"Epoch:[  1/  2], step:[ %d/ 9999] weight_norm: %d.25" % (step, step))
+    for step in range(300, 400):
+        lr = b"[0.1]" if step % 2 else b"0.2"
+        lines.append(b"Epoch:[  1/  2], step:[ %d/ 9999] loss: 2.5, x [ lr: %s" % (step, lr))
+    runs, rows, _ = _read_in_runs_by_both(MINDFORMERS_STATIC, lines)
+    assert rows == len(lines) and runs > 2
+
+
 @pytest.mark.parametrize("table", BRACKET_TABLES, ids=BRACKET_IDS)
 def test_a_bracketed_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_it(table):
     """A table whose step is printed in brackets (no step pair) keeps the shape of its pairs too: each line here

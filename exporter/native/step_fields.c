@@ -1147,7 +1147,10 @@ typedef struct {
 typedef struct {
     const Table *table;
     int interpreter; /* its numbers may be read by float()'s own function (not on StepsAhead's thread) */
-    Shape shape;
+    /* The shapes of the last lines of other shapes (a log may print two kinds of lines in turn: MindFormers' record,
+     * then its weight norm), the one to keep the next shape in. */
+    Shape shapes[2];
+    int next_shape;
     long long *steps;
     Py_ssize_t count, capacity;
     int has_total; /* a line printed its total (the pairs grammar's may not) */
@@ -1534,10 +1537,9 @@ apply_number(Run *run, const Pair *pair, Py_ssize_t *named_hint)
  * (what the loop of read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is
  * not such a line. */
 static Py_ssize_t
-shaped_pairs(const Run *run, const uint8_t *from, const uint8_t *end, Pair *pairs)
+shaped_pairs(const Run *run, const Shape *shape, const uint8_t *from, const uint8_t *end, Pair *pairs)
 {
     const Table *table = run->table;
-    const Shape *shape = &run->shape;
     const uint8_t *at = from, *kept = shape->names;
     for (Py_ssize_t i = 0; i < shape->count; i++) {
         Py_ssize_t joint = shape->joints[i], length = shape->lengths[i];
@@ -1571,12 +1573,18 @@ shaped_pairs(const Run *run, const uint8_t *from, const uint8_t *end, Pair *pair
 static void
 keep_shape(Run *run, const uint8_t *from, const Pair *pairs, Py_ssize_t count, Py_ssize_t step_pair)
 {
-    Shape *shape = &run->shape;
+    Shape *shape = &run->shapes[run->next_shape];
+    run->next_shape = !run->next_shape;
+    const Table *table = run->table;
+    /* Where the loop looks at each byte (a list after a name without its separator), a joint holding a list's open
+     * may be a pair on a line printing its shut later: no shape then. */
+    const uint8_t open = table->value_open && table->spaced ? table->value_open : 0;
     Py_ssize_t used = 0;
     shape->count = 0;
     for (Py_ssize_t i = 0; i < count; i++) {
         Py_ssize_t joint = pairs[i].name - from;
         if (used + joint + pairs[i].name_length > SHAPE_BYTES) return;
+        if (open && joint && memchr(from, open, (size_t)joint) != NULL) return;
         memcpy(shape->names + used, from, (size_t)(joint + pairs[i].name_length)); /* the joint, then the name */
         used += joint + pairs[i].name_length;
         shape->joints[i] = joint;
@@ -1861,8 +1869,15 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         }
     }
     Pair pairs[MAX_PAIRS];
-    Py_ssize_t count = run->shape.count ? shaped_pairs(run, from, end, pairs) : 0, shaped = count > 0;
-    Py_ssize_t step_pair = shaped ? run->shape.step_pair : -1, required_printed = shaped || table->required < 0;
+    Shape *shape = NULL;
+    Py_ssize_t count = 0;
+    for (int i = 0; i < 2 && count == 0; i++) {
+        shape = &run->shapes[i];
+        count = shape->count ? shaped_pairs(run, shape, from, end, pairs) : 0;
+        if (count) run->next_shape = !i; /* the other one is kept for the next line of another shape */
+    }
+    Py_ssize_t shaped = count > 0;
+    Py_ssize_t step_pair = shaped ? shape->step_pair : -1, required_printed = shaped || table->required < 0;
     int marked = shaped || table->mark_count == 0; /* a shape is kept of a marked line */
     const uint8_t *name_byte = table->name_byte;
     /* A pair's name ends at a name separator: the words before the next one are no names, jumped over (but a name
@@ -1919,9 +1934,8 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         at = value_end;
     }
     if (!required_printed || !marked) return 0;
-    /* Not kept where the loop finds a name without its separator (a list after a name: no jumps), nor of a table with
-     * words before a step's name (after_word looks before the step's pair). */
-    if (!shaped && (step_pair >= 0 || table->step_open) && jumps && !table->not_after_count) {
+    /* Not kept of a table with words before a step's name (after_word looks before the step's pair). */
+    if (!shaped && (step_pair >= 0 || table->step_open) && !table->not_after_count) {
         keep_shape(run, from, pairs, count, step_pair);
     }
     if (!table->step_open) {
@@ -1964,14 +1978,14 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     for (Py_ssize_t i = 0; i < count; i++) {
         if (i == step_pair) continue;
         if (pairs[i].is_number) {
-            if (apply_number(run, &pairs[i], &run->shape.named[i]) < 0) return -1;
+            if (apply_number(run, &pairs[i], &shape->named[i]) < 0) return -1;
             continue;
         }
         Text value = {pairs[i].value, pairs[i].value_length}, second = {NULL, -1};
         if (table->value_open && value.at[0] == table->value_open) list_items(table, &value, &second);
         else if (table->item_open) bracketed_item(table, &value, &second);
         int applied = apply_listed_pair(run, pairs[i].field, (Text){pairs[i].name, pairs[i].name_length}, value,
-                                        shaped ? &run->shape.named[i] : NULL);
+                                        shaped ? &shape->named[i] : NULL);
         for (Py_ssize_t kept = 0; applied == 0 && second.length >= 0 && kept < table->second_count; kept++) {
             if (same_text(pairs[i].name, pairs[i].name_length, table->seconds_from[kept])) {
                 applied = apply_listed_pair(run, -1, table->seconds_to[kept], second, NULL);
