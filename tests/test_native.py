@@ -992,6 +992,11 @@ def test_a_bracketed_line_printing_the_names_of_the_line_before_is_read_as_the_t
     names = [field[0] for field in table[6]] + [b"mtp_1_loss", b"memory"]
     rng = random.Random(17)
     joints = [b" ", b"  ", b", ", table[2][:1] + b" ", b"\t", b" [x] ", b" a.", b"x"]
+    changes = (lambda pair: pair.replace(separator, b"x" + separator, 1),  # a name one byte longer
+               lambda pair: pair.replace(separator, separator + b"  ", 1),  # more spaces after its separator
+               lambda pair: pair.split(separator)[0] + separator,  # no value
+               lambda pair: pair.split(separator)[0] + separator + b"[1.5, 2]",  # a list
+               lambda pair: rng.choice(joints) + pair)  # another joint before it
     lines = []
     for step in range(1, 2500):
         pairs = [name + separator + rng.choice(TOKENS).encode() for name in names[: rng.randint(1, len(names))]]
@@ -1000,17 +1005,7 @@ def test_a_bracketed_line_printing_the_names_of_the_line_before_is_read_as_the_t
         lines.append(head + joint.join(pairs))
         changed = list(pairs)
         where = rng.randrange(len(changed))
-        change = rng.randrange(5)
-        if change == 0:
-            changed[where] = changed[where].replace(separator, b"x" + separator, 1)
-        elif change == 1:
-            changed[where] = changed[where].replace(separator, separator + b"  ", 1)
-        elif change == 2:
-            changed[where] = changed[where].split(separator)[0] + separator
-        elif change == 3:
-            changed[where] = changed[where].split(separator)[0] + separator + b"[1.5, 2]"
-        elif where > 0:
-            changed[where] = rng.choice(joints) + changed[where]
+        changed[where] = rng.choice(changes)(changed[where])
         lines.append(head.replace(b"%d/" % step, b"%d/" % (step + 1)) + joint.join(changed)
                      + rng.choice([b"", b" extra" + separator + b"1", b" ", b","]))
     runs, rows, _ = _read_in_runs_by_both(table, lines)
