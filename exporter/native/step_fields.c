@@ -1264,13 +1264,20 @@ noted_again(Run *run, Named *named)
     run->line_named++;
 }
 
+/* Where the run's named values hold the name when it is at ``hint`` (or NULL), else -1. */
+static Py_ssize_t
+at_hint(const Run *run, const uint8_t *name, Py_ssize_t length, const Py_ssize_t *hint)
+{
+    return hint && *hint >= 0 && *hint < run->named_count
+           && same_text(name, length, text_of_owned(&run->named[*hint].name)) ? *hint : -1;
+}
+
 /* ``hint`` (or NULL): where the run's named values held the name when last asked, set to where they hold it. */
 static int
 note_named(Run *run, const uint8_t *name, Py_ssize_t length, double value, Py_ssize_t *hint)
 {
     Py_ssize_t line = run->count;
-    Py_ssize_t at = hint && *hint >= 0 && *hint < run->named_count
-                    && same_text(name, length, text_of_owned(&run->named[*hint].name)) ? *hint : -1;
+    Py_ssize_t at = at_hint(run, name, length, hint);
     for (Py_ssize_t i = 0; at < 0 && i < run->named_count; i++) {
         if (same_text(name, length, text_of_owned(&run->named[i].name))) at = i;
     }
@@ -1316,10 +1323,9 @@ apply_pair(Run *run, Py_ssize_t index, const uint8_t *name, Py_ssize_t name_leng
     int parsed;
     if (index < 0) {
         /* The name at its hint's place: a plain decimal waits to be read (settle_run). */
-        if (named_hint && may_wait(run, -1, *named_hint)
-            && same_text(name, name_length, text_of_owned(&run->named[*named_hint].name))
-            && plain_decimal(raw, raw + raw_length)) {
-            Named *known = &run->named[*named_hint];
+        Py_ssize_t at = at_hint(run, name, name_length, named_hint);
+        if (at >= 0 && may_wait(run, -1, at) && plain_decimal(raw, raw + raw_length)) {
+            Named *known = &run->named[at];
             known->unread = (Unread){raw, raw_length};
             noted_again(run, known);
             return 0;
