@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import gc
+import itertools
 import math
 import random
 import re
@@ -2271,3 +2272,80 @@ def test_steps_ahead_are_taken_only_by_an_empty_reader_of_their_table_for_their_
         _step_fields.StepsAhead(block * 20, ahead_reader, b"step=", b"[", b"]:", b"")
     with pytest.raises(ValueError):
         _step_fields.StepsAhead(block, ahead_reader, b"step=", b"", b"]:", b"")
+
+
+def test_bar_steps_taking_and_apart_match_their_twins():
+    """native.bar_steps, bar_taking and bars_apart against their twins (scan.py, the definition): random bars of
+    steps going on, back (a resumed run) and to a step taken before, with epochs' starts (a count of 0), triggers,
+    and segments between bars."""
+    generator = random.Random(29)
+    for _ in range(3000):
+        count = generator.randrange(0, 14)
+        ends = array("q", itertools.accumulate(generator.choice([5, 5, 9]) for _ in range(count)))
+        starts = array("q", [0, *(end + generator.choice([1, 1, 3]) for end in ends[:-1])][:count])
+        first = generator.randrange(count + 1)
+        final = generator.randrange(first, count + 1)
+        assert _scan.bars_apart(starts, ends, first, final) == scan_twin.bars_apart(starts, ends, first, final)
+        leads = array("q", sorted(generator.randrange(3) for _ in range(count)))
+        counts = array("q", (generator.choice([0, *range(1, 6)]) for _ in range(count)))
+        if generator.random() < 0.5:
+            counts = array("q", sorted(counts))
+        totals = array("q", [5] * count)
+        limit = generator.choice([8, 1 << 40])
+        steps = _scan.bar_steps(leads, counts, totals, limit)
+        assert steps == scan_twin.bar_steps(leads, counts, totals, limit)
+        if steps is None:
+            continue
+        lines = array("q", sorted(generator.randrange(1000) for _ in range(count)))
+        first = generator.randrange(count + 1)
+        last = generator.randrange(first, count + 1)
+        triggers = sorted((generator.randrange(-1, count + 2), generator.randrange(1000))
+                          for _ in range(generator.randrange(3)))
+        held, taken = generator.choice([None, *range(20)]), generator.choice([None, *range(20)])
+        arguments = (steps, lines, first, last, triggers, held, taken)
+        assert _scan.bar_taking(*arguments) == scan_twin.bar_taking(*arguments), arguments
+
+
+def test_sorted_difference_matches_its_twin():
+    generator = random.Random(7)
+    for _ in range(2000):
+        removed = array("q", sorted(generator.sample(range(-5, 40), generator.randrange(20))))
+        values = sorted(generator.sample(range(-5, 40), generator.randrange(25)))
+        if generator.random() < 0.3:  # going back, and numbers past 64 bits
+            values += [*generator.sample(range(-5, 40), 3), 1 << 70, -(1 << 70)]
+        assert _scan.sorted_difference(values, removed) == scan_twin.sorted_difference(values, removed)
+
+
+@pytest.mark.parametrize(("function", "arguments", "error"), [
+    ("bars_apart", (array("q", [1, 2]), array("q", [1]), 0, 2), IndexError),
+    ("bars_apart", (array("q", [1, 2]), array("q", [1, 2]), 2, 1), IndexError),
+    ("bars_apart", ([1, 2], array("q", [1, 2]), 0, 2), TypeError),
+    ("sorted_difference", ([1, "2"], array("q", [1])), TypeError),
+    ("sorted_difference", ([1, 2], array("i", [1])), TypeError),
+])
+def test_apart_and_difference_refuse_what_is_no_offsets(function, arguments, error):
+    with pytest.raises(error):
+        getattr(_scan, function)(*arguments)
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    ((array("q", [1]), array("q", [1, 2]), array("q", [1]), 9), ValueError),
+    (([1], array("q", [1]), array("q", [1]), 9), TypeError),
+    ((array("d", [1.0]), array("q", [1]), array("q", [1]), 9), TypeError),
+])
+def test_bar_steps_refuses_what_is_no_bars(arguments, error):
+    with pytest.raises(error):
+        _scan.bar_steps(*arguments)
+
+
+@pytest.mark.parametrize(("arguments", "error"), [
+    (([1, 2], array("q", [0, 1]), 1, 3, [], None, None), IndexError),
+    (([1, 2], array("q", [0, 1]), -1, 1, [], None, None), IndexError),
+    (([1, 2], array("q", [0, 1]), 0, 2, [(1, -5)], None, None), ValueError),
+    (([1, 2], array("q", [0, 1]), 0, 2, [[1, 5]], None, None), TypeError),
+    (([1, 2], array("q", [0, 1]), 0, 2, [], 1.5, None), TypeError),
+    (([1, 2], [0, 1], 0, 2, [], None, None), TypeError),
+])
+def test_bar_taking_refuses_what_is_no_bars(arguments, error):
+    with pytest.raises(error):
+        _scan.bar_taking(*arguments)

@@ -26,6 +26,12 @@ run the C kernel where it was built and the twin elsewhere; ``available()`` says
   beginning with ``lead`` and a count (Lightning's ``Epoch 3: ... 7/10 [..., loss=2.1]``): where each segment starts
   and ends, where its line starts, the lead's count, the bar's fraction (arrays of int64) and the values (arrays of
   doubles).
+- ``bar_steps(leads, counts, totals, limit)`` -> each bar's step (``L * T + D``), None where its count is 0; None
+  where one is over ``limit``. ``bar_taking(steps, lines, first, last, triggers, held, taken)`` -> which of the bars
+  a segment reader takes (the last bar of each step, at the next step's line or a trigger's) and where: the block
+  path's redraws (parse/redraws.py) with no Python operation per bar; ``bars_apart(starts, ends, first, final)``
+  -> the bars not starting right after the one before; ``sorted_difference(values, removed)`` -> the items of
+  ``values`` not in the ascending ``removed``.
 - ``line_prefixes(data, literals)`` -> ``(prefixes | None, rank_after_return)``: the rank prefixes the
   lines begin with and how many lines begin with each (None when a literal occurs elsewhere), and whether
   a line names a rank after a carriage return (a carriage-return console's block).
@@ -245,6 +251,35 @@ def bar_records(data: bytes, lead: bytes, pieces: tuple[bytes, ...], digits: int
     if _scan is not None:
         return _scan.bar_records(data, lead, pieces, digits)
     return _scan_twin.bar_records(data, lead, pieces, digits)
+
+
+def bar_steps(leads: array[int], counts: array[int], totals: array[int], limit: int) -> list[int | None] | None:
+    """Each bar's step, None where its count is 0; None where one is over ``limit`` (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.bar_steps(leads, counts, totals, limit)
+    return _scan_twin.bar_steps(leads, counts, totals, limit)
+
+
+def bar_taking(steps: list[int | None], lines: array[int], first: int, last: int, triggers: list[tuple[int, int]],
+               held: int | None, taken: int | None) -> tuple[list[int], list[int], int | None, int | None]:
+    """Which bars a segment reader takes, and at which line (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.bar_taking(steps, lines, first, last, triggers, held, taken)
+    return _scan_twin.bar_taking(steps, lines, first, last, triggers, held, taken)
+
+
+def bars_apart(starts: array[int], ends: array[int], first: int, final: int) -> list[int]:
+    """The bars ``first + 1`` to ``final - 1`` not starting right after the one before (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.bars_apart(starts, ends, first, final)
+    return _scan_twin.bars_apart(starts, ends, first, final)
+
+
+def sorted_difference(values: list[int], removed: array[int]) -> list[int]:
+    """The items of ``values`` not in ``removed`` (ascending), in order (exporter/native/scan.py)."""
+    if _scan is not None:
+        return _scan.sorted_difference(values, removed)
+    return _scan_twin.sorted_difference(values, removed)
 
 
 class Ahead(Protocol):

@@ -1219,6 +1219,264 @@ bar_records(PyObject *module, PyObject *args)
     return records_of(&data, &lead, pieces_object, digits, 1);
 }
 
+/* An array('q') (or any buffer of int64 of format "q") as a view; -1 with TypeError otherwise. */
+static int
+int64_view(PyObject *given, Py_buffer *view, const char *what)
+{
+    if (PyObject_GetBuffer(given, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+        PyErr_Format(PyExc_TypeError, "%s is an array('q')", what);
+        return -1;
+    }
+    if (view->itemsize != (Py_ssize_t)sizeof(int64_t) || view->format == NULL || strcmp(view->format, "q") != 0) {
+        PyBuffer_Release(view);
+        PyErr_Format(PyExc_TypeError, "%s is an array('q')", what);
+        return -1;
+    }
+    return 0;
+}
+
+PyDoc_STRVAR(bar_steps_doc,
+"bar_steps(leads, counts, totals, limit) -> list | None\n\n"
+"Each bar's step (L * T + D), None where its count is 0; None where one is over limit. See exporter/native/scan.py.");
+
+static PyObject *
+bar_steps(PyObject *module, PyObject *args)
+{
+    PyObject *given[3];
+    long long limit;
+    if (!PyArg_ParseTuple(args, "OOOL:bar_steps", &given[0], &given[1], &given[2], &limit)) return NULL;
+    static const char *names[3] = {"bar_steps: leads", "bar_steps: counts", "bar_steps: totals"};
+    Py_buffer views[3];
+    int held = 0;
+    PyObject *steps = NULL;
+    for (; held < 3; held++) {
+        if (int64_view(given[held], &views[held], names[held]) < 0) goto done;
+    }
+    Py_ssize_t count = views[0].len / (Py_ssize_t)sizeof(int64_t);
+    if (views[1].len != views[0].len || views[2].len != views[0].len) {
+        PyErr_SetString(PyExc_ValueError, "bar_steps: leads, counts and totals of one length");
+        goto done;
+    }
+    const int64_t *leads = views[0].buf, *counts = views[1].buf, *totals = views[2].buf;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        int64_t step;
+        if (counts[i] && (__builtin_mul_overflow(leads[i], totals[i], &step)
+                          || __builtin_add_overflow(step, counts[i], &step) || step > limit)) {
+            steps = Py_NewRef(Py_None);
+            goto done;
+        }
+    }
+    steps = PyList_New(count);
+    if (steps == NULL) goto done;
+    for (Py_ssize_t i = 0; i < count; i++) {
+        PyObject *step = counts[i] ? PyLong_FromLongLong(leads[i] * totals[i] + counts[i]) : Py_NewRef(Py_None);
+        if (step == NULL) {
+            Py_CLEAR(steps);
+            goto done;
+        }
+        PyList_SET_ITEM(steps, i, step);
+    }
+done:
+    while (held > 0) PyBuffer_Release(&views[--held]);
+    return steps;
+}
+
+PyDoc_STRVAR(bars_apart_doc,
+"bars_apart(starts, ends, first, final) -> list\n\n"
+"The bars first + 1 to final - 1 not starting right after the one before. See exporter/native/scan.py.");
+
+static PyObject *
+bars_apart(PyObject *module, PyObject *args)
+{
+    PyObject *starts_object, *ends_object;
+    Py_ssize_t first, final;
+    if (!PyArg_ParseTuple(args, "OOnn:bars_apart", &starts_object, &ends_object, &first, &final)) return NULL;
+    Py_buffer starts_view, ends_view;
+    if (int64_view(starts_object, &starts_view, "bars_apart: starts") < 0) return NULL;
+    if (int64_view(ends_object, &ends_view, "bars_apart: ends") < 0) {
+        PyBuffer_Release(&starts_view);
+        return NULL;
+    }
+    PyObject *apart = NULL;
+    Py_ssize_t starts_count = starts_view.len / (Py_ssize_t)sizeof(int64_t);
+    Py_ssize_t ends_count = ends_view.len / (Py_ssize_t)sizeof(int64_t);
+    if (first < 0 || final < first || final > starts_count || final > ends_count) {
+        PyErr_SetString(PyExc_IndexError, "bars_apart: first and final are bars of starts and ends");
+        goto done;
+    }
+    const int64_t *starts = starts_view.buf, *ends = ends_view.buf;
+    apart = PyList_New(0);
+    for (Py_ssize_t index = first + 1; apart != NULL && index < final; index++) {
+        if (starts[index] == ends[index - 1] + 1) continue;
+        PyObject *number = PyLong_FromSsize_t(index);
+        if (number == NULL || PyList_Append(apart, number) < 0) Py_CLEAR(apart);
+        Py_XDECREF(number);
+    }
+done:
+    PyBuffer_Release(&starts_view);
+    PyBuffer_Release(&ends_view);
+    return apart;
+}
+
+PyDoc_STRVAR(sorted_difference_doc,
+"sorted_difference(values, removed) -> list\n\n"
+"The items of values not in removed (an ascending array('q')), in order. See exporter/native/scan.py.");
+
+static PyObject *
+sorted_difference(PyObject *module, PyObject *args)
+{
+    PyObject *values, *removed_object;
+    if (!PyArg_ParseTuple(args, "O!O:sorted_difference", &PyList_Type, &values, &removed_object)) return NULL;
+    Py_buffer view;
+    if (int64_view(removed_object, &view, "sorted_difference: removed") < 0) return NULL;
+    const int64_t *removed = view.buf;
+    Py_ssize_t count = view.len / (Py_ssize_t)sizeof(int64_t), at = 0;
+    long long before = LLONG_MIN;
+    PyObject *kept = PyList_New(0);
+    for (Py_ssize_t i = 0; kept != NULL && i < PyList_GET_SIZE(values); i++) {
+        PyObject *item = PyList_GET_ITEM(values, i);
+        int overflow = 0;
+        long long value = PyLong_Check(item) ? PyLong_AsLongLongAndOverflow(item, &overflow) : 0;
+        if (!PyLong_Check(item) || (value == -1 && PyErr_Occurred())) {
+            if (!PyErr_Occurred()) PyErr_SetString(PyExc_TypeError, "sorted_difference: values are ints");
+            Py_CLEAR(kept);
+            break;
+        }
+        if (!overflow) {
+            if (value < before) at = 0; /* values going back: looked for from the start again */
+            before = value;
+            Py_ssize_t low = at, high = count;
+            while (low < high) { /* the first removed >= value */
+                Py_ssize_t middle = low + (high - low) / 2;
+                if (removed[middle] < value) low = middle + 1; else high = middle;
+            }
+            at = low;
+            if (at < count && removed[at] == value) continue;
+        }
+        if (PyList_Append(kept, item) < 0) Py_CLEAR(kept);
+    }
+    PyBuffer_Release(&view);
+    return kept;
+}
+
+/* An int or None (*present 0) as bar_taking's step. */
+static int
+optional_step(PyObject *given, long long *step, int *present, const char *what)
+{
+    *present = given != Py_None;
+    if (!*present) return 0;
+    if (!PyLong_Check(given)) {
+        PyErr_Format(PyExc_TypeError, "bar_taking: %s is an int or None", what);
+        return -1;
+    }
+    *step = PyLong_AsLongLong(given);
+    return *step == -1 && PyErr_Occurred() ? -1 : 0;
+}
+
+/* bar_taking's state: the held bar's step (present or not), its index (-1: the one held before), the step taken
+ * last, and what was taken. */
+typedef struct {
+    long long held, taken;
+    int has_held, has_taken;
+    Py_ssize_t held_index;
+    PyObject *taken_bars, *taken_at, *before_taken_at;
+} Taking;
+
+static int
+take_held(Taking *taking, long long at)
+{
+    PyObject *line = PyLong_FromLongLong(at);
+    if (line == NULL) return -1;
+    if (taking->held_index < 0) {
+        Py_XSETREF(taking->before_taken_at, line);
+    } else {
+        PyObject *bar = PyLong_FromSsize_t(taking->held_index);
+        int failed = bar == NULL || PyList_Append(taking->taken_bars, bar) < 0
+                     || PyList_Append(taking->taken_at, line) < 0;
+        Py_XDECREF(bar);
+        Py_DECREF(line);
+        if (failed) return -1;
+    }
+    taking->taken = taking->held;
+    taking->has_taken = 1;
+    taking->has_held = 0;
+    return 0;
+}
+
+PyDoc_STRVAR(bar_taking_doc,
+"bar_taking(steps, lines, first, last, triggers, held, taken) -> (taken_bars, taken_at, before_taken_at, held)\n\n"
+"Which bars a segment reader takes, and at which line. See exporter/native/scan.py.");
+
+static PyObject *
+bar_taking(PyObject *module, PyObject *args)
+{
+    PyObject *steps, *lines_object, *triggers, *held_object, *taken_object;
+    Py_ssize_t first, last;
+    if (!PyArg_ParseTuple(args, "O!OnnO!OO:bar_taking", &PyList_Type, &steps, &lines_object, &first, &last,
+                          &PyList_Type, &triggers, &held_object, &taken_object)) {
+        return NULL;
+    }
+    Taking taking = {.held_index = -1};
+    if (optional_step(held_object, &taking.held, &taking.has_held, "held") < 0
+        || optional_step(taken_object, &taking.taken, &taking.has_taken, "taken") < 0) {
+        return NULL;
+    }
+    Py_buffer view;
+    if (int64_view(lines_object, &view, "bar_taking: lines") < 0) return NULL;
+    const int64_t *lines = view.buf;
+    Py_ssize_t bars = view.len / (Py_ssize_t)sizeof(int64_t);
+    PyObject *result = NULL;
+    taking.taken_bars = PyList_New(0);
+    taking.taken_at = PyList_New(0);
+    if (taking.taken_bars == NULL || taking.taken_at == NULL) goto done;
+    if (first < 0 || last < first || last > bars || last > PyList_GET_SIZE(steps)) {
+        PyErr_SetString(PyExc_IndexError, "bar_taking: first and last are bars of steps and lines");
+        goto done;
+    }
+    Py_ssize_t index = first, triggered = PyList_GET_SIZE(triggers);
+    for (Py_ssize_t t = 0; t <= triggered; t++) {
+        Py_ssize_t bar = last;
+        long long line = -1;
+        if (t < triggered) {
+            PyObject *trigger = PyList_GET_ITEM(triggers, t);
+            if (!PyTuple_Check(trigger) || !PyArg_ParseTuple(trigger, "nL", &bar, &line)) {
+                if (!PyErr_Occurred() || PyErr_ExceptionMatches(PyExc_TypeError)) {
+                    PyErr_Clear();
+                    PyErr_SetString(PyExc_TypeError, "bar_taking: a trigger is a tuple (bar, line) of ints");
+                }
+                goto done;
+            }
+            if (line < 0) {
+                PyErr_SetString(PyExc_ValueError, "bar_taking: a trigger's line is an offset, not negative");
+                goto done;
+            }
+            if (bar > last) bar = last;
+        }
+        for (Py_ssize_t at = index; at < bar; at++) {
+            PyObject *item = PyList_GET_ITEM(steps, at);
+            if (item == Py_None) continue;
+            long long step = PyLong_AsLongLong(item);
+            if (step == -1 && PyErr_Occurred()) goto done;
+            if (taking.has_taken && step == taking.taken) continue;
+            if (taking.has_held && taking.held != step && take_held(&taking, lines[at]) < 0) goto done;
+            taking.held = step;
+            taking.has_held = 1;
+            taking.held_index = at;
+        }
+        if (bar > index) index = bar;
+        if (line >= 0 && taking.has_held && take_held(&taking, line) < 0) goto done;
+    }
+    result = Py_BuildValue("(OOON)", taking.taken_bars, taking.taken_at,
+                           taking.before_taken_at ? taking.before_taken_at : Py_None,
+                           taking.has_held ? PyLong_FromSsize_t(taking.held_index) : Py_NewRef(Py_None));
+done:
+    PyBuffer_Release(&view);
+    Py_XDECREF(taking.taken_bars);
+    Py_XDECREF(taking.taken_at);
+    Py_XDECREF(taking.before_taken_at);
+    return result;
+}
+
 /* ------------------------------------------------------------------------------------------ */
 /* Rank prefixes at the lines' starts: scan.py's line_prefixes defines them.                  */
 
@@ -1969,6 +2227,10 @@ static PyMethodDef module_methods[] = {
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},
     {"bar_records", bar_records, METH_VARARGS, bar_records_doc},
+    {"bar_steps", bar_steps, METH_VARARGS, bar_steps_doc},
+    {"bar_taking", bar_taking, METH_VARARGS, bar_taking_doc},
+    {"bars_apart", bars_apart, METH_VARARGS, bars_apart_doc},
+    {"sorted_difference", sorted_difference, METH_VARARGS, sorted_difference_doc},
     {"line_prefixes", line_prefixes, METH_VARARGS, line_prefixes_doc},
     {NULL},
 };

@@ -197,6 +197,70 @@ def _continued_lines(data: bytes) -> list[int]:
     return continued
 
 
+def bar_steps(leads: array[int], counts: array[int], totals: array[int], limit: int) -> list[int | None] | None:
+    """Each bar's step, its lead's count times its total plus its count (bar_records' ``L * T + D``), None where its
+    count is 0 (an epoch's start, no record); None (no list) where a step is over ``limit``."""
+    steps: list[int | None] = [lead * total + count if count else None
+                               for lead, count, total in zip(leads, counts, totals, strict=True)]
+    return None if any(step is not None and step > limit for step in steps) else steps
+
+
+def bars_apart(starts: array[int], ends: array[int], first: int, final: int) -> list[int]:
+    """The bars ``first + 1`` to ``final - 1`` whose segment does not start right after the one before ends (after its
+    ``\\r``): another segment between them, or a line's end."""
+    if not 0 <= first <= final <= min(len(starts), len(ends)):
+        raise IndexError("bars_apart: first and final are bars of starts and ends")
+    return [index for index in range(first + 1, final) if starts[index] != ends[index - 1] + 1]
+
+
+def sorted_difference(values: list[int], removed: array[int]) -> list[int]:
+    """The items of ``values`` not in ``removed`` (ascending), in order."""
+    gone = set(removed)
+    return [value for value in values if value not in gone]
+
+
+def bar_taking(steps: list[int | None], lines: array[int], first: int, last: int, triggers: list[tuple[int, int]],
+               held: int | None, taken: int | None) -> tuple[list[int], list[int], int | None, int | None]:
+    """Which of the bars ``first`` to ``last - 1`` a segment reader takes, and where. A bar of the step ``taken``
+    last is none; one of another step than the bar ``held`` takes it at its line (``lines[bar]``), then is held
+    itself; a step None is skipped. Each trigger ``(bar, line)`` (ascending) takes the held bar, before the bar at
+    that index, at ``line``. ``held``: the step of the bar held before ``first`` (None: none). Returns the bars taken
+    and the line of each, the line the bar held before was taken at (None: not), the bar held at the end (-1: the
+    one held before, None: none)."""
+    if not 0 <= first <= last <= min(len(steps), len(lines)):
+        raise IndexError("bar_taking: first and last are bars of steps and lines")
+    if any(line < 0 for _, line in triggers):
+        raise ValueError("bar_taking: a trigger's line is an offset, not negative")
+    taken_bars: list[int] = []
+    taken_at: list[int] = []
+    before_taken_at: int | None = None
+    held_index = -1
+
+    def take(at: int) -> None:
+        nonlocal before_taken_at, taken, held
+        if held_index < 0:
+            before_taken_at = at
+        else:
+            taken_bars.append(held_index)
+            taken_at.append(at)
+        taken, held = held, None
+
+    index = first
+    for bar, line in [*triggers, (last, -1)]:
+        bar = min(bar, last)
+        for at in range(index, bar):
+            step = steps[at]
+            if step is None or step == taken:
+                continue
+            if held is not None and held != step:
+                take(lines[at])
+            held, held_index = step, at
+        index = max(index, bar)
+        if line >= 0 and held is not None:
+            take(line)
+    return taken_bars, taken_at, before_taken_at, None if held is None else held_index
+
+
 BarRecords = tuple[int, list[int], "array[int]", "array[int]", "array[int]", "array[int]", "array[int]",
                    "array[int]", "list[array[float]]"]
 

@@ -235,6 +235,13 @@ class LineParser:
             cut = data.find(b"\n", start + size) + 1
             if cut == 0:
                 break
+            # A line of a bar's redraws longer than two pieces (one epoch's, one 1 MiB read) is cut after a
+            # carriage return, as the tailer hands out a growing one: its redraws past discovery go to the block path.
+            carriage = data.find(b"\r", start + size, cut - 2) + 1 if cut - start > 2 * size else 0
+            if carriage:
+                yield data[start:carriage] + b"\n"
+                start = carriage
+                continue
             yield data[start:cut]
             start = cut
         rest = data[start:] if start else data
@@ -678,12 +685,12 @@ class LineParser:
         if shape is None:
             return False
         bars = redraws.Bars(*self._passes.bar_records(data, shape.lead, shape.pieces, shape.digits))
-        steps: list[int | None] = list(map(operator.add, map(operator.mul, bars.leads, bars.totals), bars.counts))
-        if not steps or max(steps) > MAX_INTEGER:  # type: ignore[type-var]
+        steps = native.bar_steps(bars.leads, bars.counts, bars.totals, MAX_INTEGER)
+        if not steps:
             return False
         scanner = self._scanner_without_prefixes()
         assert scanner is not None
-        odd = self._odd_lines(fmt, data, self._passes.scan_segments(scanner, data)[1], bars, steps)
+        odd = self._odd_lines(fmt, data, self._passes.scan_segments(scanner, data)[1], bars)
         if odd is None:
             return False
         position = 0
@@ -695,12 +702,11 @@ class LineParser:
                 self._parse_lines(data, parsed, line, position)
         return True
 
-    def _odd_lines(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars,
-                   steps: list[int | None]) -> list[int] | None:
+    def _odd_lines(self, fmt: Format, data: bytes, anchored: list[int], bars: redraws.Bars) -> list[int] | None:
         """Where the lines start that hold a segment the segment reader must read: one holding an anchor besides the
         format's byte test (but a redraw the format reads: it reads it first), or the format's but not drawn as
         ``bars`` are, unless its ``parse`` reads no record there (the bar drawn without values); ascending, None past
-        MAX_LINES_CUT_AROUND. The steps of the bars counting 0 (an epoch's start: no record) are made None."""
+        MAX_LINES_CUT_AROUND."""
         key = (self._routing, fmt.prefilter)
         if self._besides_scanner[0] != key:
             self._besides_scanner = (key, scanner_besides(*key))
@@ -713,7 +719,7 @@ class LineParser:
         if len(besides) > MAX_LINES_CUT_AROUND:
             return None
         if len(anchored) != len(bars.starts):
-            others = set(anchored).difference(bars.starts, besides)
+            others = set(native.sorted_difference(anchored, bars.starts)).difference(besides)
             if len(others) > 4 * MAX_LINES_CUT_AROUND:
                 return None
             for start in others:
@@ -721,8 +727,6 @@ class LineParser:
                 # No ``=``: no value, no record (the bar's first redraws); else the format's parser says.
                 if fmt.prefilter not in segment or (b"=" in segment and fmt.parse(segment.decode("utf-8", "replace"))):
                     besides.add(start)
-        for index in _zeros(bars.counts):
-            steps[index] = None
         odd = sorted({data.rfind(b"\n", 0, start) + 1 for start in besides})
         return odd if len(odd) <= MAX_LINES_CUT_AROUND else None
 
@@ -1381,17 +1385,6 @@ def _picker(indexes: list[int]) -> Callable[[Sequence], list]:
     """What takes the items at ``indexes`` of a list, as a list (operator.itemgetter: at C speed)."""
     getter = operator.itemgetter(*indexes)
     return (lambda items: [getter(items)]) if len(indexes) == 1 else (lambda items: list(getter(items)))
-
-
-def _zeros(values: Sequence[int]) -> Iterator[int]:
-    """Where ``values`` holds 0, ascending (list.index: at C speed)."""
-    index = -1
-    while True:
-        try:
-            index = values.index(0, index + 1)
-        except ValueError:
-            return
-        yield index
 
 
 def _last_segment(data: bytes, end: int, before: bytes) -> bytes:

@@ -7,16 +7,17 @@ held one is taken (its step's record) when the bar draws another step, when any 
 segment comes, or when a line ends without a carriage return; a redraw of the step taken last is no
 record; a count of 0 (an epoch's start) is none and takes nothing. Here the kernel's bars
 (native.bar_records) give the same decisions from their offsets alone, with no parser's call per
-redraw: the line parser then hands the taken redraws to the file's batch as columns.
+redraw, and native.bar_taking takes them with no Python operation per bar: the line parser then
+hands the taken redraws to the file's batch as columns.
 """
 
 from __future__ import annotations
 
 import bisect
-import itertools
-import operator
-from collections.abc import Sequence
-from typing import NamedTuple, cast
+from array import array
+from typing import NamedTuple
+
+from exporter import native
 
 
 class Bars(NamedTuple):
@@ -25,13 +26,13 @@ class Bars(NamedTuple):
 
     newlines: int
     continued: list[int]
-    starts: Sequence[int]  # arrays of int64 (native.bar_records)
-    ends: Sequence[int]
-    lines: Sequence[int]
-    leads: Sequence[int]
-    counts: Sequence[int]
-    totals: Sequence[int]
-    values: list[Sequence[float]]
+    starts: array[int]  # arrays of int64 (native.bar_records)
+    ends: array[int]
+    lines: array[int]
+    leads: array[int]
+    counts: array[int]
+    totals: array[int]
+    values: list[array[float]]
 
 
 class Redraws(NamedTuple):
@@ -47,7 +48,7 @@ class Redraws(NamedTuple):
     continued: bool
 
 
-def read(data: bytes, begin: int, end: int, bars: Bars, first: int, last: int, steps: Sequence[int | None],
+def read(data: bytes, begin: int, end: int, bars: Bars, first: int, last: int, steps: list[int | None],
          continued: bool, held_step: int | None, taken_step: int | None, literal: bytes) -> Redraws | None:
     """The redraws of ``data[begin:end]`` (whole lines; ``bars[first:last]`` its bars) as the segment reader takes
     them. ``steps``: each bar's step (None: a count of 0, no record); ``continued``: the first line continues one;
@@ -59,76 +60,9 @@ def read(data: bytes, begin: int, end: int, bars: Bars, first: int, last: int, s
     if found is None:
         return None
     triggers, continued = found
-    taking = _Taking(held_step, taken_step, bars.lines)
-    index = first
-    for bar, line in triggers:
-        bar = min(bar, last)
-        taking.bars(steps, index, bar)
-        index = max(index, bar)
-        if taking.held is not None:
-            taking.take(line)
-    taking.bars(steps, index, last)
-    held = None if taking.held is None else taking.held_index
-    return Redraws(taking.taken, taking.taken_at, taking.before_taken_at, held, continued)
-
-
-class _Taking:
-    """The segment reader's held redraw and the redraws it took, bar after bar."""
-
-    def __init__(self, held_step: int | None, taken_step: int | None, lines: Sequence[int]) -> None:
-        self.held, self.held_index, self.taken_step = held_step, -1, taken_step  # -1: the redraw held before
-        self.taken: list[int] = []
-        self.taken_at: list[int] = []
-        self.before_taken_at: int | None = None
-        self._lines = lines
-
-    def take(self, at: int) -> None:
-        """The held redraw taken at the line starting at ``at``."""
-        if self.held_index < 0:
-            self.before_taken_at = at
-        else:
-            self.taken.append(self.held_index)
-            self.taken_at.append(at)
-        self.taken_step, self.held = self.held, None
-
-    def bars(self, steps: Sequence[int | None], first: int, last: int) -> None:
-        """The bars ``first`` to ``last - 1``, no trigger between them; a step None is no record."""
-        while first < last:
-            try:
-                none = steps.index(None, first, last)
-            except ValueError:
-                none = last
-            if none > first:
-                self._run(cast("Sequence[int]", steps), first, none)
-            first = none + 1
-
-    def _run(self, steps: Sequence[int], first: int, last: int) -> None:
-        """Bars with steps: where the steps never go back, each step's last bar is taken at the next step's (the
-        comparisons at C speed); else one bar at a time."""
-        part = steps[first:last]
-        if not all(map(operator.le, part, part[1:])):
-            for index in range(first, last):
-                self._bar(index, steps[index])
-            return
-        while first < last and steps[first] == self.taken_step:  # the bar drawn again at the step taken
-            first += 1
-        if first == last:
-            return
-        self._bar(first, steps[first])
-        changes = list(itertools.compress(range(first, last - 1),
-                                          map(operator.ne, steps[first:last - 1], steps[first + 1:last])))
-        if changes:
-            self.taken += changes
-            self.taken_at += map(self._lines.__getitem__, map((1).__add__, changes))
-            self.taken_step = steps[changes[-1]]
-        self.held, self.held_index = steps[last - 1], last - 1
-
-    def _bar(self, index: int, step: int) -> None:
-        if step == self.taken_step:
-            return
-        if self.held is not None and self.held != step:
-            self.take(self._lines[index])
-        self.held, self.held_index = step, index
+    taken, taken_at, before_taken_at, held = native.bar_taking(steps, bars.lines, first, last, triggers, held_step,
+                                                                taken_step)
+    return Redraws(taken, taken_at, before_taken_at, held, continued)
 
 
 def _triggers(data: bytes, begin: int, stop: int, bars: Bars, first: int, final: int, continued: bool,
@@ -138,8 +72,7 @@ def _triggers(data: bytes, begin: int, stop: int, bars: Bars, first: int, final:
     the last line ends in ``\\r``. None: see ``read``."""
     starts, ends = bars.starts, bars.ends
     # Two bars of one line apart by more than their ``\r`` (rare: a validation bar's redraws between them).
-    gaps = map(operator.sub, starts[first + 1:final], ends[first:max(first, final - 1)])
-    apart = itertools.compress(range(first + 1, final), map((1).__ne__, gaps))
+    apart = iter(native.bars_apart(starts, ends, first, final))
     next_apart = next(apart, final)
     triggers: list[tuple[int, int]] = []
     index, position = first, begin
