@@ -2314,6 +2314,7 @@ def test_sorted_difference_matches_its_twin():
         if generator.random() < 0.3:  # going back, and numbers past 64 bits
             values += [*generator.sample(range(-5, 40), 3), 1 << 70, -(1 << 70)]
         assert _scan.sorted_difference(values, removed) == scan_twin.sorted_difference(values, removed)
+        assert _scan.sorted_difference(values, list(removed)) == scan_twin.sorted_difference(values, removed)
 
 
 @pytest.mark.parametrize(("function", "arguments", "error"), [
@@ -2322,6 +2323,8 @@ def test_sorted_difference_matches_its_twin():
     ("bars_apart", ([1, 2], array("q", [1, 2]), 0, 2), TypeError),
     ("sorted_difference", ([1, "2"], array("q", [1])), TypeError),
     ("sorted_difference", ([1, 2], array("i", [1])), TypeError),
+    ("sorted_difference", ([1, 2], [1, "2"]), TypeError),
+    ("sorted_difference", ([1, 2], [1, 1 << 70]), OverflowError),
 ])
 def test_apart_and_difference_refuse_what_is_no_offsets(function, arguments, error):
     with pytest.raises(error):

@@ -275,7 +275,7 @@ def bars_apart(starts: array[int], ends: array[int], first: int, final: int) -> 
     return _scan_twin.bars_apart(starts, ends, first, final)
 
 
-def sorted_difference(values: list[int], removed: array[int]) -> list[int]:
+def sorted_difference(values: list[int], removed: array[int] | list[int]) -> list[int]:
     """The items of ``values`` not in ``removed`` (ascending), in order (exporter/native/scan.py)."""
     if _scan is not None:
         return _scan.sorted_difference(values, removed)

@@ -1320,17 +1320,42 @@ done:
 
 PyDoc_STRVAR(sorted_difference_doc,
 "sorted_difference(values, removed) -> list\n\n"
-"The items of values not in removed (an ascending array('q')), in order. See exporter/native/scan.py.");
+"The items of values not in removed (ascending: an array('q') or a list of ints), in order. See\n"
+"exporter/native/scan.py.");
+
+/* The item ``index`` of sorted_difference's ``removed``: of its array (``array`` set) or its list; -1 on error. */
+static int
+removed_at(const int64_t *array, PyObject *list, Py_ssize_t index, long long *value)
+{
+    if (array != NULL) {
+        *value = array[index];
+        return 0;
+    }
+    PyObject *item = PyList_GET_ITEM(list, index);
+    if (!PyLong_Check(item)) {
+        PyErr_SetString(PyExc_TypeError, "sorted_difference: removed holds ints");
+        return -1;
+    }
+    *value = PyLong_AsLongLong(item);
+    return *value == -1 && PyErr_Occurred() ? -1 : 0;
+}
 
 static PyObject *
 sorted_difference(PyObject *module, PyObject *args)
 {
     PyObject *values, *removed_object;
     if (!PyArg_ParseTuple(args, "O!O:sorted_difference", &PyList_Type, &values, &removed_object)) return NULL;
-    Py_buffer view;
-    if (int64_view(removed_object, &view, "sorted_difference: removed") < 0) return NULL;
-    const int64_t *removed = view.buf;
-    Py_ssize_t count = view.len / (Py_ssize_t)sizeof(int64_t), at = 0;
+    Py_buffer view = {0};
+    const int64_t *removed = NULL;
+    Py_ssize_t count;
+    if (PyList_Check(removed_object)) {
+        count = PyList_GET_SIZE(removed_object);
+    } else {
+        if (int64_view(removed_object, &view, "sorted_difference: removed") < 0) return NULL;
+        removed = view.buf;
+        count = view.len / (Py_ssize_t)sizeof(int64_t);
+    }
+    Py_ssize_t at = 0;
     long long before = LLONG_MIN;
     PyObject *kept = PyList_New(0);
     for (Py_ssize_t i = 0; kept != NULL && i < PyList_GET_SIZE(values); i++) {
@@ -1348,14 +1373,27 @@ sorted_difference(PyObject *module, PyObject *args)
             Py_ssize_t low = at, high = count;
             while (low < high) { /* the first removed >= value */
                 Py_ssize_t middle = low + (high - low) / 2;
-                if (removed[middle] < value) low = middle + 1; else high = middle;
+                long long probe;
+                if (removed_at(removed, removed_object, middle, &probe) < 0) {
+                    Py_CLEAR(kept);
+                    break;
+                }
+                if (probe < value) low = middle + 1; else high = middle;
             }
+            if (kept == NULL) break;
             at = low;
-            if (at < count && removed[at] == value) continue;
+            long long found;
+            if (at < count) {
+                if (removed_at(removed, removed_object, at, &found) < 0) {
+                    Py_CLEAR(kept);
+                    break;
+                }
+                if (found == value) continue;
+            }
         }
         if (PyList_Append(kept, item) < 0) Py_CLEAR(kept);
     }
-    PyBuffer_Release(&view);
+    if (removed != NULL) PyBuffer_Release(&view);
     return kept;
 }
 

@@ -213,8 +213,8 @@ def bars_apart(starts: array[int], ends: array[int], first: int, final: int) -> 
     return [index for index in range(first + 1, final) if starts[index] != ends[index - 1] + 1]
 
 
-def sorted_difference(values: list[int], removed: array[int]) -> list[int]:
-    """The items of ``values`` not in ``removed`` (ascending), in order."""
+def sorted_difference(values: list[int], removed: array[int] | list[int]) -> list[int]:
+    """The items of ``values`` not in ``removed`` (ascending: an array('q') or a list of ints), in order."""
     gone = set(removed)
     return [value for value in values if value not in gone]
 

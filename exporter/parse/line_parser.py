@@ -521,8 +521,8 @@ class LineParser:
         if len(anchored) != len(found.steps) or self._continued or self._blocks:
             # Lines the segment reader must read: an anchor off a record line's record, a line ending in \r. A record
             # without a bar (no totals) is its line's one segment: an anchor in a logger's prefix before it is its.
-            records = set(found.line_starts if found.steps and not found.totals else found.record_starts)
-            specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in anchored if at not in records),
+            records = found.line_starts if found.steps and not found.totals else found.record_starts
+            specials = sorted({*(data.rfind(b"\n", 0, at) + 1 for at in native.sorted_difference(anchored, records)),
                                *found.continued, *((0,) if self._continued or self._blocks else ())})
         stepped = bool(found.steps) and found.steps[0] is not None
         values: dict[str, list] = {"total_steps": found.totals} if found.totals else {}
