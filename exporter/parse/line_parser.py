@@ -372,6 +372,15 @@ class LineParser:
         """Every line (of ``data[begin:end]``, whole lines), one at a time. A line holding no anchor besides its
         prefixes is only counted for the rank they name, which is all _parse_line does with it (parse/scan.py's
         contract), unless that rank's failure block is open."""
+        if end is not None and not (self._continued or self._cut or self._redrawn is not None) and (
+                data.find(b"\n", begin) + 1 == end and data[begin:begin + 1] != b"["):
+            # One line (a block path's line holding another anchor): read as it is, not scanned for its anchors first.
+            whole = data[begin:end - 1]
+            if b"\r" not in whole:
+                self._line_start = begin
+                self._parse_whole_line(whole, parsed)
+                self._line_start = end
+                return
         lines_by_rank = parsed.lines_by_rank
         cut = self._cut
         self._line_start = begin
