@@ -117,10 +117,13 @@ def test_one_rank_raising(tmp_path):
     check_steps(result)
     others = {str(rank) for rank in range(4)} - {str(CULPRIT)}
     # The culprit's exception, a plain traceback; the others lost it in the all-reduce: gloo's "Connection
-    # closed by peer", a collective failure (their own traceback too: their processes died of it).
+    # closed by peer", a collective failure, or, a rank still waiting for the culprit's data when its 5 s ran out
+    # before the connection closed, gloo's "Timed out waiting 5000ms for recv", a collective timeout (seen in a CI
+    # run under load); their own traceback too: their processes died of it.
     assert str(CULPRIT) in _error_ranks(result, "traceback")
+    lost = _error_ranks(result, "collective") | _error_ranks(result, "collective_timeout")
     # (Unless torchrun's SIGTERM reached them first: then they printed nothing.)
-    assert _error_ranks(result, "traceback") - {str(CULPRIT)} <= _error_ranks(result, "collective") <= others
+    assert _error_ranks(result, "traceback") - {str(CULPRIT)} <= lost <= others
     crash = next(finding for finding in result.findings("traceback") if finding["rank"] == str(CULPRIT))
     assert crash["step"] == AT - 1
     # torchrun's agent names one failed rank in its ChildFailedError summary, counted there: the culprit, or a rank
@@ -128,7 +131,7 @@ def test_one_rank_raising(tmp_path):
     # timestamp, and a child without an error file gets the second the agent collected it: seen in a CI run under
     # load). The cause model names the culprit either way (below, and a copy of this run's log with rank 0 named).
     (named,) = _error_ranks(result, "elastic")
-    assert named == str(CULPRIT) or named in _error_ranks(result, "collective"), named
+    assert named == str(CULPRIT) or named in lost, named
     _culprit_is_the_cause(result, "traceback", AT - 1)
 
 
