@@ -2037,6 +2037,26 @@ def test_segment_records_reads_the_fraction_before_each_record(kernel):
         read(data, (b"{",), b" [")
 
 
+@pytest.mark.parametrize("kernel", ["native", "twin"])
+def test_segment_records_gives_the_columns_of_digits_as_ints(kernel):
+    """A column whose bit ``digits`` sets (a step, a total) comes as ints, read where it is taken; a record whose such
+    value is no digits only is none."""
+    read = _scan.segment_records if kernel == "native" else scan_twin.segment_records
+    data = (b"step 7/100 | loss 2.5\n"
+            b"step 8/100 | loss 2.25\n"
+            b"step 9.5/100 | loss 2.0\n"  # a step that is no count: no record
+            b"step -3/100 | loss 1.0\n"
+            b"step 123456789012345678/100 | loss 1.0\n")  # 18 digits: taken, as the double reads them
+    pieces = (b"step ", b"/", b" | loss ", b"")
+    _, _, starts, _, _, _, (steps, totals, losses) = read(data, pieces, b" [", 0b011)
+    assert [type(step) for step in steps] == [int, int, int] and steps[:2] == [7, 8]
+    assert steps[2] == int(float(b"123456789012345678")) and totals == [100, 100, 100]
+    assert [type(loss) for loss in losses] == [float] * 3 and losses[:2] == [2.5, 2.25]
+    assert len(starts) == 3
+    _, _, _, _, _, _, (floats, _, _) = read(data, pieces, b" [")
+    assert floats[:4] == [7.0, 8.0, 9.5, -3.0] and all(type(step) is float for step in floats)
+
+
 def test_line_prefixes_matches_its_twin_on_fuzzed_and_real_consoles():
     """The prefixes at the lines' starts, their order, a role's literal elsewhere (None), a rank after a return."""
     rng = random.Random(30)

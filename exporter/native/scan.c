@@ -1050,9 +1050,11 @@ find_bars(const uint8_t *bytes, Py_ssize_t size, const uint8_t *lead, Py_ssize_t
     return 0;
 }
 
-/* The columns of values of ``found`` (count - 1 of them), a list of lists of floats; NULL with an exception set. */
+/* The columns of values of ``found`` (count - 1 of them), a list of lists: of ints where ``digits`` has the column's
+ * bit (digits only: a step or a total, not converted again where it is read), else of floats; NULL with an exception
+ * set. */
 static PyObject *
-value_columns(const Records *found, Py_ssize_t count)
+value_columns(const Records *found, Py_ssize_t count, unsigned long long digits)
 {
     PyObject *columns = PyList_New(count - 1);
     if (columns == NULL) return NULL;
@@ -1061,8 +1063,10 @@ value_columns(const Records *found, Py_ssize_t count)
         PyObject *column = PyList_New(records);
         if (column == NULL) goto failed;
         PyList_SET_ITEM(columns, i, column);
+        int integers = i < 64 && (digits >> i & 1);
         for (Py_ssize_t record = 0; record < records; record++) {
-            PyObject *value = PyFloat_FromDouble(found->values.items[record * (count - 1) + i]);
+            double number = found->values.items[record * (count - 1) + i];
+            PyObject *value = integers ? PyLong_FromDouble(number) : PyFloat_FromDouble(number);
             if (value == NULL) goto failed;
             PyList_SET_ITEM(column, record, value);
         }
@@ -1109,11 +1113,11 @@ bars_result(const Records *found, Py_ssize_t count)
 }
 
 static PyObject *
-records_result(const Records *found, Py_ssize_t count)
+records_result(const Records *found, Py_ssize_t count, unsigned long long digits)
 {
     PyObject *continued = offsets_list(&found->continued), *starts = offsets_list(&found->starts);
     PyObject *lines = offsets_list(&found->lines), *steps = offsets_list(&found->steps);
-    PyObject *totals = offsets_list(&found->totals), *columns = value_columns(found, count), *result = NULL;
+    PyObject *totals = offsets_list(&found->totals), *columns = value_columns(found, count, digits), *result = NULL;
     if (continued == NULL || starts == NULL || lines == NULL || steps == NULL || totals == NULL || columns == NULL) goto done;
     result = Py_BuildValue("(nOOOOOO)", found->newlines, continued, starts, lines, steps, totals, columns);
 done:
@@ -1179,7 +1183,7 @@ records_of(Py_buffer *data, Py_buffer *bytes, PyObject *pieces_object, unsigned 
         if (failed) {
             PyErr_NoMemory();
         } else {
-            result = bars ? bars_result(&found, count) : records_result(&found, count);
+            result = bars ? bars_result(&found, count) : records_result(&found, count, digits);
         }
         for (Py_ssize_t i = 0; i < count; i++) PyBuffer_Release(&pieces[i]);
     }
@@ -2110,7 +2114,7 @@ Ahead_result(Ahead *self, PyObject *argument)
     case PASS_GROUP_LINES:
         return groups_result(pass->found.groups);
     case PASS_SEGMENT_RECORDS:
-        return records_result(&pass->found.records, pass->count);
+        return records_result(&pass->found.records, pass->count, pass->digits);
     case PASS_BAR_RECORDS:
         return bars_result(&pass->found.records, pass->count);
     case PASS_LINE_PREFIXES:

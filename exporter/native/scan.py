@@ -162,7 +162,8 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
     MAX_FRACTION_DIGITS). Returns
     ``(newlines, continued, starts, lines, steps, totals, columns)``: the newline bytes of ``data``, where each
     line ending in ``\\r`` starts, where each record starts and where its line starts, its ``D`` and ``T``, and a
-    column of floats per value, in the order of the data.
+    column per value, in the order of the data: of ints where ``digits`` has the value's bit (``int(float(text))``,
+    read once here rather than converted where a step or total is used), else of floats.
     """
     if len(pieces) < 2 or not pieces[0] or not close:
         raise ValueError("two pieces at least, the first not empty; the close (the lead) not empty")
@@ -173,6 +174,7 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
     steps: list[int] = []
     totals: list[int] = []
     columns: list[list[float]] = [[] for _ in pieces[1:]]
+    integers = [bool(digits >> index & 1) for index in range(len(columns))]
     at = data.find(pieces[0])
     while at >= 0:
         found = _record_at(data, at, pieces, close, digits)
@@ -181,8 +183,8 @@ def segment_records(data: bytes, pieces: tuple[bytes, ...], close: bytes, digits
             lines.append(data.rfind(b"\n", 0, at) + 1)
             steps.append(found[0])
             totals.append(found[1])
-            for column, value in zip(columns, found[2], strict=True):
-                column.append(value)
+            for column, value, integer in zip(columns, found[2], integers, strict=True):
+                column.append(int(value) if integer else value)
         at = data.find(pieces[0], at + 1)
     return data.count(b"\n"), _continued_lines(data), starts, lines, steps, totals, columns
 

@@ -20,7 +20,7 @@ import bisect
 import math
 from collections import Counter
 from collections.abc import Sequence
-from typing import Any, NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol, cast
 
 from exporter import native
 from exporter.native.scan import LINE_PREFIX
@@ -64,9 +64,9 @@ def record_lines(data: bytes, shape: SegmentShape, kernels: Kernels = native) ->
     line parser takes otherwise (the segment reader reads such a block)."""
     found = RecordLines(*kernels.segment_records(data, shape.pieces, shape.close, shape.digits))
     steps: Sequence[int | None] | None = found.steps
-    if shape.guessed:  # its steps are counts (_as_guessed)
-        found = _as_guessed(found, shape)
-        steps = found.steps if shape.step < 0 else list(map(int, found.values[shape.step]))
+    if shape.guessed:  # its steps are counts (SegmentShape.digits: the kernel's ints), its values finite
+        found = _as_guessed(found, shape.step)
+        steps = found.steps if shape.step < 0 else cast("list[int]", found.values[shape.step])
     elif shape.step >= 0:
         steps = _own_steps(found.values[shape.step])
     if steps is None:
@@ -99,9 +99,10 @@ def _records_at(found: RecordLines, indexes: list[int]) -> RecordLines:
                           values=[at(column) for column in found.values])
 
 
-def _as_guessed(found: RecordLines, shape: SegmentShape) -> RecordLines:
-    """The records the generic reader reads as ``shape`` says: each a whole line, its values finite (``nan`` is a word
-    to it), its step a count. The others are no records here: their lines go to the line parser."""
+def _as_guessed(found: RecordLines, step: int) -> RecordLines:
+    """The records the generic reader reads: each a whole line, its values finite (``nan`` is a word to it), its step
+    (the value at ``step``; -1: none) a count: the kernel took digits only, an int up to MAX_INTEGER wanted. The
+    others are no records here: their lines go to the line parser."""
     odd: set[int] = set()
     if found.record_starts != found.line_starts:
         odd.update(index for index, (start, line) in enumerate(zip(found.record_starts, found.line_starts,
@@ -109,11 +110,9 @@ def _as_guessed(found: RecordLines, shape: SegmentShape) -> RecordLines:
     for column in found.values:
         if not math.isfinite(sum(column)):
             odd.update(index for index, value in enumerate(column) if not math.isfinite(value))
-    if shape.step >= 0 and found.values[shape.step]:
-        steps = found.values[shape.step]
-        if min(steps) < 0 or max(steps) > MAX_INTEGER or not all(map(float.is_integer, steps)):
-            odd.update(index for index, step in enumerate(steps)
-                       if step < 0 or step > MAX_INTEGER or not step.is_integer())
+    steps = found.values[step] if step >= 0 else ()
+    if steps and max(steps) > MAX_INTEGER:  # 18 digits rounded up by the double the kernel reads them as
+        odd.update(index for index, count in enumerate(steps) if count > MAX_INTEGER)
     if not odd:
         return found
     return _records_at(found, [index for index in range(len(found.record_starts)) if index not in odd])

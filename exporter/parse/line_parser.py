@@ -538,7 +538,7 @@ class LineParser:
         named: dict[str, list[float]] = {}
         for index, ((gauge, name), column) in enumerate(zip(shape.targets, found.values, strict=True)):
             if index == shape.total:
-                values[name] = list(map(int, column))
+                values[name] = column  # the kernel's ints (SegmentShape.digits)
             elif index != shape.step and name:
                 scale = shape.scales[index] if shape.scales else 1.0
                 (values if gauge else named)[name] = column if scale == 1.0 else [value * scale for value in column]

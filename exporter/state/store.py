@@ -722,9 +722,10 @@ class _Applying(NamedTuple):
     now: float
     # A step list of the batch (by identity) -> how to find a step's first index in it: a batch read at block speed
     # holds thousands of steps, and a detector may find something at many of them (list.index each time:
-    # quadratic). Steps never go back in a batch: past the lines that printed none before the first that printed
-    # one, a step is found by bisection; a list with such lines further on, by a dict of first indexes.
-    positions: dict[int, int | dict[int | None, int]]
+    # quadratic). Consecutive steps (the usual batch): by subtraction; else steps never go back in a batch: past the
+    # lines that printed none before the first that printed one, a step is found by bisection; a list with such
+    # lines further on, by a dict of first indexes.
+    positions: dict[int, range | int | dict[int | None, int]]
     contexts: dict[int | None, dict[str, tuple[float | None, float | None]]]  # a step's values around it (events)
     # A field's name -> its values in the batch, its steps unless they are the batch's (every line printed the field:
     # a step's index in the batch is its index in the series too) and its value before the batch; found once for
@@ -782,6 +783,9 @@ class _Applying(NamedTuple):
         found = self.positions.get(id(steps))
         if found is None:
             found = self.positions[id(steps)] = _step_finder(steps)
+        if type(found) is range:  # a repeated console's spikes by the ten thousand: no bisection each
+            start, stride = found.start, found.step
+            return [(step - start) // stride if step is not None and step in found else None for step in wanted]
         if not isinstance(found, int):
             return [found.get(step) for step in wanted]
         first, size, known = found, len(steps), cast("Sequence[int]", steps)
@@ -795,10 +799,13 @@ class _Applying(NamedTuple):
         return indexes
 
 
-def _step_finder(steps: Sequence[int | None]) -> int | dict[int | None, int]:
-    """How many lines lead printing no step, when no other line printed none; else each step's first index."""
-    if type(steps) is range or isinstance(steps, list) and native.consecutive(steps):  # the usual batch, at C speed
-        return 0
+def _step_finder(steps: Sequence[int | None]) -> range | int | dict[int | None, int]:
+    """The steps, when consecutive; how many lines lead printing no step, when no other line printed none; else each
+    step's first index."""
+    if type(steps) is range:
+        return steps
+    if isinstance(steps, list) and native.consecutive(steps):  # the usual batch, told at C speed
+        return range(cast("int", steps[0]), cast("int", steps[-1]) + 1)
     unprinted = next((index for index, step in enumerate(steps) if step is not None), len(steps))
     if every_step_printed(steps[unprinted:]):
         return unprinted

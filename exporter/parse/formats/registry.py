@@ -53,8 +53,10 @@ class SegmentShape:
 
     @property
     def digits(self) -> int:
-        """The values of digits only, as native.segment_records takes them: the total's bit."""
-        return 1 << self.total if self.total >= 0 else 0
+        """The values of digits only, as native.segment_records takes them (and gives as ints): the total's bit, and
+        a guessed shape's step's (the generic reader's step is a count: a record whose step is none is no record)."""
+        total = 1 << self.total if self.total >= 0 else 0
+        return total | (1 << self.step if self.guessed and self.step >= 0 else 0)
 
 
 def nothing_filtered(values: dict[str, list[float]]) -> list[int]:
