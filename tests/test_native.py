@@ -1688,21 +1688,36 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
     assert result[:4] == (1, huge + 2, 1, [huge + 1])
 
 
-def test_find_shape_native_matches_the_twin_and_the_regex():
+def test_shape_in_lines_matches_the_twin_and_the_regex():
+    """The lines whose first ``width`` bytes, up to their newline, hold ``:dd:``: as a regex search of each prefix."""
     rng = random.Random(9)
     clock = re.compile(rb":\d\d:")
-    for _ in range(300):
+    for _ in range(500):
         data = bytes(rng.choice(b"::0123456789a \n") for _ in range(rng.randint(0, 200)))
-        limit = rng.choice([0, 1, 3, 1000])
-        expected = [match.start() for match in clock.finditer(data)][:limit]
-        assert scan_twin.find_shape(data, b":##:", limit) == expected
-        assert _scan.find_shape(data, b":##:", limit) == expected == native.find_shape(data, b":##:", limit)
-    assert _scan.find_shape(b"x:12:34:56:", b":##:", 10) == [1, 7]  # without overlaps, as finditer
-    assert _scan.find_shape(b"a.b#c", b".b#", 5) == []  # a '#' after the first byte is a digit, not itself
-    for find_shape in (_scan.find_shape, scan_twin.find_shape):
-        for bad in (b"", b"#1"):
+        starts = rng.sample(range(len(data) + 1), rng.randint(0, min(len(data) + 1, 20)))
+        if rng.random() < 0.8:  # ascending, as a batch's lines; else going back too
+            starts.sort()
+        width = rng.choice([0, 3, 4, 7, 120])
+        expected = [index for index, start in enumerate(starts)
+                    if clock.search(data[start:start + width].split(b"\n")[0])]
+        for given in (starts, array("q", starts)):
+            assert scan_twin.shape_in_lines(data, given, b":##:", width) == expected
+            assert _scan.shape_in_lines(data, given, b":##:", width) == expected
+            assert native.shape_in_lines(data, given, b":##:", width) == expected
+    data = b"12:34:56 a\nx\n\n:7:89:\nb.c#"
+    assert _scan.shape_in_lines(data, [0, 1, 11, 13, 14, 16], b":##:", 120) == [0, 1, 4, 5]
+    assert _scan.shape_in_lines(data, [0, 14], b":##:", 6) == [0, 1]
+    assert _scan.shape_in_lines(data, [0, 14], b":##:", 5) == []  # each ":dd:" ends past the line's first 5 bytes
+    assert _scan.shape_in_lines(data, [16, 11, 0, 14, 14], b":##:", 120) == [0, 2, 3, 4]
+    assert _scan.shape_in_lines(data, [22], b".c#", 5) == []  # a '#' after the first byte is a digit, not itself
+    for shape_in_lines in (_scan.shape_in_lines, scan_twin.shape_in_lines):
+        for shape, width in ((b"", 9), (b"#1", 9), (b":#\n", 9), (b":##:", -1)):
             with pytest.raises(ValueError):
-                find_shape(b"123", bad, 5)
+                shape_in_lines(b"123", [0], shape, width)
+        with pytest.raises(IndexError):
+            shape_in_lines(b"123", [4], b":##:", 9)
+        with pytest.raises(TypeError):
+            shape_in_lines(b"123", [0, "1"], b":##:", 9)
 
 
 def test_first_bytes_native_matches_the_twin():

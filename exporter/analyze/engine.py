@@ -238,7 +238,7 @@ class Analysis:
         return self._workers[path]
 
     def _steps(self, key: SeriesKey, track: _Track, batch: StepBatch, data: bytes, clock: LineClock) -> None:
-        starts: Sequence[int] = batch.line_starts or ()
+        starts = batch.line_starts
         # Every line's time when the rows want them (one search of the block), else a line's when an event asks.
         times = clock.times(data, starts) if starts and self._rows is not None and batch.rows is not None else None
 

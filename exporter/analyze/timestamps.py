@@ -9,10 +9,10 @@ without a zone is local time, as the trainer's logger wrote it.
 
 from __future__ import annotations
 
-import bisect
 import calendar
 import re
 import time
+from array import array
 from collections.abc import Sequence
 
 from exporter import native
@@ -25,9 +25,8 @@ _GLOG = re.compile(rb"(?:^|[\[\]: ])[IWEF](\d\d)(\d\d) (\d\d):(\d\d):(\d\d)\.(\d
 # Both forms print hh:mm:ss: a line without ":dd:" has neither (a progress bar's "00:01<00:30" elapsed times).
 _CLOCK_TIME = re.compile(rb":\d\d:")
 _DIGIT = re.compile(rb"\d")
-_CLOCK_SHAPE = b":##:"  # _CLOCK_TIME for native.find_shape
+_CLOCK_SHAPE = b":##:"  # _CLOCK_TIME for native.shape_in_lines
 _MAX_CACHED = 1 << 14
-_FEW_CLOCKS = 16  # a block's ``:dd:`` found one by one, not in one search over every line's prefix
 
 
 class LineClock:
@@ -36,8 +35,6 @@ class LineClock:
     def __init__(self, reference_year: int | None = None) -> None:
         self._year = reference_year or time.localtime().tm_year
         self._minutes: dict[bytes, float] = {}  # a local "date hh:mm" as printed -> its epoch seconds
-        self._clocks_of: bytes | None = None  # the last block whose ``:dd:`` were looked for, and where they are
-        self._clocks: list[int] | None = None
 
     def at(self, data: bytes, start: int) -> float | None:
         """The timestamp of the line starting at ``start`` in ``data``; None when it has none."""
@@ -57,29 +54,14 @@ class LineClock:
         match = _GLOG.search(prefix)
         return (self._glog(match) if match is not None else None), prefix, None
 
-    def times(self, data: bytes, starts: Sequence[int]) -> list[float | None]:
-        """The timestamps of the lines starting at ``starts`` (ascending). In a block with few ``:dd:`` (step
-        lines seldom print a time; a launcher's lines between them may), only the lines whose prefix holds one are
-        searched; in one with many (a logger's every line), one search over all the lines' prefixes tells that
-        none has one, else each line is."""
-        clocks = self._clocks_in(data)
-        if clocks is None:
-            prefixes = b"\n".join([data[start : start + PREFIX_BYTES] for start in starts])
-            if _CLOCK_TIME.search(prefixes) is None:
-                return [None] * len(starts)
-            return self._each_line_at(data, starts)
+    def times(self, data: bytes, starts: array[int] | list[int]) -> list[float | None]:
+        """The timestamps of the lines starting at ``starts``. Only the lines whose prefix holds a ``:dd:`` are read
+        (step lines seldom print a time; a launcher's lines between them may): found at C speed, no prefix sliced."""
         found: list[float | None] = [None] * len(starts)
-        if not starts:
-            return found
-        count = len(starts)
-        index = 0  # the lines before it have been searched
-        after = bisect.bisect_left(clocks, starts[0])
-        for clock in clocks[after : bisect.bisect_left(clocks, starts[-1] + PREFIX_BYTES)]:
-            # the lines whose prefix holds the whole ``:dd:``: those starting at most PREFIX_BYTES before its end
-            index = bisect.bisect_left(starts, clock + 4 - PREFIX_BYTES, index)
-            while index < count and starts[index] <= clock:
-                found[index] = self.at(data, starts[index])
-                index += 1
+        timed = native.shape_in_lines(data, starts, _CLOCK_SHAPE, PREFIX_BYTES)
+        if timed:
+            for line, when in zip(timed, self._each_line_at(data, [starts[line] for line in timed]), strict=True):
+                found[line] = when
         return found
 
     def _each_line_at(self, data: bytes, starts: Sequence[int]) -> list[float | None]:
@@ -99,12 +81,6 @@ class LineClock:
             found.append(when)
             lead = _lead(prefix, match) if when is not None else None
         return found
-
-    def _clocks_in(self, data: bytes) -> list[int] | None:
-        """_clock_positions of ``data``, the last block's kept: each rank's batches of an interleaved block ask."""
-        if data is not self._clocks_of:
-            self._clocks_of, self._clocks = data, _clock_positions(data)
-        return self._clocks
 
     def last_in(self, data: bytes, lines: int = 64) -> float | None:
         """The timestamp of the last of the block's last ``lines`` lines that has one."""
@@ -179,13 +155,3 @@ def _epoch(year: int, month: int, day: int, hour: int, minute: int, second: int,
 
 def _fraction(digits: bytes | None) -> float:
     return int(digits) / 10 ** len(digits) if digits else 0.0
-
-
-def _clock_positions(data: bytes) -> list[int] | None:
-    """Where ``data`` holds ``:dd:``; None when it does so often (more than 16 times in its first 64 KiB, or once
-    in 4 KiB over all)."""
-    limit = len(data) // 4096 + _FEW_CLOCKS
-    clocks = native.find_shape(data, _CLOCK_SHAPE, limit + 1)
-    if len(clocks) > limit or (len(clocks) > _FEW_CLOCKS and clocks[_FEW_CLOCKS] < 1 << 16):
-        return None
-    return clocks

@@ -198,11 +198,11 @@ def step_reader(table: tuple) -> StepReader:
     return _step_fields_twin.StepReader(table)
 
 
-def find_shape(data: bytes, shape: bytes, limit: int) -> list[int]:
-    """Where ``data`` holds ``shape``, a ``#`` of it any digit, at most ``limit`` (exporter/native/scan.py)."""
+def shape_in_lines(data: bytes, starts: array[int] | list[int], shape: bytes, width: int) -> list[int]:
+    """The indexes of ``starts`` whose line's first ``width`` bytes hold ``shape`` (exporter/native/scan.py)."""
     if _scan is not None:
-        return _scan.find_shape(data, shape, limit)
-    return _scan_twin.find_shape(data, shape, limit)
+        return _scan.shape_in_lines(data, starts, shape, width)
+    return _scan_twin.shape_in_lines(data, starts, shape, width)
 
 
 def first_bytes(data: bytes, offsets: list[int]) -> bytes:

@@ -1322,44 +1322,67 @@ done:
     return apart;
 }
 
-PyDoc_STRVAR(sorted_difference_doc,
-"sorted_difference(values, removed) -> list\n\n"
-"The items of values not in removed (ascending: an array('q') or a list of ints), in order. See\n"
-"exporter/native/scan.py.");
+/* Ints given as an array('q') or a list of ints: sorted_difference's removed, shape_in_lines' starts. */
+typedef struct {
+    Py_buffer view;
+    const int64_t *array; /* the view's items; NULL for a list */
+    PyObject *list;
+    Py_ssize_t count;
+    const char *what; /* for the errors: "function: argument" */
+} Int64s;
 
-/* The item ``index`` of sorted_difference's ``removed``: of its array (``array`` set) or its list; -1 on error. */
+/* ``given`` as Int64s; -1 with TypeError when it is neither. */
 static int
-removed_at(const int64_t *array, PyObject *list, Py_ssize_t index, long long *value)
+int64s_take(PyObject *given, Int64s *items, const char *what)
 {
-    if (array != NULL) {
-        *value = array[index];
+    *items = (Int64s){.what = what};
+    if (PyList_Check(given)) {
+        items->list = given;
+        items->count = PyList_GET_SIZE(given);
         return 0;
     }
-    PyObject *item = PyList_GET_ITEM(list, index);
+    if (int64_view(given, &items->view, what) < 0) return -1;
+    items->array = items->view.buf;
+    items->count = items->view.len / (Py_ssize_t)sizeof(int64_t);
+    return 0;
+}
+
+/* The item ``index``; -1 with an exception set when a list's item is no int or beyond 64 bits. */
+static int
+int64s_at(const Int64s *items, Py_ssize_t index, long long *value)
+{
+    if (items->array != NULL) {
+        *value = items->array[index];
+        return 0;
+    }
+    PyObject *item = PyList_GET_ITEM(items->list, index);
     if (!PyLong_Check(item)) {
-        PyErr_SetString(PyExc_TypeError, "sorted_difference: removed holds ints");
+        PyErr_Format(PyExc_TypeError, "%s holds ints", items->what);
         return -1;
     }
     *value = PyLong_AsLongLong(item);
     return *value == -1 && PyErr_Occurred() ? -1 : 0;
 }
 
+static void
+int64s_release(Int64s *items)
+{
+    if (items->array != NULL) PyBuffer_Release(&items->view);
+}
+
+PyDoc_STRVAR(sorted_difference_doc,
+"sorted_difference(values, removed) -> list\n\n"
+"The items of values not in removed (ascending: an array('q') or a list of ints), in order. See\n"
+"exporter/native/scan.py.");
+
 static PyObject *
 sorted_difference(PyObject *module, PyObject *args)
 {
     PyObject *values, *removed_object;
     if (!PyArg_ParseTuple(args, "O!O:sorted_difference", &PyList_Type, &values, &removed_object)) return NULL;
-    Py_buffer view = {0};
-    const int64_t *removed = NULL;
-    Py_ssize_t count;
-    if (PyList_Check(removed_object)) {
-        count = PyList_GET_SIZE(removed_object);
-    } else {
-        if (int64_view(removed_object, &view, "sorted_difference: removed") < 0) return NULL;
-        removed = view.buf;
-        count = view.len / (Py_ssize_t)sizeof(int64_t);
-    }
-    Py_ssize_t at = 0;
+    Int64s removed;
+    if (int64s_take(removed_object, &removed, "sorted_difference: removed") < 0) return NULL;
+    Py_ssize_t at = 0, count = removed.count;
     long long before = LLONG_MIN;
     PyObject *kept = PyList_New(0);
     for (Py_ssize_t i = 0; kept != NULL && i < PyList_GET_SIZE(values); i++) {
@@ -1378,7 +1401,7 @@ sorted_difference(PyObject *module, PyObject *args)
             while (low < high) { /* the first removed >= value */
                 Py_ssize_t middle = low + (high - low) / 2;
                 long long probe;
-                if (removed_at(removed, removed_object, middle, &probe) < 0) {
+                if (int64s_at(&removed, middle, &probe) < 0) {
                     Py_CLEAR(kept);
                     break;
                 }
@@ -1388,7 +1411,7 @@ sorted_difference(PyObject *module, PyObject *args)
             at = low;
             long long found;
             if (at < count) {
-                if (removed_at(removed, removed_object, at, &found) < 0) {
+                if (int64s_at(&removed, at, &found) < 0) {
                     Py_CLEAR(kept);
                     break;
                 }
@@ -1397,9 +1420,10 @@ sorted_difference(PyObject *module, PyObject *args)
         }
         if (PyList_Append(kept, item) < 0) Py_CLEAR(kept);
     }
-    if (removed != NULL) PyBuffer_Release(&view);
+    int64s_release(&removed);
     return kept;
 }
+
 
 /* An int or None (*present 0) as bar_taking's step. */
 static int
@@ -2148,48 +2172,73 @@ static PyTypeObject AheadType = {
     .tp_methods = Ahead_methods,
 };
 
-PyDoc_STRVAR(find_shape_doc,
-"find_shape(data, shape, limit) -> list[int]\n\n"
-"Where data holds shape, searched left to right without overlaps, a '#' of shape matching any ASCII digit, at\n"
-"most limit of them. The first byte of shape is no '#'.");
+PyDoc_STRVAR(shape_in_lines_doc,
+"shape_in_lines(data, starts, shape, width) -> list[int]\n\n"
+"The indexes of starts whose line's first width bytes hold shape ('#' any digit; no newline in it). See\n"
+"exporter/native/scan.py.");
+
+/* The first place at or after ``at`` where ``pattern`` (length bytes, the first no '#'; a '#' after it any ASCII
+ * digit) ends before ``end``; ``end`` when there is none. */
+static const uint8_t *
+next_shape(const uint8_t *at, const uint8_t *end, const uint8_t *pattern, Py_ssize_t length)
+{
+    while (end - at >= length) {
+        const uint8_t *first = memchr(at, pattern[0], (size_t)(end - at - length + 1));
+        if (first == NULL) return end;
+        Py_ssize_t i = 1;
+        while (i < length && (pattern[i] == '#' ? is_digit_byte(first[i]) : first[i] == pattern[i])) i++;
+        if (i == length) return first;
+        at = first + 1;
+    }
+    return end;
+}
 
 static PyObject *
-find_shape(PyObject *module, PyObject *args)
+shape_in_lines(PyObject *module, PyObject *args)
 {
     Py_buffer data, shape;
-    Py_ssize_t limit;
-    if (!PyArg_ParseTuple(args, "y*y*n:find_shape", &data, &shape, &limit)) return NULL;
-    PyObject *result = NULL;
-    const uint8_t *pattern = shape.buf, *start = data.buf, *at = start, *end = start + data.len;
-    Offsets found = {0};
-    int failed = 0;
-    if (shape.len == 0 || pattern[0] == '#') {
-        PyErr_SetString(PyExc_ValueError, "find_shape: the shape begins with a byte that is no '#'");
+    PyObject *starts_object;
+    Py_ssize_t width;
+    if (!PyArg_ParseTuple(args, "y*Oy*n:shape_in_lines", &data, &starts_object, &shape, &width)) return NULL;
+    PyObject *found = NULL;
+    const uint8_t *pattern = shape.buf, *bytes = data.buf;
+    Int64s starts;
+    if (shape.len == 0 || pattern[0] == '#' || memchr(pattern, '\n', (size_t)shape.len) != NULL || width < 0) {
+        PyErr_SetString(PyExc_ValueError, "shape_in_lines: a shape beginning with a byte that is no '#', holding no "
+                                          "newline; a width not negative");
         goto done;
     }
-    while (found.count < limit && end - at >= shape.len) {
-        const uint8_t *first = memchr(at, pattern[0], (size_t)(end - at - shape.len + 1));
-        if (first == NULL) break;
-        Py_ssize_t i = 1;
-        for (; i < shape.len; i++) {
-            if (pattern[i] == '#' ? !is_digit_byte(first[i]) : first[i] != pattern[i]) break;
-        }
-        if (i < shape.len) {
-            at = first + 1;
-            continue;
-        }
-        if (push_offset(&found, first - start) < 0) {
-            failed = 1;
+    if (int64s_take(starts_object, &starts, "shape_in_lines: starts") < 0) goto done;
+    found = PyList_New(0);
+    /* The first shape at or after ``from`` (the data's end: none): ascending starts look through the data once. */
+    const uint8_t *next = NULL, *from = NULL, *stop = bytes + data.len;
+    for (Py_ssize_t i = 0; found != NULL && i < starts.count; i++) {
+        long long start;
+        if (int64s_at(&starts, i, &start) < 0) {
+            Py_CLEAR(found);
             break;
         }
-        at = first + shape.len;
+        if (start < 0 || start > data.len) {
+            PyErr_SetString(PyExc_IndexError, "shape_in_lines: a start outside data");
+            Py_CLEAR(found);
+            break;
+        }
+        const uint8_t *line = bytes + start;
+        if (next == NULL || line < from || next < line) {
+            from = line;
+            next = next_shape(line, stop, pattern, shape.len);
+        }
+        Py_ssize_t end = data.len - start < width ? data.len : (Py_ssize_t)start + width;
+        if (next == stop || next + shape.len > bytes + end || memchr(line, '\n', (size_t)(next - line)) != NULL) continue;
+        PyObject *index = PyLong_FromSsize_t(i);
+        if (index == NULL || PyList_Append(found, index) < 0) Py_CLEAR(found);
+        Py_XDECREF(index);
     }
-    result = failed ? PyErr_NoMemory() : offsets_list(&found);
+    int64s_release(&starts);
 done:
-    free(found.items);
     PyBuffer_Release(&data);
     PyBuffer_Release(&shape);
-    return result;
+    return found;
 }
 
 PyDoc_STRVAR(first_bytes_doc,
@@ -2264,7 +2313,7 @@ shift_offsets(PyObject *module, PyObject *args)
 static PyMethodDef module_methods[] = {
     {"shift_offsets", shift_offsets, METH_VARARGS, shift_offsets_doc},
     {"first_bytes", first_bytes, METH_VARARGS, first_bytes_doc},
-    {"find_shape", find_shape, METH_VARARGS, find_shape_doc},
+    {"shape_in_lines", shape_in_lines, METH_VARARGS, shape_in_lines_doc},
     {"count_starts", count_starts, METH_VARARGS, count_starts_doc},
     {"group_lines", group_lines, METH_VARARGS, group_lines_doc},
     {"segment_records", segment_records, METH_VARARGS, segment_records_doc},

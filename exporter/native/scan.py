@@ -14,7 +14,6 @@ and how common each byte is in log text, is decided here (``fingerprint_offset``
 
 from __future__ import annotations
 
-import itertools
 import re
 from array import array
 from collections.abc import Callable
@@ -114,13 +113,23 @@ def count_starts(data: bytes, prefix: bytes, literal: bytes) -> tuple[int, int, 
     return data.startswith(prefix) + data.count(b"\n" + prefix), data.count(literal), data.count(b"\n")
 
 
-def find_shape(data: bytes, shape: bytes, limit: int) -> list[int]:
-    """Where ``data`` holds ``shape``, left to right without overlaps, a ``#`` of it matching any ASCII digit; at
-    most ``limit`` of them. The first byte of ``shape`` is no ``#``."""
-    if not shape or shape[0] == ord("#"):
-        raise ValueError("find_shape: the shape begins with a byte that is no '#'")
+def shape_in_lines(data: bytes, starts: array[int] | list[int], shape: bytes, width: int) -> list[int]:
+    """The indexes of ``starts`` (offsets of ``data``: an array of int64 or a list of ints) whose line's first
+    ``width`` bytes (up to its newline) hold ``shape`` (no newline in it), a ``#`` of it after its first byte any ASCII
+    digit: the lines whose prefix may hold a time (analyze's ``:##:``), found without a slice of each."""
+    if not shape or shape[0] == ord("#") or b"\n" in shape or width < 0:
+        raise ValueError("shape_in_lines: a shape beginning with a byte that is no '#', holding no newline; "
+                         "a width not negative")
     pattern = re.compile(b"".join(b"[0-9]" if byte == ord("#") else re.escape(bytes((byte,))) for byte in shape))
-    return [match.start() for match in itertools.islice(pattern.finditer(data), max(limit, 0))]
+    found = []
+    for index, start in enumerate(starts):
+        if not 0 <= start <= len(data):
+            raise IndexError("shape_in_lines: a start outside data")
+        end = min(start + width, len(data))
+        newline = data.find(b"\n", start, end)
+        if pattern.search(data, start, end if newline < 0 else newline):
+            found.append(index)
+    return found
 
 
 def first_bytes(data: bytes, offsets: list[int]) -> bytes:
