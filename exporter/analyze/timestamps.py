@@ -84,27 +84,31 @@ class LineClock:
 
     def last_in(self, data: bytes, lines: int = 64) -> float | None:
         """The timestamp of the last of the block's last ``lines`` lines that has one."""
+        starts: list[int] = []
         end = len(data)
-        for _ in range(lines):
-            if end <= 0:
-                break
-            start = data.rfind(b"\n", 0, end - 1) + 1
-            found = self.at(data, start)
-            if found is not None:
-                return found
-            end = start
-        return None
+        while end > 0 and len(starts) < lines:
+            end = data.rfind(b"\n", 0, end - 1) + 1
+            starts.append(end)
+        starts.reverse()
+        return self._first_timed(data, starts, reverse=True)
 
     def first_in(self, data: bytes, lines: int = 64) -> float | None:
         """The timestamp of the first of the block's first ``lines`` lines that has one."""
+        starts: list[int] = []
         start = 0
-        for _ in range(lines):
-            if start >= len(data):
-                break
-            found = self.at(data, start)
+        while start < len(data) and len(starts) < lines:
+            starts.append(start)
+            start = data.find(b"\n", start) + 1 or len(data)
+        return self._first_timed(data, starts)
+
+    def _first_timed(self, data: bytes, starts: list[int], reverse: bool = False) -> float | None:
+        """The timestamp of the first line of ``starts`` (ascending; ``reverse``: the last) that has one; only the
+        lines whose prefix holds a ``:dd:`` are read (a block of step lines: none)."""
+        timed = native.shape_in_lines(data, starts, _CLOCK_SHAPE, PREFIX_BYTES)
+        for line in reversed(timed) if reverse else timed:
+            found = self.at(data, starts[line])
             if found is not None:
                 return found
-            start = data.find(b"\n", start) + 1 or len(data)
         return None
 
     def _date_time(self, match: re.Match[bytes]) -> float | None:
