@@ -2178,7 +2178,7 @@ PyDoc_STRVAR(shape_in_lines_doc,
 "exporter/native/scan.py.");
 
 /* The first place at or after ``at`` where ``pattern`` (length bytes, the first no '#'; a '#' after it any ASCII
- * digit) ends before ``end``; ``end`` when there is none. */
+ * digit) is, whole before ``end``; ``end`` when there is none. */
 static const uint8_t *
 next_shape(const uint8_t *at, const uint8_t *end, const uint8_t *pattern, Py_ssize_t length)
 {
@@ -2210,8 +2210,6 @@ shape_in_lines(PyObject *module, PyObject *args)
     }
     if (int64s_take(starts_object, &starts, "shape_in_lines: starts") < 0) goto done;
     found = PyList_New(0);
-    /* The first shape at or after ``from`` (the data's end: none): ascending starts look through the data once. */
-    const uint8_t *next = NULL, *from = NULL, *stop = bytes + data.len;
     for (Py_ssize_t i = 0; found != NULL && i < starts.count; i++) {
         long long start;
         if (int64s_at(&starts, i, &start) < 0) {
@@ -2223,13 +2221,11 @@ shape_in_lines(PyObject *module, PyObject *args)
             Py_CLEAR(found);
             break;
         }
-        const uint8_t *line = bytes + start;
-        if (next == NULL || line < from || next < line) {
-            from = line;
-            next = next_shape(line, stop, pattern, shape.len);
-        }
-        Py_ssize_t end = data.len - start < width ? data.len : (Py_ssize_t)start + width;
-        if (next == stop || next + shape.len > bytes + end || memchr(line, '\n', (size_t)(next - line)) != NULL) continue;
+        /* Each line's first width bytes alone: a line of redraws is long, a block's lines between two starts may be
+         * many. The line's newline is looked for only once a shape is found: most lines hold none. */
+        const uint8_t *line = bytes + start, *end = bytes + (data.len - start < width ? data.len : start + width);
+        const uint8_t *found_at = next_shape(line, end, pattern, shape.len);
+        if (found_at == end || memchr(line, '\n', (size_t)(found_at - line)) != NULL) continue;
         PyObject *index = PyLong_FromSsize_t(i);
         if (index == NULL || PyList_Append(found, index) < 0) Py_CLEAR(found);
         Py_XDECREF(index);
