@@ -1223,11 +1223,12 @@ bar_records(PyObject *module, PyObject *args)
     return records_of(&data, &lead, pieces_object, digits, 1);
 }
 
-/* An array('q') (or any buffer of int64 of format "q") as a view; -1 with TypeError otherwise. */
+/* An array('q') (or any buffer of int64 of format "q"; ``flags``: PyBUF_WRITABLE to change it, or 0) as a view; -1
+ * with TypeError otherwise. */
 static int
-int64_view(PyObject *given, Py_buffer *view, const char *what)
+int64_view_of(PyObject *given, Py_buffer *view, int flags, const char *what)
 {
-    if (PyObject_GetBuffer(given, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS) < 0) {
+    if (PyObject_GetBuffer(given, view, PyBUF_FORMAT | PyBUF_C_CONTIGUOUS | flags) < 0) {
         PyErr_Format(PyExc_TypeError, "%s is an array('q')", what);
         return -1;
     }
@@ -1237,6 +1238,12 @@ int64_view(PyObject *given, Py_buffer *view, const char *what)
         return -1;
     }
     return 0;
+}
+
+static int
+int64_view(PyObject *given, Py_buffer *view, const char *what)
+{
+    return int64_view_of(given, view, 0, what);
 }
 
 PyDoc_STRVAR(bar_steps_doc,
@@ -2282,15 +2289,7 @@ shift_offsets(PyObject *module, PyObject *args)
     PyObject *given;
     long long delta;
     if (!PyArg_ParseTuple(args, "OL:shift_offsets", &given, &delta)) return NULL;
-    if (PyObject_GetBuffer(given, &view, PyBUF_WRITABLE | PyBUF_FORMAT) < 0) {
-        PyErr_SetString(PyExc_TypeError, "shift_offsets: offsets is an array('q')");
-        return NULL;
-    }
-    if (view.itemsize != (Py_ssize_t)sizeof(int64_t) || view.format == NULL || strcmp(view.format, "q") != 0) {
-        PyBuffer_Release(&view);
-        PyErr_SetString(PyExc_TypeError, "shift_offsets: offsets is an array('q')");
-        return NULL;
-    }
+    if (int64_view_of(given, &view, PyBUF_WRITABLE, "shift_offsets: offsets") < 0) return NULL;
     int64_t *offsets = view.buf;
     Py_ssize_t count = view.len / (Py_ssize_t)sizeof(int64_t);
     for (Py_ssize_t i = 0; i < count; i++) {
