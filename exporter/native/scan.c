@@ -1431,7 +1431,6 @@ sorted_difference(PyObject *module, PyObject *args)
     return kept;
 }
 
-
 /* An int or None (*present 0) as bar_taking's step. */
 static int
 optional_step(PyObject *given, long long *step, int *present, const char *what)
