@@ -772,3 +772,15 @@ def test_the_json_is_the_standard_librarys_but_for_how_a_float_is_written(seed):
         document = value(0, floats=True)
         written = json_text(document)
         assert written.isascii() and json.loads(written) == json.loads(json.dumps(document))
+
+
+@pytest.mark.parametrize("huge", [None, 2**64 + 1], ids=["orjson", "json"])
+def test_a_value_that_is_not_finite_is_null_in_the_json(huge):
+    """JSON has no NaN: a finding's context and a rank's last loss go to the renderer as the analysis keeps them (NaN,
+    inf, in tuples), and both writers (orjson; json for an integer orjson refuses) write null."""
+    from exporter.analyze.render import json_text
+    nan, inf = float("nan"), float("inf")
+    document = {"context": {"grad_norm": (nan, 2.5), "loss": (1.5, inf)}, "last_loss": -inf, "steps": [1, huge],
+                "nested": [{"value": (nan,)}]}
+    assert json.loads(json_text(document)) == {"context": {"grad_norm": [None, 2.5], "loss": [1.5, None]},
+                                               "last_loss": None, "steps": [1, huge], "nested": [{"value": [None]}]}

@@ -31,13 +31,26 @@ _NON_ASCII = re.compile(r"[^\x00-\x7e]")  # json escapes DEL too
 
 def json_text(document: object) -> str:
     """``json.dumps(document, indent=2)``'s JSON, by orjson: a report of 63,707 findings (40 MB) in 0.08 s, not 5.3 s.
-    Its numbers may be written otherwise (``1e-5`` for ``1e-05``); non-ASCII characters escaped as json escapes
-    them. An integer beyond 64 bits, which orjson refuses, is written by json."""
+    Its numbers may be written otherwise (``1e-5`` for ``1e-05``); a float that is not finite is null (JSON has
+    none: orjson's rule, so a finding's context goes in as the analysis keeps it); tuples are lists; non-ASCII
+    characters escaped as json escapes them. An integer beyond 64 bits, which orjson refuses, is written by json."""
     try:
-        text = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS).decode()
+        data = orjson.dumps(document, option=orjson.OPT_INDENT_2 | orjson.OPT_NON_STR_KEYS)
     except orjson.JSONEncodeError:
-        return json.dumps(document, indent=2, allow_nan=False)
-    return _NON_ASCII.sub(_escaped, text) if "\x7f" in text or not text.isascii() else text  # only in a string
+        return json.dumps(_finite(document), indent=2, allow_nan=False)
+    text = data.decode()
+    return text if data.isascii() and b"\x7f" not in data else _NON_ASCII.sub(_escaped, text)  # only in a string
+
+
+def _finite(document: object) -> object:
+    """``document`` with each float that is not finite None, as orjson writes it."""
+    if isinstance(document, float):
+        return document if math.isfinite(document) else None
+    if isinstance(document, dict):
+        return {key: _finite(value) for key, value in document.items()}
+    if isinstance(document, (list, tuple)):
+        return [_finite(value) for value in document]
+    return document
 
 
 def _escaped(match: re.Match[str]) -> str:

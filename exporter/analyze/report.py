@@ -1,12 +1,12 @@
 """What an analysis found, as plain data: the report the renderers (text, JSON, Markdown) word.
 
 The JSON keys are a contract (DESIGN 3.6): ``runs[].steps``, ``loss``, ``ranks``,
-``findings`` with ``kind, step, rank, node, time, root_cause, message, context``.
+``findings`` with ``kind, step, rank, node, time, root_cause, message, context``. A value that is not finite
+stays as it is here: JSON has none, and the JSON renderer writes it as null (the message says which it was).
 """
 
 from __future__ import annotations
 
-import math
 from collections.abc import Sequence
 from dataclasses import dataclass, field
 
@@ -49,8 +49,7 @@ class Finding:
     def to_json(self) -> dict[str, object]:
         found: dict[str, object] = {"kind": self.kind, "step": self.step, "rank": self.rank, "node": self.node,
                                     "time": self.time, "root_cause": self.root_cause, "message": self.message,
-                                    "context": {name: [finite_or_none(value) for value in pair]
-                                                for name, pair in self.context.items()}}
+                                    "context": self.context}
         if self.fault is not None:
             found.update(self.fault)
         if self.count > 1:
@@ -97,7 +96,7 @@ class RankReport:
         return {"node": self.node, "rank": self.rank, "role": self.role, "files": self.files, "lines": self.lines,
                 "first_step": self.first_step, "last_step": self.last_step, "steps_total": self.steps_total,
                 "first_line_time": self.first_line_time, "last_line_time": self.last_line_time,
-                "last_loss": finite_or_none(self.last_loss), "errors": self.errors, "anomalies": self.anomalies,
+                "last_loss": self.last_loss, "errors": self.errors, "anomalies": self.anomalies,
                 "median_step_time_seconds": self.median_step_time, "restarts": self.restarts,
                 "productive_seconds": self.productive_seconds, "lost_seconds": self.lost_seconds,
                 "goodput": self.goodput}
@@ -115,7 +114,7 @@ class LossSummary:
     outside_ranks: list[str] = field(default_factory=list)  # ranks whose last finite loss is outside the range
 
     def to_json(self) -> dict[str, object]:
-        return {"first": finite_or_none(self.first), "last": finite_or_none(self.last),
+        return {"first": self.first, "last": self.last,
                 "min": self.min, "max": self.max,
                 "normal_range": list(self.normal_range) if self.normal_range else None,
                 "last_nonfinite_ranks": self.last_nonfinite_ranks, "outside_normal_range_ranks": self.outside_ranks}
@@ -164,7 +163,3 @@ def finding_order(finding: Finding) -> tuple:
     """Earliest first: by time where known, then by step; a finding without either last."""
     return (finding.time is None, finding.time or 0.0, finding.step is None, finding.step or 0)
 
-
-def finite_or_none(value: float | None) -> float | None:
-    """JSON has no NaN: a non-finite value is reported as null (the message says which it was)."""
-    return value if value is not None and math.isfinite(value) else None
