@@ -1689,21 +1689,26 @@ def test_check_series_runs_the_twin_for_steps_beyond_64_bits():
 
 
 def test_shape_in_lines_matches_the_twin_and_the_regex():
-    """The lines whose first ``width`` bytes, up to their newline, hold ``:dd:``: as a regex search of each prefix."""
+    """The lines whose first ``width`` bytes, up to their newline, hold the shape (``:dd:``, the clock's): as a regex
+    search of each prefix."""
     rng = random.Random(9)
-    clock = re.compile(rb":\d\d:")
-    for _ in range(500):
-        data = bytes(rng.choice(b"::0123456789a \n") for _ in range(rng.randint(0, 200)))
+    for _ in range(600):
+        # The clock's shape; one ending in digits and one of a byte and a digit (the kernel's filter by the first
+        # byte and the last that is no digit, or by the first alone); lines short, or long (sixteen places at a time).
+        shape = rng.choice([b":##:", b":##:", b":##", b"a#"])
+        pattern = re.compile(re.escape(shape).replace(b"\\#", b"#").replace(b"#", rb"\d"))
+        alphabet = b"::0123456789a " + (b"\n" if rng.random() < 0.5 else b"")
+        data = bytes(rng.choice(alphabet) for _ in range(rng.randint(0, 300)))
         starts = rng.sample(range(len(data) + 1), rng.randint(0, min(len(data) + 1, 20)))
         if rng.random() < 0.8:  # ascending, as a batch's lines; else going back too
             starts.sort()
-        width = rng.choice([0, 3, 4, 7, 120])
+        width = rng.choice([0, 3, 4, 7, 19, 20, 21, 120])
         expected = [index for index, start in enumerate(starts)
-                    if clock.search(data[start:start + width].split(b"\n")[0])]
+                    if pattern.search(data[start:start + width].split(b"\n")[0])]
         for given in (starts, array("q", starts)):
-            assert scan_twin.shape_in_lines(data, given, b":##:", width) == expected
-            assert _scan.shape_in_lines(data, given, b":##:", width) == expected
-            assert native.shape_in_lines(data, given, b":##:", width) == expected
+            assert scan_twin.shape_in_lines(data, given, shape, width) == expected
+            assert _scan.shape_in_lines(data, given, shape, width) == expected
+            assert native.shape_in_lines(data, given, shape, width) == expected
     data = b"12:34:56 a\nx\n\n:7:89:\nb.c#"
     assert _scan.shape_in_lines(data, [0, 1, 11, 13, 14, 16], b":##:", 120) == [0, 1, 4, 5]
     assert _scan.shape_in_lines(data, [0, 14], b":##:", 6) == [0, 1]
