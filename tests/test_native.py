@@ -1693,8 +1693,7 @@ def test_shape_in_lines_matches_the_twin_and_the_regex():
     search of each prefix."""
     rng = random.Random(9)
     for _ in range(600):
-        # The clock's shape; one ending in digits and one of a byte and a digit (the kernel's filter by the first
-        # byte and the last that is no digit, or by the first alone); lines short, or long (sixteen places at a time).
+        # The clock's shape, one ending in digits, one of two bytes; lines short, or long (no newline at all).
         shape = rng.choice([b":##:", b":##:", b":##", b"a#"])
         pattern = re.compile(re.escape(shape).replace(b"\\#", b"#").replace(b"#", rb"\d"))
         alphabet = b"::0123456789a " + (b"\n" if rng.random() < 0.5 else b"")
