@@ -587,6 +587,33 @@ def test_a_line_printing_the_names_of_the_line_before_is_read_as_the_twin_reads_
 
 
 @pytest.mark.parametrize("table", PAIRS_TABLES, ids=PAIRS_IDS)
+def test_the_same_pairs_after_other_bytes_before_them_are_read_as_the_twin_reads_them(table):
+    """A line's bytes before its pairs change from line to line (a timestamp, DeepSpeed's and fairseq's) while its
+    pairs do not: the kernel reads the pairs of the line before without looking their names up again. Bytes before
+    them after which the loop finds another first name (a name byte glued to it, a ``.``, a separator before it, a
+    word before a step's name) are among them."""
+    step_name, separator = table[4][0], table[3]
+    lead = _lead(table)
+    names = [step_name, table[6][0][0], *(field[0] for field in table[6][1:4])]
+    rng = random.Random(11)
+    befores = [b"", b" ", b"x", b"a.", b".", b"_", b"9", b"y" + separator + b"2 ", b"y" + separator, b"eval ",
+               b"[INFO] [logging.py:96:log_dist] [Rank 0] ", b"|", separator]
+    lines = []
+    for step in range(1, 3000):
+        if step % 50 == 1:  # now and then other pairs (other names, another joint)
+            count, joint = rng.randint(2, len(names)), rng.choice([table[2][:1] + b" ", table[2][:1] or b" "])
+        stamp = (b"[2023-04-18 %02d:%02d:%02d,%03d] " % (step % 24, step % 60, (7 * step) % 60, step % 1000)).replace(
+            separator[:1], b".")  # a separator in it: the pairs begin in the timestamp (other-punctuation's ``:``)
+        before = stamp if rng.random() < 0.7 else stamp + rng.choice(befores) if rng.random() < 0.5 else rng.choice(
+            befores)
+        pairs = [name + separator + (b"%d" % step if name == step_name else rng.choice(TOKENS).encode())
+                 for name in names[:count]]
+        lines.append(lead + before + joint.join(pairs))
+    runs, rows, _ = _read_in_runs_by_both(table, lines)
+    assert runs > 50 and rows > 500
+
+
+@pytest.mark.parametrize("table", PAIRS_TABLES, ids=PAIRS_IDS)
 def test_a_pairs_run_reads_a_line_as_the_per_line_reader_does(table):
     """A line the run reads gives the per-line reader's record (the dict reading); it declines only what that reader
     must take: not ASCII, tagged, a step beyond 18 digits, a name twice, two names of a column, two step names,

@@ -1549,8 +1549,21 @@ shaped_pairs(const Run *run, const Shape *shape, const uint8_t *from, const uint
     const uint8_t *at = from, *kept = shape->names;
     for (Py_ssize_t i = 0; i < shape->count; i++) {
         Py_ssize_t joint = shape->joints[i], length = shape->lengths[i];
-        if (end - at < joint + length + 2 || !same_bytes(at, kept, joint + length)) return 0;
-        at += joint;
+        if (i == 0 && !(table->value_open && table->spaced)) {
+            /* The first joint, the line's bytes before its pairs, may be other bytes (a timestamp): where the loop
+             * jumps from name separator to name separator, its first pair is the name bytes before the first one,
+             * whatever comes before them but a name byte or a '.' (read_pairs_line). */
+            const uint8_t *separator = memchr(at, table->name_separator, (size_t)(end - at));
+            const uint8_t *name = separator ? separator - length : NULL;
+            if (name == NULL || name < at || !same_bytes(name, kept + joint, length)
+                || (name > at && (table->name_byte[name[-1]] || name[-1] == '.'))) {
+                return 0;
+            }
+            at = name;
+        } else {
+            if (end - at < joint + length + 2 || !same_bytes(at, kept, joint + length)) return 0;
+            at += joint;
+        }
         kept += joint + length;
         const uint8_t *name_end = at + length, *value = name_end + 1;
         if (*name_end != table->name_separator) return 0;
@@ -1940,10 +1953,9 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
         at = value_end;
     }
     if (!required_printed || !marked) return 0;
-    /* Not kept of a table with words before a step's name (after_word looks before the step's pair). */
-    if (!shaped && (step_pair >= 0 || table->step_open) && !table->not_after_count) {
-        keep_shape(run, from, pairs, count, step_pair);
-    }
+    /* A step's name after one of the table's words: the loop's check, which the shape's pairs did not pass. */
+    if (shaped && step_pair >= 0 && table->not_after_count && after_word(table, line, pairs[step_pair].name)) return 0;
+    if (!shaped && (step_pair >= 0 || table->step_open)) keep_shape(run, from, pairs, count, step_pair);
     if (!table->step_open) {
         const Pair *printed = step_pair >= 0 ? &pairs[step_pair] : NULL;
         if (printed == NULL || read_step_value(printed->value, printed->value + printed->value_length, &step,
