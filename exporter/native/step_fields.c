@@ -1539,6 +1539,22 @@ apply_number(Run *run, const Pair *pair, Py_ssize_t *named_hint)
     return 0;
 }
 
+/* Whether read_pairs_line's loop jumps from name separator to name separator (a name is the name bytes right before
+ * one), rather than looking at each byte (a table printing a list after a name without its separator). */
+static int
+jumps_to_separators(const Table *table)
+{
+    return !(table->value_open && table->spaced);
+}
+
+/* Whether the bytes at ``at`` go on from the byte before them (a name byte or a '.' after ``from``): no name of the
+ * pairs grammar begins there. */
+static int
+goes_on_from_before(const Table *table, const uint8_t *from, const uint8_t *at)
+{
+    return at > from && (table->name_byte[at[-1]] || at[-1] == '.');
+}
+
 /* The pairs of a line whose pairs, from ``from``, print the shape's joints and names and nothing after the last value
  * (what the loop of read_pairs_line finds there, the same names passing the same checks): their count, 0 when it is
  * not such a line. */
@@ -1549,14 +1565,14 @@ shaped_pairs(const Run *run, const Shape *shape, const uint8_t *from, const uint
     const uint8_t *at = from, *kept = shape->names;
     for (Py_ssize_t i = 0; i < shape->count; i++) {
         Py_ssize_t joint = shape->joints[i], length = shape->lengths[i];
-        if (i == 0 && !(table->value_open && table->spaced)) {
+        if (i == 0 && jumps_to_separators(table)) {
             /* The first joint, the line's bytes before its pairs, may be other bytes (a timestamp): where the loop
              * jumps from name separator to name separator, its first pair is the name bytes before the first one,
              * whatever comes before them but a name byte or a '.' (read_pairs_line). */
             const uint8_t *separator = memchr(at, table->name_separator, (size_t)(end - at));
             const uint8_t *name = separator ? separator - length : NULL;
             if (name == NULL || name < at || !same_bytes(name, kept + joint, length)
-                || (name > at && (table->name_byte[name[-1]] || name[-1] == '.'))) {
+                || goes_on_from_before(table, at, name)) {
                 return 0;
             }
             at = name;
@@ -1808,7 +1824,7 @@ after_word(const Table *table, const uint8_t *line, const uint8_t *name)
         if (name - line < word.length + 1) continue;
         const uint8_t *begins = name - 1 - word.length;
         if (name[-1] == ' ' && memcmp(begins, word.at, (size_t)word.length) == 0
-            && (begins == line || (!table->name_byte[begins[-1]] && begins[-1] != '.'))) {
+            && !goes_on_from_before(table, line, begins)) {
             return 1;
         }
     }
@@ -1901,7 +1917,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
     const uint8_t *name_byte = table->name_byte;
     /* A pair's name ends at a name separator: the words before the next one are no names, jumped over (but a name
      * printed before a list without its colon). */
-    const int jumps = !(table->value_open && table->spaced);
+    const int jumps = jumps_to_separators(table);
     for (const uint8_t *at = shaped ? end : from; at < end;) {
         if (jumps) {
             const uint8_t *separator = memchr(at, table->name_separator, (size_t)(end - at)), *word = separator;
@@ -1909,7 +1925,7 @@ read_pairs_line(Run *run, const uint8_t *line, const uint8_t *end)
             while (word > at && name_byte[word[-1]]) word--;
             at = word < separator ? word : separator;
         }
-        if (!is_name_start(*at) || (at > from && (name_byte[at[-1]] || at[-1] == '.'))) {
+        if (!is_name_start(*at) || goes_on_from_before(table, from, at)) {
             at++;
             continue;
         }
